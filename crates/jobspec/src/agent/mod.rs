@@ -1,0 +1,1 @@
+//! Agent configuration files (HCL, HCL1 forms, JSON).

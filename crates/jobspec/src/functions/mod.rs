@@ -1,0 +1,1 @@
+//! The HCL function library Nomad job files use.
