@@ -1,0 +1,378 @@
+//! The job: what a user submits. Canonicalization fills Nomad's defaults; validation reports every problem.
+
+use crate::constraint::{Affinity, Constraint, Spread};
+use crate::group::{MigrateStrategy, ReschedulePolicy, TaskGroup, UpdateStrategy};
+use crate::path::Path;
+use crate::validate::ValidationErrors;
+use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
+use std::collections::{BTreeMap, BTreeSet};
+
+pub const DEFAULT_REGION: &str = "global";
+pub const DEFAULT_NAMESPACE: &str = "default";
+pub const DEFAULT_NODE_POOL: &str = "default";
+pub const DEFAULT_PRIORITY: i32 = 50;
+pub const MAX_ID_LEN: usize = 128;
+
+/// The four schedulers a job can ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum JobType {
+    #[default]
+    Service,
+    Batch,
+    System,
+    Sysbatch,
+}
+
+impl JobType {
+    pub const NAMES: [&'static str; 4] = ["service", "batch", "system", "sysbatch"];
+
+    pub fn parse(text: &str) -> Option<JobType> {
+        Some(match text {
+            "service" => JobType::Service,
+            "batch" => JobType::Batch,
+            "system" => JobType::System,
+            "sysbatch" => JobType::Sysbatch,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+}
+
+#[skip_serializing_none]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Job {
+    #[serde(rename = "Region")]
+    pub region: Option<String>,
+    #[serde(rename = "Namespace")]
+    pub namespace: Option<String>,
+    #[serde(rename = "ID")]
+    pub id: String,
+    #[serde(rename = "Name")]
+    pub name: String,
+    #[serde(rename = "Type")]
+    pub job_type: Option<String>,
+    #[serde(rename = "Priority")]
+    pub priority: Option<i32>,
+    #[serde(rename = "AllAtOnce")]
+    pub all_at_once: bool,
+    #[serde(rename = "Datacenters")]
+    pub datacenters: Vec<String>,
+    #[serde(rename = "NodePool")]
+    pub node_pool: Option<String>,
+    #[serde(rename = "Constraints")]
+    pub constraints: Vec<Constraint>,
+    #[serde(rename = "Affinities")]
+    pub affinities: Vec<Affinity>,
+    #[serde(rename = "Spreads")]
+    pub spreads: Vec<Spread>,
+    #[serde(rename = "TaskGroups")]
+    pub task_groups: Vec<TaskGroup>,
+    #[serde(rename = "Update")]
+    pub update: Option<UpdateStrategy>,
+    #[serde(rename = "Periodic")]
+    pub periodic: Option<PeriodicConfig>,
+    #[serde(rename = "ParameterizedJob")]
+    pub parameterized: Option<ParameterizedJobConfig>,
+    #[serde(rename = "Reschedule")]
+    pub reschedule: Option<ReschedulePolicy>,
+    #[serde(rename = "Migrate")]
+    pub migrate: Option<MigrateStrategy>,
+    #[serde(rename = "Meta")]
+    pub meta: BTreeMap<String, String>,
+    #[serde(rename = "Stop")]
+    pub stop: bool,
+    #[serde(rename = "ParentID")]
+    pub parent_id: String,
+    #[serde(rename = "Dispatched")]
+    pub dispatched: bool,
+    /// The dispatch payload, base64 as Go encodes `[]byte`.
+    #[serde(rename = "Payload")]
+    pub payload: Option<String>,
+    #[serde(rename = "Status")]
+    pub status: Option<String>,
+    #[serde(rename = "StatusDescription")]
+    pub status_description: Option<String>,
+    #[serde(rename = "Stable")]
+    pub stable: Option<bool>,
+    #[serde(rename = "Version")]
+    pub version: Option<u64>,
+    #[serde(rename = "SubmitTime")]
+    pub submit_time: Option<i64>,
+    #[serde(rename = "CreateIndex")]
+    pub create_index: Option<u64>,
+    #[serde(rename = "ModifyIndex")]
+    pub modify_index: Option<u64>,
+    #[serde(rename = "JobModifyIndex")]
+    pub job_modify_index: Option<u64>,
+}
+
+/// `periodic { crons = [...] }`: launch the job on a schedule.
+#[skip_serializing_none]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PeriodicConfig {
+    #[serde(rename = "Enabled")]
+    pub enabled: Option<bool>,
+    #[serde(rename = "Spec")]
+    pub spec: String,
+    #[serde(rename = "Specs")]
+    pub specs: Vec<String>,
+    #[serde(rename = "SpecType")]
+    pub spec_type: Option<String>,
+    #[serde(rename = "ProhibitOverlap")]
+    pub prohibit_overlap: Option<bool>,
+    #[serde(rename = "TimeZone")]
+    pub time_zone: Option<String>,
+}
+
+/// `parameterized { … }`: the job is a template, run by `job dispatch`.
+#[skip_serializing_none]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ParameterizedJobConfig {
+    #[serde(rename = "Payload")]
+    pub payload: Option<String>,
+    #[serde(rename = "MetaRequired")]
+    pub meta_required: Vec<String>,
+    #[serde(rename = "MetaOptional")]
+    pub meta_optional: Vec<String>,
+}
+
+impl Job {
+    /// The job's type; an unknown type reads as `service` (validation reports it).
+    pub fn kind(&self) -> JobType {
+        self.job_type
+            .as_deref()
+            .and_then(JobType::parse)
+            .unwrap_or_default()
+    }
+
+    /// Fills Nomad's defaults. Idempotent: canonicalizing twice changes nothing.
+    pub fn canonicalize(&mut self) {
+        self.region.get_or_insert_with(|| DEFAULT_REGION.into());
+        self.namespace
+            .get_or_insert_with(|| DEFAULT_NAMESPACE.into());
+        self.job_type
+            .get_or_insert_with(|| JobType::Service.as_str().into());
+        if self.name.is_empty() {
+            self.name.clone_from(&self.id);
+        }
+        if self.priority.unwrap_or(0) == 0 {
+            self.priority = Some(DEFAULT_PRIORITY);
+        }
+        if self.datacenters.is_empty() {
+            self.datacenters = vec!["*".into()];
+        }
+        self.node_pool
+            .get_or_insert_with(|| DEFAULT_NODE_POOL.into());
+        self.constraints
+            .iter_mut()
+            .for_each(Constraint::canonicalize);
+        self.affinities.iter_mut().for_each(Affinity::canonicalize);
+        self.spreads.iter_mut().for_each(Spread::canonicalize);
+        if let Some(p) = &mut self.periodic {
+            p.enabled.get_or_insert(true);
+            p.spec_type.get_or_insert_with(|| "cron".into());
+            p.prohibit_overlap.get_or_insert(false);
+            p.time_zone.get_or_insert_with(|| "UTC".into());
+        }
+        if let Some(p) = &mut self.parameterized {
+            p.payload.get_or_insert_with(|| "optional".into());
+        }
+        let kind = self.kind();
+        let mut groups = std::mem::take(&mut self.task_groups);
+        for g in &mut groups {
+            g.canonicalize(self, kind);
+        }
+        self.task_groups = groups;
+    }
+
+    /// Checks the whole job and returns every problem found.
+    pub fn validate(&self) -> Result<(), ValidationErrors> {
+        let mut errs = ValidationErrors::new();
+        let root = Path::root();
+        self.validate_identity(&root, &mut errs);
+        let kind = self.job_type.as_deref().map(JobType::parse);
+        if let Some(None) = kind {
+            errs.add(
+                &root.field("type"),
+                format!(
+                    "unknown job type {:?}; expected one of {}",
+                    self.job_type.as_deref().unwrap_or(""),
+                    JobType::NAMES.join(", ")
+                ),
+            );
+        }
+        let kind = kind.flatten();
+        if let Some(p) = self.priority {
+            errs.check(
+                (1..=100).contains(&p),
+                &root.field("priority"),
+                format!("priority must be between 1 and 100, got {p}"),
+            );
+        }
+        for (i, dc) in self.datacenters.iter().enumerate() {
+            errs.check(
+                !dc.is_empty(),
+                &root.field("datacenters").index(i),
+                "datacenter names cannot be empty",
+            );
+        }
+        self.validate_rules(&root, &mut errs);
+        self.validate_groups(&root, kind, &mut errs);
+        self.validate_special(&root, kind.unwrap_or_default(), &mut errs);
+        errs.into_result()
+    }
+
+    fn validate_identity(&self, root: &Path, errs: &mut ValidationErrors) {
+        if self.id.is_empty() {
+            errs.add(&root.field("id"), "job ID is required");
+            return;
+        }
+        errs.check(
+            self.id.len() <= MAX_ID_LEN,
+            &root.field("id"),
+            format!("job ID is longer than {MAX_ID_LEN} characters"),
+        );
+        errs.check(
+            !self.id.contains(char::is_whitespace),
+            &root.field("id"),
+            format!("job ID {:?} cannot contain spaces", self.id),
+        );
+        errs.check(
+            !self.id.contains('\0'),
+            &root.field("id"),
+            "job ID cannot contain a null character",
+        );
+        errs.check(
+            !self.name.contains('\0'),
+            &root.field("name"),
+            "job name cannot contain a null character",
+        );
+    }
+
+    fn validate_rules(&self, root: &Path, errs: &mut ValidationErrors) {
+        for (i, c) in self.constraints.iter().enumerate() {
+            c.validate(&root.field("constraint").index(i), errs);
+        }
+        for (i, a) in self.affinities.iter().enumerate() {
+            a.validate(&root.field("affinity").index(i), errs);
+        }
+        for (i, s) in self.spreads.iter().enumerate() {
+            s.validate(&root.field("spread").index(i), errs);
+        }
+    }
+
+    fn validate_groups(&self, root: &Path, kind: Option<JobType>, errs: &mut ValidationErrors) {
+        errs.check(
+            !self.task_groups.is_empty(),
+            root,
+            "a job needs at least one group",
+        );
+        let mut names = BTreeSet::new();
+        for g in &self.task_groups {
+            let gp = root.block("group", &g.name);
+            errs.check(
+                names.insert(g.name.as_str()),
+                &gp,
+                format!("group {:?} is defined twice", g.name),
+            );
+            g.validate(&gp, kind, errs);
+            if g.tasks.iter().any(|t| t.dispatch_payload.is_some()) {
+                errs.check(
+                    self.parameterized.is_some(),
+                    &gp,
+                    "dispatch_payload needs a parameterized job",
+                );
+            }
+        }
+    }
+
+    fn validate_special(&self, root: &Path, kind: JobType, errs: &mut ValidationErrors) {
+        let batchy = matches!(kind, JobType::Batch | JobType::Sysbatch);
+        if let Some(p) = &self.periodic {
+            let pp = root.field("periodic");
+            errs.check(
+                batchy,
+                &pp,
+                format!(
+                    "periodic can only be used with batch or sysbatch jobs, not {}",
+                    kind.as_str()
+                ),
+            );
+            errs.check(
+                !p.spec.is_empty() || !p.specs.is_empty(),
+                &pp.field("crons"),
+                "a cron spec is required",
+            );
+            if let Some(t) = &p.spec_type {
+                errs.check(
+                    t == "cron",
+                    &pp.field("spec_type"),
+                    format!("spec_type must be \"cron\", got {t:?}"),
+                );
+            }
+            for (i, spec) in p
+                .specs
+                .iter()
+                .chain(std::iter::once(&p.spec).filter(|s| !s.is_empty()))
+                .enumerate()
+            {
+                let fields = spec.split_whitespace().count();
+                let ok = spec.starts_with('@') || (5..=7).contains(&fields);
+                errs.check(
+                    ok,
+                    &pp.field("crons").index(i),
+                    format!(
+                        "{spec:?} is not a cron expression (5 to 7 fields, or @hourly/@daily/…)"
+                    ),
+                );
+            }
+        }
+        if let Some(p) = &self.parameterized {
+            let pp = root.field("parameterized");
+            errs.check(
+                batchy,
+                &pp,
+                format!(
+                    "parameterized can only be used with batch or sysbatch jobs, not {}",
+                    kind.as_str()
+                ),
+            );
+            if let Some(payload) = &p.payload {
+                let ok = matches!(payload.as_str(), "optional" | "required" | "forbidden");
+                errs.check(
+                    ok,
+                    &pp.field("payload"),
+                    format!("payload must be optional, required or forbidden, got {payload:?}"),
+                );
+            }
+            for k in &p.meta_required {
+                errs.check(
+                    !p.meta_optional.contains(k),
+                    &pp.field("meta_optional"),
+                    format!("{k:?} is both required and optional"),
+                );
+            }
+        }
+        if let Some(u) = &self.update {
+            u.validate(&root.field("update"), errs);
+        }
+        if let Some(r) = &self.reschedule {
+            errs.check(
+                !matches!(kind, JobType::System | JobType::Sysbatch),
+                &root.field("reschedule"),
+                "system jobs are not rescheduled; remove the reschedule block",
+            );
+            r.validate(&root.field("reschedule"), errs);
+        }
+        if let Some(m) = &self.migrate {
+            m.validate(&root.field("migrate"), errs);
+        }
+    }
+}
