@@ -4,7 +4,17 @@
 //! library, `dynamic` block expansion, leaving runtime references (`${attr.*}`, `${NOMAD_*}`, …) as text,
 //! decoding into `model` types, and errors that name file:line:col and the attribute.
 //! Never does: network I/O. Reads files only where a job file asks (`file()`) and only when allowed.
-//! Invariant: a parse either returns a whole, canonical-ready model value or every error it found.
+//! Invariant: a parse either returns a whole job or every error it found, each located in its file.
 
 pub mod agent;
+mod decode;
+pub mod eval;
 pub mod functions;
+pub mod parse;
+mod reader;
+pub mod source;
+mod tree;
+pub mod vars;
+
+pub use parse::{parse_file, parse_str, ParseOptions, ParsedJob};
+pub use source::{Diagnostic, Diagnostics, SourceFile};

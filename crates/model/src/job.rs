@@ -111,6 +111,13 @@ pub struct Job {
     pub job_modify_index: Option<u64>,
 }
 
+/// The body of a job registration as the API takes it and `job run -output` prints it: `{"Job": …}`.
+#[derive(Debug, Serialize)]
+pub struct JobRequest<'a> {
+    #[serde(rename = "Job")]
+    pub job: &'a Job,
+}
+
 /// `periodic { crons = [...] }`: launch the job on a schedule.
 #[skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -25,7 +25,7 @@ pub use group::{
     CsiMountOptions, DisconnectStrategy, EphemeralDisk, MigrateStrategy, ReschedulePolicy,
     RestartPolicy, TaskGroup, UpdateStrategy, VolumeRequest,
 };
-pub use job::{Job, JobType, ParameterizedJobConfig, PeriodicConfig};
+pub use job::{Job, JobRequest, JobType, ParameterizedJobConfig, PeriodicConfig};
 pub use path::Path;
 pub use resources::{DnsConfig, NetworkResource, Port, RequestedDevice, Resources};
 pub use service::{CheckRestart, Service, ServiceCheck};

@@ -1,0 +1,109 @@
+//! Command definitions. Flags follow Nomad's spelling with a single dash (`-var-file`, `-output`);
+//! the double-dash forms work too.
+
+mod job;
+
+use clap::{Parser, Subcommand};
+use std::ffi::OsString;
+
+#[derive(Parser)]
+#[command(
+    name = "caravan",
+    about = "Caravan: a workload orchestrator that speaks Nomad's language",
+    disable_version_flag = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Work with jobs: init, validate, run
+    #[command(subcommand)]
+    Job(job::JobCommand),
+    /// Print the version
+    Version,
+}
+
+/// Runs the CLI on `args` (including the program name) and returns the exit code.
+pub fn run(args: Vec<OsString>) -> i32 {
+    let cli = match Cli::try_parse_from(nomad_style_flags(args)) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 1 } else { 0 };
+        }
+    };
+    let result = match cli.command {
+        Command::Job(cmd) => job::run(cmd),
+        Command::Version => {
+            println!("Caravan v{}", env!("CARGO_PKG_VERSION"));
+            Ok(0)
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("Error: {e:#}");
+            1
+        }
+    }
+}
+
+/// Nomad writes long flags with one dash (`-var-file=x`); clap wants two. Rewrites `-name…` to
+/// `--name…` for every argument before a bare `--` that starts with one dash and a letter, and is longer
+/// than a short flag.
+fn nomad_style_flags(args: Vec<OsString>) -> Vec<OsString> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut passthrough = false;
+    for arg in args {
+        let Some(text) = arg.to_str() else {
+            out.push(arg);
+            continue;
+        };
+        if text == "--" {
+            passthrough = true;
+        }
+        let bytes = text.as_bytes();
+        let single_dash_long = bytes.len() > 2
+            && bytes[0] == b'-'
+            && bytes[1].is_ascii_alphabetic()
+            && bytes[2] != b'=';
+        if !passthrough && single_dash_long {
+            out.push(OsString::from(format!("-{text}")));
+        } else {
+            out.push(arg);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn single_dash_long_flags_become_double() {
+        let args = [
+            "caravan", "job", "run", "-output", "-var=a=b", "-h", "--detach", "-", "--", "-x1",
+        ];
+        let got = nomad_style_flags(args.iter().map(OsString::from).collect());
+        let got: Vec<_> = got.iter().map(|s| s.to_str().unwrap()).collect();
+        assert_eq!(
+            got,
+            [
+                "caravan",
+                "job",
+                "run",
+                "--output",
+                "--var=a=b",
+                "-h",
+                "--detach",
+                "-",
+                "--",
+                "-x1"
+            ]
+        );
+    }
+}
