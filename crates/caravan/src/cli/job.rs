@@ -57,8 +57,8 @@ pub fn run(cmd: JobCommand) -> Result<i32> {
     }
 }
 
-const EXAMPLE: &str = include_str!("example.nomad.hcl");
-const EXAMPLE_SHORT: &str = include_str!("example-short.nomad.hcl");
+const EXAMPLE: &str = include_str!("../../../../examples/example.nomad.hcl");
+const EXAMPLE_SHORT: &str = include_str!("../../../../examples/example-short.nomad.hcl");
 
 fn init(args: InitArgs) -> Result<i32> {
     if args.file.exists() {

@@ -1,6 +1,6 @@
-# An example job, written by `caravan job init`. Run it with a dev agent:
-#   caravan agent -dev        (in another terminal)
-#   caravan job run example.nomad.hcl
+# An example job, as `caravan job init` writes it.
+#   caravan job validate example.nomad.hcl      checks it
+#   caravan job run -output example.nomad.hcl   prints the JSON the API takes
 job "example" {
   # Where the job may run. "*" matches every datacenter.
   datacenters = ["*"]
