@@ -59,7 +59,10 @@ pub const TASK_EVENT_PLUGIN_HEALTHY: &str = "Plugin became healthy";
 
 /// Whether the servers want the allocation gone (`stop` or `evict`).
 pub fn desired_status_is_terminal(status: &str) -> bool {
-    matches!(status, ALLOC_DESIRED_STATUS_STOP | ALLOC_DESIRED_STATUS_EVICT)
+    matches!(
+        status,
+        ALLOC_DESIRED_STATUS_STOP | ALLOC_DESIRED_STATUS_EVICT
+    )
 }
 
 /// Whether the client reports the allocation finished (`complete`, `failed` or `lost`).
@@ -733,8 +736,11 @@ mod tests {
                 scores: BTreeMap::new(),
                 score_meta_data: vec![NodeScoreMeta {
                     node_id: "5b2d1c1e-8d3f-4f7a-9f3c-2a1b0c9d8e7f".into(),
-                    scores: [("binpack".to_string(), 0.5), ("node-affinity".to_string(), -0.25)]
-                        .into(),
+                    scores: [
+                        ("binpack".to_string(), 0.5),
+                        ("node-affinity".to_string(), -0.25),
+                    ]
+                    .into(),
                     norm_score: 0.125,
                 }],
                 allocation_time: Duration(125_000),
@@ -831,7 +837,10 @@ mod tests {
         assert_eq!(stub.job_type, "service");
         assert_eq!(stub.job_version, 3);
         assert!(stub.allocated_resources.is_some());
-        assert!(Allocation::example().stub(false).allocated_resources.is_none());
+        assert!(Allocation::example()
+            .stub(false)
+            .allocated_resources
+            .is_none());
         let text = assert_round_trip(&stub);
         assert!(text.contains(r#""FollowupEvalID":"""#), "{text}");
         assert_decodes_lowercased(&stub);
@@ -908,7 +917,10 @@ mod tests {
         assert_eq!(odd.index(), None);
         assert!(a.desired_transition.should_migrate());
         assert!(!a.desired_transition.should_reschedule());
-        assert!(a.deployment_status.as_ref().is_some_and(AllocDeploymentStatus::is_healthy));
+        assert!(a
+            .deployment_status
+            .as_ref()
+            .is_some_and(AllocDeploymentStatus::is_healthy));
         let mut state = example_task_state();
         assert!(!state.successful());
         state.state = TASK_STATE_DEAD.into();

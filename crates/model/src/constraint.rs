@@ -188,9 +188,9 @@ fn regex_lite_check(pattern: &str) -> Result<(), String> {
     while let Some(c) = chars.next() {
         match c {
             '\\' => {
-                if chars.next().is_none() {
-                    return Err("trailing backslash".into());
-                }
+                chars
+                    .next()
+                    .ok_or_else(|| "trailing backslash".to_string())?;
             }
             '[' if !in_class => in_class = true,
             ']' if in_class => in_class = false,

@@ -777,7 +777,10 @@ mod tests {
             .filter(|m| is_writer_access_mode(m))
             .collect();
         assert_eq!(writers.len(), 3);
-        assert_eq!(CSIVolumeClaimState::READY_TO_FREE.to_string(), "ready-to-free");
+        assert_eq!(
+            CSIVolumeClaimState::READY_TO_FREE.to_string(),
+            "ready-to-free"
+        );
         assert_eq!(CSIVolumeClaimMode::GC.to_string(), "gc");
     }
 

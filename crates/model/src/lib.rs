@@ -7,28 +7,50 @@
 //! Never does: I/O, async, clocks or randomness. Every function here is pure.
 //! Invariant: `canonicalize` is idempotent, and a value encoded to JSON and decoded again is equal to itself.
 
+pub mod alloc;
 pub mod constraint;
+pub mod csi;
+pub mod deployment;
 pub mod duration;
+pub mod eval;
 pub mod group;
 pub mod job;
 pub mod json;
+pub mod node;
 pub mod path;
+pub mod plan;
 pub mod resources;
 pub mod service;
+pub mod summary;
 pub mod task;
+#[cfg(test)]
+mod testutil;
 pub mod validate;
 pub mod version;
 
+pub use alloc::{
+    AllocDeploymentStatus, AllocListStub, AllocMetric, AllocatedResources, Allocation,
+    DesiredTransition, RescheduleTracker, TaskEvent, TaskState,
+};
 pub use constraint::{Affinity, Constraint, Operand, Spread, SpreadTarget};
+pub use csi::{
+    CSIInfo, CSIPlugin, CSIPluginListStub, CSITopology, CSIVolume, CSIVolumeClaim,
+    CSIVolumeListStub,
+};
+pub use deployment::{Deployment, DeploymentState, DeploymentStatusUpdate};
 pub use duration::Duration;
+pub use eval::{Evaluation, EvaluationStub};
 pub use group::{
     CsiMountOptions, DisconnectStrategy, EphemeralDisk, MigrateStrategy, ReschedulePolicy,
     RestartPolicy, TaskGroup, UpdateStrategy, VolumeRequest,
 };
 pub use job::{Job, JobRequest, JobType, ParameterizedJobConfig, PeriodicConfig};
+pub use node::{Node, NodeListStub, NodeResources, NodeStatus, SchedulingEligibility};
 pub use path::Path;
+pub use plan::{DesiredUpdates, Plan, PlanAnnotations, PlanResult};
 pub use resources::{DnsConfig, NetworkResource, Port, RequestedDevice, Resources};
 pub use service::{CheckRestart, Service, ServiceCheck};
+pub use summary::{JobChildrenSummary, JobSummary, TaskGroupSummary};
 pub use task::{
     ChangeScript, DispatchPayloadConfig, LogConfig, Task, TaskArtifact, TaskCsiPluginConfig,
     TaskLifecycle, Template, VolumeMount, WorkloadIdentity,
