@@ -383,3 +383,135 @@ impl Job {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::duration::Duration;
+    use crate::task::Task;
+
+    fn minimal(kind: &str) -> Job {
+        Job {
+            id: "j".into(),
+            job_type: Some(kind.into()),
+            task_groups: vec![TaskGroup {
+                name: "g".into(),
+                tasks: vec![Task {
+                    name: "t".into(),
+                    driver: "raw_exec".into(),
+                    ..Task::default()
+                }],
+                ..TaskGroup::default()
+            }],
+            ..Job::default()
+        }
+    }
+
+    #[test]
+    fn service_defaults_are_nomads() {
+        let mut job = minimal("service");
+        job.canonicalize();
+        assert_eq!(job.region.as_deref(), Some("global"));
+        assert_eq!(job.namespace.as_deref(), Some("default"));
+        assert_eq!(job.priority, Some(50));
+        assert_eq!(job.datacenters, vec!["*"]);
+        assert_eq!(job.name, "j");
+        let g = &job.task_groups[0];
+        assert_eq!(g.count, Some(1));
+        let r = g.restart_policy.as_ref().unwrap();
+        assert_eq!(
+            (r.attempts, r.interval, r.delay, r.mode.as_deref()),
+            (
+                Some(2),
+                Some(Duration::from_mins(30)),
+                Some(Duration::from_secs(15)),
+                Some("fail")
+            )
+        );
+        let rs = g.reschedule_policy.as_ref().unwrap();
+        assert_eq!(
+            (rs.delay_function.as_deref(), rs.unlimited),
+            (Some("exponential"), Some(true))
+        );
+        assert_eq!(g.update.as_ref().unwrap().max_parallel, Some(1));
+        assert_eq!(
+            g.migrate.as_ref().unwrap().health_check.as_deref(),
+            Some("checks")
+        );
+        assert_eq!(g.ephemeral_disk.as_ref().unwrap().size_mb, Some(300));
+        let t = &g.tasks[0];
+        let res = t.resources.as_ref().unwrap();
+        assert_eq!((res.cpu, res.memory_mb), (Some(100), Some(300)));
+        assert_eq!(t.kill_timeout, Some(Duration::from_secs(5)));
+        assert_eq!(
+            t.restart_policy, g.restart_policy,
+            "a task inherits its group's restart policy"
+        );
+        assert_eq!(t.log_config.as_ref().unwrap().max_files, Some(10));
+        assert!(job.validate().is_ok());
+    }
+
+    #[test]
+    fn batch_and_system_defaults_differ() {
+        let mut batch = minimal("batch");
+        batch.canonicalize();
+        let g = &batch.task_groups[0];
+        assert_eq!(g.restart_policy.as_ref().unwrap().attempts, Some(3));
+        assert_eq!(
+            g.reschedule_policy
+                .as_ref()
+                .unwrap()
+                .delay_function
+                .as_deref(),
+            Some("constant")
+        );
+        assert!(g.update.is_none() && g.migrate.is_none());
+        let mut system = minimal("system");
+        system.canonicalize();
+        assert!(system.task_groups[0].reschedule_policy.is_none());
+    }
+
+    #[test]
+    fn group_settings_override_job_level_ones_field_by_field() {
+        let mut job = minimal("service");
+        job.update = Some(UpdateStrategy {
+            max_parallel: Some(3),
+            canary: Some(1),
+            ..UpdateStrategy::default()
+        });
+        job.task_groups[0].update = Some(UpdateStrategy {
+            canary: Some(2),
+            ..UpdateStrategy::default()
+        });
+        job.canonicalize();
+        let u = job.task_groups[0].update.as_ref().unwrap();
+        assert_eq!(
+            (u.max_parallel, u.canary, u.stagger),
+            (Some(3), Some(2), Some(Duration::from_secs(30)))
+        );
+    }
+
+    #[test]
+    fn validation_reports_every_error_with_its_path() {
+        let mut job = minimal("servce");
+        job.priority = Some(500);
+        job.task_groups[0].tasks[0].resources = Some(crate::Resources {
+            memory_mb: Some(5),
+            ..Default::default()
+        });
+        job.task_groups[0].tasks.push(Task {
+            name: "t".into(),
+            ..Task::default()
+        });
+        let errs = job.validate().unwrap_err();
+        let text: Vec<String> = errs.errors.iter().map(|e| e.to_string()).collect();
+        assert!(text.contains(&"type: unknown job type \"servce\"; expected one of service, batch, system, sysbatch".to_string()), "{text:?}");
+        assert!(text.contains(&"priority: priority must be between 1 and 100, got 500".to_string()));
+        assert!(text.contains(
+            &"group \"g\" > task \"t\" > resources.memory: memory must be at least 10 MB, got 5"
+                .to_string()
+        ));
+        assert!(text.contains(&"group \"g\" > task \"t\": task \"t\" is defined twice".to_string()));
+        assert!(text.contains(&"group \"g\" > task \"t\" > driver: driver is required".to_string()));
+    }
+}
