@@ -10,7 +10,6 @@ use std::fmt;
 #[serde(transparent)]
 pub struct Duration(pub i64);
 
-const NANOS_PER_MICRO: i64 = 1_000;
 const NANOS_PER_MILLI: i64 = 1_000_000;
 const NANOS_PER_SEC: i64 = 1_000_000_000;
 const NANOS_PER_MIN: i64 = 60 * NANOS_PER_SEC;
@@ -43,83 +42,138 @@ impl Duration {
         self.0 == 0
     }
 
-    /// Parses Go's duration syntax: a sequence of decimal numbers with units
-    /// (`ns`, `us`/`µs`, `ms`, `s`, `m`, `h`), optionally signed: `"30s"`, `"1h30m"`, `"1.5s"`, `"0"`.
+    /// Parses Go's duration syntax exactly (integer arithmetic, fractions truncated below a
+    /// nanosecond as Go does): a sequence of decimal numbers with units (`ns`, `us`/`µs`, `ms`, `s`,
+    /// `m`, `h`), optionally signed: `"30s"`, `"1h30m"`, `"1.5s"`, `"0"`.
     pub fn parse(text: &str) -> Result<Duration, DurationError> {
-        let err = || DurationError(text.to_string());
-        let (negative, mut rest) = match text.strip_prefix('-') {
+        let err = |reason: String| DurationError {
+            text: text.to_string(),
+            reason,
+        };
+        let (negative, body) = match text.strip_prefix('-') {
             Some(r) => (true, r),
             None => (false, text.strip_prefix('+').unwrap_or(text)),
         };
-        if rest == "0" {
+        if body == "0" {
             return Ok(Duration::ZERO);
         }
-        if rest.is_empty() {
-            return Err(err());
+        if body.is_empty() {
+            return Err(err("expected a number with a unit".into()));
         }
-        let mut total: f64 = 0.0;
+        let mut rest = body;
+        let mut total: u128 = 0;
         while !rest.is_empty() {
-            let num_len = rest
-                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-                .ok_or_else(err)?;
-            let number: f64 = rest[..num_len].parse().map_err(|_| err())?;
-            rest = &rest[num_len..];
-            let unit_len = rest
-                .find(|c: char| c.is_ascii_digit() || c == '.')
-                .unwrap_or(rest.len());
-            let unit = match &rest[..unit_len] {
-                "ns" => 1,
-                "us" | "µs" | "μs" => NANOS_PER_MICRO,
-                "ms" => NANOS_PER_MILLI,
-                "s" => NANOS_PER_SEC,
-                "m" => NANOS_PER_MIN,
-                "h" => NANOS_PER_HOUR,
-                _ => return Err(err()),
-            };
-            total += number * unit as f64;
-            rest = &rest[unit_len..];
+            let (nanos, after) = component(rest).map_err(err)?;
+            total = total
+                .checked_add(nanos)
+                .ok_or_else(|| err("too large".into()))?;
+            rest = after;
         }
-        if total > i64::MAX as f64 {
-            return Err(err());
-        }
-        let nanos = total.round() as i64;
+        let nanos = i64::try_from(total).map_err(|_| err("too large".into()))?;
         Ok(Duration(if negative { -nanos } else { nanos }))
     }
 }
 
+/// Units Go accepts, with their length in nanoseconds.
+const UNITS: [(&str, u128); 8] = [
+    ("ns", 1),
+    ("us", 1_000),
+    ("µs", 1_000),
+    ("μs", 1_000),
+    ("ms", 1_000_000),
+    ("s", 1_000_000_000),
+    ("m", 60_000_000_000),
+    ("h", 3_600_000_000_000),
+];
+
+/// One `<number>[.<fraction>]<unit>` component: its length in nanoseconds and the rest of the text.
+fn component(text: &str) -> Result<(u128, &str), String> {
+    let int_end = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (int_part, rest) = text.split_at(int_end);
+    let (frac_part, rest) = match rest.strip_prefix('.') {
+        Some(after) => after.split_at(
+            after
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(after.len()),
+        ),
+        None => ("", rest),
+    };
+    if int_part.is_empty() && frac_part.is_empty() {
+        return Err("expected a number".into());
+    }
+    let unit_end = rest
+        .find(|c: char| c.is_ascii_digit() || c == '.')
+        .unwrap_or(rest.len());
+    let (unit, rest) = rest.split_at(unit_end);
+    if unit.is_empty() {
+        return Err("missing unit (ns, us, ms, s, m or h)".into());
+    }
+    let scale = UNITS
+        .iter()
+        .find(|(name, _)| *name == unit)
+        .ok_or_else(|| format!("unknown unit {unit:?} (use ns, us, ms, s, m or h)"))?
+        .1;
+    let whole: u128 = if int_part.is_empty() {
+        0
+    } else {
+        int_part.parse().map_err(|_| "too large".to_string())?
+    };
+    let mut nanos = whole.checked_mul(scale).ok_or("too large")?;
+    let mut place = scale;
+    for digit in frac_part.bytes().take(30) {
+        place /= 10;
+        nanos = nanos.saturating_add(u128::from(digit - b'0') * place);
+    }
+    Ok((nanos, rest))
+}
+
 /// A duration string that is not Go duration syntax.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid duration {0:?}: expected a number with a unit such as \"30s\", \"5m\", \"1h30m\" or \"250ms\"")]
-pub struct DurationError(pub String);
+#[error("invalid duration {text:?}: {reason}; write a number with a unit such as \"30s\", \"5m\" or \"1h30m\"")]
+pub struct DurationError {
+    pub text: String,
+    pub reason: String,
+}
 
 impl fmt::Display for Duration {
-    /// Go's formatting: `1h30m0s`, `5s`, `250ms`, `0s`.
+    /// Go's formatting: `1h30m0s`, `1.5s`, `250ms`, `0s`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut n = self.0;
-        if n == 0 {
-            return f.write_str("0s");
-        }
-        if n < 0 {
+        if self.0 < 0 {
             f.write_str("-")?;
-            n = n.saturating_neg();
         }
-        if n < NANOS_PER_SEC {
-            return match n {
-                n if n % NANOS_PER_MILLI == 0 => write!(f, "{}ms", n / NANOS_PER_MILLI),
-                n if n % NANOS_PER_MICRO == 0 => write!(f, "{}µs", n / NANOS_PER_MICRO),
-                n => write!(f, "{n}ns"),
-            };
+        let n = u128::from(self.0.unsigned_abs());
+        match n {
+            0 => f.write_str("0s"),
+            1..=999 => write!(f, "{n}ns"),
+            1_000..=999_999 => write!(f, "{}µs", decimal(n, 1_000)),
+            1_000_000..=999_999_999 => write!(f, "{}ms", decimal(n, 1_000_000)),
+            _ => {
+                let hours = n / 3_600_000_000_000;
+                let minutes = (n / 60_000_000_000) % 60;
+                let seconds = decimal(n % 60_000_000_000, 1_000_000_000);
+                if hours > 0 {
+                    write!(f, "{hours}h{minutes}m{seconds}s")
+                } else if minutes > 0 {
+                    write!(f, "{minutes}m{seconds}s")
+                } else {
+                    write!(f, "{seconds}s")
+                }
+            }
         }
-        let hours = n / NANOS_PER_HOUR;
-        let mins = (n % NANOS_PER_HOUR) / NANOS_PER_MIN;
-        let secs = (n % NANOS_PER_MIN) as f64 / NANOS_PER_SEC as f64;
-        if hours > 0 {
-            write!(f, "{hours}h{mins}m")?;
-        } else if mins > 0 {
-            write!(f, "{mins}m")?;
-        }
-        write!(f, "{secs}s")
     }
+}
+
+/// `value / unit` as a decimal without trailing zeros.
+fn decimal(value: u128, unit: u128) -> String {
+    let (whole, rest) = (value / unit, value % unit);
+    if rest == 0 {
+        return whole.to_string();
+    }
+    let width = unit.to_string().len() - 1;
+    let fraction = format!("{rest:0width$}");
+    format!("{whole}.{}", fraction.trim_end_matches('0'))
 }
 
 impl From<std::time::Duration> for Duration {
@@ -156,5 +210,10 @@ mod tests {
         assert_eq!(Duration::from_mins(90).to_string(), "1h30m0s");
         assert_eq!(Duration::from_millis(250).to_string(), "250ms");
         assert_eq!(Duration::ZERO.to_string(), "0s");
+        assert_eq!(Duration::from_millis(1500).to_string(), "1.5s");
+        assert_eq!(
+            Duration::parse("1.0000000015s"),
+            Ok(Duration(1_000_000_001))
+        );
     }
 }
