@@ -58,7 +58,9 @@ impl Duration {
             return Ok(Duration::ZERO);
         }
         if body.is_empty() {
-            return Err(err("expected a number with a unit".into()));
+            return Err(err(
+                "expected a number with a unit, such as \"30s\" or \"1h30m\"".into(),
+            ));
         }
         let mut rest = body;
         let mut total: u128 = 0;
@@ -131,7 +133,7 @@ fn component(text: &str) -> Result<(u128, &str), String> {
 
 /// A duration string that is not Go duration syntax.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid duration {text:?}: {reason}; write a number with a unit such as \"30s\", \"5m\" or \"1h30m\"")]
+#[error("invalid duration {text:?}: {reason}")]
 pub struct DurationError {
     pub text: String,
     pub reason: String,
