@@ -8,7 +8,9 @@ fn caravan() -> Command {
 }
 
 fn fixtures(dir: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../jobspec/tests/fixtures").join(dir)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../jobspec/tests/fixtures")
+        .join(dir)
 }
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -29,13 +31,25 @@ fn stderr_of(out: &std::process::Output) -> String {
 #[test]
 fn init_writes_a_job_that_validates_and_refuses_to_overwrite() {
     let dir = temp_dir("init");
-    let out = caravan().current_dir(&dir).args(["job", "init"]).output().unwrap();
+    let out = caravan()
+        .current_dir(&dir)
+        .args(["job", "init"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", stderr_of(&out));
     assert!(dir.join("example.nomad.hcl").exists());
-    let out = caravan().current_dir(&dir).args(["job", "validate", "example.nomad.hcl"]).output().unwrap();
+    let out = caravan()
+        .current_dir(&dir)
+        .args(["job", "validate", "example.nomad.hcl"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", stderr_of(&out));
     assert!(stdout_of(&out).contains("Job validation successful"));
-    let again = caravan().current_dir(&dir).args(["job", "init"]).output().unwrap();
+    let again = caravan()
+        .current_dir(&dir)
+        .args(["job", "init"])
+        .output()
+        .unwrap();
     assert_eq!(again.status.code(), Some(1));
     assert!(stderr_of(&again).contains("already exists"));
 }
@@ -43,13 +57,24 @@ fn init_writes_a_job_that_validates_and_refuses_to_overwrite() {
 #[test]
 fn run_output_prints_the_api_json() {
     let dir = temp_dir("output");
-    caravan().current_dir(&dir).args(["job", "init", "-short", "short.nomad.hcl"]).assert().success();
-    let out = caravan().current_dir(&dir).args(["job", "run", "-output", "short.nomad.hcl"]).output().unwrap();
+    caravan()
+        .current_dir(&dir)
+        .args(["job", "init", "-short", "short.nomad.hcl"])
+        .assert()
+        .success();
+    let out = caravan()
+        .current_dir(&dir)
+        .args(["job", "run", "-output", "short.nomad.hcl"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", stderr_of(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
     assert_eq!(v["Job"]["ID"], "example");
     assert_eq!(v["Job"]["TaskGroups"][0]["Tasks"][0]["Driver"], "raw_exec");
-    assert_eq!(v["Job"]["TaskGroups"][0]["Tasks"][0]["Resources"]["MemoryMB"], 64);
+    assert_eq!(
+        v["Job"]["TaskGroups"][0]["Tasks"][0]["Resources"]["MemoryMB"],
+        64
+    );
 }
 
 #[test]
@@ -64,18 +89,37 @@ fn variables_come_from_flags_files_and_the_environment() {
     let out = caravan()
         .current_dir(&dir)
         .env("NOMAD_VAR_dc", "dc9")
-        .args(["job", "run", "-output", "-var", "image=redis:7", "-var-file=prod.vars.hcl", "v.nomad.hcl"])
+        .args([
+            "job",
+            "run",
+            "-output",
+            "-var",
+            "image=redis:7",
+            "-var-file=prod.vars.hcl",
+            "v.nomad.hcl",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr_of(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["Job"]["Datacenters"][0], "dc9");
     assert_eq!(v["Job"]["TaskGroups"][0]["Count"], 4);
-    assert_eq!(v["Job"]["TaskGroups"][0]["Tasks"][0]["Config"]["image"], "redis:7");
+    assert_eq!(
+        v["Job"]["TaskGroups"][0]["Tasks"][0]["Config"]["image"],
+        "redis:7"
+    );
 
-    let missing = caravan().current_dir(&dir).args(["job", "validate", "v.nomad.hcl"]).output().unwrap();
+    let missing = caravan()
+        .current_dir(&dir)
+        .args(["job", "validate", "v.nomad.hcl"])
+        .output()
+        .unwrap();
     assert_eq!(missing.status.code(), Some(1));
-    assert!(stderr_of(&missing).contains("v.nomad.hcl:1:1: variable \"image\""), "{}", stderr_of(&missing));
+    assert!(
+        stderr_of(&missing).contains("v.nomad.hcl:1:1: variable \"image\""),
+        "{}",
+        stderr_of(&missing)
+    );
 }
 
 #[test]
@@ -88,10 +132,19 @@ fn validate_exits_non_zero_on_every_invalid_fixture_and_names_the_place() {
         if !name.ends_with(".nomad.hcl") {
             continue;
         }
-        let out = caravan().current_dir(&dir).args(["job", "validate", &name]).output().unwrap();
+        let out = caravan()
+            .current_dir(&dir)
+            .args(["job", "validate", &name])
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(1), "{name} should fail validation");
         let err = stderr_of(&out);
-        let located = err.lines().any(|l| l.starts_with(&format!("{name}:")) && l.split(':').nth(1).is_some_and(|n| n.parse::<u32>().is_ok()));
+        let located = err.lines().any(|l| {
+            l.starts_with(&format!("{name}:"))
+                && l.split(':')
+                    .nth(1)
+                    .is_some_and(|n| n.parse::<u32>().is_ok())
+        });
         assert!(located, "{name}: no file:line:col in\n{err}");
         checked += 1;
     }
@@ -102,16 +155,34 @@ fn validate_exits_non_zero_on_every_invalid_fixture_and_names_the_place() {
 fn json_jobs_validate_too() {
     let dir = temp_dir("json");
     std::fs::write(dir.join("job.json"), r#"{"job": {"id": "j", "taskgroups": [{"name": "g", "tasks": [{"name": "t", "driver": "raw_exec", "resources": {"memorymb": 5}}]}]}}"#).unwrap();
-    let out = caravan().current_dir(&dir).args(["job", "validate", "-json", "job.json"]).output().unwrap();
+    let out = caravan()
+        .current_dir(&dir)
+        .args(["job", "validate", "-json", "job.json"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr_of(&out).contains("group \"g\" > task \"t\" > resources.memory: memory must be at least 10 MB, got 5"), "{}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains(
+            "group \"g\" > task \"t\" > resources.memory: memory must be at least 10 MB, got 5"
+        ),
+        "{}",
+        stderr_of(&out)
+    );
 }
 
 #[test]
 fn run_without_output_says_it_is_not_supported_yet() {
     let dir = temp_dir("run");
-    caravan().current_dir(&dir).args(["job", "init", "-short"]).assert().success();
-    let out = caravan().current_dir(&dir).args(["job", "run", "example.nomad.hcl"]).output().unwrap();
+    caravan()
+        .current_dir(&dir)
+        .args(["job", "init", "-short"])
+        .assert()
+        .success();
+    let out = caravan()
+        .current_dir(&dir)
+        .args(["job", "run", "example.nomad.hcl"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr_of(&out).contains("not supported yet"));
 }

@@ -1,6 +1,7 @@
 //! Command definitions. Flags follow Nomad's spelling with a single dash (`-var-file`, `-output`);
 //! the double-dash forms work too.
 
+mod agent;
 mod job;
 
 use clap::{Parser, Subcommand};
@@ -19,6 +20,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run a Caravan agent (server, client, or both with -dev)
+    Agent(agent::AgentArgs),
     /// Work with jobs: init, validate, run
     #[command(subcommand)]
     Job(job::JobCommand),
@@ -36,6 +39,7 @@ pub fn run(args: Vec<OsString>) -> i32 {
         }
     };
     let result = match cli.command {
+        Command::Agent(args) => agent::run(args),
         Command::Job(cmd) => job::run(cmd),
         Command::Version => {
             println!("Caravan v{}", env!("CARGO_PKG_VERSION"));
