@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 
 pub fn job(r: &mut Reader, id: String) -> Job {
     let mut job = Job {
+        // Nomad's parser names the job after its ID unless `name` is set.
+        name: r.string("name").unwrap_or_else(|| id.clone()),
         id,
-        name: r.string_or_empty("name"),
         region: r.string("region"),
         namespace: r.string("namespace"),
         job_type: r.string("type"),
@@ -276,6 +277,7 @@ fn service(r: &mut Reader) -> Service {
         provider: r.string("provider"),
         on_update: r.string("on_update"),
         cluster: r.string_or_empty("cluster"),
+        check_restart: sub(r, "check_restart", check_restart),
     };
     r.unsupported("connect", "Consul Connect service mesh is not built");
     r.unsupported("identity", "service identities need Consul");
@@ -300,11 +302,7 @@ fn check(r: &mut Reader) -> ServiceCheck {
         tls_skip_verify: r.flag("tls_skip_verify"),
         method: r.string_or_empty("method"),
         body: r.string_or_empty("body"),
-        check_restart: sub(r, "check_restart", |r| CheckRestart {
-            limit: r.i32("limit").unwrap_or(0),
-            grace: r.duration_or_zero("grace"),
-            ignore_warnings: r.flag("ignore_warnings"),
-        }),
+        check_restart: sub(r, "check_restart", check_restart),
         grpc_service: r.string_or_empty("grpc_service"),
         grpc_use_tls: r.flag("grpc_use_tls"),
         task_name: r.string_or_empty("task"),
@@ -316,6 +314,14 @@ fn check(r: &mut Reader) -> ServiceCheck {
     };
     c.header = headers(r);
     c
+}
+
+fn check_restart(r: &mut Reader) -> CheckRestart {
+    CheckRestart {
+        limit: r.i32("limit").unwrap_or(0),
+        grace: r.duration_or_zero("grace"),
+        ignore_warnings: r.flag("ignore_warnings"),
+    }
 }
 
 /// `header { Authorization = ["Basic x"] }`: each name maps to a list of values.
@@ -389,11 +395,18 @@ fn migrate(r: &mut Reader) -> MigrateStrategy {
 }
 
 fn periodic(r: &mut Reader) -> PeriodicConfig {
+    let spec = r.string("cron");
+    let spec_type = r.string("spec_type");
     PeriodicConfig {
         enabled: r.bool("enabled"),
-        spec: r.string_or_empty("cron"),
+        // As Nomad's parser does: a `cron` spec is of type "cron".
+        spec_type: if spec.is_some() {
+            Some("cron".into())
+        } else {
+            spec_type
+        },
+        spec: spec.unwrap_or_default(),
         specs: r.strings("crons"),
-        spec_type: r.string("spec_type"),
         prohibit_overlap: r.bool("prohibit_overlap"),
         time_zone: r.string("time_zone"),
     }
@@ -445,12 +458,13 @@ fn artifact(r: &mut Reader) -> TaskArtifact {
     }
 }
 
+/// A `template` block, with the defaults Nomad's parser fills in (change_mode, perms, splay).
 fn template(r: &mut Reader) -> Template {
     let t = Template {
         source_path: r.string_or_empty("source"),
         dest_path: r.string_or_empty("destination"),
         embedded_tmpl: r.string_or_empty("data"),
-        change_mode: r.string("change_mode"),
+        change_mode: Some(r.string("change_mode").unwrap_or_else(|| "restart".into())),
         change_signal: r.string_or_empty("change_signal"),
         change_script: sub(r, "change_script", |r| ChangeScript {
             command: r.string_or_empty("command"),
@@ -458,8 +472,8 @@ fn template(r: &mut Reader) -> Template {
             timeout: r.duration("timeout").unwrap_or(Duration::from_secs(5)),
             fail_on_error: r.flag("fail_on_error"),
         }),
-        splay: r.duration("splay"),
-        perms: r.string("perms"),
+        splay: Some(r.duration("splay").unwrap_or(Duration::from_secs(5))),
+        perms: Some(r.string("perms").unwrap_or_else(|| "0644".into())),
         uid: r.i32("uid"),
         gid: r.i32("gid"),
         left_delim: r.string("left_delimiter"),
@@ -487,6 +501,9 @@ fn identity(r: &mut Reader) -> WorkloadIdentity {
     }
 }
 
+/// `constraint` blocks as Nomad's parser reads them: the shorthand attributes (`version`, `semver`,
+/// `regexp`, `set_contains`, `distinct_hosts = true`, `distinct_property`) set the operator, empty
+/// shorthands are ignored, and the operator defaults to "=".
 fn constraints(r: &mut Reader) -> Vec<Constraint> {
     each(r, "constraint", |r, _| {
         let mut c = Constraint {
@@ -494,11 +511,63 @@ fn constraints(r: &mut Reader) -> Vec<Constraint> {
             operand: r.string_or_empty("operator"),
             r_target: r.string_or_empty("value"),
         };
-        apply_shorthands(r, &mut c.l_target, &mut c.operand, &mut c.r_target, true);
+        // Nomad's order: a later shorthand wins over an earlier one.
+        for name in [
+            "version",
+            "semver",
+            "regexp",
+            "set_contains",
+            "set_contains_any",
+            "set_contains_all",
+        ] {
+            if let Some(v) = r.string(name).filter(|v| !v.is_empty()) {
+                c.operand = name.to_string();
+                c.r_target = v;
+                r.alias_span(name, "operator");
+                r.alias_span(name, "value");
+            }
+        }
+        if r.bool("distinct_hosts") == Some(true) {
+            c.operand = "distinct_hosts".into();
+            r.alias_span("distinct_hosts", "operator");
+        }
+        if let Some(v) = r.string("distinct_property").filter(|v| !v.is_empty()) {
+            c.operand = "distinct_property".into();
+            c.l_target = v;
+            r.alias_span("distinct_property", "operator");
+            r.alias_span("distinct_property", "attribute");
+        }
+        if c.operand.is_empty() {
+            c.operand = "=".into();
+        }
+        check_regexp(r, &c.operand, &c.r_target);
         c
     })
 }
 
+/// A `regexp` rule's pattern must compile (Go's RE2 syntax, which the `regex` crate shares), unless
+/// it holds a runtime reference (`${meta.pattern}`) that the client fills in.
+fn check_regexp(r: &Reader, operand: &str, pattern: &str) {
+    if operand != "regexp" || pattern.contains("${") {
+        return;
+    }
+    if let Err(e) = regex::Regex::new(pattern) {
+        let detail = match &e {
+            regex::Error::Syntax(text) => {
+                let last = text.lines().last().unwrap_or("").trim();
+                last.strip_prefix("error: ").unwrap_or(last).to_string()
+            }
+            other => other.to_string(),
+        };
+        r.field_error(
+            "value",
+            format!("invalid regular expression {pattern:?}: {detail}"),
+        );
+    }
+}
+
+/// `affinity` blocks as Nomad's parser reads them: shorthands as for constraints (but no
+/// `distinct_*`), and the operator defaults to "=".
 fn affinities(r: &mut Reader) -> Vec<Affinity> {
     each(r, "affinity", |r, _| {
         let mut a = Affinity {
@@ -507,43 +576,27 @@ fn affinities(r: &mut Reader) -> Vec<Affinity> {
             r_target: r.string_or_empty("value"),
             weight: r.int("weight", -100, 100).map(|w| w as i8),
         };
-        apply_shorthands(r, &mut a.l_target, &mut a.operand, &mut a.r_target, false);
+        for name in [
+            "version",
+            "semver",
+            "regexp",
+            "set_contains_any",
+            "set_contains_all",
+            "set_contains",
+        ] {
+            if let Some(v) = r.string(name).filter(|v| !v.is_empty()) {
+                a.operand = name.to_string();
+                a.r_target = v;
+                r.alias_span(name, "operator");
+                r.alias_span(name, "value");
+            }
+        }
+        if a.operand.is_empty() {
+            a.operand = "=".into();
+        }
+        check_regexp(r, &a.operand, &a.r_target);
         a
     })
-}
-
-/// Nomad's shorthand attributes: `regexp = "…"`, `version = "…"`, `distinct_hosts = true`, ….
-fn apply_shorthands(
-    r: &mut Reader,
-    l: &mut String,
-    op: &mut String,
-    rt: &mut String,
-    constraint: bool,
-) {
-    for name in [
-        "regexp",
-        "version",
-        "semver",
-        "set_contains",
-        "set_contains_any",
-        "set_contains_all",
-    ] {
-        if let Some(v) = r.string(name) {
-            *op = name.to_string();
-            *rt = v;
-        }
-    }
-    if !constraint {
-        return;
-    }
-    if let Some(v) = r.bool("distinct_hosts") {
-        *op = "distinct_hosts".into();
-        *rt = v.to_string();
-    }
-    if let Some(v) = r.string("distinct_property") {
-        *op = "distinct_property".into();
-        *l = v;
-    }
 }
 
 fn spreads(r: &mut Reader) -> Vec<Spread> {

@@ -16,6 +16,9 @@ use std::collections::BTreeSet;
 pub struct Scope<'a> {
     pub ctx: Context<'a>,
     declared: BTreeSet<String>,
+    /// `var.x` and `local.y` whose value could not be worked out (already reported): an expression
+    /// that fails and mentions one of them is not reported again.
+    poisoned: BTreeSet<String>,
 }
 
 impl<'a> Scope<'a> {
@@ -26,7 +29,23 @@ impl<'a> Scope<'a> {
         Scope {
             ctx,
             declared: BTreeSet::new(),
+            poisoned: BTreeSet::new(),
         }
+    }
+
+    /// Marks `name` (`var.x` or `local.y`) as failed, its error already reported.
+    pub fn poison(&mut self, name: String) {
+        self.poisoned.insert(name);
+    }
+
+    pub fn is_poisoned(&self, name: &str) -> bool {
+        self.poisoned.contains(name)
+    }
+
+    /// Whether source text mentions a failed `var.x` or `local.y`: an error evaluating it is then a
+    /// consequence of an error already reported.
+    pub fn mentions_poisoned(&self, text: &str) -> bool {
+        self.poisoned.iter().any(|name| mentions(text, name))
     }
 
     /// Declares (or replaces) a root variable such as `var`, `local` or a `dynamic` iterator.
@@ -155,6 +174,16 @@ impl Default for Scope<'_> {
     fn default() -> Self {
         Scope::new()
     }
+}
+
+/// Whether `text` holds the reference `name` (`var.x`) as a whole, not as part of `var.xy` or `a.var.x`.
+pub fn mentions(text: &str, name: &str) -> bool {
+    let ident = |c: char| c.is_alphanumeric() || c == '_' || c == '-';
+    text.match_indices(name).any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + name.len()..].chars().next();
+        !before.is_some_and(|c| ident(c) || c == '.') && !after.is_some_and(ident)
+    })
 }
 
 fn is_lazy(call: &FuncCall) -> bool {
@@ -359,6 +388,15 @@ mod tests {
             Value::from("A,B")
         );
         assert!(eval_in(&s, "var.missing").is_err());
+    }
+
+    #[test]
+    fn mentions_matches_whole_references_only() {
+        assert!(mentions("x = var.a", "var.a"));
+        assert!(mentions("\"${var.a}-x\"", "var.a"));
+        assert!(!mentions("var.ab", "var.a"));
+        assert!(!mentions("x.var.a", "var.a"));
+        assert!(!mentions("var.a-b", "var.a"));
     }
 
     #[test]

@@ -19,6 +19,9 @@ pub struct ParseOptions {
     pub vars: Vec<String>,
     /// `-var-file` paths, in order.
     pub var_files: Vec<std::path::PathBuf>,
+    /// Var files given as text (name for errors, content), read after `var_files`; the HTTP parse
+    /// endpoint's `Variables` arrive this way.
+    pub var_texts: Vec<(String, String)>,
     /// The environment to take `NOMAD_VAR_*` from (pass `std::env::vars()` from the CLI).
     pub env: Vec<(String, String)>,
     /// Let `file()` and friends read files relative to the job file (false for API parses).
@@ -143,7 +146,7 @@ fn parse_source(
     })
 }
 
-/// The file's one `job` block; `variable` and `locals` are the only other top-level blocks.
+/// The file's one `job` block; `variable`, `variables` and `locals` are the only other top-level blocks.
 fn top_level<'b>(b: &mut Builder, body: &'b EditBody) -> Option<&'b hcl::edit::structure::Block> {
     let mut job = None;
     for s in body.iter() {
@@ -155,8 +158,8 @@ fn top_level<'b>(b: &mut Builder, body: &'b EditBody) -> Option<&'b hcl::edit::s
                     job = Some(blk);
                 }
             }
-            Structure::Block(blk) if matches!(blk.ident.as_str(), "variable" | "locals") => {}
-            Structure::Block(blk) => b.error(blk.span().as_ref(), &Path::root().field(blk.ident.as_str()), format!("unknown top-level block {:?}; a job file holds one job block, and variable and locals blocks", blk.ident.as_str())),
+            Structure::Block(blk) if matches!(blk.ident.as_str(), "variable" | "variables" | "locals") => {}
+            Structure::Block(blk) => b.error(blk.span().as_ref(), &Path::root().field(blk.ident.as_str()), format!("unknown top-level block {:?}; a job file holds one job block, and variable, variables and locals blocks", blk.ident.as_str())),
             Structure::Attribute(a) => b.error(a.span().as_ref(), &Path::root().field(a.key.as_str()), "attributes are not allowed at the top level; put them inside the job block or a locals block"),
         }
     }
@@ -198,6 +201,12 @@ fn outside_values(opts: &ParseOptions) -> Result<Vec<(String, VarValue)>, Diagno
                 subject: String::new(),
                 message: format!("cannot read the var file: {e}"),
             }),
+        }
+    }
+    for (name, text) in &opts.var_texts {
+        match vars::read_var_file(&SourceFile::new(name.clone(), text.clone())) {
+            Ok(values) => given.extend(values),
+            Err(d) => diags.push(d),
         }
     }
     for flag in &opts.vars {

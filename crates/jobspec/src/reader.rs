@@ -20,7 +20,10 @@ pub struct Reader<'a, 'f> {
     body: &'a Body,
     pub path: Path,
     cx: &'a RefCell<DecodeCx<'f>>,
-    asked: BTreeSet<&'static str>,
+    /// Attribute names read (or accepted) here.
+    asked_attrs: BTreeSet<&'static str>,
+    /// Block kinds read (or accepted) here.
+    asked_blocks: BTreeSet<&'static str>,
     block_span: Span,
 }
 
@@ -34,7 +37,8 @@ impl<'a, 'f> Reader<'a, 'f> {
             body,
             path,
             cx,
-            asked: BTreeSet::new(),
+            asked_attrs: BTreeSet::new(),
+            asked_blocks: BTreeSet::new(),
             block_span: span,
         }
     }
@@ -50,6 +54,17 @@ impl<'a, 'f> Reader<'a, 'f> {
         cx.diags.push(d);
     }
 
+    /// An error about attribute `name` of this block, at the attribute (or the block when unset).
+    pub fn field_error(&self, name: &str, message: impl Into<String>) {
+        let path = self.path.field(name);
+        let span = self.cx.borrow().spans.get(&path.to_string()).cloned();
+        self.error_at(
+            Some(span.as_ref().unwrap_or(&self.block_span)),
+            &path,
+            message,
+        );
+    }
+
     /// An error about this block as a whole.
     pub fn error(&self, message: impl Into<String>) {
         self.error_at(Some(&self.block_span), &self.path, message);
@@ -57,7 +72,7 @@ impl<'a, 'f> Reader<'a, 'f> {
 
     /// The attribute `name`, marked as read. `None` when absent or when its evaluation already failed.
     pub fn attr(&mut self, name: &'static str) -> Option<&'a Attr> {
-        self.asked.insert(name);
+        self.asked_attrs.insert(name);
         let attr = self.body.attrs.iter().find(|a| a.name == name)?;
         self.cx
             .borrow_mut()
@@ -241,7 +256,7 @@ impl<'a, 'f> Reader<'a, 'f> {
 
     /// Every block of a kind, marked as read.
     pub fn blocks(&mut self, kind: &'static str) -> Vec<&'a Block> {
-        self.asked.insert(kind);
+        self.asked_blocks.insert(kind);
         self.body.blocks.iter().filter(|b| b.kind == kind).collect()
     }
 
@@ -297,8 +312,8 @@ impl<'a, 'f> Reader<'a, 'f> {
                 format!("the {kind} block is not supported yet: {why}"),
             );
         }
+        self.asked_attrs.insert(kind);
         if let Some(a) = self.body.attrs.iter().find(|a| a.name == kind) {
-            self.asked.insert(kind);
             self.error_at(
                 Some(&a.span),
                 &self.path.field(kind),
@@ -307,36 +322,115 @@ impl<'a, 'f> Reader<'a, 'f> {
         }
     }
 
-    /// Marks names as known without reading them (accepted and ignored, like Nomad's deprecated fields).
+    /// Marks attribute names as known without reading them (accepted and ignored, like Nomad's
+    /// deprecated fields).
     pub fn ignore(&mut self, names: &[&'static str]) {
-        self.asked.extend(names.iter().copied());
+        self.asked_attrs.extend(names.iter().copied());
     }
 
-    /// Reports every attribute and block of this body that nothing read.
-    pub fn finish(self) {
-        let expected = self.asked.iter().copied().collect::<Vec<_>>().join(", ");
-        for a in &self.body.attrs {
-            if !self.asked.contains(a.name.as_str()) {
-                self.error_at(
-                    Some(&a.span),
-                    &self.path.field(&a.name),
-                    format!(
-                        "unknown attribute {:?}; expected one of: {expected}",
-                        a.name
-                    ),
-                );
-            }
-        }
-        for b in &self.body.blocks {
-            if !self.asked.contains(b.kind.as_str()) {
-                self.error_at(
-                    Some(&b.span),
-                    &self.path.field(&b.kind),
-                    format!("unknown block {:?}; expected one of: {expected}", b.kind),
-                );
-            }
+    /// Records the span of attribute `from` (when it was written) under attribute `to` too, so that a
+    /// later error about `to` points at what the user wrote: a constraint's `regexp = "…"` shorthand
+    /// sets its `value`.
+    pub fn alias_span(&self, from: &str, to: &str) {
+        let mut cx = self.cx.borrow_mut();
+        if let Some(span) = cx.spans.get(&self.path.field(from).to_string()).cloned() {
+            cx.spans.insert(self.path.field(to).to_string(), span);
         }
     }
+
+    /// Reports every attribute and block of this body that nothing read, and those written as the
+    /// wrong kind (`update = { … }` where Nomad takes an `update { … }` block, or the reverse).
+    pub fn finish(self) {
+        let expected = || {
+            let list = |names: &BTreeSet<&'static str>| {
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.iter().copied().collect::<Vec<_>>().join(", ")
+                }
+            };
+            format!(
+                "attributes: {}; blocks: {}",
+                list(&self.asked_attrs),
+                list(&self.asked_blocks)
+            )
+        };
+        for a in &self.body.attrs {
+            let name = a.name.as_str();
+            if self.asked_attrs.contains(name) {
+                continue;
+            }
+            let message = if self.asked_blocks.contains(name) {
+                format!("{name} is a block, not an attribute: write {name} {{ … }} without \"=\"")
+            } else {
+                format!(
+                    "unknown attribute {name:?}{}; expected {}",
+                    did_you_mean(
+                        name,
+                        self.asked_attrs.iter().chain(&self.asked_blocks).copied()
+                    ),
+                    expected()
+                )
+            };
+            self.error_at(Some(&a.span), &self.path.field(name), message);
+        }
+        for b in &self.body.blocks {
+            let kind = b.kind.as_str();
+            if self.asked_blocks.contains(kind) {
+                continue;
+            }
+            let message = if self.asked_attrs.contains(kind) {
+                format!("{kind} is an attribute, not a block: write {kind} = …")
+            } else {
+                format!(
+                    "unknown block {kind:?}{}; expected {}",
+                    did_you_mean(
+                        kind,
+                        self.asked_blocks.iter().chain(&self.asked_attrs).copied()
+                    ),
+                    expected()
+                )
+            };
+            self.error_at(Some(&b.span), &self.path.field(kind), message);
+        }
+    }
+}
+
+/// `" (did you mean \"memory\"?)"` when a known name is a small edit away from `name`.
+pub(crate) fn did_you_mean<'n>(name: &str, known: impl Iterator<Item = &'n str>) -> String {
+    let limit = (name.chars().count() / 3).clamp(1, 3);
+    known
+        .map(|k| (edit_distance(name, k), k))
+        .filter(|(d, _)| *d <= limit)
+        .min()
+        .map(|(_, k)| format!(" (did you mean {k:?}?)"))
+        .unwrap_or_default()
+}
+
+/// Levenshtein distance, counting an adjacent swap (`memroy` → `memory`) as one edit.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 /// A scalar as text: strings as they are, numbers and bools written out; `None` for lists and objects.
@@ -379,18 +473,30 @@ pub fn to_json(v: &Value) -> serde_json::Value {
     }
 }
 
-/// A free-form body as JSON: attributes as values, repeated blocks of a kind as a list of objects.
+/// A free-form body (a task's `config`) as JSON, the way Nomad's HCL2 parser reads it for HCL1
+/// compatibility: attributes as values, except that an attribute written as an object constructor
+/// (`sysctl = { … }`) becomes a one-element list of that object; every block becomes an element of a
+/// list under its kind, and a labeled block nests under its labels, each level a one-element list:
+/// `mount "a" { x = 1 }` → `"mount": [{"a": [{"x": 1}]}]`.
 pub fn body_to_json(body: &Body) -> serde_json::Map<String, serde_json::Value> {
     let mut out = serde_json::Map::new();
     for a in &body.attrs {
-        out.insert(a.name.clone(), to_json(&a.value));
+        let value = to_json(&a.value);
+        let value = if a.object_literal && value.is_object() {
+            serde_json::Value::Array(vec![value])
+        } else {
+            value
+        };
+        out.insert(a.name.clone(), value);
     }
     for b in &body.blocks {
         let mut obj = body_to_json(&b.body);
-        // A labeled block nests under its labels: `mount "x" { … }` → {"x": {…}}.
         for label in b.labels.iter().rev() {
             let mut wrapped = serde_json::Map::new();
-            wrapped.insert(label.clone(), serde_json::Value::Object(obj));
+            wrapped.insert(
+                label.clone(),
+                serde_json::Value::Array(vec![serde_json::Value::Object(obj)]),
+            );
             obj = wrapped;
         }
         let entry = out
@@ -401,4 +507,21 @@ pub fn body_to_json(body: &Body) -> serde_json::Map<String, serde_json::Value> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggestions_for_typos() {
+        assert_eq!(edit_distance("memroy", "memory"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+        let known = ["memory", "memory_max", "cpu"];
+        assert_eq!(
+            did_you_mean("memroy", known.iter().copied()),
+            " (did you mean \"memory\"?)"
+        );
+        assert_eq!(did_you_mean("healthcheck", known.iter().copied()), "");
+    }
 }

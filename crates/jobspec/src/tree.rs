@@ -16,6 +16,9 @@ pub struct Attr {
     pub value: Value,
     pub span: Span,
     pub failed: bool,
+    /// Written as an object constructor (`x = { … }`): Nomad's free-form `config` keeps such a value
+    /// wrapped in a one-element list, as HCL1 did.
+    pub object_literal: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -55,6 +58,11 @@ impl<'f> Builder<'f> {
         self.diags.push(d);
     }
 
+    /// The source text of a span (empty when out of range).
+    pub fn text(&self, span: &Span) -> &'f str {
+        self.file.text.get(span.clone()).unwrap_or("")
+    }
+
     /// Evaluates one block (its labels are literal) into a tree.
     pub fn block(&mut self, block: &EditBlock, scope: &Scope, path: &Path) -> Block {
         Block {
@@ -87,10 +95,14 @@ impl<'f> Builder<'f> {
                         );
                         continue;
                     }
+                    let object_literal =
+                        matches!(attr.value, hcl::edit::expr::Expression::Object(_));
                     let (value, failed) = match scope.eval(&Expression::from(attr.value.clone())) {
                         Ok(v) => (v, false),
                         Err(e) => {
-                            self.error(Some(&span), &path.field(&name), e);
+                            if !scope.mentions_poisoned(self.text(&span)) {
+                                self.error(Some(&span), &path.field(&name), e);
+                            }
                             (Value::Null, true)
                         }
                     };
@@ -99,6 +111,7 @@ impl<'f> Builder<'f> {
                         value,
                         span,
                         failed,
+                        object_literal,
                     });
                 }
                 Structure::Block(b) if b.ident.as_str() == "dynamic" => {
@@ -175,7 +188,10 @@ impl<'f> Builder<'f> {
                 return Vec::new();
             }
             Err(e) => {
-                self.error(for_each.span().as_ref(), &dpath.field("for_each"), e);
+                let fspan = for_each.span();
+                if !scope.mentions_poisoned(self.text(fspan.as_ref().unwrap_or(&span))) {
+                    self.error(fspan.as_ref(), &dpath.field("for_each"), e);
+                }
                 return Vec::new();
             }
         };
@@ -212,7 +228,10 @@ impl<'f> Builder<'f> {
                         Vec::new()
                     }
                     Err(e) => {
-                        self.error(attr.span().as_ref(), &dpath.field("labels"), e);
+                        let lspan = attr.span();
+                        if !child.mentions_poisoned(self.text(lspan.as_ref().unwrap_or(&span))) {
+                            self.error(lspan.as_ref(), &dpath.field("labels"), e);
+                        }
                         Vec::new()
                     }
                 },

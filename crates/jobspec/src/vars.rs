@@ -44,6 +44,8 @@ struct Declared {
     default: Option<Value>,
     validations: Vec<(Expression, Expression, Span)>,
     span: Span,
+    /// The default was written but could not be evaluated or converted (already reported).
+    bad_default: bool,
 }
 
 /// Declares `var` on `scope` from the file's `variable` blocks and the outside values.
@@ -53,15 +55,26 @@ pub fn declare_variables(
     given: &[(String, VarValue)],
     scope: &mut Scope,
 ) {
-    let declared: Vec<Declared> = body
-        .iter()
-        .filter_map(|s| match s {
-            Structure::Block(blk) if blk.ident.as_str() == "variable" => {
-                read_variable(b, blk, scope)
+    let mut declared: Vec<Declared> = Vec::new();
+    for s in body.iter() {
+        let Structure::Block(blk) = s else { continue };
+        let found = match blk.ident.as_str() {
+            "variable" => read_variable(b, blk, scope).into_iter().collect(),
+            "variables" => read_variables_block(b, blk, scope),
+            _ => Vec::new(),
+        };
+        for d in found {
+            if declared.iter().any(|e| e.name == d.name) {
+                b.error(
+                    Some(&d.span),
+                    &Path::root().block("variable", &d.name),
+                    format!("variable {:?} is declared twice", d.name),
+                );
+            } else {
+                declared.push(d);
             }
-            _ => None,
-        })
-        .collect();
+        }
+    }
     for (name, v) in given {
         if !declared.iter().any(|d| &d.name == name) {
             let (span, file) = match v {
@@ -72,27 +85,73 @@ pub fn declare_variables(
                 VarValue::Text { origin, .. } => format!(" (from {origin})"),
                 VarValue::Value { .. } => String::new(),
             };
-            let msg = format!("a value was given for undeclared variable {name:?}{origin}; declare it with a variable \"{name}\" block");
+            let hint = crate::reader::did_you_mean(name, declared.iter().map(|d| d.name.as_str()));
+            let msg = format!("a value was given for undeclared variable {name:?}{origin}{hint}; declare it with a variable \"{name}\" block");
             match file {
                 Some(f) => {
                     b.diags
                         .push(f.diagnostic(span.as_ref(), format!("variable {name:?}"), msg))
                 }
                 None if origin.contains("NOMAD_VAR_") => {}
-                None => b.error(None, &Path::root(), msg),
+                // A -var flag has no place in the file: point at its start.
+                None => b.error(Some(&(0..0)), &Path::root().block("variable", name), msg),
             }
         }
     }
     let mut values = Map::new();
     for d in &declared {
-        if let Some(v) = resolve_variable(b, d, given) {
-            values.insert(d.name.clone(), v);
+        match resolve_variable(b, d, given) {
+            Some(v) => {
+                values.insert(d.name.clone(), v);
+            }
+            None => scope.poison(format!("var.{}", d.name)),
         }
     }
     scope.declare("var", Value::Object(values));
     for d in &declared {
-        check_validations(b, d, scope);
+        if !scope.is_poisoned(&format!("var.{}", d.name)) {
+            check_validations(b, d, scope);
+        }
     }
+}
+
+/// A `variables { name = default … }` block: each attribute declares a variable of any type with
+/// that default, as Nomad's parser allows.
+fn read_variables_block(b: &mut Builder, blk: &EditBlock, scope: &Scope) -> Vec<Declared> {
+    let mut out = Vec::new();
+    for s in blk.body.iter() {
+        match s {
+            Structure::Attribute(a) => {
+                let name = a.key.as_str().to_string();
+                let span = a.span().unwrap_or_default();
+                let (default, bad_default) = match scope.eval(&Expression::from(a.value.clone())) {
+                    Ok(v) => (Some(v), false),
+                    Err(e) => {
+                        b.error(
+                            Some(&span),
+                            &Path::root().field("variables").field(&name),
+                            e,
+                        );
+                        (None, true)
+                    }
+                };
+                out.push(Declared {
+                    name,
+                    ty: Ty::Any,
+                    default,
+                    validations: Vec::new(),
+                    span,
+                    bad_default,
+                });
+            }
+            Structure::Block(inner) => b.error(
+                inner.span().as_ref(),
+                &Path::root().field("variables").field(inner.ident.as_str()),
+                "a variables block holds name = default lines only; use a variable \"name\" { … } block for types and validation",
+            ),
+        }
+    }
+    out
 }
 
 fn read_variable(b: &mut Builder, blk: &EditBlock, scope: &Scope) -> Option<Declared> {
@@ -112,6 +171,7 @@ fn read_variable(b: &mut Builder, blk: &EditBlock, scope: &Scope) -> Option<Decl
         default: None,
         validations: Vec::new(),
         span,
+        bad_default: false,
     };
     for s in blk.body.iter() {
         match s {
@@ -125,7 +185,10 @@ fn read_variable(b: &mut Builder, blk: &EditBlock, scope: &Scope) -> Option<Decl
                     },
                     "default" => match scope.eval(&expr) {
                         Ok(v) => d.default = Some(v),
-                        Err(e) => b.error(Some(&aspan), &path.field("default"), e),
+                        Err(e) => {
+                            d.bad_default = true;
+                            b.error(Some(&aspan), &path.field("default"), e);
+                        }
                     },
                     "description" | "sensitive" | "nullable" => {}
                     other => b.error(Some(&aspan), &path.field(other), "unknown attribute; a variable takes type, default, description, sensitive, nullable and validation blocks"),
@@ -159,11 +222,14 @@ fn read_variable(b: &mut Builder, blk: &EditBlock, scope: &Scope) -> Option<Decl
     if let Some(def) = d.default.take() {
         match convert(def, &d.ty) {
             Ok(v) => d.default = Some(v),
-            Err(e) => b.error(
-                Some(&d.span),
-                &path.field("default"),
-                format!("the default does not match the type: {e}"),
-            ),
+            Err(e) => {
+                d.bad_default = true;
+                b.error(
+                    Some(&d.span),
+                    &path.field("default"),
+                    format!("the default does not match the type: {e}"),
+                );
+            }
         }
     }
     Some(d)
@@ -172,7 +238,7 @@ fn read_variable(b: &mut Builder, blk: &EditBlock, scope: &Scope) -> Option<Decl
 fn resolve_variable(b: &mut Builder, d: &Declared, given: &[(String, VarValue)]) -> Option<Value> {
     let path = Path::root().block("variable", &d.name);
     let Some((_, last)) = given.iter().rev().find(|(n, _)| n == &d.name) else {
-        if d.default.is_none() {
+        if d.default.is_none() && !d.bad_default {
             b.error(Some(&d.span), &path, format!("variable {:?} has no default and no value was given; set it with -var {}=…, -var-file or NOMAD_VAR_{}", d.name, d.name, d.name));
         }
         return d.default.clone();
@@ -273,8 +339,28 @@ pub fn declare_locals(b: &mut Builder, body: &EditBody, scope: &mut Scope) {
         });
         scope.declare("local", Value::Object(values.clone()));
         if pending.len() == before {
-            for (name, span, e) in errors {
-                b.error(Some(&span), &Path::root().field("locals").field(&name), e);
+            // Report the locals that fail on their own; one that fails because another failed local
+            // (or variable) failed would only repeat that error. A cycle is reported whole.
+            let stalled: Vec<String> = errors
+                .iter()
+                .map(|(n, _, _)| format!("local.{n}"))
+                .collect();
+            let own: Vec<bool> = errors
+                .iter()
+                .map(|(_, span, _)| {
+                    let text = b.text(span);
+                    !scope.mentions_poisoned(text)
+                        && !stalled.iter().any(|n| crate::eval::mentions(text, n))
+                })
+                .collect();
+            let none_own = !own.contains(&true);
+            for ((name, span, e), own) in errors.into_iter().zip(own) {
+                if own || (none_own && !scope.mentions_poisoned(b.text(&span))) {
+                    b.error(Some(&span), &Path::root().field("locals").field(&name), e);
+                }
+            }
+            for name in stalled {
+                scope.poison(name);
             }
             break;
         }
@@ -545,6 +631,69 @@ mod tests {
             body.get_attribute("t").unwrap().value.clone(),
         ))
         .unwrap()
+    }
+
+    fn errors_of(src: &str, vars: &[&str]) -> Vec<String> {
+        let opts = crate::parse::ParseOptions {
+            vars: vars.iter().map(|v| v.to_string()).collect(),
+            ..Default::default()
+        };
+        match crate::parse::parse_str(src, "job.hcl", &opts) {
+            Ok(_) => Vec::new(),
+            Err(d) => d
+                .iter()
+                .map(|d| format!("{}: {}", d.subject, d.message))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_failed_variable_or_local_is_reported_once() {
+        let job = r#"
+variable "image" { type = string }
+variable "n" {
+  type = number
+  validation {
+    condition     = var.n > 0
+    error_message = "n must be positive."
+  }
+}
+locals {
+  tag   = "${local.base}:1"
+  image = "${var.image}-${local.tag}"
+}
+job "j" {
+  group "g" {
+    count = var.n
+    task "t" {
+      driver = "docker"
+      config { image = local.image }
+    }
+  }
+}
+"#;
+        let errs = errors_of(job, &["n=many"]);
+        assert_eq!(errs.len(), 3, "{errs:#?}");
+        assert!(errs[0].contains("\"image\" has no default"), "{errs:#?}");
+        assert!(errs[1].contains("-var n is not valid"), "{errs:#?}");
+        assert!(errs[2].starts_with("locals.tag: "), "{errs:#?}");
+    }
+
+    #[test]
+    fn a_cycle_of_locals_is_reported() {
+        let job = "locals {\n  a = local.b\n  b = local.a\n}\njob \"j\" {}\n";
+        let errs = errors_of(job, &[]);
+        assert_eq!(errs.len(), 2, "{errs:#?}");
+    }
+
+    #[test]
+    fn variables_blocks_declare_untyped_variables() {
+        let job = "variables {\n  a = 1\n}\nvariable \"a\" {}\njob \"j\" {}\n";
+        let errs = errors_of(job, &[]);
+        assert_eq!(
+            errs,
+            vec!["variable \"a\": variable \"a\" is declared twice"]
+        );
     }
 
     #[test]

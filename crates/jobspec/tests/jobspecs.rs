@@ -97,6 +97,15 @@ fn valid_fixtures_parse_to_their_expected_json() {
         }
         let got =
             serde_json::to_string_pretty(&model::JobRequest { job: &parsed.job }).unwrap() + "\n";
+        // Every parsed job survives the trip through Nomad JSON unchanged.
+        let value: serde_json::Value = serde_json::from_str(&got).unwrap();
+        let decoded: model::Job = model::json::from_value(&value["Job"]).unwrap();
+        if decoded != parsed.job {
+            failures.push(format!(
+                "{}: the job changed on a JSON round trip",
+                rel.display()
+            ));
+        }
         let expected_path = sidecar(path, ".json");
         if bless {
             std::fs::write(&expected_path, &got).unwrap();

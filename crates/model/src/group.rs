@@ -724,6 +724,12 @@ impl TaskGroup {
     fn validate_tasks(&self, path: &Path, errs: &mut ValidationErrors) {
         let mut names = BTreeSet::new();
         let mut leaders = 0;
+        // A task's restart policy is the group's merged with its own: a problem it inherits from the
+        // group is reported once, at the group's restart block.
+        let mut group_restart = ValidationErrors::new();
+        if let Some(r) = &self.restart_policy {
+            r.validate(&Path::root(), &mut group_restart);
+        }
         for t in &self.tasks {
             let tp = path.block("task", &t.name);
             errs.check(
@@ -732,7 +738,16 @@ impl TaskGroup {
                 format!("task {:?} is defined twice", t.name),
             );
             leaders += usize::from(t.leader);
-            t.validate(&tp, errs);
+            let mut task_errs = ValidationErrors::new();
+            t.validate(&tp, &mut task_errs);
+            let restart = tp.field("restart");
+            for e in task_errs.errors {
+                let inherited = e.path.to_string().starts_with(&restart.to_string())
+                    && group_restart.errors.iter().any(|g| g.message == e.message);
+                if !inherited {
+                    errs.errors.push(e);
+                }
+            }
             for (i, vm) in t.volume_mounts.iter().enumerate() {
                 let known = vm.volume.is_empty() || self.volumes.contains_key(&vm.volume);
                 errs.check(

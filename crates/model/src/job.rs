@@ -290,12 +290,13 @@ impl Job {
                 format!("group {:?} is defined twice", g.name),
             );
             g.validate(&gp, kind, errs);
-            if g.tasks.iter().any(|t| t.dispatch_payload.is_some()) {
-                errs.check(
-                    self.parameterized.is_some(),
-                    &gp,
-                    "dispatch_payload needs a parameterized job",
-                );
+            if self.parameterized.is_none() {
+                for t in g.tasks.iter().filter(|t| t.dispatch_payload.is_some()) {
+                    errs.add(
+                        &gp.block("task", &t.name).field("dispatch_payload"),
+                        "dispatch_payload needs a parameterized job (a parameterized block in the job)",
+                    );
+                }
             }
         }
     }

@@ -41,6 +41,9 @@ pub struct Service {
     pub on_update: Option<String>,
     #[serde(rename = "Cluster")]
     pub cluster: String,
+    /// `check_restart` at the service level: the default for each of its checks.
+    #[serde(rename = "CheckRestart")]
+    pub check_restart: Option<CheckRestart>,
 }
 
 #[skip_serializing_none]
@@ -111,6 +114,26 @@ pub struct CheckRestart {
     pub ignore_warnings: bool,
 }
 
+impl CheckRestart {
+    /// This (a service's) check_restart overridden by what a check sets, as Nomad merges them: a
+    /// positive limit, a non-zero grace and ignore_warnings = true win.
+    pub fn merged_with(&self, check: Option<&CheckRestart>) -> CheckRestart {
+        let mut out = self.clone();
+        if let Some(c) = check {
+            if c.limit > 0 {
+                out.limit = c.limit;
+            }
+            if !c.grace.is_zero() {
+                out.grace = c.grace;
+            }
+            if c.ignore_warnings {
+                out.ignore_warnings = true;
+            }
+        }
+        out
+    }
+}
+
 const CHECK_TYPES: [&str; 5] = ["http", "tcp", "script", "grpc", "docker"];
 const ON_UPDATE: [&str; 3] = ["require_healthy", "ignore_warnings", "ignore"];
 const ADDRESS_MODES: [&str; 4] = ["auto", "host", "driver", "alloc"];
@@ -129,6 +152,9 @@ impl Service {
         self.on_update
             .get_or_insert_with(|| "require_healthy".into());
         for c in &mut self.checks {
+            if let Some(own) = &self.check_restart {
+                c.check_restart = Some(own.merged_with(c.check_restart.as_ref()));
+            }
             if c.on_update.is_none() {
                 c.on_update = self.on_update.clone();
             }
