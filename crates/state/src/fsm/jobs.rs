@@ -1,0 +1,333 @@
+//! Jobs, their versions, summaries and statuses (Nomad's `upsertJobImpl`, `DeleteJobTxn`,
+//! `setJobStatus`, `getJobStatus`, `updateSummaryWithJob`, `upsertJobVersion`).
+
+use super::{evals, Txn};
+use crate::command::{ApplyResponse, Table};
+use crate::error::StateError;
+use crate::limits::JOB_TRACKED_VERSIONS;
+use crate::tables::{job_namespace, NsKey, Root};
+use model::eval::Evaluation;
+use model::summary::{JobChildrenSummary, JobSummary, TaskGroupSummary};
+use model::{Job, JobType};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub const JOB_STATUS_PENDING: &str = "pending";
+pub const JOB_STATUS_RUNNING: &str = "running";
+pub const JOB_STATUS_DEAD: &str = "dead";
+
+const JOB_NOT_FOUND: &str = "job not found";
+
+/// Jobs whose status to recompute after a write, each with a status to force (`Some("running")` when a
+/// live allocation was written) or `None` to compute it. Ordered, so the result never depends on
+/// iteration order.
+pub(super) type StatusUpdates = BTreeMap<NsKey, Option<&'static str>>;
+
+/// `JobRegister`. An unchanged spec leaves the stored job alone (same version and JobModifyIndex);
+/// the evaluation is written either way, carrying the job's JobModifyIndex.
+pub(super) fn register(
+    tx: &mut Txn,
+    job: &Job,
+    eval: Option<&Evaluation>,
+    submit_time: i64,
+) -> Result<ApplyResponse, StateError> {
+    if job.id.is_empty() {
+        return Err(StateError::invalid("job ID is required"));
+    }
+    let ns = job_namespace(job).to_owned();
+    let unchanged = tx
+        .job(&ns, &job.id)
+        .is_some_and(|old| !spec_changed(old, job));
+    if !unchanged {
+        let mut new = job.clone();
+        new.submit_time = Some(submit_time);
+        new.stable = Some(false);
+        upsert_job(tx, new, false);
+    }
+    let stored = tx
+        .job(&ns, &job.id)
+        .cloned()
+        .expect("just written or found");
+    finish(tx, &ns, &job.id, stored.job_modify_index.unwrap_or(0), eval)
+}
+
+/// `JobDeregister`: with `purge` the job, its versions and summary go; otherwise the job is stopped,
+/// which (as in Nomad) makes a new version with `Stop = true`.
+pub(super) fn deregister(
+    tx: &mut Txn,
+    ns: &str,
+    job_id: &str,
+    purge: bool,
+    eval: Option<&Evaluation>,
+    submit_time: i64,
+) -> Result<ApplyResponse, StateError> {
+    if purge {
+        delete_job(tx, ns, job_id)?;
+    } else {
+        let current = tx
+            .job(ns, job_id)
+            .cloned()
+            .ok_or_else(|| StateError::NotFound(JOB_NOT_FOUND.into()))?;
+        let mut stopped = (*current).clone();
+        stopped.stop = true;
+        if submit_time != 0 {
+            stopped.submit_time = Some(submit_time);
+        }
+        upsert_job(tx, stopped, false);
+    }
+    let index = tx.index();
+    finish(tx, ns, job_id, index, eval)
+}
+
+/// Writes the command's evaluation (with the job's modify index) and builds the response.
+fn finish(
+    tx: &mut Txn,
+    ns: &str,
+    job_id: &str,
+    job_modify_index: u64,
+    eval: Option<&Evaluation>,
+) -> Result<ApplyResponse, StateError> {
+    if let Some(eval) = eval {
+        let mut eval = eval.clone();
+        eval.job_modify_index = job_modify_index;
+        evals::upsert(tx, std::slice::from_ref(&eval))?;
+    }
+    let job = tx.job(ns, job_id);
+    Ok(ApplyResponse {
+        index: tx.index(),
+        job_version: job.map(|j| j.version.unwrap_or(0)),
+        job_modify_index: Some(job_modify_index),
+        eval_id: eval.map(|e| e.id.clone()),
+        eval_create_index: eval.map(|_| tx.index()),
+    })
+}
+
+/// Nomad's `Job.SpecChanged`: equal after copying the server-set fields over.
+fn spec_changed(old: &Job, new: &Job) -> bool {
+    let mut c = new.clone();
+    c.namespace.clone_from(&old.namespace);
+    c.status.clone_from(&old.status);
+    c.status_description.clone_from(&old.status_description);
+    c.stable = old.stable;
+    c.version = old.version;
+    c.submit_time = old.submit_time;
+    c.create_index = old.create_index;
+    c.modify_index = old.modify_index;
+    c.job_modify_index = old.job_modify_index;
+    *old != c
+}
+
+/// Nomad's `upsertJobImpl`. Stores `job` with its indexes, version (previous + 1, or 0 for a new job,
+/// unless `keep_version`) and status set, creates or extends its summary and adds it to the versions.
+fn upsert_job(tx: &mut Txn, mut job: Job, keep_version: bool) {
+    let index = tx.index();
+    let ns = job_namespace(&job).to_owned();
+    job.namespace = Some(ns.clone());
+    match tx.job(&ns, &job.id).cloned() {
+        Some(existing) => {
+            job.create_index = existing.create_index;
+            job.modify_index = Some(index);
+            if !keep_version {
+                job.job_modify_index = Some(index);
+                job.version = Some(existing.version.unwrap_or(0) + 1);
+            }
+            job.status = Some(job_status(tx, &job, false).into());
+        }
+        None => {
+            job.create_index = Some(index);
+            job.modify_index = Some(index);
+            job.job_modify_index = Some(index);
+            if !keep_version {
+                job.version = Some(0);
+            }
+            let status = job_status(tx, &job, false);
+            job.status = Some(status.into());
+            update_parent_children(tx, &job, "", status);
+        }
+    }
+    update_summary_with_job(tx, &job);
+    let job = Arc::new(job);
+    upsert_job_version(tx, job.clone());
+    tx.put_job(job);
+}
+
+/// Nomad's `DeleteJobTxn` (purge): the job, its versions and its summary.
+fn delete_job(tx: &mut Txn, ns: &str, id: &str) -> Result<(), StateError> {
+    let job = tx
+        .job(ns, id)
+        .cloned()
+        .ok_or_else(|| StateError::NotFound(JOB_NOT_FOUND.into()))?;
+    if !job.parent_id.is_empty() {
+        if let Some(parent) = tx.job_summary(ns, &job.parent_id).cloned() {
+            if let Some(children) = parent.children {
+                let mut children = children;
+                let moved = match job.status.as_deref() {
+                    Some(JOB_STATUS_PENDING) => Some(&mut children.pending),
+                    Some(JOB_STATUS_RUNNING) => Some(&mut children.running),
+                    _ => None,
+                };
+                if let Some(count) = moved {
+                    *count -= 1;
+                    children.dead += 1;
+                    let mut parent = (*parent).clone();
+                    parent.children = Some(children);
+                    parent.modify_index = tx.index();
+                    tx.put_job_summary(parent);
+                }
+            }
+        }
+    }
+    tx.delete_job(ns, id);
+    for version in tx.versions_of(ns, id) {
+        tx.delete_job_version(ns, id, version.version.unwrap_or(0));
+    }
+    tx.touch(Table::JobVersions);
+    tx.delete_job_summary(ns, id);
+    Ok(())
+}
+
+/// Nomad's `upsertJobVersion`: adds the version, then if more than [`JOB_TRACKED_VERSIONS`] are kept
+/// drops the oldest — or, when the oldest is the newest stable version, the one before it.
+fn upsert_job_version(tx: &mut Txn, job: Arc<Job>) {
+    let ns = job_namespace(&job).to_owned();
+    let id = job.id.clone();
+    tx.put_job_version(job);
+    let mut all = tx.versions_of(&ns, &id);
+    if all.len() <= JOB_TRACKED_VERSIONS {
+        return;
+    }
+    let max = JOB_TRACKED_VERSIONS;
+    let stable = all.iter().position(|j| j.stable == Some(true));
+    if stable == Some(max) {
+        all.swap(max - 1, max);
+    }
+    tx.delete_job_version(&ns, &id, all[max].version.unwrap_or(0));
+}
+
+/// Nomad's `updateSummaryWithJob`: a zeroed entry for each task group not yet in the summary.
+fn update_summary_with_job(tx: &mut Txn, job: &Job) {
+    let ns = job_namespace(job);
+    let (mut summary, mut changed) = match tx.job_summary(ns, &job.id) {
+        Some(existing) => ((**existing).clone(), false),
+        None => (
+            JobSummary {
+                job_id: job.id.clone(),
+                namespace: ns.to_owned(),
+                summary: BTreeMap::new(),
+                children: Some(JobChildrenSummary::default()),
+                create_index: tx.index(),
+                modify_index: 0,
+            },
+            true,
+        ),
+    };
+    for group in &job.task_groups {
+        if !summary.summary.contains_key(&group.name) {
+            summary
+                .summary
+                .insert(group.name.clone(), TaskGroupSummary::default());
+            changed = true;
+        }
+    }
+    if changed {
+        summary.modify_index = tx.index();
+        tx.put_job_summary(summary);
+    }
+}
+
+/// Nomad's `getJobStatus`. System, periodic and parameterized jobs run until stopped; others are
+/// running with a live allocation, pending with a live evaluation, dead once everything they had is
+/// finished (or an evaluation was garbage-collected), and pending when they have nothing yet.
+pub(super) fn job_status(root: &Root, job: &Job, eval_delete: bool) -> &'static str {
+    let parameterized = job.parameterized.is_some() && !job.dispatched;
+    if job.kind() == JobType::System || parameterized || job.periodic.is_some() {
+        return if job.stop {
+            JOB_STATUS_DEAD
+        } else {
+            JOB_STATUS_RUNNING
+        };
+    }
+    let ns = job_namespace(job);
+    let allocs = root.allocs_by_job(ns, &job.id);
+    if allocs.iter().any(|a| !a.is_terminal()) {
+        return JOB_STATUS_RUNNING;
+    }
+    let evals = root.evals_by_job(ns, &job.id);
+    if evals.iter().any(|e| !e.is_terminal()) {
+        return JOB_STATUS_PENDING;
+    }
+    if eval_delete || !evals.is_empty() || !allocs.is_empty() {
+        JOB_STATUS_DEAD
+    } else {
+        JOB_STATUS_PENDING
+    }
+}
+
+/// Nomad's `setJobStatuses`: recomputes (or forces) the status of each job that still exists; a
+/// changed status rewrites the job with `ModifyIndex` = this index (its JobModifyIndex and version
+/// stay).
+pub(super) fn set_job_statuses(tx: &mut Txn, jobs: &StatusUpdates, eval_delete: bool) {
+    for ((ns, id), force) in jobs {
+        let Some(job) = tx.job(ns, id).cloned() else {
+            continue;
+        };
+        let new = force.unwrap_or_else(|| job_status(tx, &job, eval_delete));
+        let old = job.status.clone().unwrap_or_default();
+        if old == new {
+            continue;
+        }
+        let mut updated = (*job).clone();
+        updated.status = Some(new.into());
+        updated.modify_index = Some(tx.index());
+        update_parent_children(tx, &updated, &old, new);
+        tx.put_job(Arc::new(updated));
+    }
+}
+
+/// Nomad's `setJobSummary`: a child job's status moved from `old` ("" for a new job) to `new`, so its
+/// parent's children counts move with it.
+fn update_parent_children(tx: &mut Txn, job: &Job, old: &str, new: &str) {
+    if job.parent_id.is_empty() {
+        return;
+    }
+    let Some(parent) = tx.job_summary(job_namespace(job), &job.parent_id).cloned() else {
+        return;
+    };
+    let mut parent = (*parent).clone();
+    let children = parent.children.get_or_insert_with(Default::default);
+    for (status, delta) in [(old, -1), (new, 1)] {
+        match status {
+            JOB_STATUS_PENDING => children.pending += delta,
+            JOB_STATUS_RUNNING => children.running += delta,
+            JOB_STATUS_DEAD => children.dead += delta,
+            _ => {}
+        }
+    }
+    parent.modify_index = tx.index();
+    tx.put_job_summary(parent);
+}
+
+/// Nomad's `updateJobStabilityImpl`: marks one version of a job stable (a deployment succeeded). The
+/// version keeps its number; the current job is updated too when it is that version.
+pub(super) fn update_job_stability(tx: &mut Txn, ns: &str, job_id: &str, version: u64) {
+    let Some(tracked) = tx.job_version(ns, job_id, version).cloned() else {
+        return;
+    };
+    if tracked.stable == Some(true) {
+        return;
+    }
+    let index = tx.index();
+    let mut tracked = (*tracked).clone();
+    tracked.stable = Some(true);
+    tracked.modify_index = Some(index);
+    tx.put_job_version(Arc::new(tracked));
+    if let Some(current) = tx.job(ns, job_id).cloned() {
+        if current.version == Some(version) {
+            let mut current = (*current).clone();
+            current.stable = Some(true);
+            current.modify_index = Some(index);
+            current.status = Some(job_status(tx, &current, false).into());
+            tx.put_job(Arc::new(current));
+        }
+    }
+}

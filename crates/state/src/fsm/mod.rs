@@ -1,0 +1,173 @@
+//! The FSM's apply functions: one command, applied to a private clone of the root, with Nomad's
+//! semantics. Nothing here reads the clock or makes IDs; everything comes from the command.
+//!
+//! Each submodule mirrors the part of Nomad's state store it is named after; where we differ, the
+//! function says so.
+
+mod allocs;
+mod deployments;
+mod evals;
+pub(crate) mod jobs;
+mod nodes;
+
+use crate::command::{ApplyResponse, Command, Table};
+use crate::error::StateError;
+use crate::tables::Root;
+use model::alloc::Allocation;
+use model::deployment::Deployment;
+use model::eval::Evaluation;
+use model::node::Node;
+use model::summary::JobSummary;
+use model::Job;
+use std::ops::Deref;
+use std::sync::Arc;
+
+/// A write transaction: the clone of the root a command mutates, and the command's Raft index.
+/// Every write goes through here so that the written table's index is recorded with it.
+/// Reads see the transaction's own writes (it derefs to the root being built).
+pub(crate) struct Txn {
+    root: Root,
+    index: u64,
+}
+
+impl Deref for Txn {
+    type Target = Root;
+
+    fn deref(&self) -> &Root {
+        &self.root
+    }
+}
+
+impl Txn {
+    /// The command's Raft index.
+    pub(crate) fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// Marks `table` changed at this index without writing to it (Nomad bumps some table indexes
+    /// unconditionally, e.g. both evals and allocs on every eval delete).
+    pub(crate) fn touch(&mut self, table: Table) {
+        self.root.touch(table, self.index);
+    }
+
+    pub(crate) fn put_job(&mut self, job: Arc<Job>) {
+        self.touch(Table::Jobs);
+        self.root.put_job(job);
+    }
+
+    pub(crate) fn delete_job(&mut self, ns: &str, id: &str) -> Option<Arc<Job>> {
+        self.touch(Table::Jobs);
+        self.root.delete_job(ns, id)
+    }
+
+    pub(crate) fn put_job_version(&mut self, job: Arc<Job>) {
+        self.touch(Table::JobVersions);
+        self.root.put_job_version(job);
+    }
+
+    pub(crate) fn delete_job_version(&mut self, ns: &str, id: &str, version: u64) {
+        self.touch(Table::JobVersions);
+        self.root.delete_job_version(ns, id, version);
+    }
+
+    pub(crate) fn put_job_summary(&mut self, summary: JobSummary) {
+        self.touch(Table::JobSummaries);
+        self.root.put_job_summary(Arc::new(summary));
+    }
+
+    pub(crate) fn delete_job_summary(&mut self, ns: &str, id: &str) {
+        self.touch(Table::JobSummaries);
+        self.root.delete_job_summary(ns, id);
+    }
+
+    pub(crate) fn put_eval(&mut self, eval: Evaluation) {
+        self.touch(Table::Evals);
+        self.root.put_eval(Arc::new(eval));
+    }
+
+    pub(crate) fn delete_eval(&mut self, id: &str) -> Option<Arc<Evaluation>> {
+        self.touch(Table::Evals);
+        self.root.delete_eval(id)
+    }
+
+    pub(crate) fn put_alloc(&mut self, alloc: Allocation) {
+        self.touch(Table::Allocs);
+        self.root.put_alloc(Arc::new(alloc));
+    }
+
+    pub(crate) fn delete_alloc(&mut self, id: &str) -> Option<Arc<Allocation>> {
+        self.touch(Table::Allocs);
+        self.root.delete_alloc(id)
+    }
+
+    pub(crate) fn put_node(&mut self, node: Node) {
+        self.touch(Table::Nodes);
+        self.root.put_node(Arc::new(node));
+    }
+
+    pub(crate) fn delete_node(&mut self, id: &str) -> Option<Arc<Node>> {
+        self.touch(Table::Nodes);
+        self.root.delete_node(id)
+    }
+
+    pub(crate) fn put_deployment(&mut self, deployment: Deployment) {
+        self.touch(Table::Deployments);
+        self.root.put_deployment(Arc::new(deployment));
+    }
+}
+
+/// Applies `cmd` at `index` to a clone of `root`. On success returns the new root (with its index set)
+/// and the response; on error the clone is dropped, so a failed command changes nothing.
+pub(crate) fn apply(
+    root: &Root,
+    index: u64,
+    cmd: &Command,
+) -> Result<(Root, ApplyResponse), StateError> {
+    let mut tx = Txn {
+        root: root.clone(),
+        index,
+    };
+    let response = dispatch(&mut tx, cmd)?;
+    tx.root.set_index(index);
+    Ok((tx.root, response))
+}
+
+fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
+    let plain = ApplyResponse {
+        index: tx.index(),
+        ..ApplyResponse::default()
+    };
+    match cmd {
+        Command::JobRegister {
+            job,
+            eval,
+            submit_time,
+        } => jobs::register(tx, job, eval.as_ref(), *submit_time),
+        Command::JobDeregister {
+            namespace,
+            job_id,
+            purge,
+            eval,
+            submit_time,
+        } => jobs::deregister(tx, namespace, job_id, *purge, eval.as_ref(), *submit_time),
+        Command::EvalUpsert { evals } => evals::upsert(tx, evals).map(|()| plain),
+        Command::EvalDelete {
+            eval_ids,
+            alloc_ids,
+        } => {
+            evals::delete(tx, eval_ids, alloc_ids);
+            Ok(plain)
+        }
+        Command::NodeRegister { node } => nodes::register(tx, node).map(|()| plain),
+        Command::NodeDeregister { node_ids } => nodes::deregister(tx, node_ids).map(|()| plain),
+        Command::NodeUpdateStatus {
+            node_id,
+            status,
+            updated_at,
+        } => nodes::update_status(tx, node_id, status, *updated_at).map(|()| plain),
+        Command::AllocUpsert { allocs } => allocs::upsert(tx, allocs).map(|()| plain),
+        Command::DeploymentUpsert { deployment } => {
+            deployments::upsert(tx, deployment).map(|()| plain)
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! Nodes (Nomad's `upsertNodeTxn`, `deleteNodeTxn`, `updateNodeStatusTxn`).
+
+use super::Txn;
+use crate::error::StateError;
+use crate::limits::NODE_EVENTS_MAX;
+use crate::time::format_unix_secs;
+use model::node::{Node, NodeEvent, NodeStatus};
+
+const NODE_EVENT_REGISTERED: &str = "Node registered";
+const NODE_EVENT_REREGISTERED: &str = "Node re-registered";
+const NODE_EVENT_SUBSYSTEM_CLUSTER: &str = "Cluster";
+
+fn cluster_event(message: &str, node: &Node) -> NodeEvent {
+    NodeEvent {
+        message: message.into(),
+        subsystem: NODE_EVENT_SUBSYSTEM_CLUSTER.into(),
+        timestamp: Some(format_unix_secs(node.status_updated_at)),
+        ..NodeEvent::default()
+    }
+}
+
+/// Nomad's `appendNodeEvents`: stamps the event with this index and keeps the newest
+/// [`NODE_EVENTS_MAX`].
+fn append_event(index: u64, node: &mut Node, mut event: NodeEvent) {
+    event.create_index = index;
+    node.events.push(event);
+    let excess = node.events.len().saturating_sub(NODE_EVENTS_MAX);
+    node.events.drain(..excess);
+}
+
+/// `NodeRegister`. A new node gets a "Node registered" event. A re-registering node keeps its create
+/// index, events, scheduling eligibility and drain (the servers own those, not the client), and gets a
+/// "Node re-registered" event when it comes back from `down`.
+pub(super) fn register(tx: &mut Txn, node: &Node) -> Result<(), StateError> {
+    if node.id.is_empty() {
+        return Err(StateError::invalid("node has no ID"));
+    }
+    let index = tx.index();
+    let mut node = node.clone();
+    node.modify_index = index;
+    match tx.nodes().get(&node.id).cloned() {
+        Some(old) => {
+            node.create_index = old.create_index;
+            node.events.clone_from(&old.events);
+            let down = NodeStatus::Down.as_str();
+            if old.status == down && node.status != down {
+                let event = cluster_event(NODE_EVENT_REREGISTERED, &node);
+                append_event(index, &mut node, event);
+            }
+            node.scheduling_eligibility
+                .clone_from(&old.scheduling_eligibility);
+            node.drain_strategy.clone_from(&old.drain_strategy);
+            node.last_drain.clone_from(&old.last_drain);
+            node.drain = node.drain_strategy.is_some();
+        }
+        None => {
+            node.create_index = index;
+            // As in Nomad, the first event is not stamped with an index.
+            node.events = vec![cluster_event(NODE_EVENT_REGISTERED, &node)];
+        }
+    }
+    tx.put_node(node);
+    Ok(())
+}
+
+/// `NodeDeregister`: every ID must exist, or nothing is removed.
+pub(super) fn deregister(tx: &mut Txn, node_ids: &[String]) -> Result<(), StateError> {
+    if node_ids.is_empty() {
+        return Err(StateError::invalid("node ids missing"));
+    }
+    for id in node_ids {
+        if tx.delete_node(id).is_none() {
+            return Err(StateError::NotFound(format!("node not found: {id}")));
+        }
+    }
+    Ok(())
+}
+
+/// `NodeUpdateStatus` (heartbeats, missed heartbeats).
+pub(super) fn update_status(
+    tx: &mut Txn,
+    node_id: &str,
+    status: &str,
+    updated_at: i64,
+) -> Result<(), StateError> {
+    let Some(node) = tx.nodes().get(node_id).cloned() else {
+        return Err(StateError::NotFound("node not found".into()));
+    };
+    let mut node = (*node).clone();
+    node.status = status.into();
+    node.status_updated_at = updated_at;
+    node.modify_index = tx.index();
+    tx.put_node(node);
+    Ok(())
+}

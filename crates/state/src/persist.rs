@@ -1,0 +1,237 @@
+//! Snapshot save and restore, as JSON lines:
+//!
+//! ```text
+//! {"Format":1,"Index":42,"TableIndexes":{"Jobs":40,…}}   header
+//! {"Job":{…}}                                            one line per object, tables in order
+//! {"End":{"Objects":17}}                                 trailer: a truncated file is rejected
+//! ```
+//!
+//! Objects are written in key order, so equal states save to identical bytes. Secondary indexes are
+//! not saved; `load` rebuilds them through the same writers the FSM uses.
+
+use crate::command::Table;
+use crate::error::StateError;
+use crate::limits::SNAPSHOT_LINE_BYTES_MAX;
+use crate::tables::Root;
+use model::alloc::Allocation;
+use model::csi::{CSIPlugin, CSIVolume};
+use model::deployment::Deployment;
+use model::eval::Evaluation;
+use model::node::Node;
+use model::summary::JobSummary;
+use model::Job;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::sync::Arc;
+
+/// The snapshot format this build writes and the only one it reads.
+pub const SNAPSHOT_FORMAT_VERSION: u64 = 1;
+
+#[derive(Serialize, Deserialize)]
+struct Header {
+    #[serde(rename = "Format")]
+    format: u64,
+    #[serde(rename = "Index")]
+    index: u64,
+    #[serde(rename = "TableIndexes")]
+    table_indexes: BTreeMap<Table, u64>,
+}
+
+/// Just enough of the first line to tell what it is.
+#[derive(Deserialize)]
+struct FormatProbe {
+    #[serde(rename = "Format")]
+    format: Option<serde_json::Value>,
+}
+
+#[derive(Serialize)]
+enum RecordRef<'a> {
+    Job(&'a Job),
+    JobVersion(&'a Job),
+    JobSummary(&'a JobSummary),
+    Eval(&'a Evaluation),
+    Alloc(&'a Allocation),
+    Node(&'a Node),
+    Deployment(&'a Deployment),
+    CsiVolume(&'a CSIVolume),
+    CsiPlugin(&'a CSIPlugin),
+    End(Trailer),
+}
+
+// One record is alive at a time, while it is read.
+#[allow(clippy::large_enum_variant)]
+#[derive(Deserialize)]
+enum Record {
+    Job(Job),
+    JobVersion(Job),
+    JobSummary(JobSummary),
+    Eval(Evaluation),
+    Alloc(Allocation),
+    Node(Node),
+    Deployment(Deployment),
+    CsiVolume(CSIVolume),
+    CsiPlugin(CSIPlugin),
+    End(Trailer),
+}
+
+#[derive(Serialize, Deserialize)]
+struct Trailer {
+    #[serde(rename = "Objects")]
+    objects: u64,
+}
+
+fn write_line(w: &mut impl Write, value: &impl Serialize) -> Result<(), StateError> {
+    serde_json::to_writer(&mut *w, value).map_err(std::io::Error::from)?;
+    w.write_all(b"\n")?;
+    Ok(())
+}
+
+/// Writes `root` as a snapshot.
+pub(crate) fn save(root: &Root, w: &mut dyn Write) -> Result<(), StateError> {
+    let mut w = BufWriter::new(w);
+    let header = Header {
+        format: SNAPSHOT_FORMAT_VERSION,
+        index: root.index(),
+        table_indexes: Table::ALL
+            .iter()
+            .map(|t| (*t, root.table_index(*t)))
+            .collect(),
+    };
+    write_line(&mut w, &header)?;
+    let mut objects = 0u64;
+    let mut put = |w: &mut BufWriter<&mut dyn Write>, record: RecordRef<'_>| {
+        objects += 1;
+        write_line(w, &record)
+    };
+    for job in root.jobs().values() {
+        put(&mut w, RecordRef::Job(job))?;
+    }
+    for job in root.job_versions().values() {
+        put(&mut w, RecordRef::JobVersion(job))?;
+    }
+    for summary in root.job_summaries().values() {
+        put(&mut w, RecordRef::JobSummary(summary))?;
+    }
+    for eval in root.evals().values() {
+        put(&mut w, RecordRef::Eval(eval))?;
+    }
+    for alloc in root.allocs().values() {
+        put(&mut w, RecordRef::Alloc(alloc))?;
+    }
+    for node in root.nodes().values() {
+        put(&mut w, RecordRef::Node(node))?;
+    }
+    for deployment in root.deployments().values() {
+        put(&mut w, RecordRef::Deployment(deployment))?;
+    }
+    for volume in root.csi_volumes().values() {
+        put(&mut w, RecordRef::CsiVolume(volume))?;
+    }
+    for plugin in root.csi_plugins().values() {
+        put(&mut w, RecordRef::CsiPlugin(plugin))?;
+    }
+    write_line(&mut w, &RecordRef::End(Trailer { objects }))?;
+    w.flush()?;
+    Ok(())
+}
+
+/// Reads one line (without its newline) into `buf`; `false` at the end of the input.
+fn read_line(r: &mut impl BufRead, buf: &mut Vec<u8>, line: usize) -> Result<bool, StateError> {
+    buf.clear();
+    let limit = SNAPSHOT_LINE_BYTES_MAX as u64 + 1;
+    let n = r.take(limit).read_until(b'\n', buf)?;
+    if buf.len() > SNAPSHOT_LINE_BYTES_MAX {
+        return Err(StateError::Corrupt(format!(
+            "line {line} is longer than {SNAPSHOT_LINE_BYTES_MAX} bytes"
+        )));
+    }
+    if buf.last() == Some(&b'\n') {
+        buf.pop();
+    }
+    Ok(n > 0)
+}
+
+fn check_header(first: &[u8]) -> Result<Header, StateError> {
+    let not_ours = |why: String| {
+        StateError::Corrupt(format!(
+            "not a Caravan state snapshot: the first line {why}"
+        ))
+    };
+    let probe: FormatProbe = serde_json::from_slice(first)
+        .map_err(|e| not_ours(format!("is not a JSON object ({e})")))?;
+    match probe.format {
+        None => return Err(not_ours("has no \"Format\" field".into())),
+        Some(v) if v.as_u64() != Some(SNAPSHOT_FORMAT_VERSION) => {
+            return Err(StateError::Corrupt(format!(
+                "snapshot format {v} is not supported: this build reads format {SNAPSHOT_FORMAT_VERSION}"
+            )))
+        }
+        Some(_) => {}
+    }
+    serde_json::from_slice(first).map_err(|e| StateError::Corrupt(format!("line 1: {e}")))
+}
+
+/// Reads a snapshot into a fresh root, rebuilding the secondary indexes.
+pub(crate) fn load(r: &mut dyn Read) -> Result<Root, StateError> {
+    let mut r = BufReader::new(r);
+    let mut buf = Vec::new();
+    if !read_line(&mut r, &mut buf, 1)? {
+        return Err(StateError::Corrupt("the snapshot is empty".into()));
+    }
+    let header = check_header(&buf)?;
+    let mut root = Root::default();
+    root.set_index(header.index);
+    for (table, index) in header.table_indexes {
+        root.touch(table, index);
+    }
+    let mut objects = 0u64;
+    let mut line = 1;
+    loop {
+        line += 1;
+        if !read_line(&mut r, &mut buf, line)? {
+            return Err(StateError::Corrupt(format!(
+                "the snapshot ends at line {line} without its end record (truncated?)"
+            )));
+        }
+        let record: Record = serde_json::from_slice(&buf)
+            .map_err(|e| StateError::Corrupt(format!("line {line}: {e}")))?;
+        match record {
+            Record::End(trailer) => {
+                if trailer.objects != objects {
+                    return Err(StateError::Corrupt(format!(
+                        "the end record counts {} objects but the snapshot holds {objects}",
+                        trailer.objects
+                    )));
+                }
+                break;
+            }
+            record => {
+                objects += 1;
+                insert(&mut root, record);
+            }
+        }
+    }
+    line += 1;
+    if read_line(&mut r, &mut buf, line)? && !buf.iter().all(u8::is_ascii_whitespace) {
+        return Err(StateError::Corrupt(format!(
+            "line {line}: data after the end record"
+        )));
+    }
+    Ok(root)
+}
+
+fn insert(root: &mut Root, record: Record) {
+    match record {
+        Record::Job(job) => root.put_job(Arc::new(job)),
+        Record::JobVersion(job) => root.put_job_version(Arc::new(job)),
+        Record::JobSummary(summary) => root.put_job_summary(Arc::new(summary)),
+        Record::Eval(eval) => root.put_eval(Arc::new(eval)),
+        Record::Alloc(alloc) => root.put_alloc(Arc::new(alloc)),
+        Record::Node(node) => root.put_node(Arc::new(node)),
+        Record::Deployment(deployment) => root.put_deployment(Arc::new(deployment)),
+        Record::CsiVolume(volume) => root.put_csi_volume(Arc::new(volume)),
+        Record::CsiPlugin(plugin) => root.put_csi_plugin(Arc::new(plugin)),
+        Record::End(_) => unreachable!("handled by the caller"),
+    }
+}

@@ -1,0 +1,220 @@
+//! Read-only, point-in-time views of the store.
+
+use crate::command::Table;
+use crate::tables::{NsKey, Root};
+use imbl::OrdMap;
+use model::alloc::Allocation;
+use model::csi::{CSIPlugin, CSIVolume};
+use model::deployment::Deployment;
+use model::eval::Evaluation;
+use model::node::Node;
+use model::summary::JobSummary;
+use model::Job;
+use std::sync::Arc;
+
+/// The whole state as of one Raft index. Cheap to clone and to keep; it never changes, whatever is
+/// applied after it was taken. Lists come sorted by their key (ID, or namespace then ID).
+#[derive(Clone)]
+pub struct StateSnapshot {
+    root: Arc<Root>,
+}
+
+/// Values whose ID starts with `prefix`, in ID order.
+fn by_prefix<T>(map: &OrdMap<String, Arc<T>>, prefix: &str) -> Vec<Arc<T>> {
+    map.range(prefix.to_owned()..)
+        .take_while(|(id, _)| id.starts_with(prefix))
+        .map(|(_, v)| v.clone())
+        .collect()
+}
+
+/// Values keyed `(namespace, id)` whose ID starts with `prefix`, in one namespace or (`None`) all.
+fn by_ns_prefix<T>(map: &OrdMap<NsKey, Arc<T>>, ns: Option<&str>, prefix: &str) -> Vec<Arc<T>> {
+    match ns {
+        Some(ns) => map
+            .range((ns.to_owned(), prefix.to_owned())..)
+            .take_while(|((n, id), _)| n == ns && id.starts_with(prefix))
+            .map(|(_, v)| v.clone())
+            .collect(),
+        None => map
+            .iter()
+            .filter(|((_, id), _)| id.starts_with(prefix))
+            .map(|(_, v)| v.clone())
+            .collect(),
+    }
+}
+
+fn in_namespace(ns: Option<&str>, namespace: &str) -> bool {
+    ns.is_none_or(|ns| ns == namespace)
+}
+
+impl StateSnapshot {
+    pub(crate) fn new(root: Arc<Root>) -> StateSnapshot {
+        StateSnapshot { root }
+    }
+
+    pub(crate) fn root(&self) -> &Root {
+        &self.root
+    }
+
+    /// The highest Raft index applied when the snapshot was taken.
+    pub fn index(&self) -> u64 {
+        self.root.index()
+    }
+
+    /// The Raft index at which `table` last changed (0: never).
+    pub fn table_index(&self, table: Table) -> u64 {
+        self.root.table_index(table)
+    }
+
+    /// The highest of the tables' indexes: what a blocking query over them reports as its index.
+    pub fn max_table_index(&self, tables: &[Table]) -> u64 {
+        tables
+            .iter()
+            .map(|t| self.table_index(*t))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Writes this snapshot in the format [`crate::StateStore::restore`] reads: a consistent copy
+    /// while the store goes on applying.
+    pub fn save(&self, w: &mut dyn std::io::Write) -> Result<(), crate::StateError> {
+        crate::persist::save(&self.root, w)
+    }
+
+    // ----- jobs -----
+
+    pub fn job(&self, ns: &str, id: &str) -> Option<Arc<Job>> {
+        self.root.job(ns, id).cloned()
+    }
+
+    /// Jobs whose ID starts with `prefix`, in one namespace or (`None`) all; sorted by (namespace, id).
+    pub fn jobs(&self, ns: Option<&str>, prefix: &str) -> Vec<Arc<Job>> {
+        by_ns_prefix(self.root.jobs(), ns, prefix)
+    }
+
+    /// The tracked versions of a job, newest first (at most [`crate::limits::JOB_TRACKED_VERSIONS`]).
+    pub fn job_versions(&self, ns: &str, id: &str) -> Vec<Arc<Job>> {
+        self.root.versions_of(ns, id)
+    }
+
+    pub fn job_version(&self, ns: &str, id: &str, version: u64) -> Option<Arc<Job>> {
+        self.root.job_version(ns, id, version).cloned()
+    }
+
+    pub fn job_summary(&self, ns: &str, id: &str) -> Option<Arc<JobSummary>> {
+        self.root.job_summary(ns, id).cloned()
+    }
+
+    // ----- evaluations -----
+
+    pub fn eval(&self, id: &str) -> Option<Arc<Evaluation>> {
+        self.root.evals().get(id).cloned()
+    }
+
+    /// Evaluations whose ID starts with `prefix`, in one namespace or all; sorted by ID.
+    pub fn evals(&self, ns: Option<&str>, prefix: &str) -> Vec<Arc<Evaluation>> {
+        let mut all = by_prefix(self.root.evals(), prefix);
+        all.retain(|e| in_namespace(ns, &e.namespace));
+        all
+    }
+
+    /// A job's evaluations, sorted by ID.
+    pub fn evals_by_job(&self, ns: &str, job_id: &str) -> Vec<Arc<Evaluation>> {
+        self.root.evals_by_job(ns, job_id)
+    }
+
+    // ----- allocations -----
+
+    pub fn alloc(&self, id: &str) -> Option<Arc<Allocation>> {
+        self.root.allocs().get(id).cloned()
+    }
+
+    /// Allocations whose ID starts with `prefix`, in one namespace or all; sorted by ID.
+    pub fn allocs(&self, ns: Option<&str>, prefix: &str) -> Vec<Arc<Allocation>> {
+        let mut all = by_prefix(self.root.allocs(), prefix);
+        all.retain(|a| in_namespace(ns, &a.namespace));
+        all
+    }
+
+    /// Every allocation with this job ID, whichever incarnation of the job made it; sorted by ID.
+    pub fn allocs_by_job(&self, ns: &str, job_id: &str) -> Vec<Arc<Allocation>> {
+        self.root.allocs_by_job(ns, job_id)
+    }
+
+    pub fn allocs_by_node(&self, node_id: &str) -> Vec<Arc<Allocation>> {
+        self.root.allocs_by_node(node_id)
+    }
+
+    pub fn allocs_by_eval(&self, eval_id: &str) -> Vec<Arc<Allocation>> {
+        self.root.allocs_by_eval(eval_id)
+    }
+
+    pub fn allocs_by_deployment(&self, deployment_id: &str) -> Vec<Arc<Allocation>> {
+        self.root.allocs_by_deployment(deployment_id)
+    }
+
+    // ----- nodes -----
+
+    pub fn node(&self, id: &str) -> Option<Arc<Node>> {
+        self.root.nodes().get(id).cloned()
+    }
+
+    pub fn nodes(&self, prefix: &str) -> Vec<Arc<Node>> {
+        by_prefix(self.root.nodes(), prefix)
+    }
+
+    // ----- deployments -----
+
+    pub fn deployment(&self, id: &str) -> Option<Arc<Deployment>> {
+        self.root.deployments().get(id).cloned()
+    }
+
+    pub fn deployments(&self, ns: Option<&str>, prefix: &str) -> Vec<Arc<Deployment>> {
+        let mut all = by_prefix(self.root.deployments(), prefix);
+        all.retain(|d| in_namespace(ns, &d.namespace));
+        all
+    }
+
+    pub fn deployments_by_job(&self, ns: &str, job_id: &str) -> Vec<Arc<Deployment>> {
+        self.root.deployments_by_job(ns, job_id)
+    }
+
+    /// The job's deployment with the highest create index (Nomad's `LatestDeploymentByJobID`).
+    pub fn latest_deployment_by_job(&self, ns: &str, job_id: &str) -> Option<Arc<Deployment>> {
+        self.deployments_by_job(ns, job_id)
+            .into_iter()
+            .max_by_key(|d| d.create_index)
+    }
+
+    // ----- CSI -----
+
+    pub fn csi_volume(&self, ns: &str, id: &str) -> Option<Arc<CSIVolume>> {
+        self.root
+            .csi_volumes()
+            .get(&(ns.to_owned(), id.to_owned()))
+            .cloned()
+    }
+
+    pub fn csi_volumes(&self, ns: Option<&str>, prefix: &str) -> Vec<Arc<CSIVolume>> {
+        by_ns_prefix(self.root.csi_volumes(), ns, prefix)
+    }
+
+    pub fn csi_plugin(&self, id: &str) -> Option<Arc<CSIPlugin>> {
+        self.root.csi_plugins().get(id).cloned()
+    }
+
+    pub fn csi_plugins(&self, prefix: &str) -> Vec<Arc<CSIPlugin>> {
+        by_prefix(self.root.csi_plugins(), prefix)
+    }
+}
+
+impl std::fmt::Debug for StateSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("StateSnapshot");
+        d.field("index", &self.index());
+        for t in Table::ALL {
+            d.field(&format!("{t:?}"), &self.table_index(t));
+        }
+        d.finish()
+    }
+}

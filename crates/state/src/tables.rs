@@ -1,0 +1,424 @@
+//! The root of the store: every table as a persistent map, the secondary indexes, and the Raft index
+//! of each table's last change.
+//!
+//! Invariant: a secondary index holds exactly the IDs of the objects whose key it indexes. The maps
+//! are private to this module and the only writers are the `put_*`/`delete_*` methods below, each of
+//! which updates the table and its indexes together. Empty keys (an allocation with no deployment)
+//! are not indexed, and an index entry whose set becomes empty is removed, so two roots holding the
+//! same objects have identical indexes.
+
+use crate::command::Table;
+use imbl::{OrdMap, OrdSet};
+use model::alloc::Allocation;
+use model::csi::{CSIPlugin, CSIVolume};
+use model::deployment::Deployment;
+use model::eval::Evaluation;
+use model::node::Node;
+use model::summary::JobSummary;
+use model::Job;
+use std::sync::Arc;
+
+/// `(namespace, id)`.
+pub(crate) type NsKey = (String, String);
+/// `(namespace, job id, version)`.
+pub(crate) type VersionKey = (String, String, u64);
+type IdSet = OrdSet<String>;
+
+/// The namespace a job is stored under: its own, or `default` when it has none.
+pub(crate) fn job_namespace(job: &Job) -> &str {
+    job.namespace
+        .as_deref()
+        .unwrap_or(model::job::DEFAULT_NAMESPACE)
+}
+
+pub(crate) fn ns_key(ns: &str, id: &str) -> NsKey {
+    (ns.to_owned(), id.to_owned())
+}
+
+/// One version of the whole state. Cloning is O(1): the maps share structure.
+#[derive(Clone, Default)]
+pub(crate) struct Root {
+    /// The highest Raft index applied.
+    index: u64,
+    /// How many restores produced this root; `wait_for` returns when it changes.
+    restores: u64,
+    table_indexes: [u64; Table::COUNT],
+    jobs: OrdMap<NsKey, Arc<Job>>,
+    job_versions: OrdMap<VersionKey, Arc<Job>>,
+    job_summaries: OrdMap<NsKey, Arc<JobSummary>>,
+    evals: OrdMap<String, Arc<Evaluation>>,
+    evals_by_job: OrdMap<NsKey, IdSet>,
+    allocs: OrdMap<String, Arc<Allocation>>,
+    allocs_by_job: OrdMap<NsKey, IdSet>,
+    allocs_by_node: OrdMap<String, IdSet>,
+    allocs_by_eval: OrdMap<String, IdSet>,
+    allocs_by_deployment: OrdMap<String, IdSet>,
+    nodes: OrdMap<String, Arc<Node>>,
+    deployments: OrdMap<String, Arc<Deployment>>,
+    deployments_by_job: OrdMap<NsKey, IdSet>,
+    csi_volumes: OrdMap<NsKey, Arc<CSIVolume>>,
+    csi_plugins: OrdMap<String, Arc<CSIPlugin>>,
+}
+
+fn index_add<K: Ord + Clone>(index: &mut OrdMap<K, IdSet>, key: K, id: &str) {
+    index.entry(key).or_default().insert(id.to_owned());
+}
+
+fn index_remove<K: Ord + Clone>(index: &mut OrdMap<K, IdSet>, key: &K, id: &str) {
+    if let Some(set) = index.get_mut(key) {
+        set.remove(id);
+        if set.is_empty() {
+            index.remove(key);
+        }
+    }
+}
+
+/// Adds (or removes) `id` under `key` unless the key is empty: an empty node, evaluation or
+/// deployment ID means "none" and is not indexed.
+fn index_add_nonempty(index: &mut OrdMap<String, IdSet>, key: &str, id: &str) {
+    if !key.is_empty() {
+        index_add(index, key.to_owned(), id);
+    }
+}
+
+fn index_remove_nonempty(index: &mut OrdMap<String, IdSet>, key: &str, id: &str) {
+    if !key.is_empty() {
+        index_remove(index, &key.to_owned(), id);
+    }
+}
+
+/// The objects an index lists under `key`, in ID order.
+fn resolve<K: Ord + Clone, T>(
+    index: &OrdMap<K, IdSet>,
+    key: &K,
+    table: &OrdMap<String, Arc<T>>,
+) -> Vec<Arc<T>> {
+    let Some(ids) = index.get(key) else {
+        return Vec::new();
+    };
+    ids.iter()
+        .map(|id| {
+            let found = table.get(id);
+            debug_assert!(found.is_some(), "index names {id}, which its table lacks");
+            found
+        })
+        .filter_map(|o| o.cloned())
+        .collect()
+}
+
+impl Root {
+    // ----- indexes of the root -----
+
+    pub(crate) fn index(&self) -> u64 {
+        self.index
+    }
+
+    pub(crate) fn set_index(&mut self, index: u64) {
+        self.index = index;
+    }
+
+    pub(crate) fn restores(&self) -> u64 {
+        self.restores
+    }
+
+    pub(crate) fn set_restores(&mut self, restores: u64) {
+        self.restores = restores;
+    }
+
+    pub(crate) fn table_index(&self, table: Table) -> u64 {
+        self.table_indexes[table.slot()]
+    }
+
+    /// Records that `table` changed at `index`.
+    pub(crate) fn touch(&mut self, table: Table, index: u64) {
+        self.table_indexes[table.slot()] = index;
+    }
+
+    // ----- read access to the tables -----
+
+    pub(crate) fn jobs(&self) -> &OrdMap<NsKey, Arc<Job>> {
+        &self.jobs
+    }
+
+    pub(crate) fn job_versions(&self) -> &OrdMap<VersionKey, Arc<Job>> {
+        &self.job_versions
+    }
+
+    pub(crate) fn job_summaries(&self) -> &OrdMap<NsKey, Arc<JobSummary>> {
+        &self.job_summaries
+    }
+
+    pub(crate) fn evals(&self) -> &OrdMap<String, Arc<Evaluation>> {
+        &self.evals
+    }
+
+    pub(crate) fn allocs(&self) -> &OrdMap<String, Arc<Allocation>> {
+        &self.allocs
+    }
+
+    pub(crate) fn nodes(&self) -> &OrdMap<String, Arc<Node>> {
+        &self.nodes
+    }
+
+    pub(crate) fn deployments(&self) -> &OrdMap<String, Arc<Deployment>> {
+        &self.deployments
+    }
+
+    pub(crate) fn csi_volumes(&self) -> &OrdMap<NsKey, Arc<CSIVolume>> {
+        &self.csi_volumes
+    }
+
+    pub(crate) fn csi_plugins(&self) -> &OrdMap<String, Arc<CSIPlugin>> {
+        &self.csi_plugins
+    }
+
+    // ----- lookups -----
+
+    pub(crate) fn job(&self, ns: &str, id: &str) -> Option<&Arc<Job>> {
+        self.jobs.get(&ns_key(ns, id))
+    }
+
+    pub(crate) fn job_summary(&self, ns: &str, id: &str) -> Option<&Arc<JobSummary>> {
+        self.job_summaries.get(&ns_key(ns, id))
+    }
+
+    /// Every tracked version of a job, newest first.
+    pub(crate) fn versions_of(&self, ns: &str, id: &str) -> Vec<Arc<Job>> {
+        let from = (ns.to_owned(), id.to_owned(), 0);
+        let to = (ns.to_owned(), id.to_owned(), u64::MAX);
+        let mut out: Vec<Arc<Job>> = self
+            .job_versions
+            .range(from..=to)
+            .map(|(_, j)| j.clone())
+            .collect();
+        out.reverse();
+        out
+    }
+
+    pub(crate) fn job_version(&self, ns: &str, id: &str, version: u64) -> Option<&Arc<Job>> {
+        self.job_versions
+            .get(&(ns.to_owned(), id.to_owned(), version))
+    }
+
+    pub(crate) fn evals_by_job(&self, ns: &str, job_id: &str) -> Vec<Arc<Evaluation>> {
+        resolve(&self.evals_by_job, &ns_key(ns, job_id), &self.evals)
+    }
+
+    pub(crate) fn allocs_by_job(&self, ns: &str, job_id: &str) -> Vec<Arc<Allocation>> {
+        resolve(&self.allocs_by_job, &ns_key(ns, job_id), &self.allocs)
+    }
+
+    pub(crate) fn allocs_by_node(&self, node_id: &str) -> Vec<Arc<Allocation>> {
+        resolve(&self.allocs_by_node, &node_id.to_owned(), &self.allocs)
+    }
+
+    pub(crate) fn allocs_by_eval(&self, eval_id: &str) -> Vec<Arc<Allocation>> {
+        resolve(&self.allocs_by_eval, &eval_id.to_owned(), &self.allocs)
+    }
+
+    pub(crate) fn allocs_by_deployment(&self, deployment_id: &str) -> Vec<Arc<Allocation>> {
+        resolve(
+            &self.allocs_by_deployment,
+            &deployment_id.to_owned(),
+            &self.allocs,
+        )
+    }
+
+    pub(crate) fn deployments_by_job(&self, ns: &str, job_id: &str) -> Vec<Arc<Deployment>> {
+        resolve(
+            &self.deployments_by_job,
+            &ns_key(ns, job_id),
+            &self.deployments,
+        )
+    }
+
+    // ----- writers: each keeps its table's secondary indexes in step -----
+
+    pub(crate) fn put_job(&mut self, job: Arc<Job>) {
+        let key = ns_key(job_namespace(&job), &job.id);
+        self.jobs.insert(key, job);
+    }
+
+    pub(crate) fn delete_job(&mut self, ns: &str, id: &str) -> Option<Arc<Job>> {
+        self.jobs.remove(&ns_key(ns, id))
+    }
+
+    pub(crate) fn put_job_version(&mut self, job: Arc<Job>) {
+        let key = (
+            job_namespace(&job).to_owned(),
+            job.id.clone(),
+            job.version.unwrap_or(0),
+        );
+        self.job_versions.insert(key, job);
+    }
+
+    pub(crate) fn delete_job_version(&mut self, ns: &str, id: &str, version: u64) {
+        self.job_versions
+            .remove(&(ns.to_owned(), id.to_owned(), version));
+    }
+
+    pub(crate) fn put_job_summary(&mut self, summary: Arc<JobSummary>) {
+        let key = ns_key(&summary.namespace, &summary.job_id);
+        self.job_summaries.insert(key, summary);
+    }
+
+    pub(crate) fn delete_job_summary(&mut self, ns: &str, id: &str) {
+        self.job_summaries.remove(&ns_key(ns, id));
+    }
+
+    pub(crate) fn put_eval(&mut self, eval: Arc<Evaluation>) {
+        if let Some(old) = self.evals.get(&eval.id).cloned() {
+            index_remove(
+                &mut self.evals_by_job,
+                &ns_key(&old.namespace, &old.job_id),
+                &old.id,
+            );
+        }
+        index_add(
+            &mut self.evals_by_job,
+            ns_key(&eval.namespace, &eval.job_id),
+            &eval.id,
+        );
+        self.evals.insert(eval.id.clone(), eval);
+    }
+
+    pub(crate) fn delete_eval(&mut self, id: &str) -> Option<Arc<Evaluation>> {
+        let old = self.evals.remove(id)?;
+        index_remove(
+            &mut self.evals_by_job,
+            &ns_key(&old.namespace, &old.job_id),
+            &old.id,
+        );
+        Some(old)
+    }
+
+    pub(crate) fn put_alloc(&mut self, alloc: Arc<Allocation>) {
+        if let Some(old) = self.allocs.get(&alloc.id).cloned() {
+            self.unindex_alloc(&old);
+        }
+        let id = alloc.id.as_str();
+        index_add(
+            &mut self.allocs_by_job,
+            ns_key(&alloc.namespace, &alloc.job_id),
+            id,
+        );
+        index_add_nonempty(&mut self.allocs_by_node, &alloc.node_id, id);
+        index_add_nonempty(&mut self.allocs_by_eval, &alloc.eval_id, id);
+        index_add_nonempty(&mut self.allocs_by_deployment, &alloc.deployment_id, id);
+        self.allocs.insert(alloc.id.clone(), alloc);
+    }
+
+    pub(crate) fn delete_alloc(&mut self, id: &str) -> Option<Arc<Allocation>> {
+        let old = self.allocs.remove(id)?;
+        self.unindex_alloc(&old);
+        Some(old)
+    }
+
+    fn unindex_alloc(&mut self, old: &Allocation) {
+        let id = old.id.as_str();
+        index_remove(
+            &mut self.allocs_by_job,
+            &ns_key(&old.namespace, &old.job_id),
+            id,
+        );
+        index_remove_nonempty(&mut self.allocs_by_node, &old.node_id, id);
+        index_remove_nonempty(&mut self.allocs_by_eval, &old.eval_id, id);
+        index_remove_nonempty(&mut self.allocs_by_deployment, &old.deployment_id, id);
+    }
+
+    pub(crate) fn put_node(&mut self, node: Arc<Node>) {
+        self.nodes.insert(node.id.clone(), node);
+    }
+
+    pub(crate) fn delete_node(&mut self, id: &str) -> Option<Arc<Node>> {
+        self.nodes.remove(id)
+    }
+
+    pub(crate) fn put_deployment(&mut self, deployment: Arc<Deployment>) {
+        if let Some(old) = self.deployments.get(&deployment.id).cloned() {
+            index_remove(
+                &mut self.deployments_by_job,
+                &ns_key(&old.namespace, &old.job_id),
+                &old.id,
+            );
+        }
+        index_add(
+            &mut self.deployments_by_job,
+            ns_key(&deployment.namespace, &deployment.job_id),
+            &deployment.id,
+        );
+        self.deployments.insert(deployment.id.clone(), deployment);
+    }
+
+    pub(crate) fn put_csi_volume(&mut self, volume: Arc<CSIVolume>) {
+        let key = ns_key(&volume.namespace, &volume.id);
+        self.csi_volumes.insert(key, volume);
+    }
+
+    pub(crate) fn put_csi_plugin(&mut self, plugin: Arc<CSIPlugin>) {
+        self.csi_plugins.insert(plugin.id.clone(), plugin);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alloc(id: &str, node: &str, eval: &str, deployment: &str) -> Arc<Allocation> {
+        Arc::new(Allocation {
+            id: id.into(),
+            namespace: "default".into(),
+            job_id: "web".into(),
+            node_id: node.into(),
+            eval_id: eval.into(),
+            deployment_id: deployment.into(),
+            ..Allocation::default()
+        })
+    }
+
+    fn ids(allocs: Vec<Arc<Allocation>>) -> Vec<String> {
+        allocs.iter().map(|a| a.id.clone()).collect()
+    }
+
+    #[test]
+    fn moving_an_alloc_updates_every_index_and_drops_empty_entries() {
+        let mut root = Root::default();
+        root.put_alloc(alloc("a1", "n1", "e1", ""));
+        root.put_alloc(alloc("a2", "n1", "e1", "d1"));
+        root.put_alloc(alloc("a1", "n2", "e2", "d1"));
+        assert_eq!(ids(root.allocs_by_node("n1")), ["a2"]);
+        assert_eq!(ids(root.allocs_by_node("n2")), ["a1"]);
+        assert_eq!(ids(root.allocs_by_eval("e1")), ["a2"]);
+        assert_eq!(ids(root.allocs_by_deployment("d1")), ["a1", "a2"]);
+        assert_eq!(ids(root.allocs_by_job("default", "web")), ["a1", "a2"]);
+        root.delete_alloc("a2");
+        assert!(root.allocs_by_node("n1").is_empty());
+        assert!(
+            !root.allocs_by_node.contains_key("n1"),
+            "an emptied entry is removed"
+        );
+        assert!(
+            !root.allocs_by_deployment.contains_key(""),
+            "empty keys are not indexed"
+        );
+    }
+
+    #[test]
+    fn versions_come_newest_first_and_stay_within_their_job() {
+        let mut root = Root::default();
+        for (id, v) in [("a", 0), ("a", 1), ("a", 2), ("ab", 0), ("b", 7)] {
+            root.put_job_version(Arc::new(Job {
+                id: id.into(),
+                version: Some(v),
+                ..Job::default()
+            }));
+        }
+        let got: Vec<u64> = root
+            .versions_of("default", "a")
+            .iter()
+            .map(|j| j.version.unwrap())
+            .collect();
+        assert_eq!(got, [2, 1, 0]);
+        assert!(root.versions_of("other", "a").is_empty());
+    }
+}

@@ -1,0 +1,247 @@
+//! Snapshot save and restore, and the Raft log's encoding of commands.
+
+mod common;
+
+use common::*;
+use proptest::prelude::*;
+use state::{Command, StateError, StateStore, Table, SNAPSHOT_FORMAT_VERSION};
+
+// ----- random command sequences -----
+
+fn pick(names: &'static [&'static str]) -> impl Strategy<Value = &'static str> {
+    proptest::sample::select(names)
+}
+
+const JOBS: &[&str] = &["web", "api", "batch"];
+const NODES: &[&str] = &["n1", "n2", "n3"];
+const EVALS: &[&str] = &["e1", "e2", "e3", "e4"];
+const ALLOCS: &[&str] = &["a1", "a2", "a3", "a4"];
+const EVAL_STATUSES: &[&str] = &["pending", "blocked", "complete", "failed"];
+const CLIENT_STATUSES: &[&str] = &["pending", "running", "complete", "failed", "lost"];
+
+fn command() -> impl Strategy<Value = Command> {
+    prop_oneof![
+        (pick(JOBS), 0..3u32, pick(EVALS), 0..2u8).prop_map(|(id, change, e, ty)| {
+            let mut j = changed(&job(id), change);
+            if ty == 1 {
+                j.job_type = Some("system".into());
+            }
+            Command::JobRegister {
+                job: j,
+                eval: Some(eval(e, id)),
+                submit_time: 1_700_000_000_000_000_000,
+            }
+        }),
+        (pick(JOBS), any::<bool>(), pick(EVALS)).prop_map(|(id, purge, e)| {
+            Command::JobDeregister {
+                namespace: "default".into(),
+                job_id: id.into(),
+                purge,
+                eval: Some(eval(e, id)),
+                submit_time: 0,
+            }
+        }),
+        (pick(EVALS), pick(JOBS), pick(EVAL_STATUSES), 0..3i64).prop_map(
+            |(id, j, status, queued)| {
+                let mut e = eval(id, j);
+                e.status = status.into();
+                e.queued_allocations = [("web".to_string(), queued)].into();
+                Command::EvalUpsert { evals: vec![e] }
+            }
+        ),
+        (
+            proptest::collection::vec(pick(EVALS), 0..2),
+            proptest::collection::vec(pick(ALLOCS), 0..2)
+        )
+            .prop_map(|(evals, allocs)| Command::EvalDelete {
+                eval_ids: evals.into_iter().map(String::from).collect(),
+                alloc_ids: allocs.into_iter().map(String::from).collect(),
+            }),
+        (
+            pick(ALLOCS),
+            pick(JOBS),
+            pick(NODES),
+            pick(EVALS),
+            pick(CLIENT_STATUSES),
+            any::<bool>()
+        )
+            .prop_map(|(id, j, n, e, status, in_deployment)| {
+                let mut job = job(j);
+                // The alloc's job carries a create index, as the scheduler's copy would.
+                job.create_index = Some(1);
+                let mut a = alloc(id, &job, n, e);
+                a.client_status = status.into();
+                if in_deployment {
+                    a.deployment_id = format!("d-{j}");
+                }
+                Command::AllocUpsert { allocs: vec![a] }
+            }),
+        (pick(NODES), any::<bool>()).prop_map(|(id, down)| {
+            let mut n = node(id);
+            if down {
+                n.status = "down".into();
+            }
+            Command::NodeRegister { node: n }
+        }),
+        (pick(NODES), 0..100i64).prop_map(|(id, at)| Command::NodeUpdateStatus {
+            node_id: id.into(),
+            status: "down".into(),
+            updated_at: 1_714_564_800 + at,
+        }),
+        pick(NODES).prop_map(|id| Command::NodeDeregister {
+            node_ids: vec![id.into()]
+        }),
+        (pick(JOBS), any::<bool>()).prop_map(|(j, ok)| {
+            let mut d = deployment(&format!("d-{j}"), &job(j));
+            if ok {
+                d.status = "successful".into();
+            }
+            Command::DeploymentUpsert { deployment: d }
+        }),
+    ]
+}
+
+fn saved(store: &StateStore) -> Vec<u8> {
+    let mut out = Vec::new();
+    store.save(&mut out).expect("save");
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Save → restore into a fresh store → save gives the same bytes, and the restored store answers
+    /// like the original.
+    #[test]
+    fn restore_gives_back_the_saved_state(cmds in proptest::collection::vec(command(), 0..40)) {
+        let store = StateStore::new();
+        for (i, cmd) in cmds.iter().enumerate() {
+            // Some commands fail (an unknown job); that is part of the sequence.
+            let _ = store.apply(i as u64 + 1, cmd);
+        }
+        let first = saved(&store);
+        let restored = StateStore::new();
+        restored.restore(&mut first.as_slice()).expect("restore");
+        let second = saved(&restored);
+        prop_assert_eq!(String::from_utf8_lossy(&second), String::from_utf8_lossy(&first));
+        let (a, b) = (store.snapshot(), restored.snapshot());
+        prop_assert_eq!(a.index(), b.index());
+        prop_assert_eq!(restored.latest_index(), cmds.len() as u64);
+        for t in Table::ALL {
+            prop_assert_eq!(a.table_index(t), b.table_index(t));
+        }
+        for id in ALLOCS.iter().chain(EVALS).chain(NODES) {
+            prop_assert_eq!(a.allocs_by_node(id), b.allocs_by_node(id));
+            prop_assert_eq!(a.allocs_by_eval(id), b.allocs_by_eval(id));
+        }
+        for j in JOBS {
+            prop_assert_eq!(a.evals_by_job("default", j), b.evals_by_job("default", j));
+            prop_assert_eq!(a.allocs_by_job("default", j), b.allocs_by_job("default", j));
+            prop_assert_eq!(a.job_versions("default", j), b.job_versions("default", j));
+            let d = format!("d-{j}");
+            prop_assert_eq!(a.allocs_by_deployment(&d), b.allocs_by_deployment(&d));
+            prop_assert_eq!(a.deployments_by_job("default", j), b.deployments_by_job("default", j));
+        }
+    }
+
+    /// Commands are the Raft log: each decodes from its JSON to itself, and applying the decoded log
+    /// gives the same state (determinism).
+    #[test]
+    fn the_log_replays_to_the_same_state(cmds in proptest::collection::vec(command(), 0..25)) {
+        let (original, replayed) = (StateStore::new(), StateStore::new());
+        for (i, cmd) in cmds.iter().enumerate() {
+            let text = serde_json::to_string(cmd).expect("encode");
+            let decoded: Command = serde_json::from_str(&text).expect("decode");
+            prop_assert_eq!(&decoded, cmd);
+            let index = i as u64 + 1;
+            let (a, b) = (original.apply(index, cmd), replayed.apply(index, &decoded));
+            prop_assert_eq!(a.ok(), b.ok());
+        }
+        prop_assert_eq!(saved(&original), saved(&replayed));
+    }
+}
+
+#[test]
+fn a_saved_snapshot_starts_with_its_format_and_ends_with_a_count() {
+    let mut fsm = Fsm::default();
+    fsm.register(&job("web"), "e1");
+    let text = String::from_utf8(fsm.save()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with(&format!(
+            "{{\"Format\":{SNAPSHOT_FORMAT_VERSION},\"Index\":1,"
+        )),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[1].starts_with("{\"Job\":{"), "{}", lines[1]);
+    assert_eq!(*lines.last().unwrap(), "{\"End\":{\"Objects\":4}}");
+}
+
+fn restore_error(bytes: &[u8]) -> String {
+    let store = StateStore::new();
+    store
+        .apply(1, &Command::NodeRegister { node: node("keep") })
+        .unwrap();
+    let err = store.restore(&mut &bytes[..]).unwrap_err();
+    assert!(matches!(err, StateError::Corrupt(_)), "{err:?}");
+    assert!(
+        store.snapshot().node("keep").is_some(),
+        "a failed restore changes nothing"
+    );
+    assert_eq!(store.latest_index(), 1);
+    err.to_string()
+}
+
+#[test]
+fn garbage_is_refused_with_a_clear_error() {
+    let msg = restore_error(b"\x89PNG\r\n\x1a\n");
+    assert!(msg.contains("not a Caravan state snapshot"), "{msg}");
+    let msg = restore_error(b"");
+    assert!(msg.contains("empty"), "{msg}");
+    let msg = restore_error(b"{\"Hello\":1}\n");
+    assert!(msg.contains("no \"Format\" field"), "{msg}");
+}
+
+#[test]
+fn an_unknown_format_version_is_refused_by_number() {
+    let msg = restore_error(
+        b"{\"Format\":2,\"Index\":1,\"TableIndexes\":{}}\n{\"End\":{\"Objects\":0}}\n",
+    );
+    assert!(msg.contains("format 2 is not supported"), "{msg}");
+    assert!(
+        msg.contains(&format!("reads format {SNAPSHOT_FORMAT_VERSION}")),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_truncated_or_damaged_snapshot_is_refused() {
+    let mut fsm = Fsm::default();
+    fsm.register(&job("web"), "e1");
+    fsm.apply(Command::NodeRegister { node: node("n1") });
+    let good = fsm.save();
+    let text = String::from_utf8(good.clone()).unwrap();
+    let without_end = text
+        .lines()
+        .take(text.lines().count() - 1)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let msg = restore_error(without_end.as_bytes());
+    assert!(msg.contains("without its end record"), "{msg}");
+    let dropped_line: String = text
+        .lines()
+        .enumerate()
+        .filter(|(i, _)| *i != 2)
+        .map(|(_, l)| format!("{l}\n"))
+        .collect();
+    let msg = restore_error(dropped_line.as_bytes());
+    assert!(msg.contains("end record counts"), "{msg}");
+    let damaged = text.replacen("{\"Node\":{", "{\"Node\":[", 1);
+    let msg = restore_error(damaged.as_bytes());
+    assert!(msg.contains("line "), "{msg}");
+    let mut trailing = good.clone();
+    trailing.extend_from_slice(b"{\"Job\":{}}\n");
+    let msg = restore_error(&trailing);
+    assert!(msg.contains("after the end record"), "{msg}");
+}

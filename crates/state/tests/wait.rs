@@ -1,0 +1,123 @@
+//! Blocking-query waits. Time is paused: a deadline passes only when every task is idle, so these
+//! tests never sleep and never race the clock.
+
+mod common;
+
+use common::*;
+use state::{Command, StateStore, Table};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Lets spawned tasks run up to their next wait.
+async fn settle() {
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+}
+
+fn node_cmd(id: &str) -> Command {
+    Command::NodeRegister { node: node(id) }
+}
+
+fn job_cmd(id: &str) -> Command {
+    Command::JobRegister {
+        job: job(id),
+        eval: None,
+        submit_time: 0,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_to_a_watched_table_wakes_the_waiter_at_once() {
+    let store = StateStore::new();
+    store.apply(1, &job_cmd("web")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let waiter = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .wait_for(&[Table::Jobs, Table::Evals], 1, deadline)
+                .await
+        })
+    };
+    settle().await;
+    assert!(!waiter.is_finished(), "nothing changed after index 1 yet");
+    store.apply(2, &job_cmd("api")).unwrap();
+    let snap = waiter.await.unwrap();
+    assert_eq!(snap.table_index(Table::Jobs), 2);
+    assert!(snap.job("default", "api").is_some());
+    assert!(Instant::now() < deadline, "returned before the deadline");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_to_another_table_does_not_end_the_wait() {
+    let store = StateStore::new();
+    store.apply(1, &job_cmd("web")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let waiter = {
+        let store = store.clone();
+        tokio::spawn(async move { store.wait_for(&[Table::Jobs], 1, deadline).await })
+    };
+    settle().await;
+    store.apply(2, &node_cmd("n1")).unwrap();
+    settle().await;
+    assert!(!waiter.is_finished(), "a node change is not a job change");
+    let snap = waiter.await.unwrap();
+    assert!(Instant::now() >= deadline, "it waited out the deadline");
+    assert_eq!(snap.table_index(Table::Jobs), 1);
+    assert_eq!(
+        snap.index(),
+        2,
+        "the snapshot returned at the deadline is current"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unmoved_table_times_out_at_the_deadline() {
+    let store = StateStore::new();
+    store.apply(7, &node_cmd("n1")).unwrap();
+    let start = Instant::now();
+    let snap = store
+        .wait_for(&[Table::Nodes], 7, start + Duration::from_millis(50))
+        .await;
+    assert_eq!(Instant::now() - start, Duration::from_millis(50));
+    assert_eq!(snap.table_index(Table::Nodes), 7);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_wait_when_already_past_the_index_or_for_index_0() {
+    let store = StateStore::new();
+    store.apply(3, &node_cmd("n1")).unwrap();
+    let start = Instant::now();
+    let far = start + Duration::from_secs(3600);
+    assert_eq!(store.wait_for(&[Table::Nodes], 2, far).await.index(), 3);
+    assert_eq!(store.wait_for(&[Table::Allocs], 0, far).await.index(), 3);
+    assert_eq!(
+        store.wait_for(&[], 2, far).await.index(),
+        3,
+        "no tables: the whole store"
+    );
+    assert_eq!(Instant::now(), start);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restore_wakes_every_waiter() {
+    let source = StateStore::new();
+    source.apply(1, &node_cmd("n1")).unwrap();
+    let mut saved = Vec::new();
+    source.save(&mut saved).unwrap();
+
+    let store = StateStore::new();
+    store.apply(10, &node_cmd("n2")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let waiter = {
+        let store = store.clone();
+        tokio::spawn(async move { store.wait_for(&[Table::Nodes], 10, deadline).await })
+    };
+    settle().await;
+    store.restore(&mut saved.as_slice()).unwrap();
+    let snap = waiter.await.unwrap();
+    assert!(Instant::now() < deadline);
+    assert_eq!(snap.index(), 1, "the waiter sees the restored state");
+    assert!(snap.node("n1").is_some() && snap.node("n2").is_none());
+}
