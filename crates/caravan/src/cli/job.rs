@@ -142,6 +142,7 @@ fn load(args: &FileArgs) -> Result<Loaded> {
         var_files: args.var_files.clone(),
         env: std::env::vars().collect(),
         allow_fs: true,
+        ..ParseOptions::default()
     };
     let stdin = args.file.as_os_str() == "-";
     if args.json {
