@@ -171,20 +171,35 @@ fn json_jobs_validate_too() {
 }
 
 #[test]
-fn run_without_output_says_it_is_not_supported_yet() {
+fn run_without_an_agent_names_the_address_and_how_to_start_one() {
     let dir = temp_dir("run");
     caravan()
         .current_dir(&dir)
         .args(["job", "init", "-short"])
         .assert()
         .success();
+    // A port nothing listens on: bind, read it, let it go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let address = format!("http://127.0.0.1:{port}");
     let out = caravan()
         .current_dir(&dir)
+        .env("NOMAD_ADDR", &address)
         .args(["job", "run", "example.nomad.hcl"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr_of(&out).contains("not supported yet"));
+    let err = stderr_of(&out);
+    assert!(
+        err.starts_with(&format!(
+            "Error submitting job: cannot connect to {address}"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("caravan agent -dev"), "{err}");
 }
 
 #[test]

@@ -1,8 +1,17 @@
 //! Command definitions. Flags follow Nomad's spelling with a single dash (`-var-file`, `-output`);
-//! the double-dash forms work too.
+//! the double-dash forms work too. Commands that talk to an agent take `-address`, `-token`,
+//! `-region` and `-namespace` (falling back to `NOMAD_ADDR`, `NOMAD_TOKEN`, `NOMAD_REGION`,
+//! `NOMAD_NAMESPACE`) and exit as Nomad's do: 0 success, 1 error, 2 placement failures.
 
 mod agent;
+mod connect;
+mod diff;
+mod eval;
 mod job;
+mod job_status;
+mod monitor;
+mod output;
+mod server;
 
 use clap::{Parser, Subcommand};
 use std::ffi::OsString;
@@ -22,9 +31,17 @@ struct Cli {
 enum Command {
     /// Run a Caravan agent (server, client, or both with -dev)
     Agent(agent::AgentArgs),
-    /// Work with jobs: init, validate, run
+    /// Work with jobs: init, validate, run, status, inspect, history, stop
     #[command(subcommand)]
     Job(job::JobCommand),
+    /// Work with evaluations: status
+    #[command(subcommand)]
+    Eval(eval::EvalCommand),
+    /// Work with servers: members
+    #[command(subcommand)]
+    Server(server::ServerCommand),
+    /// List jobs, or show one job's status (like `job status`)
+    Status(job_status::StatusArgs),
     /// Print the version
     Version,
 }
@@ -41,6 +58,9 @@ pub fn run(args: Vec<OsString>) -> i32 {
     let result = match cli.command {
         Command::Agent(args) => agent::run(args),
         Command::Job(cmd) => job::run(cmd),
+        Command::Eval(cmd) => Ok(eval::run(cmd)),
+        Command::Server(cmd) => Ok(server::run(cmd)),
+        Command::Status(args) => Ok(job_status::status(args)),
         Command::Version => {
             println!("Caravan v{}", env!("CARGO_PKG_VERSION"));
             Ok(0)

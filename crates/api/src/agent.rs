@@ -1,0 +1,52 @@
+//! `/v1/agent/*`, `/v1/status/*` and `/v1/regions`: about the agent and the cluster's servers. These
+//! endpoints send no index.
+
+use crate::client::{Client, QueryOptions};
+use crate::error::Result;
+use crate::types::{AgentHealthResponse, ServerMembers};
+
+impl Client {
+    /// `GET /v1/agent/self`: `{"config", "member", "stats"}`, as raw JSON (its shape is the agent's).
+    pub async fn agent_self(&self) -> Result<serde_json::Value> {
+        let (v, _) = self
+            .query(&["v1", "agent", "self"], &[], &QueryOptions::default())
+            .await?;
+        Ok(v)
+    }
+
+    /// `GET /v1/agent/members`: the servers this agent knows.
+    pub async fn agent_members(&self) -> Result<ServerMembers> {
+        let (v, _) = self
+            .query(&["v1", "agent", "members"], &[], &QueryOptions::default())
+            .await?;
+        Ok(v)
+    }
+
+    /// `GET /v1/agent/health`. An unhealthy agent answers 500 with this body; that is an error here.
+    pub async fn agent_health(&self) -> Result<AgentHealthResponse> {
+        let (v, _) = self
+            .query(&["v1", "agent", "health"], &[], &QueryOptions::default())
+            .await?;
+        Ok(v)
+    }
+
+    /// `GET /v1/status/leader`: the leader's RPC address (`ip:port`) in `q.region`, or "" if none.
+    pub async fn leader(&self, q: &QueryOptions) -> Result<String> {
+        let (v, _): (Option<String>, _) = self.query(&["v1", "status", "leader"], &[], q).await?;
+        Ok(v.unwrap_or_default())
+    }
+
+    /// `GET /v1/status/peers`: the RPC addresses of the Raft peers in `q.region`.
+    pub async fn peers(&self, q: &QueryOptions) -> Result<Vec<String>> {
+        let (v, _) = self.query(&["v1", "status", "peers"], &[], q).await?;
+        Ok(v)
+    }
+
+    /// `GET /v1/regions`: every region the cluster knows.
+    pub async fn regions(&self) -> Result<Vec<String>> {
+        let (v, _) = self
+            .query(&["v1", "regions"], &[], &QueryOptions::default())
+            .await?;
+        Ok(v)
+    }
+}

@@ -1,0 +1,342 @@
+//! Request and response shapes of the HTTP API that are not cluster objects, so not in `model`: the
+//! bodies of writes, their answers, list stubs, agent answers and job diffs. Keys are Nomad's; every
+//! type decodes with Go's case-insensitive key matching (through `model::json`).
+
+use model::{Job, JobSummary};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The body of `POST /v1/jobs`.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobRegisterRequest<'a> {
+    #[serde(rename = "Job")]
+    pub job: &'a Job,
+    #[serde(rename = "Submission", skip_serializing_if = "Option::is_none")]
+    pub submission: Option<&'a JobSubmission>,
+    #[serde(rename = "EnforceIndex")]
+    pub enforce_index: bool,
+    #[serde(rename = "JobModifyIndex")]
+    pub job_modify_index: u64,
+    #[serde(rename = "PolicyOverride")]
+    pub policy_override: bool,
+    #[serde(rename = "PreserveCounts")]
+    pub preserve_counts: bool,
+}
+
+/// The job file a job was registered from, kept by the server beside the version it made.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobSubmission {
+    #[serde(rename = "Source")]
+    pub source: String,
+    /// `hcl2` or `json`.
+    #[serde(rename = "Format")]
+    pub format: String,
+    /// `-var` flags, name → value.
+    #[serde(rename = "VariableFlags")]
+    pub variable_flags: BTreeMap<String, String>,
+    /// The contents of the `-var-file` files.
+    #[serde(rename = "Variables")]
+    pub variables: String,
+}
+
+/// How to register a job.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegisterOptions {
+    /// Register only if the job's current `JobModifyIndex` equals `job_modify_index` (0: the job
+    /// must not exist yet). `job run -check-index`.
+    pub enforce_index: bool,
+    pub job_modify_index: u64,
+    /// Keep the running counts of existing task groups.
+    pub preserve_counts: bool,
+    pub policy_override: bool,
+    pub submission: Option<JobSubmission>,
+}
+
+/// The answer to a register (and to `POST /v1/job/:id/evaluate`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RegisterResponse {
+    /// Empty for periodic and parameterized jobs, which get no evaluation.
+    #[serde(rename = "EvalID")]
+    pub eval_id: String,
+    #[serde(rename = "EvalCreateIndex")]
+    pub eval_create_index: u64,
+    #[serde(rename = "JobModifyIndex")]
+    pub job_modify_index: u64,
+    #[serde(rename = "Warnings")]
+    pub warnings: String,
+    #[serde(rename = "Index")]
+    pub index: u64,
+}
+
+/// The answer to `DELETE /v1/job/:id`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobDeregisterResponse {
+    #[serde(rename = "EvalID")]
+    pub eval_id: String,
+    #[serde(rename = "EvalCreateIndex")]
+    pub eval_create_index: u64,
+    #[serde(rename = "JobModifyIndex")]
+    pub job_modify_index: u64,
+    #[serde(rename = "VolumeEvalID")]
+    pub volume_eval_id: String,
+    #[serde(rename = "VolumeEvalIndex")]
+    pub volume_eval_index: u64,
+    #[serde(rename = "Index")]
+    pub index: u64,
+}
+
+/// The answer to `GET /v1/job/:id/versions`: newest first.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobVersionsResponse {
+    #[serde(rename = "Versions")]
+    pub versions: Vec<Job>,
+    /// With `?diffs=true`: `Diffs[i]` is the change from `Versions[i+1]` to `Versions[i]`.
+    #[serde(rename = "Diffs")]
+    pub diffs: Vec<JobDiff>,
+    #[serde(rename = "Index")]
+    pub index: u64,
+}
+
+/// The body of `POST /v1/validate/job`.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobValidateRequest<'a> {
+    #[serde(rename = "Job")]
+    pub job: &'a Job,
+}
+
+/// The answer to `POST /v1/validate/job`. A job that fails validation is still a 200: the problems
+/// are in `ValidationErrors` and `Error`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobValidateResponse {
+    #[serde(rename = "DriverConfigValidated")]
+    pub driver_config_validated: bool,
+    #[serde(rename = "ValidationErrors")]
+    pub validation_errors: Vec<String>,
+    /// All the validation errors in one text.
+    #[serde(rename = "Error")]
+    pub error: String,
+    #[serde(rename = "Warnings")]
+    pub warnings: String,
+}
+
+/// The body of `POST /v1/jobs/parse`.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobsParseRequest<'a> {
+    #[serde(rename = "JobHCL")]
+    pub job_hcl: &'a str,
+    #[serde(rename = "Canonicalize")]
+    pub canonicalize: bool,
+    /// Variable values in var-file syntax.
+    #[serde(rename = "Variables", skip_serializing_if = "Option::is_none")]
+    pub variables: Option<&'a str>,
+}
+
+/// The body of `POST /v1/job/:id/evaluate`.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobEvaluateRequest<'a> {
+    #[serde(rename = "JobID")]
+    pub job_id: &'a str,
+    #[serde(rename = "EvalOptions")]
+    pub eval_options: EvalOptions,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EvalOptions {
+    #[serde(rename = "ForceReschedule")]
+    pub force_reschedule: bool,
+}
+
+/// A job in `GET /v1/jobs`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobListStub {
+    #[serde(rename = "ID")]
+    pub id: String,
+    #[serde(rename = "ParentID")]
+    pub parent_id: String,
+    #[serde(rename = "Name")]
+    pub name: String,
+    #[serde(rename = "Namespace")]
+    pub namespace: String,
+    #[serde(rename = "Datacenters")]
+    pub datacenters: Vec<String>,
+    #[serde(rename = "NodePool")]
+    pub node_pool: String,
+    #[serde(rename = "Multiregion")]
+    pub multiregion: Option<serde_json::Value>,
+    #[serde(rename = "Type")]
+    pub job_type: String,
+    #[serde(rename = "Priority")]
+    pub priority: i32,
+    /// Whether the job is periodic.
+    #[serde(rename = "Periodic")]
+    pub periodic: bool,
+    /// Whether the job is parameterized.
+    #[serde(rename = "ParameterizedJob")]
+    pub parameterized_job: bool,
+    #[serde(rename = "Stop")]
+    pub stop: bool,
+    #[serde(rename = "Status")]
+    pub status: String,
+    #[serde(rename = "StatusDescription")]
+    pub status_description: String,
+    #[serde(rename = "JobSummary")]
+    pub job_summary: Option<JobSummary>,
+    #[serde(rename = "CreateIndex")]
+    pub create_index: u64,
+    #[serde(rename = "ModifyIndex")]
+    pub modify_index: u64,
+    #[serde(rename = "JobModifyIndex")]
+    pub job_modify_index: u64,
+    /// Unix nanoseconds.
+    #[serde(rename = "SubmitTime")]
+    pub submit_time: i64,
+    /// Only with `?meta=true`.
+    #[serde(rename = "Meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<BTreeMap<String, String>>,
+}
+
+/// `GET /v1/agent/members`: the servers this agent knows through gossip.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ServerMembers {
+    #[serde(rename = "ServerName")]
+    pub server_name: String,
+    #[serde(rename = "ServerRegion")]
+    pub server_region: String,
+    #[serde(rename = "ServerDC")]
+    pub server_dc: String,
+    #[serde(rename = "Members")]
+    pub members: Vec<AgentMember>,
+}
+
+/// One server. `Tags` carries `region`, `dc`, `build`, `port` (RPC), `raft_vsn`, …
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AgentMember {
+    #[serde(rename = "Name")]
+    pub name: String,
+    #[serde(rename = "Addr")]
+    pub addr: String,
+    #[serde(rename = "Port")]
+    pub port: u16,
+    #[serde(rename = "Tags")]
+    pub tags: BTreeMap<String, String>,
+    /// `alive`, `leaving`, `left`, `failed`.
+    #[serde(rename = "Status")]
+    pub status: String,
+    #[serde(rename = "ProtocolMin")]
+    pub protocol_min: u8,
+    #[serde(rename = "ProtocolMax")]
+    pub protocol_max: u8,
+    #[serde(rename = "ProtocolCur")]
+    pub protocol_cur: u8,
+    #[serde(rename = "DelegateMin")]
+    pub delegate_min: u8,
+    #[serde(rename = "DelegateMax")]
+    pub delegate_max: u8,
+    #[serde(rename = "DelegateCur")]
+    pub delegate_cur: u8,
+}
+
+/// `GET /v1/agent/health` (lower-case keys, as Nomad's).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AgentHealthResponse {
+    #[serde(rename = "client", skip_serializing_if = "Option::is_none")]
+    pub client: Option<AgentHealth>,
+    #[serde(rename = "server", skip_serializing_if = "Option::is_none")]
+    pub server: Option<AgentHealth>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AgentHealth {
+    #[serde(rename = "ok")]
+    pub ok: bool,
+    #[serde(rename = "message")]
+    pub message: String,
+}
+
+/// What changed between two versions of a job. `Type` is `Added`, `Deleted`, `Edited` or `None`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobDiff {
+    #[serde(rename = "Type")]
+    pub diff_type: String,
+    #[serde(rename = "ID")]
+    pub id: String,
+    #[serde(rename = "Fields")]
+    pub fields: Vec<FieldDiff>,
+    #[serde(rename = "Objects")]
+    pub objects: Vec<ObjectDiff>,
+    #[serde(rename = "TaskGroups")]
+    pub task_groups: Vec<TaskGroupDiff>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TaskGroupDiff {
+    #[serde(rename = "Type")]
+    pub diff_type: String,
+    #[serde(rename = "Name")]
+    pub name: String,
+    #[serde(rename = "Fields")]
+    pub fields: Vec<FieldDiff>,
+    #[serde(rename = "Objects")]
+    pub objects: Vec<ObjectDiff>,
+    #[serde(rename = "Tasks")]
+    pub tasks: Vec<TaskDiff>,
+    /// Update kind (`create`, `destroy`, `in-place update`, …) → count; filled by plans.
+    #[serde(rename = "Updates")]
+    pub updates: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TaskDiff {
+    #[serde(rename = "Type")]
+    pub diff_type: String,
+    #[serde(rename = "Name")]
+    pub name: String,
+    #[serde(rename = "Fields")]
+    pub fields: Vec<FieldDiff>,
+    #[serde(rename = "Objects")]
+    pub objects: Vec<ObjectDiff>,
+    #[serde(rename = "Annotations")]
+    pub annotations: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ObjectDiff {
+    #[serde(rename = "Type")]
+    pub diff_type: String,
+    #[serde(rename = "Name")]
+    pub name: String,
+    #[serde(rename = "Fields")]
+    pub fields: Vec<FieldDiff>,
+    #[serde(rename = "Objects")]
+    pub objects: Vec<ObjectDiff>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FieldDiff {
+    #[serde(rename = "Type")]
+    pub diff_type: String,
+    #[serde(rename = "Name")]
+    pub name: String,
+    #[serde(rename = "Old")]
+    pub old: String,
+    #[serde(rename = "New")]
+    pub new: String,
+    #[serde(rename = "Annotations")]
+    pub annotations: Vec<String>,
+}
