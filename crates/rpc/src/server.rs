@@ -1,0 +1,132 @@
+//! The serving side: accept connections, read request frames, run the handler for each request
+//! concurrently, write responses in whatever order they finish.
+
+use crate::error::RpcError;
+use crate::frame::{self, FrameError, FrameReader, IdOnly, RequestIn, Response};
+use crate::limits::{CONNECTIONS_MAX, IN_FLIGHT_PER_CONNECTION_MAX, WRITE_QUEUE_FRAMES_MAX};
+use futures::future::BoxFuture;
+use serde_json::Value;
+use std::future::Future;
+use std::sync::Arc;
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+/// What a server does with each request. Implementations hold their own state (behind `Arc`s)
+/// and return a `'static` future so requests run concurrently.
+pub trait Handler: Send + Sync + 'static {
+    fn handle(&self, method: String, body: Value) -> BoxFuture<'static, Result<Value, RpcError>>;
+}
+
+/// Serves until `shutdown` resolves. Each connection may carry many concurrent requests.
+///
+/// Shutdown protocol: (1) stop accepting; (2) abort every connection task, which aborts its
+/// running handlers and drops its socket; (3) return. Callers see their pending calls fail with
+/// `Unavailable`.
+pub async fn serve(
+    listener: TcpListener,
+    handler: Arc<dyn Handler>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let mut shutdown = std::pin::pin!(shutdown);
+    // Connection tasks; dropping the set aborts them all.
+    let mut conns: JoinSet<()> = JoinSet::new();
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            accepted = listener.accept(), if conns.len() < CONNECTIONS_MAX => match accepted {
+                Ok((stream, peer)) => {
+                    tracing::trace!(%peer, "rpc connection accepted");
+                    conns.spawn(serve_connection(stream, handler.clone()));
+                }
+                Err(e) => {
+                    // Usually a transient resource error (EMFILE); back off instead of spinning.
+                    tracing::warn!(error = %e, "rpc accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+    conns.shutdown().await;
+}
+
+async fn serve_connection(stream: TcpStream, handler: Arc<dyn Handler>) {
+    let _ = stream.set_nodelay(true);
+    let (read, write) = stream.into_split();
+    let (tx, rx) = mpsc::channel::<Vec<u8>>(WRITE_QUEUE_FRAMES_MAX);
+    let writer = tokio::spawn(write_frames(write, rx));
+    let mut reader = FrameReader::new(read);
+    // Running handlers of this connection; dropped (aborted) when the connection ends.
+    let mut calls: JoinSet<()> = JoinSet::new();
+    loop {
+        tokio::select! {
+            Some(_) = calls.join_next(), if !calls.is_empty() => {}
+            next = reader.next(), if calls.len() < IN_FLIGHT_PER_CONNECTION_MAX => match next {
+                Ok(bytes) => match decode_request(&bytes) {
+                    Ok(req) => {
+                        calls.spawn(run_call(handler.clone(), req, tx.clone()));
+                    }
+                    Err(Some(answer)) => {
+                        if tx.send(answer).await.is_err() {
+                            break;
+                        }
+                    }
+                    Err(None) => {
+                        tracing::debug!("rpc: undecodable request frame without an id; closing");
+                        break;
+                    }
+                },
+                Err(FrameError::Closed) => break,
+                Err(e) => {
+                    tracing::debug!(error = %e, "rpc: closing connection");
+                    break;
+                }
+            },
+        }
+    }
+    drop(calls);
+    drop(tx);
+    let _ = writer.await;
+}
+
+/// The request, or `Err(Some(frame))` with an error answer when only its id could be decoded,
+/// or `Err(None)` when not even that.
+fn decode_request(bytes: &[u8]) -> Result<RequestIn, Option<Vec<u8>>> {
+    match serde_json::from_slice::<RequestIn>(bytes) {
+        Ok(req) => Ok(req),
+        Err(e) => {
+            let id = serde_json::from_slice::<IdOnly>(bytes)
+                .map_err(|_| None)?
+                .id;
+            let result = Err(RpcError::bad_request(format!("malformed request: {e}")));
+            Err(frame::encode(&Response { id, result }).ok())
+        }
+    }
+}
+
+async fn run_call(handler: Arc<dyn Handler>, req: RequestIn, tx: mpsc::Sender<Vec<u8>>) {
+    let id = req.id;
+    let result = handler.handle(req.method, req.body).await;
+    let bytes = match frame::encode(&Response { id, result }) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            let result = Err(RpcError::internal(format!("response not sent: {e}")));
+            frame::encode(&Response { id, result }).expect("a short error frame always encodes")
+        }
+    };
+    let _ = tx.send(bytes).await;
+}
+
+/// Writes queued frames until every sender is gone or the socket fails.
+pub(crate) async fn write_frames(mut write: OwnedWriteHalf, mut rx: mpsc::Receiver<Vec<u8>>) {
+    while let Some(bytes) = rx.recv().await {
+        if let Err(e) = write.write_all(&bytes).await {
+            tracing::debug!(error = %e, "rpc: write failed");
+            return;
+        }
+    }
+    let _ = write.shutdown().await;
+}
