@@ -1,0 +1,34 @@
+//! Every limit of the raft glue, in one place.
+
+use std::time::Duration;
+
+/// The largest payload `RaftNode::write` accepts. Keeps one entry well inside one rpc frame
+/// (64 MiB, and base64 grows bytes by a third).
+pub const ENTRY_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+/// Payload bytes one AppendEntries carries at most; the network sends fewer entries (and
+/// reports a partial success) rather than build a frame the transport refuses.
+pub const APPEND_PAYLOAD_BYTES_MAX: usize = 24 * 1024 * 1024;
+
+/// Entries one AppendEntries carries at most (openraft's `max_payload_entries`).
+pub const APPEND_ENTRIES_MAX: u64 = 256;
+
+/// The least time an AppendEntries that carries entries gets. Openraft's deadline is one
+/// heartbeat interval, too short for a large batch on a busy machine, and a batch that always
+/// times out is retried forever. (An empty AppendEntries, a heartbeat, keeps openraft's.)
+pub const APPEND_TIMEOUT_MIN: Duration = Duration::from_secs(5);
+
+/// Snapshot bytes per `Raft.Snapshot` chunk.
+pub const SNAPSHOT_CHUNK_BYTES: usize = 8 * 1024 * 1024;
+
+/// Sending and installing a whole snapshot on a follower (openraft's `install_snapshot_timeout`).
+pub const SNAPSHOT_INSTALL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The least number of already-snapshotted entries kept in the log. Openraft purges the log
+/// behind each snapshot; a small tail lets a queued apply race the purge and panic the core
+/// (upstream openraft issue #2116), so the tail is at least this, and at least two snapshot
+/// intervals.
+pub const LOGS_KEPT_BEHIND_SNAPSHOT_MIN: u64 = 64;
+
+/// How long `RaftNode::write` waits for its entry to commit and apply.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);

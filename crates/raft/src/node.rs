@@ -1,0 +1,511 @@
+//! `RaftNode`: one server's raft, opened on a data dir and reached by peers through `rpc`.
+
+use crate::limits::{
+    APPEND_ENTRIES_MAX, ENTRY_BYTES_MAX, LOGS_KEPT_BEHIND_SNAPSHOT_MIN, SNAPSHOT_INSTALL_TIMEOUT,
+    WRITE_TIMEOUT,
+};
+use crate::log_store::LogStore;
+use crate::network::{Addressed, Network, SnapshotChunk, APPEND_ENTRIES, SNAPSHOT, VOTE};
+use crate::snapshot::SnapshotFiles;
+use crate::state_machine::{SmStore, StateMachine};
+use crate::types::{Bytes, Snapshot, TypeConfig};
+use openraft::async_runtime::watch::WatchReceiver;
+use openraft::errors::{ClientWriteError, Fatal, ForwardToLeader, InitializeError};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest};
+use openraft::{BasicNode, RaftMetrics, ServerState, SnapshotPolicy};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How to run one node.
+#[derive(Debug, Clone)]
+pub struct RaftConfig {
+    /// This node's id; stable for the life of its data dir, never reused by another node.
+    pub node_id: u64,
+    /// The rpc address peers reach this node at.
+    pub rpc_addr: String,
+    /// Where the log (`raft.redb`) and snapshots (`snapshots/`) live.
+    pub data_dir: PathBuf,
+    pub heartbeat_ms: u64,
+    /// A follower that hears nothing for a random time in this range starts an election.
+    pub election_timeout_ms: (u64, u64),
+    /// Build a snapshot after this many applied entries (0: never) and purge the log behind it.
+    pub snapshot_every_entries: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RaftError {
+    /// Only the leader writes. `leader_*` name it when this node knows it.
+    #[error("not the leader; the leader is {}", describe_leader(*.leader_id, .leader_addr.as_deref()))]
+    ForwardToLeader {
+        leader_id: Option<u64>,
+        leader_addr: Option<String>,
+    },
+    #[error("the cluster has no members yet; bootstrap it")]
+    NotInitialized,
+    #[error("timed out")]
+    Timeout,
+    /// Leadership changed after the entry was proposed: it may or may not be applied.
+    #[error("leadership changed before the entry committed; it may or may not be applied")]
+    LeadershipLost,
+    #[error("entry of {bytes} bytes exceeds the {max}-byte limit")]
+    TooLarge { bytes: usize, max: usize },
+    #[error("invalid raft configuration: {0}")]
+    Config(String),
+    #[error("bootstrap: {0}")]
+    Bootstrap(String),
+    #[error("raft storage: {0}")]
+    Storage(String),
+    #[error("raft is shut down")]
+    Shutdown,
+    /// The raft core stopped unexpectedly; the node must be taken out of service.
+    #[error("raft stopped: {0}")]
+    Fatal(String),
+}
+
+fn describe_leader(id: Option<u64>, addr: Option<&str>) -> String {
+    match (id, addr) {
+        (Some(id), Some(addr)) => format!("node {id} at {addr}"),
+        (Some(id), None) => format!("node {id}"),
+        _ => "unknown".to_string(),
+    }
+}
+
+impl From<RaftError> for rpc::RpcError {
+    fn from(e: RaftError) -> Self {
+        let code = match &e {
+            RaftError::ForwardToLeader { .. } | RaftError::NotInitialized => {
+                rpc::ErrorCode::NoLeader
+            }
+            RaftError::Timeout | RaftError::LeadershipLost => rpc::ErrorCode::Timeout,
+            RaftError::TooLarge { .. } => rpc::ErrorCode::BadRequest,
+            RaftError::Shutdown => rpc::ErrorCode::Unavailable,
+            RaftError::Config(_)
+            | RaftError::Bootstrap(_)
+            | RaftError::Storage(_)
+            | RaftError::Fatal(_) => rpc::ErrorCode::Internal,
+        };
+        rpc::RpcError::new(code, e.to_string())
+    }
+}
+
+fn from_fatal(f: Fatal<TypeConfig>) -> RaftError {
+    match f {
+        Fatal::Stopped => RaftError::Shutdown,
+        Fatal::StorageError(e) => RaftError::Storage(e.to_string()),
+        Fatal::Panicked => RaftError::Fatal("the raft core panicked".to_string()),
+    }
+}
+
+/// Where this node's log stands, for status pages and tests (Nomad's raft stats).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RaftStats {
+    /// `leader`, `follower`, `candidate`, `learner` or `shutdown`.
+    pub state: &'static str,
+    pub term: u64,
+    pub last_log_index: u64,
+    pub commit_index: u64,
+    pub applied_index: u64,
+    /// The last entry in the current snapshot (0: none).
+    pub last_snapshot_index: u64,
+    /// The last entry removed from the log (0: none).
+    pub purged_index: u64,
+}
+
+type Raft = openraft::Raft<TypeConfig, SmStore>;
+
+/// One node of the cluster. Cheap to clone; clones share the node.
+#[derive(Clone)]
+pub struct RaftNode {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    id: u64,
+    rpc_addr: String,
+    raft: Raft,
+    /// The log store, kept to make the last commits durable at shutdown; taken then. Never held
+    /// across `.await`.
+    log: Mutex<Option<LogStore>>,
+    /// When this node last accepted entries or a heartbeat from a leader. Never held across
+    /// `.await`.
+    last_contact: Mutex<Option<Instant>>,
+    /// The full snapshot being received, chunk by chunk. Never held across `.await`.
+    incoming: Mutex<Option<Incoming>>,
+    stopped: AtomicBool,
+}
+
+struct Incoming {
+    transfer: String,
+    data: Vec<u8>,
+}
+
+impl RaftNode {
+    /// Opens the node on `cfg.data_dir`: the log and vote from disk, the latest snapshot
+    /// restored into `sm`, and the committed log after it applied again.
+    pub async fn open(
+        cfg: RaftConfig,
+        sm: Arc<dyn StateMachine>,
+        client: rpc::Client,
+    ) -> Result<RaftNode, RaftError> {
+        let config = openraft_config(&cfg)?;
+        let dir = cfg.data_dir.clone();
+        let (log, files) = tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&dir)?;
+            let log = LogStore::open(&dir.join("raft.redb"))?;
+            let files = SnapshotFiles::open(&dir.join("snapshots"))?;
+            Ok::<_, std::io::Error>((log, files))
+        })
+        .await
+        .map_err(|e| RaftError::Storage(e.to_string()))?
+        .map_err(|e| RaftError::Storage(e.to_string()))?;
+        let network = Network {
+            id: cfg.node_id,
+            client,
+        };
+        let sm = SmStore::new(sm, Arc::new(files));
+        let raft = Raft::new(cfg.node_id, Arc::new(config), network, log.clone(), sm)
+            .await
+            .map_err(from_fatal)?;
+        Ok(RaftNode {
+            inner: Arc::new(Inner {
+                id: cfg.node_id,
+                rpc_addr: cfg.rpc_addr,
+                raft,
+                log: Mutex::new(Some(log)),
+                last_contact: Mutex::new(None),
+                incoming: Mutex::new(None),
+                stopped: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// Forms the cluster from `members` (id -> rpc address) if this node has never been part
+    /// of one; otherwise does nothing, so it is safe to call on every start. Every node given
+    /// the same `members` may call it. `members` must name this node at its `rpc_addr`.
+    pub async fn bootstrap(&self, members: BTreeMap<u64, String>) -> Result<(), RaftError> {
+        match members.get(&self.inner.id) {
+            Some(addr) if *addr == self.inner.rpc_addr => {}
+            Some(addr) => {
+                return Err(RaftError::Bootstrap(format!(
+                    "the members name node {} at {addr}, but it serves at {}",
+                    self.inner.id, self.inner.rpc_addr
+                )))
+            }
+            None => {
+                return Err(RaftError::Bootstrap(format!(
+                    "node {} is not among the members",
+                    self.inner.id
+                )))
+            }
+        }
+        let raft = &self.inner.raft;
+        if raft.is_initialized().await.map_err(from_fatal)? {
+            return Ok(());
+        }
+        let nodes: BTreeMap<u64, BasicNode> = members
+            .into_iter()
+            .map(|(id, addr)| (id, BasicNode::new(addr)))
+            .collect();
+        match raft.initialize(nodes).await {
+            Ok(()) => Ok(()),
+            Err(openraft::errors::RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
+            Err(openraft::errors::RaftError::APIError(InitializeError::NotInMembers(e))) => {
+                Err(RaftError::Bootstrap(e.to_string()))
+            }
+            Err(openraft::errors::RaftError::Fatal(f)) => Err(from_fatal(f)),
+        }
+    }
+
+    /// Appends `payload` to the log and waits until it is committed and applied here. Returns
+    /// its log index and the state machine's response. `Ok` means the entry is on disk on a
+    /// quorum and survives any minority of crashes, this node's included.
+    pub async fn write(&self, payload: Vec<u8>) -> Result<(u64, Vec<u8>), RaftError> {
+        if payload.len() > ENTRY_BYTES_MAX {
+            return Err(RaftError::TooLarge {
+                bytes: payload.len(),
+                max: ENTRY_BYTES_MAX,
+            });
+        }
+        let written =
+            tokio::time::timeout(WRITE_TIMEOUT, self.inner.raft.client_write(Bytes(payload)))
+                .await
+                .map_err(|_| RaftError::Timeout)?;
+        match written {
+            Ok(resp) => Ok((resp.log_id.index(), resp.data.0)),
+            Err(openraft::errors::RaftError::APIError(e)) => Err(self.write_error(e)),
+            Err(openraft::errors::RaftError::Fatal(f)) => Err(from_fatal(f)),
+        }
+    }
+
+    fn write_error(&self, e: ClientWriteError<TypeConfig>) -> RaftError {
+        match e {
+            ClientWriteError::ForwardToLeader(f) => self.forward(f),
+            ClientWriteError::LogEntryDiscarded(_) => RaftError::LeadershipLost,
+            other => RaftError::Fatal(other.to_string()),
+        }
+    }
+
+    fn forward(&self, f: ForwardToLeader<TypeConfig>) -> RaftError {
+        if f.leader_id.is_none() && self.members().is_empty() {
+            return RaftError::NotInitialized;
+        }
+        RaftError::ForwardToLeader {
+            leader_id: f.leader_id,
+            leader_addr: f.leader_node.map(|n| n.addr),
+        }
+    }
+
+    /// Reads the latest metrics without copying them. The watch guard lives only inside `f`.
+    fn with_metrics<T>(&self, f: impl FnOnce(&RaftMetrics<TypeConfig>) -> T) -> T {
+        let rx = self.inner.raft.metrics();
+        let metrics = rx.borrow_watched();
+        f(&metrics)
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.with_metrics(|m| {
+            m.state == ServerState::Leader && m.current_leader == Some(self.inner.id)
+        })
+    }
+
+    /// The leader's id and rpc address, when this node knows them.
+    pub fn leader(&self) -> Option<(u64, String)> {
+        self.with_metrics(leader_of)
+    }
+
+    /// Milliseconds since this node last heard from a leader: 0 on the leader, `None` if never.
+    pub fn last_contact_ms(&self) -> Option<u64> {
+        if self.is_leader() {
+            return Some(0);
+        }
+        let last = *self.inner.last_contact.lock().expect("last_contact lock");
+        last.map(|t| u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// Every node in the current membership (voters and learners), by id, with its rpc address.
+    pub fn members(&self) -> Vec<(u64, String)> {
+        self.with_metrics(|m| {
+            m.membership_config
+                .membership()
+                .nodes()
+                .map(|(id, node)| (*id, node.addr.clone()))
+                .collect()
+        })
+    }
+
+    /// Where this node's log stands.
+    pub fn stats(&self) -> RaftStats {
+        self.with_metrics(stats_of)
+    }
+
+    /// Waits until some node is known to lead (this one included).
+    pub async fn wait_for_leader(&self, timeout: Duration) -> Result<(u64, String), RaftError> {
+        let mut rx = self.inner.raft.metrics();
+        let wait = async {
+            loop {
+                if let Some(leader) = leader_of(&rx.borrow_watched()) {
+                    return Ok(leader);
+                }
+                if rx.changed().await.is_err() {
+                    return Err(RaftError::Shutdown);
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait)
+            .await
+            .map_err(|_| RaftError::Timeout)?
+    }
+
+    /// Serves a peer's raft message. The server routes every rpc method starting with `Raft.`
+    /// here.
+    pub async fn handle_rpc(&self, method: &str, body: Value) -> Result<Value, rpc::RpcError> {
+        if self.inner.stopped.load(Ordering::SeqCst) {
+            return Err(rpc::RpcError::unavailable(format!(
+                "raft on node {} is shut down",
+                self.inner.id
+            )));
+        }
+        match method {
+            APPEND_ENTRIES => {
+                let req: AppendEntriesRequest<TypeConfig> = self.addressed(method, body)?;
+                let resp = self
+                    .inner
+                    .raft
+                    .append_entries(req)
+                    .await
+                    .map_err(|e| self.stopped_error(e))?;
+                if matches!(
+                    resp,
+                    AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_)
+                ) {
+                    *self.inner.last_contact.lock().expect("last_contact lock") =
+                        Some(Instant::now());
+                }
+                encode(&resp)
+            }
+            VOTE => {
+                let req: VoteRequest<TypeConfig> = self.addressed(method, body)?;
+                let resp = self
+                    .inner
+                    .raft
+                    .vote(req)
+                    .await
+                    .map_err(|e| self.stopped_error(e))?;
+                encode(&resp)
+            }
+            SNAPSHOT => {
+                let chunk: SnapshotChunk = decode(method, body)?;
+                self.check_target(chunk.target)?;
+                self.receive_snapshot_chunk(chunk).await
+            }
+            other => Err(rpc::RpcError::not_found(format!("no raft method {other}"))),
+        }
+    }
+
+    fn addressed<T: serde::de::DeserializeOwned>(
+        &self,
+        method: &str,
+        body: Value,
+    ) -> Result<T, rpc::RpcError> {
+        let req: Addressed<T> = decode(method, body)?;
+        self.check_target(req.target)?;
+        Ok(req.rpc)
+    }
+
+    fn check_target(&self, target: u64) -> Result<(), rpc::RpcError> {
+        if target == self.inner.id {
+            return Ok(());
+        }
+        Err(rpc::RpcError::bad_request(format!(
+            "raft message for node {target} reached node {}",
+            self.inner.id
+        )))
+    }
+
+    fn stopped_error(&self, e: openraft::errors::RaftError<TypeConfig>) -> rpc::RpcError {
+        rpc::RpcError::unavailable(format!("raft on node {}: {e}", self.inner.id))
+    }
+
+    async fn receive_snapshot_chunk(&self, chunk: SnapshotChunk) -> Result<Value, rpc::RpcError> {
+        let data = {
+            let mut incoming = self.inner.incoming.lock().expect("incoming lock");
+            if chunk.offset == 0 {
+                *incoming = Some(Incoming {
+                    transfer: chunk.transfer.clone(),
+                    data: Vec::new(),
+                });
+            }
+            let Some(current) = incoming.as_mut().filter(|i| i.transfer == chunk.transfer) else {
+                return Err(rpc::RpcError::bad_request(
+                    "snapshot chunk of an unknown transfer",
+                ));
+            };
+            if current.data.len() as u64 != chunk.offset {
+                *incoming = None;
+                return Err(rpc::RpcError::bad_request(
+                    "snapshot chunk out of order; start over",
+                ));
+            }
+            current.data.extend_from_slice(&chunk.data.0);
+            if !chunk.done {
+                return Ok(Value::Null);
+            }
+            incoming.take().expect("checked above").data
+        };
+        let snapshot = Snapshot {
+            meta: chunk.meta,
+            snapshot: Bytes(data),
+        };
+        let resp = self
+            .inner
+            .raft
+            .install_full_snapshot(chunk.vote, snapshot)
+            .await
+            .map_err(|e| {
+                rpc::RpcError::unavailable(format!("raft on node {}: {e}", self.inner.id))
+            })?;
+        *self.inner.last_contact.lock().expect("last_contact lock") = Some(Instant::now());
+        encode(&Some(resp))
+    }
+
+    /// Stops the node: (1) refuse peers' messages; (2) stop the raft core and wait for it;
+    /// (3) make the last commits durable and close the log. Later calls do nothing.
+    pub async fn shutdown(&self) -> Result<(), RaftError> {
+        self.inner.stopped.store(true, Ordering::SeqCst);
+        self.inner
+            .raft
+            .shutdown()
+            .await
+            .map_err(|e| RaftError::Fatal(format!("joining the raft core: {e}")))?;
+        let log = self.inner.log.lock().expect("log lock").take();
+        if let Some(log) = log {
+            tokio::task::spawn_blocking(move || log.flush())
+                .await
+                .map_err(|e| RaftError::Storage(e.to_string()))?
+                .map_err(|e| RaftError::Storage(e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+fn stats_of(m: &RaftMetrics<TypeConfig>) -> RaftStats {
+    let index = |id: &Option<crate::types::LogId>| id.as_ref().map_or(0, |id| id.index());
+    RaftStats {
+        state: match m.state {
+            ServerState::Leader => "leader",
+            ServerState::Follower => "follower",
+            ServerState::Candidate => "candidate",
+            ServerState::Learner => "learner",
+            ServerState::Shutdown => "shutdown",
+        },
+        term: m.current_term,
+        last_log_index: m.last_log_index.unwrap_or(0),
+        commit_index: index(&m.local_committed),
+        applied_index: index(&m.last_applied),
+        last_snapshot_index: index(&m.snapshot),
+        purged_index: index(&m.purged),
+    }
+}
+
+fn leader_of(m: &RaftMetrics<TypeConfig>) -> Option<(u64, String)> {
+    let id = m.current_leader?;
+    let node = m.membership_config.membership().get_node(&id)?;
+    Some((id, node.addr.clone()))
+}
+
+fn decode<T: serde::de::DeserializeOwned>(method: &str, body: Value) -> Result<T, rpc::RpcError> {
+    serde_json::from_value(body).map_err(|e| rpc::RpcError::bad_request(format!("{method}: {e}")))
+}
+
+fn encode<T: serde::Serialize>(value: &T) -> Result<Value, rpc::RpcError> {
+    serde_json::to_value(value)
+        .map_err(|e| rpc::RpcError::internal(format!("encoding raft response: {e}")))
+}
+
+fn openraft_config(cfg: &RaftConfig) -> Result<openraft::Config, RaftError> {
+    let every = cfg.snapshot_every_entries;
+    let config = openraft::Config {
+        cluster_name: "caravan".to_string(),
+        heartbeat_interval: cfg.heartbeat_ms,
+        election_timeout_min: cfg.election_timeout_ms.0,
+        election_timeout_max: cfg.election_timeout_ms.1,
+        install_snapshot_timeout: u64::try_from(SNAPSHOT_INSTALL_TIMEOUT.as_millis())
+            .expect("fits"),
+        max_payload_entries: APPEND_ENTRIES_MAX,
+        snapshot_policy: if every == 0 {
+            SnapshotPolicy::Never
+        } else {
+            SnapshotPolicy::LogsSinceLast(every)
+        },
+        // Generous on purpose: see LOGS_KEPT_BEHIND_SNAPSHOT_MIN (openraft issue #2116).
+        max_in_snapshot_log_to_keep: every.saturating_mul(2).max(LOGS_KEPT_BEHIND_SNAPSHOT_MIN),
+        ..Default::default()
+    };
+    config
+        .validate()
+        .map_err(|e| RaftError::Config(e.to_string()))
+}

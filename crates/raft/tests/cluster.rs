@@ -1,0 +1,207 @@
+//! Three nodes on loopback, each with its own rpc server.
+
+mod common;
+
+use common::{agreed_leader, cluster, wait_until, TempDir, TestNode};
+use raft::RaftError;
+
+fn payloads(range: std::ops::Range<usize>) -> Vec<Vec<u8>> {
+    range.map(|i| format!("e{i}").into_bytes()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_elect_one_leader_replicate_and_followers_forward() {
+    let dir = TempDir::new("three");
+    let nodes = cluster(&dir, 3, 0).await;
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    let leader_id = agreed_leader(&all).await;
+    let leader = nodes.iter().find(|n| n.id == leader_id).unwrap();
+
+    for p in payloads(0..10) {
+        leader.node.write(p).await.unwrap();
+    }
+    wait_until("every node applied the writes", || {
+        nodes.iter().all(|n| n.sm.len() == 10)
+    })
+    .await;
+    for n in &nodes {
+        assert_eq!(
+            n.sm.entries(),
+            leader.sm.entries(),
+            "node {} diverged",
+            n.id
+        );
+        assert_eq!(n.node.members().len(), 3);
+    }
+
+    let follower = nodes.iter().find(|n| n.id != leader_id).unwrap();
+    match follower.node.write(b"nope".to_vec()).await {
+        Err(RaftError::ForwardToLeader {
+            leader_id: id,
+            leader_addr,
+        }) => {
+            assert_eq!(id, Some(leader_id));
+            assert_eq!(leader_addr.as_deref(), Some(leader.addr.as_str()));
+        }
+        other => panic!("expected ForwardToLeader, got {other:?}"),
+    }
+    let contact = follower
+        .node
+        .last_contact_ms()
+        .expect("the follower heard from the leader");
+    assert!(contact < 5_000, "last contact {contact} ms ago");
+
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_leader_stops_the_others_elect_a_new_one_and_keep_writing() {
+    let dir = TempDir::new("failover");
+    let mut nodes = cluster(&dir, 3, 0).await;
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    let old = agreed_leader(&all).await;
+    let pos = nodes.iter().position(|n| n.id == old).unwrap();
+    for p in payloads(0..5) {
+        nodes[pos].node.write(p).await.unwrap();
+    }
+    nodes.remove(pos).stop().await;
+
+    let rest: Vec<&TestNode> = nodes.iter().collect();
+    wait_until("a new leader", || {
+        rest.iter().any(|n| n.node.is_leader())
+            && rest
+                .iter()
+                .all(|n| n.node.leader().is_some_and(|(id, _)| id != old))
+    })
+    .await;
+    let new = agreed_leader(&rest).await;
+    assert_ne!(new, old);
+    let leader = nodes.iter().find(|n| n.id == new).unwrap();
+    for p in payloads(5..10) {
+        leader.node.write(p).await.unwrap();
+    }
+    wait_until("both survivors applied everything", || {
+        nodes.iter().all(|n| n.sm.len() == 10)
+    })
+    .await;
+    for n in &nodes {
+        assert_eq!(n.sm.payloads(), payloads(0..10));
+    }
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_that_missed_purged_entries_catches_up_from_a_snapshot() {
+    let dir = TempDir::new("catchup");
+    let mut nodes = cluster(&dir, 3, 10).await;
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    let leader_id = agreed_leader(&all).await;
+    let pos = nodes.iter().position(|n| n.id != leader_id).unwrap();
+    let lagging = nodes.remove(pos);
+    let (id, addr, ldir) = (lagging.id, lagging.addr.clone(), lagging.dir.clone());
+    lagging.stop().await;
+
+    let leader = nodes.iter().find(|n| n.id == leader_id).unwrap();
+    for p in payloads(0..200) {
+        leader.node.write(p).await.unwrap();
+    }
+    wait_until(
+        "the leader purged entries the stopped follower needs",
+        || leader.node.stats().purged_index > 10,
+    )
+    .await;
+
+    let back = TestNode::start(id, &addr, &ldir, 10).await;
+    wait_until("the follower caught up", || back.sm.len() == 200).await;
+    assert_eq!(back.sm.payloads(), payloads(0..200));
+    assert!(
+        back.node.stats().last_snapshot_index > 0,
+        "it was sent a snapshot"
+    );
+    nodes.push(back);
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_larger_than_one_chunk_travels_in_pieces() {
+    let dir = TempDir::new("chunks");
+    let mut nodes = cluster(&dir, 3, 10).await;
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    let leader_id = agreed_leader(&all).await;
+    let pos = nodes.iter().position(|n| n.id != leader_id).unwrap();
+    let lagging = nodes.remove(pos);
+    let (id, addr, ldir) = (lagging.id, lagging.addr.clone(), lagging.dir.clone());
+    lagging.stop().await;
+
+    // 100 entries of 96 KiB: the snapshot (base64 inside) spans two `SNAPSHOT_CHUNK_BYTES` chunks.
+    let big = |i: usize| vec![(i % 251) as u8; 96 * 1024];
+    let leader = nodes.iter().find(|n| n.id == leader_id).unwrap();
+    for i in 0..100 {
+        leader.node.write(big(i)).await.unwrap();
+    }
+    wait_until(
+        "the leader purged entries the stopped follower needs",
+        || leader.node.stats().purged_index > 10,
+    )
+    .await;
+
+    let back = TestNode::start(id, &addr, &ldir, 10).await;
+    wait_until("the follower caught up", || back.sm.len() == 100).await;
+    assert_eq!(back.sm.payloads(), (0..100).map(big).collect::<Vec<_>>());
+    nodes.push(back);
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
+/// Upstream openraft #2116: a queued apply racing the purge behind a fresh snapshot panicked
+/// the core under heavy writes on small machines. Small snapshot interval, many concurrent
+/// writers, three nodes on two cores: every write lands and no core dies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heavy_writes_with_frequent_snapshots_do_not_kill_the_core() {
+    let dir = TempDir::new("stress");
+    let nodes = cluster(&dir, 3, 10).await;
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    let leader_id = agreed_leader(&all).await;
+    let leader = nodes
+        .iter()
+        .find(|n| n.id == leader_id)
+        .unwrap()
+        .node
+        .clone();
+    let mut tasks = Vec::new();
+    for t in 0..16 {
+        let leader = leader.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..40 {
+                leader.write(format!("{t}-{i}").into_bytes()).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    wait_until("every node applied all 640 writes", || {
+        nodes.iter().all(|n| n.sm.len() == 640)
+    })
+    .await;
+    for n in &nodes {
+        assert_eq!(n.sm.entries(), nodes[0].sm.entries());
+        assert_ne!(
+            n.node.stats().state,
+            "shutdown",
+            "node {} core stopped",
+            n.id
+        );
+        assert!(n.node.stats().purged_index > 0, "node {} compacted", n.id);
+    }
+    for n in nodes {
+        n.stop().await;
+    }
+}
