@@ -1,0 +1,116 @@
+//! `/v1/status/*`, `/v1/regions` and `/v1/agent/{self,health,members}`: the agent describing itself.
+//! Nomad gives these lower-case keys (`config`, `member`, `stats`) and no index headers.
+
+use crate::query::QueryOptions;
+use crate::reply;
+use crate::ApiState;
+use axum::extract::{Query, State};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use std::collections::HashMap;
+
+type Params = Query<HashMap<String, String>>;
+
+fn pretty(params: HashMap<String, String>) -> bool {
+    QueryOptions::parse(params)
+        .map(|q| q.pretty)
+        .unwrap_or(false)
+}
+
+pub async fn leader(State(st): State<ApiState>, Query(params): Params) -> Response {
+    reply::plain(&st.server.leader_addr().unwrap_or_default(), pretty(params))
+}
+
+pub async fn peers(State(st): State<ApiState>, Query(params): Params) -> Response {
+    reply::plain(&st.server.peers(), pretty(params))
+}
+
+pub async fn regions(State(st): State<ApiState>, Query(params): Params) -> Response {
+    reply::plain(&vec![st.agent.region.clone()], pretty(params))
+}
+
+/// A member as Serf describes it (Nomad's `/v1/agent/members` shape).
+fn member_json(st: &ApiState, m: &server::Member) -> serde_json::Value {
+    let (host, port) = m.addr.rsplit_once(':').unwrap_or((m.addr.as_str(), "0"));
+    json!({
+        "Name": m.name,
+        "Addr": host,
+        "Port": port.parse::<u16>().unwrap_or(0),
+        "Tags": {
+            "role": "nomad",
+            "region": st.agent.region,
+            "dc": st.agent.datacenter,
+            "build": st.agent.version,
+            "port": port,
+            "raft_id": m.raft_id.to_string(),
+            "raft_vsn": "3",
+            "leader": m.leader.to_string(),
+        },
+        "Status": "alive",
+        "ProtocolMin": 1,
+        "ProtocolMax": 5,
+        "ProtocolCur": 2,
+        "DelegateMin": 2,
+        "DelegateMax": 5,
+        "DelegateCur": 4,
+    })
+}
+
+pub async fn members(State(st): State<ApiState>, Query(params): Params) -> Response {
+    let members: Vec<_> = st
+        .server
+        .members()
+        .iter()
+        .map(|m| member_json(&st, m))
+        .collect();
+    let body = json!({
+        "ServerName": st.agent.node_name,
+        "ServerRegion": st.agent.region,
+        "ServerDC": st.agent.datacenter,
+        "Members": members,
+    });
+    reply::plain(&body, pretty(params))
+}
+
+pub async fn agent_self(State(st): State<ApiState>, Query(params): Params) -> Response {
+    let me = st
+        .server
+        .members()
+        .into_iter()
+        .find(|m| m.addr == st.server.rpc_addr());
+    let member = me
+        .map(|m| member_json(&st, &m))
+        .unwrap_or(serde_json::Value::Null);
+    let body = json!({
+        "config": st.agent.config,
+        "member": member,
+        "stats": {
+            "nomad": {
+                "server": "true",
+                "leader": st.server.is_leader().to_string(),
+                "leader_addr": st.server.leader_addr().unwrap_or_default(),
+                "known_regions": "1",
+                // The scheduler is not built yet (issue #4): evaluations stay pending.
+                "schedulers_running": "false",
+            },
+            "raft": {
+                "last_index": st.server.state().latest_index().to_string(),
+                "num_peers": st.server.peers().len().saturating_sub(1).to_string(),
+            },
+        },
+    });
+    reply::plain(&body, pretty(params))
+}
+
+pub async fn health(State(st): State<ApiState>, Query(params): Params) -> Response {
+    let ok = st.server.leader_addr().is_some();
+    let body = json!({
+        "server": { "ok": ok, "message": if ok { "ok" } else { "No cluster leader" } },
+    });
+    let resp = reply::plain(&body, pretty(params));
+    if ok {
+        resp
+    } else {
+        (axum::http::StatusCode::INTERNAL_SERVER_ERROR, resp).into_response()
+    }
+}

@@ -1,0 +1,96 @@
+//! `/v1/evaluations` and `/v1/evaluation/:id[/allocations]`.
+
+use crate::error::ApiError;
+use crate::query::{index_of, QueryOptions};
+use crate::reply;
+use crate::ApiState;
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use state::Table;
+use std::collections::HashMap;
+
+pub async fn list(
+    State(st): State<ApiState>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
+    list_inner(&st, params)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn list_inner(st: &ApiState, params: HashMap<String, String>) -> Result<Response, ApiError> {
+    let q = QueryOptions::parse(params)?;
+    let tables = [Table::Evals];
+    let snap = q.block(st.server.state(), &tables).await;
+    let mut evals = snap.evals(q.namespace_filter(), &q.prefix);
+    if let Some(job) = q.params.get("job").filter(|s| !s.is_empty()) {
+        evals.retain(|e| &e.job_id == job);
+    }
+    if let Some(status) = q.params.get("status").filter(|s| !s.is_empty()) {
+        evals.retain(|e| &e.status == status);
+    }
+    // Without a prefix Nomad pages by "<CreateIndex>.<ID>" (creation order); with one, by ID.
+    let by_id = !q.prefix.is_empty();
+    if !by_id {
+        evals.sort_by_key(|e| (e.create_index, e.id.clone()));
+    }
+    let key = |e: &std::sync::Arc<model::eval::Evaluation>| {
+        if by_id {
+            e.id.clone()
+        } else {
+            format!("{:020}.{}", e.create_index, e.id)
+        }
+    };
+    let (page, next) = reply::paginate(evals, key, q.per_page, &q.next_token);
+    Ok(reply::read_page(
+        &page,
+        index_of(&snap, &tables),
+        &st.server,
+        q.pretty,
+        next,
+    ))
+}
+
+pub async fn eval(
+    State(st): State<ApiState>,
+    Path(rest): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
+    eval_inner(&st, &rest, params)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn eval_inner(
+    st: &ApiState,
+    rest: &str,
+    params: HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let q = QueryOptions::parse(params)?;
+    if let Some(id) = rest.strip_suffix("/allocations") {
+        let tables = [Table::Allocs];
+        let snap = q.block(st.server.state(), &tables).await;
+        let stubs: Vec<_> = snap
+            .allocs_by_eval(id)
+            .iter()
+            .map(|a| a.stub(false))
+            .collect();
+        return Ok(reply::read(
+            &stubs,
+            index_of(&snap, &tables),
+            &st.server,
+            q.pretty,
+        ));
+    }
+    let tables = [Table::Evals];
+    let snap = q.block(st.server.state(), &tables).await;
+    let eval = snap
+        .eval(rest)
+        .ok_or_else(|| ApiError::not_found("eval not found"))?;
+    Ok(reply::read(
+        &*eval,
+        index_of(&snap, &tables),
+        &st.server,
+        q.pretty,
+    ))
+}

@@ -1,0 +1,543 @@
+//! `/v1/jobs`, `/v1/job/:id[/…]`, `/v1/jobs/parse`, `/v1/validate/job`.
+
+use crate::error::ApiError;
+use crate::query::{index_of, QueryOptions, DEFAULT_NAMESPACE};
+use crate::reply;
+use crate::ApiState;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::Method;
+use axum::response::{IntoResponse, Response};
+use model::Job;
+use serde::{Deserialize, Serialize};
+use server::JobRegisterRequest;
+use state::Table;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+type Params = Query<HashMap<String, String>>;
+
+pub async fn jobs(
+    State(st): State<ApiState>,
+    method: Method,
+    Query(params): Params,
+    body: Bytes,
+) -> Response {
+    let result = match method {
+        Method::GET => list(&st, params).await,
+        Method::PUT | Method::POST => register(&st, None, params, &body).await,
+        _ => Err(ApiError::invalid_method()),
+    };
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `/v1/job/<id>` and `/v1/job/<id>/<action>`. Job IDs may contain slashes (dispatched jobs do), so the
+/// action is recognised by suffix, as Nomad's router does.
+pub async fn job(
+    State(st): State<ApiState>,
+    method: Method,
+    Path(rest): Path<String>,
+    Query(params): Params,
+    body: Bytes,
+) -> Response {
+    let result = route_job(&st, method, &rest, params, &body).await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+const NOT_BUILT: [&str; 10] = [
+    "plan",
+    "dispatch",
+    "revert",
+    "stable",
+    "scale",
+    "periodic/force",
+    "submission",
+    "services",
+    "action",
+    "scaling",
+];
+
+async fn route_job(
+    st: &ApiState,
+    method: Method,
+    rest: &str,
+    params: HashMap<String, String>,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let q = QueryOptions::parse(params)?;
+    for (suffix, get_only) in [
+        ("versions", true),
+        ("summary", true),
+        ("evaluations", true),
+        ("allocations", true),
+        ("deployments", true),
+        ("deployment", true),
+        ("evaluate", false),
+    ] {
+        if let Some(id) = rest.strip_suffix(&format!("/{suffix}")) {
+            let allowed = if get_only {
+                method == Method::GET
+            } else {
+                method == Method::PUT || method == Method::POST
+            };
+            if !allowed {
+                return Err(ApiError::invalid_method());
+            }
+            return match suffix {
+                "versions" => versions(st, id, &q).await,
+                "summary" => summary(st, id, &q).await,
+                "evaluations" => evaluations(st, id, &q).await,
+                "allocations" => allocations(st, id, &q).await,
+                "deployments" => deployments(st, id, &q).await,
+                "deployment" => latest_deployment(st, id, &q).await,
+                _ => evaluate(st, id, &q).await,
+            };
+        }
+    }
+    if let Some(action) = NOT_BUILT.iter().find(|a| rest.ends_with(&format!("/{a}"))) {
+        return Err(ApiError {
+            status: axum::http::StatusCode::NOT_IMPLEMENTED,
+            message: format!("/v1/job/:id/{action} is not supported yet"),
+        });
+    }
+    match method {
+        Method::GET => read(st, rest, &q).await,
+        Method::PUT | Method::POST => register(st, Some(rest), q.params, body).await,
+        Method::DELETE => deregister(st, rest, &q).await,
+        _ => Err(ApiError::invalid_method()),
+    }
+}
+
+/// A job as `/v1/jobs` lists it (Nomad's JobListStub).
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct JobListStub {
+    #[serde(rename = "ID")]
+    id: String,
+    #[serde(rename = "ParentID")]
+    parent_id: String,
+    name: String,
+    namespace: String,
+    datacenters: Vec<String>,
+    node_pool: String,
+    multiregion: Option<()>,
+    #[serde(rename = "Type")]
+    job_type: String,
+    priority: i32,
+    periodic: bool,
+    parameterized_job: bool,
+    stop: bool,
+    status: String,
+    status_description: String,
+    job_summary: Option<Arc<model::summary::JobSummary>>,
+    create_index: u64,
+    modify_index: u64,
+    job_modify_index: u64,
+    submit_time: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    meta: Option<BTreeMap<String, String>>,
+}
+
+fn stub(
+    job: &Job,
+    summary: Option<Arc<model::summary::JobSummary>>,
+    with_meta: bool,
+) -> JobListStub {
+    JobListStub {
+        id: job.id.clone(),
+        parent_id: job.parent_id.clone(),
+        name: job.name.clone(),
+        namespace: job.namespace.clone().unwrap_or_default(),
+        datacenters: job.datacenters.clone(),
+        node_pool: job.node_pool.clone().unwrap_or_default(),
+        multiregion: None,
+        job_type: job.job_type.clone().unwrap_or_default(),
+        priority: job.priority.unwrap_or(0),
+        periodic: job.periodic.is_some(),
+        parameterized_job: job.parameterized.is_some(),
+        stop: job.stop,
+        status: job.status.clone().unwrap_or_default(),
+        status_description: job.status_description.clone().unwrap_or_default(),
+        job_summary: summary,
+        create_index: job.create_index.unwrap_or(0),
+        modify_index: job.modify_index.unwrap_or(0),
+        job_modify_index: job.job_modify_index.unwrap_or(0),
+        submit_time: job.submit_time.unwrap_or(0),
+        meta: with_meta.then(|| job.meta.clone()),
+    }
+}
+
+async fn list(st: &ApiState, params: HashMap<String, String>) -> Result<Response, ApiError> {
+    let q = QueryOptions::parse(params)?;
+    let tables = [Table::Jobs, Table::JobSummaries];
+    let snap = q.block(st.server.state(), &tables).await;
+    let with_meta = q.flag("meta")?;
+    let jobs = snap.jobs(q.namespace_filter(), &q.prefix);
+    let key = |j: &Arc<Job>| format!("{}.{}", j.namespace.as_deref().unwrap_or(""), j.id);
+    let (page, next) = reply::paginate(jobs, key, q.per_page, &q.next_token);
+    let stubs: Vec<JobListStub> = page
+        .iter()
+        .map(|j| {
+            stub(
+                j,
+                snap.job_summary(j.namespace.as_deref().unwrap_or(""), &j.id),
+                with_meta,
+            )
+        })
+        .collect();
+    Ok(reply::read_page(
+        &stubs,
+        index_of(&snap, &tables),
+        &st.server,
+        q.pretty,
+        next,
+    ))
+}
+
+async fn read(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response, ApiError> {
+    let tables = [Table::Jobs];
+    let snap = q.block(st.server.state(), &tables).await;
+    let job = match q.params.get("version") {
+        Some(v) => {
+            let v: u64 = v.parse().map_err(|_| {
+                ApiError::bad_request(format!(
+                    "Failed to parse value of \"version\" ({v:?}) as a number"
+                ))
+            })?;
+            snap.job_version(&q.namespace, id, v)
+        }
+        None => snap.job(&q.namespace, id),
+    };
+    let job = job.ok_or_else(|| ApiError::not_found("job not found"))?;
+    Ok(reply::read(
+        &*job,
+        index_of(&snap, &tables),
+        &st.server,
+        q.pretty,
+    ))
+}
+
+/// The body of `PUT /v1/jobs` and `PUT /v1/job/:id`.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RegisterBody {
+    #[serde(rename = "Job")]
+    job: Option<Job>,
+    #[serde(rename = "EnforceIndex")]
+    enforce_index: bool,
+    #[serde(rename = "JobModifyIndex")]
+    job_modify_index: u64,
+    #[serde(rename = "PreserveCounts")]
+    preserve_counts: bool,
+    #[serde(rename = "EvalPriority")]
+    eval_priority: i32,
+    #[serde(rename = "Namespace")]
+    namespace: String,
+}
+
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::bad_request("Request body is empty"));
+    }
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::bad_request("Failed to decode request body: not UTF-8"))?;
+    model::json::from_str(text)
+        .map_err(|e| ApiError::bad_request(format!("Failed to decode request body: {e}")))
+}
+
+async fn register(
+    st: &ApiState,
+    path_id: Option<&str>,
+    params: HashMap<String, String>,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let q = QueryOptions::parse(params)?;
+    let req: RegisterBody = decode(body)?;
+    let mut job = req
+        .job
+        .ok_or_else(|| ApiError::bad_request("Job must be specified"))?;
+    if job.id.is_empty() {
+        return Err(ApiError::bad_request("Job ID hasn't been provided"));
+    }
+    if let Some(id) = path_id {
+        if id != job.id {
+            return Err(ApiError::bad_request("Job ID does not match name"));
+        }
+    }
+    // Namespace precedence: ?namespace > body Namespace > Job.Namespace > default.
+    let namespace = q
+        .params
+        .get("namespace")
+        .filter(|s| !s.is_empty())
+        .cloned()
+        .or_else(|| (!req.namespace.is_empty()).then_some(req.namespace.clone()))
+        .or_else(|| job.namespace.clone().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| DEFAULT_NAMESPACE.into());
+    job.namespace = Some(namespace);
+    if job
+        .region
+        .as_deref()
+        .is_none_or(|r| r.is_empty() || r == "global")
+    {
+        job.region = Some(st.agent.region.clone());
+    }
+    let resp = st
+        .server
+        .job_register(JobRegisterRequest {
+            job,
+            enforce_index: req.enforce_index,
+            job_modify_index: req.job_modify_index,
+            preserve_counts: req.preserve_counts,
+            eval_priority: req.eval_priority,
+        })
+        .await?;
+    let index = resp.index;
+    Ok(reply::write(
+        &RegisterReply {
+            inner: resp,
+            meta: WriteMeta { index },
+        },
+        index,
+        q.pretty,
+    ))
+}
+
+/// Nomad's write responses carry the write's index in the body too.
+#[derive(Serialize)]
+struct WriteMeta {
+    #[serde(rename = "Index")]
+    index: u64,
+}
+
+#[derive(Serialize)]
+struct RegisterReply {
+    #[serde(flatten)]
+    inner: server::JobRegisterResponse,
+    #[serde(flatten)]
+    meta: WriteMeta,
+}
+
+async fn deregister(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response, ApiError> {
+    let purge = q.flag("purge")?;
+    let resp = st.server.job_deregister(&q.namespace, id, purge).await?;
+    let index = resp.index;
+    Ok(reply::write(&resp, index, q.pretty))
+}
+
+async fn evaluate(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response, ApiError> {
+    let resp = st.server.job_evaluate(&q.namespace, id).await?;
+    let index = resp.index;
+    Ok(reply::write(&resp, index, q.pretty))
+}
+
+#[derive(Serialize)]
+struct VersionsReply {
+    #[serde(rename = "Versions")]
+    versions: Vec<Arc<Job>>,
+    #[serde(rename = "Diffs")]
+    diffs: Option<()>,
+    #[serde(rename = "Index")]
+    index: u64,
+    #[serde(rename = "KnownLeader")]
+    known_leader: bool,
+    #[serde(rename = "LastContact")]
+    last_contact: u64,
+    #[serde(rename = "NextToken")]
+    next_token: String,
+}
+
+async fn versions(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response, ApiError> {
+    let tables = [Table::JobVersions];
+    let snap = q.block(st.server.state(), &tables).await;
+    let versions = snap.job_versions(&q.namespace, id);
+    if versions.is_empty() {
+        return Err(ApiError::not_found("job versions not found"));
+    }
+    let index = index_of(&snap, &tables);
+    let reply = VersionsReply {
+        versions,
+        diffs: None,
+        index,
+        known_leader: st.server.leader_addr().is_some(),
+        last_contact: st.server.last_contact_ms(),
+        next_token: String::new(),
+    };
+    Ok(reply::read(&reply, index, &st.server, q.pretty))
+}
+
+async fn summary(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response, ApiError> {
+    let tables = [Table::JobSummaries];
+    let snap = q.block(st.server.state(), &tables).await;
+    let summary = snap
+        .job_summary(&q.namespace, id)
+        .ok_or_else(|| ApiError::not_found("job not found"))?;
+    Ok(reply::read(
+        &*summary,
+        index_of(&snap, &tables),
+        &st.server,
+        q.pretty,
+    ))
+}
+
+async fn evaluations(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response, ApiError> {
+    let tables = [Table::Evals];
+    let snap = q.block(st.server.state(), &tables).await;
+    let evals = snap.evals_by_job(&q.namespace, id);
+    Ok(reply::read(
+        &evals,
+        index_of(&snap, &tables),
+        &st.server,
+        q.pretty,
+    ))
+}
+
+async fn allocations(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response, ApiError> {
+    let tables = [Table::Allocs];
+    let snap = q.block(st.server.state(), &tables).await;
+    let stubs: Vec<_> = snap
+        .allocs_by_job(&q.namespace, id)
+        .iter()
+        .map(|a| a.stub(false))
+        .collect();
+    Ok(reply::read(
+        &stubs,
+        index_of(&snap, &tables),
+        &st.server,
+        q.pretty,
+    ))
+}
+
+async fn deployments(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response, ApiError> {
+    let tables = [Table::Deployments];
+    let snap = q.block(st.server.state(), &tables).await;
+    let list = snap.deployments_by_job(&q.namespace, id);
+    Ok(reply::read(
+        &list,
+        index_of(&snap, &tables),
+        &st.server,
+        q.pretty,
+    ))
+}
+
+/// The job's most recent deployment, or `null` when it has none (as Nomad answers).
+async fn latest_deployment(
+    st: &ApiState,
+    id: &str,
+    q: &QueryOptions,
+) -> Result<Response, ApiError> {
+    let tables = [Table::Deployments];
+    let snap = q.block(st.server.state(), &tables).await;
+    let latest = snap.latest_deployment_by_job(&q.namespace, id);
+    Ok(reply::read(
+        &latest,
+        index_of(&snap, &tables),
+        &st.server,
+        q.pretty,
+    ))
+}
+
+/// `POST /v1/jobs/parse`: HCL in, a bare job out (canonicalized on request), file functions off.
+pub async fn parse(Query(params): Params, method: Method, body: Bytes) -> Response {
+    parse_inner(params, method, &body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ParseBody {
+    #[serde(rename = "JobHCL")]
+    job_hcl: String,
+    #[serde(rename = "Canonicalize")]
+    canonicalize: bool,
+    #[serde(rename = "Variables")]
+    variables: String,
+}
+
+async fn parse_inner(
+    params: HashMap<String, String>,
+    method: Method,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    if method != Method::PUT && method != Method::POST {
+        return Err(ApiError::invalid_method());
+    }
+    let q = QueryOptions::parse(params)?;
+    let req: ParseBody = decode(body)?;
+    if req.job_hcl.trim().is_empty() {
+        return Err(ApiError::bad_request("Job spec is empty"));
+    }
+    let opts = jobspec::ParseOptions {
+        var_texts: (!req.variables.is_empty())
+            .then(|| ("variables.hcl".to_string(), req.variables.clone()))
+            .into_iter()
+            .collect(),
+        allow_fs: false,
+        ..jobspec::ParseOptions::default()
+    };
+    let parsed = jobspec::parse_str(&req.job_hcl, "input.hcl", &opts)
+        .map_err(|d| ApiError::bad_request(format!("Failed to parse job: {d}")))?;
+    let mut job = parsed.job;
+    if req.canonicalize {
+        job.canonicalize();
+    }
+    Ok(reply::plain(&job, q.pretty))
+}
+
+/// `PUT /v1/validate/job`: Nomad's JobValidateResponse; problems are in the body, the status is 200.
+pub async fn validate(Query(params): Params, method: Method, body: Bytes) -> Response {
+    validate_inner(params, method, &body).unwrap_or_else(IntoResponse::into_response)
+}
+
+#[derive(Serialize)]
+struct ValidateReply {
+    #[serde(rename = "DriverConfigValidated")]
+    driver_config_validated: bool,
+    #[serde(rename = "ValidationErrors")]
+    validation_errors: Vec<String>,
+    #[serde(rename = "Error")]
+    error: String,
+    #[serde(rename = "Warnings")]
+    warnings: String,
+}
+
+fn validate_inner(
+    params: HashMap<String, String>,
+    method: Method,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    if method != Method::PUT && method != Method::POST {
+        return Err(ApiError::invalid_method());
+    }
+    let q = QueryOptions::parse(params)?;
+    let req: RegisterBody = decode(body)?;
+    let mut job = req
+        .job
+        .ok_or_else(|| ApiError::bad_request("Job must be specified"))?;
+    job.canonicalize();
+    let errors: Vec<String> = match job.validate() {
+        Ok(()) => Vec::new(),
+        Err(errs) => errs.errors.iter().map(ToString::to_string).collect(),
+    };
+    let error = match errors.len() {
+        0 => String::new(),
+        n => format!(
+            "{n} error{} occurred:\n{}",
+            if n == 1 { "" } else { "s" },
+            errors
+                .iter()
+                .map(|e| format!("\t* {e}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        ),
+    };
+    Ok(reply::plain(
+        &ValidateReply {
+            driver_config_validated: false,
+            validation_errors: errors,
+            error,
+            warnings: String::new(),
+        },
+        q.pretty,
+    ))
+}

@@ -1,0 +1,67 @@
+//! The Nomad-compatible `/v1` HTTP API.
+//!
+//! Owns: paths, query parameters, headers (`X-Nomad-Index`, `X-Nomad-KnownLeader`,
+//! `X-Nomad-LastContact`), blocking queries, JSON in Nomad's shapes, and the mapping from error codes
+//! to HTTP statuses (in one place: [`error::ApiError`]).
+//! Never does: business logic. Writes go to `server` endpoints; reads come from state snapshots.
+//! Invariant: every error is plain text with Nomad's status code; every success is 200.
+
+mod agent;
+mod error;
+mod evals;
+mod jobs;
+mod query;
+mod reply;
+
+use axum::routing::{any, get};
+use axum::Router;
+use server::Server;
+use std::sync::Arc;
+
+/// What the agent tells the API about itself (for `/v1/agent/*` and `/v1/regions`).
+#[derive(Debug, Clone)]
+pub struct AgentInfo {
+    pub node_name: String,
+    pub region: String,
+    pub datacenter: String,
+    pub version: String,
+    /// The agent's effective configuration, shown as `config` by `/v1/agent/self`.
+    pub config: serde_json::Value,
+}
+
+/// Shared by every handler.
+#[derive(Clone)]
+pub struct ApiState {
+    pub server: Server,
+    pub agent: Arc<AgentInfo>,
+}
+
+/// The router for every implemented `/v1` path; unknown paths get Nomad's empty 404.
+pub fn router(state: ApiState) -> Router {
+    Router::new()
+        .route("/v1/jobs", any(jobs::jobs))
+        .route("/v1/jobs/parse", any(jobs::parse))
+        .route("/v1/validate/job", any(jobs::validate))
+        .route("/v1/job/{*rest}", any(jobs::job))
+        .route("/v1/evaluations", get(evals::list))
+        .route("/v1/evaluation/{*rest}", get(evals::eval))
+        .route("/v1/status/leader", get(agent::leader))
+        .route("/v1/status/peers", get(agent::peers))
+        .route("/v1/regions", get(agent::regions))
+        .route("/v1/agent/self", get(agent::agent_self))
+        .route("/v1/agent/health", get(agent::health))
+        .route("/v1/agent/members", get(agent::members))
+        .fallback(reply::not_found_empty)
+        .with_state(state)
+}
+
+/// Serves the API on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: ApiState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

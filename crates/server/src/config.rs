@@ -1,0 +1,43 @@
+//! What a server needs to start, resolved by the agent from its configuration.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub region: String,
+    pub datacenter: String,
+    /// This server's name (Nomad: `<node name>.<region>`).
+    pub name: String,
+    /// Where raft keeps its log, vote and snapshots, and the server its identity.
+    pub data_dir: PathBuf,
+    /// The address the rpc listener binds (port 0 picks a free port).
+    pub rpc_bind: SocketAddr,
+    /// How other agents reach this server's rpc port; `None` uses the bound address.
+    pub rpc_advertise: Option<String>,
+    /// Servers to wait for before bootstrapping; 1 bootstraps alone (`-dev`).
+    pub bootstrap_expect: u32,
+    /// Raft timing, in milliseconds.
+    pub raft_heartbeat_ms: u64,
+    pub raft_election_timeout_ms: (u64, u64),
+    /// Take a state snapshot (and compact the log) after this many entries.
+    pub raft_snapshot_every: u64,
+}
+
+impl ServerConfig {
+    /// Defaults for a server with a data dir; the agent overrides what its config sets.
+    pub fn new(data_dir: PathBuf, rpc_bind: SocketAddr) -> ServerConfig {
+        ServerConfig {
+            region: "global".into(),
+            datacenter: "dc1".into(),
+            name: "caravan".into(),
+            data_dir,
+            rpc_bind,
+            rpc_advertise: None,
+            bootstrap_expect: 1,
+            raft_heartbeat_ms: 250,
+            raft_election_timeout_ms: (1000, 2000),
+            raft_snapshot_every: 8192,
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! Jobs: register (with its evaluation, in one raft entry), deregister (stop or purge), evaluate.
+
+use super::{new_id, now_nanos};
+use crate::error::ServerError;
+use crate::server::Server;
+use model::eval::{
+    Evaluation, EVAL_STATUS_PENDING, EVAL_TRIGGER_JOB_DEREGISTER, EVAL_TRIGGER_JOB_REGISTER,
+};
+use model::Job;
+use serde::{Deserialize, Serialize};
+use state::Command;
+
+/// A job registration, as forwarded between servers. The HTTP layer has already settled the namespace.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobRegisterRequest {
+    pub job: Job,
+    /// Only register if the job's current JobModifyIndex is `job_modify_index` (0: the job must not exist).
+    pub enforce_index: bool,
+    pub job_modify_index: u64,
+    /// Keep the counts of existing groups (`job run -preserve-counts`).
+    pub preserve_counts: bool,
+    /// The evaluation's priority; 0 uses the job's.
+    pub eval_priority: i32,
+}
+
+/// Nomad's register response body.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct JobRegisterResponse {
+    #[serde(rename = "EvalID")]
+    pub eval_id: String,
+    #[serde(rename = "EvalCreateIndex")]
+    pub eval_create_index: u64,
+    #[serde(rename = "JobModifyIndex")]
+    pub job_modify_index: u64,
+    #[serde(rename = "Warnings")]
+    pub warnings: String,
+    #[serde(rename = "Index")]
+    pub index: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct JobDeregisterResponse {
+    #[serde(rename = "EvalID")]
+    pub eval_id: String,
+    #[serde(rename = "EvalCreateIndex")]
+    pub eval_create_index: u64,
+    #[serde(rename = "JobModifyIndex")]
+    pub job_modify_index: u64,
+    #[serde(rename = "VolumeEvalID")]
+    pub volume_eval_id: String,
+    #[serde(rename = "VolumeEvalIndex")]
+    pub volume_eval_index: u64,
+    #[serde(rename = "Index")]
+    pub index: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct JobEvaluateResponse {
+    #[serde(rename = "EvalID")]
+    pub eval_id: String,
+    #[serde(rename = "EvalCreateIndex")]
+    pub eval_create_index: u64,
+    #[serde(rename = "JobModifyIndex")]
+    pub job_modify_index: u64,
+    #[serde(rename = "Index")]
+    pub index: u64,
+}
+
+/// Canonicalizes and validates a submitted job; the message lists every problem, as Nomad's does.
+pub fn prepare_job(job: &mut Job) -> Result<(), ServerError> {
+    job.canonicalize();
+    job.validate()
+        .map_err(|errs| ServerError::bad_request(errs.to_string().trim_end().to_string()))
+}
+
+/// Periodic and parameterized jobs are templates: registering them creates no evaluation.
+fn needs_eval(job: &Job) -> bool {
+    if job.dispatched {
+        return true;
+    }
+    let periodic = job
+        .periodic
+        .as_ref()
+        .is_some_and(|p| p.enabled != Some(false));
+    !periodic && job.parameterized.is_none()
+}
+
+fn new_eval(job: &Job, trigger: &str, priority: i32, now: i64) -> Evaluation {
+    Evaluation {
+        id: new_id(),
+        namespace: job
+            .namespace
+            .clone()
+            .unwrap_or_else(|| model::job::DEFAULT_NAMESPACE.into()),
+        priority: if priority > 0 {
+            priority
+        } else {
+            job.priority.unwrap_or(model::job::DEFAULT_PRIORITY)
+        },
+        eval_type: job.job_type.clone().unwrap_or_else(|| "service".into()),
+        triggered_by: trigger.into(),
+        job_id: job.id.clone(),
+        status: EVAL_STATUS_PENDING.into(),
+        create_time: now,
+        modify_time: now,
+        ..Evaluation::default()
+    }
+}
+
+impl Server {
+    pub async fn job_register(
+        &self,
+        req: JobRegisterRequest,
+    ) -> Result<JobRegisterResponse, ServerError> {
+        match self.forward_target().await? {
+            Some(leader) => self.forward(&leader, "Job.Register", &req).await,
+            None => self.job_register_local(req).await,
+        }
+    }
+
+    pub(crate) async fn job_register_local(
+        &self,
+        mut req: JobRegisterRequest,
+    ) -> Result<JobRegisterResponse, ServerError> {
+        prepare_job(&mut req.job)?;
+        let ns = req.job.namespace.clone().unwrap_or_default();
+        let snap = self.state().snapshot();
+        let existing = snap.job(&ns, &req.job.id);
+        if req.enforce_index {
+            let current = existing
+                .as_ref()
+                .and_then(|j| j.job_modify_index)
+                .unwrap_or(0);
+            if current != req.job_modify_index {
+                let why = if req.job_modify_index == 0 {
+                    "job already exists".to_string()
+                } else if existing.is_none() {
+                    "job does not exist".to_string()
+                } else {
+                    format!("job exists with conflicting job modify index: {current}")
+                };
+                return Err(ServerError::bad_request(format!(
+                    "Enforcing job modify index {}: {why}",
+                    req.job_modify_index
+                )));
+            }
+        }
+        if req.preserve_counts {
+            if let Some(old) = &existing {
+                for g in &mut req.job.task_groups {
+                    if let Some(prev) = old.task_groups.iter().find(|p| p.name == g.name) {
+                        g.count = prev.count;
+                    }
+                }
+            }
+        }
+        let now = now_nanos();
+        let eval = needs_eval(&req.job)
+            .then(|| new_eval(&req.job, EVAL_TRIGGER_JOB_REGISTER, req.eval_priority, now));
+        let resp = self
+            .apply(Command::JobRegister {
+                job: req.job,
+                eval,
+                submit_time: now,
+            })
+            .await?;
+        Ok(JobRegisterResponse {
+            eval_id: resp.eval_id.unwrap_or_default(),
+            eval_create_index: resp.eval_create_index.unwrap_or(0),
+            job_modify_index: resp.job_modify_index.unwrap_or(0),
+            warnings: String::new(),
+            index: resp.index,
+        })
+    }
+
+    /// Stops a job (a new version with `Stop` set) or, with `purge`, removes it.
+    pub async fn job_deregister(
+        &self,
+        namespace: &str,
+        job_id: &str,
+        purge: bool,
+    ) -> Result<JobDeregisterResponse, ServerError> {
+        match self.forward_target().await? {
+            Some(leader) => {
+                self.forward(&leader, "Job.Deregister", &(namespace, job_id, purge))
+                    .await
+            }
+            None => self.job_deregister_local(namespace, job_id, purge).await,
+        }
+    }
+
+    pub(crate) async fn job_deregister_local(
+        &self,
+        namespace: &str,
+        job_id: &str,
+        purge: bool,
+    ) -> Result<JobDeregisterResponse, ServerError> {
+        let job = self
+            .state()
+            .snapshot()
+            .job(namespace, job_id)
+            .ok_or_else(|| ServerError::not_found("job not found"))?;
+        let now = now_nanos();
+        let eval = needs_eval(&job).then(|| new_eval(&job, EVAL_TRIGGER_JOB_DEREGISTER, 0, now));
+        let resp = self
+            .apply(Command::JobDeregister {
+                namespace: namespace.into(),
+                job_id: job_id.into(),
+                purge,
+                eval,
+                submit_time: now,
+            })
+            .await?;
+        Ok(JobDeregisterResponse {
+            eval_id: resp.eval_id.unwrap_or_default(),
+            eval_create_index: resp.eval_create_index.unwrap_or(0),
+            job_modify_index: resp.job_modify_index.unwrap_or(resp.index),
+            index: resp.index,
+            ..JobDeregisterResponse::default()
+        })
+    }
+
+    /// Creates a new evaluation of a job (`POST /v1/job/:id/evaluate`).
+    pub async fn job_evaluate(
+        &self,
+        namespace: &str,
+        job_id: &str,
+    ) -> Result<JobEvaluateResponse, ServerError> {
+        match self.forward_target().await? {
+            Some(leader) => {
+                self.forward(&leader, "Job.Evaluate", &(namespace, job_id))
+                    .await
+            }
+            None => self.job_evaluate_local(namespace, job_id).await,
+        }
+    }
+
+    pub(crate) async fn job_evaluate_local(
+        &self,
+        namespace: &str,
+        job_id: &str,
+    ) -> Result<JobEvaluateResponse, ServerError> {
+        let job = self
+            .state()
+            .snapshot()
+            .job(namespace, job_id)
+            .ok_or_else(|| ServerError::not_found("job not found"))?;
+        if job
+            .periodic
+            .as_ref()
+            .is_some_and(|p| p.enabled != Some(false))
+        {
+            return Err(ServerError::bad_request("can't evaluate periodic job"));
+        }
+        if job.parameterized.is_some() {
+            return Err(ServerError::bad_request("can't evaluate parameterized job"));
+        }
+        let mut eval = new_eval(&job, model::eval::EVAL_TRIGGER_JOB_REGISTER, 0, now_nanos());
+        eval.job_modify_index = job.job_modify_index.unwrap_or(0);
+        let eval_id = eval.id.clone();
+        let resp = self
+            .apply(Command::EvalUpsert { evals: vec![eval] })
+            .await?;
+        Ok(JobEvaluateResponse {
+            eval_id,
+            eval_create_index: resp.index,
+            job_modify_index: job.job_modify_index.unwrap_or(0),
+            index: resp.index,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_get_no_evaluation() {
+        let mut job = Job {
+            id: "j".into(),
+            ..Job::default()
+        };
+        assert!(needs_eval(&job));
+        job.periodic = Some(model::PeriodicConfig {
+            enabled: Some(true),
+            ..Default::default()
+        });
+        assert!(!needs_eval(&job));
+        job.periodic = None;
+        job.parameterized = Some(model::ParameterizedJobConfig::default());
+        assert!(!needs_eval(&job));
+        job.dispatched = true;
+        assert!(needs_eval(&job), "a dispatched child runs");
+    }
+}

@@ -1,0 +1,15 @@
+//! Server endpoints, one module per resource. Each public endpoint forwards to the leader when this
+//! server does not lead; its `_local` twin runs on the leader.
+
+pub mod job;
+
+/// Now, in Unix nanoseconds: the server stamps times before the raft entry, never inside the FSM.
+pub(crate) fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+pub(crate) fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}

@@ -1,0 +1,62 @@
+//! The server's rpc endpoints: raft traffic goes to raft; everything else is a server endpoint that a
+//! follower forwarded here because this server leads.
+
+use crate::server::Server;
+use futures::future::BoxFuture;
+use rpc::RpcError;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+pub struct RpcHandler {
+    pub server: Server,
+}
+
+impl rpc::Handler for RpcHandler {
+    fn handle(&self, method: String, body: Value) -> BoxFuture<'static, Result<Value, RpcError>> {
+        let server = self.server.clone();
+        Box::pin(async move {
+            if method.starts_with("Raft.") {
+                return server.raft().handle_rpc(&method, body).await;
+            }
+            match method.as_str() {
+                "Job.Register" => {
+                    call(
+                        body,
+                        |req| async move { server.job_register_local(req).await },
+                    )
+                    .await
+                }
+                "Job.Deregister" => {
+                    call(body, |req: (String, String, bool)| async move {
+                        server.job_deregister_local(&req.0, &req.1, req.2).await
+                    })
+                    .await
+                }
+                "Job.Evaluate" => {
+                    call(body, |req: (String, String)| async move {
+                        server.job_evaluate_local(&req.0, &req.1).await
+                    })
+                    .await
+                }
+                other => Err(RpcError::bad_request(format!(
+                    "unknown rpc method {other:?}"
+                ))),
+            }
+        })
+    }
+}
+
+/// Decodes the request, runs the endpoint, encodes the response.
+async fn call<Req, Resp, F, Fut>(body: Value, f: F) -> Result<Value, RpcError>
+where
+    Req: DeserializeOwned,
+    Resp: Serialize,
+    F: FnOnce(Req) -> Fut,
+    Fut: std::future::Future<Output = Result<Resp, crate::ServerError>>,
+{
+    let req = serde_json::from_value(body)
+        .map_err(|e| RpcError::bad_request(format!("undecodable request: {e}")))?;
+    let resp = f(req).await?;
+    serde_json::to_value(resp).map_err(|e| RpcError::internal(e.to_string()))
+}

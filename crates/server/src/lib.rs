@@ -1,0 +1,23 @@
+//! Caravan's server: the endpoints Nomad calls `Job.Register`, `Job.Deregister`, …, the raft-replicated
+//! state store behind them, and (later) the leader-only loops.
+//!
+//! Owns: validating and canonicalizing what clients submit, turning it into one raft command, forwarding
+//! writes to the leader over `rpc`, serving reads from state snapshots.
+//! Never does: driver calls, HTTP (the `httpapi` crate speaks HTTP and calls in here).
+//! Invariant: state changes only through a raft entry applied by the FSM; IDs and timestamps are made
+//! here, before the entry, so every server applies the same bytes to the same result.
+
+mod config;
+mod endpoints;
+mod error;
+mod fsm;
+mod handler;
+mod server;
+
+pub use config::ServerConfig;
+pub use endpoints::job::{
+    JobDeregisterResponse, JobEvaluateResponse, JobRegisterRequest, JobRegisterResponse,
+};
+pub use error::ServerError;
+pub use rpc::ErrorCode;
+pub use server::{Member, Server};

@@ -1,0 +1,297 @@
+//! Starting a server: the state store, raft over it, the rpc listener; and the plumbing every endpoint
+//! shares (applying a command through raft, forwarding to the leader).
+
+use crate::config::ServerConfig;
+use crate::error::ServerError;
+use crate::fsm::{Fsm, FsmResult};
+use crate::handler::RpcHandler;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use state::{ApplyResponse, Command, StateStore};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// How long a write waits for a leader to exist before it fails with "No cluster leader".
+const LEADER_WAIT: Duration = Duration::from_secs(10);
+/// How long a starting single server waits to re-apply its log before serving reads anyway.
+const STARTUP_CATCH_UP: Duration = Duration::from_secs(30);
+/// The deadline of one rpc call between servers.
+const RPC_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A running server. Cheap to clone; every clone is the same server.
+#[derive(Clone)]
+pub struct Server {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    cfg: ServerConfig,
+    store: StateStore,
+    raft: raft::RaftNode,
+    rpc_client: rpc::Client,
+    rpc_addr: String,
+    node_id: u64,
+    /// Dropping the sender (or sending `true`) stops the rpc listener.
+    shutdown: watch::Sender<bool>,
+}
+
+/// A server as `/v1/agent/members` and `server members` show it.
+#[derive(Debug, Clone)]
+pub struct Member {
+    pub name: String,
+    pub addr: String,
+    pub raft_id: u64,
+    pub leader: bool,
+}
+
+impl Server {
+    /// Opens (or creates) the server's data dir, restores state from raft, starts serving rpc and,
+    /// when `bootstrap_expect` is 1, bootstraps a single-server cluster (a no-op on later starts).
+    pub async fn start(cfg: ServerConfig) -> Result<Server, ServerError> {
+        std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
+            ServerError::internal(format!(
+                "cannot create the data dir {}: {e}",
+                cfg.data_dir.display()
+            ))
+        })?;
+        let node_id = load_or_create_node_id(&cfg.data_dir)?;
+        let listener = tokio::net::TcpListener::bind(cfg.rpc_bind)
+            .await
+            .map_err(|e| {
+                ServerError::internal(format!("cannot bind the rpc port {}: {e}", cfg.rpc_bind))
+            })?;
+        let bound = listener
+            .local_addr()
+            .map_err(|e| ServerError::internal(e.to_string()))?;
+        let rpc_addr = cfg
+            .rpc_advertise
+            .clone()
+            .unwrap_or_else(|| bound.to_string());
+        let store = StateStore::new();
+        let rpc_client = rpc::Client::new(RPC_TIMEOUT);
+        let raft_cfg = raft::RaftConfig {
+            node_id,
+            rpc_addr: rpc_addr.clone(),
+            data_dir: cfg.data_dir.join("raft"),
+            heartbeat_ms: cfg.raft_heartbeat_ms,
+            election_timeout_ms: cfg.raft_election_timeout_ms,
+            snapshot_every_entries: cfg.raft_snapshot_every,
+        };
+        let fsm = Arc::new(Fsm {
+            store: store.clone(),
+        });
+        let raft = raft::RaftNode::open(raft_cfg, fsm, rpc_client.clone()).await?;
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let server = Server {
+            inner: Arc::new(Inner {
+                cfg,
+                store,
+                raft,
+                rpc_client,
+                rpc_addr,
+                node_id,
+                shutdown,
+            }),
+        };
+        let handler = Arc::new(RpcHandler {
+            server: server.clone(),
+        });
+        tokio::spawn(rpc::serve(listener, handler, wait_for_true(shutdown_rx)));
+        if server.inner.cfg.bootstrap_expect <= 1 {
+            let members = BTreeMap::from([(node_id, server.inner.rpc_addr.clone())]);
+            server.inner.raft.bootstrap(members).await?;
+            server.catch_up(STARTUP_CATCH_UP).await;
+        }
+        Ok(server)
+    }
+
+    pub fn config(&self) -> &ServerConfig {
+        &self.inner.cfg
+    }
+
+    pub fn state(&self) -> &StateStore {
+        &self.inner.store
+    }
+
+    pub(crate) fn raft(&self) -> &raft::RaftNode {
+        &self.inner.raft
+    }
+
+    /// This server's rpc address as other agents reach it.
+    pub fn rpc_addr(&self) -> &str {
+        &self.inner.rpc_addr
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.inner.raft.is_leader()
+    }
+
+    /// The leader's rpc address, when one is known.
+    pub fn leader_addr(&self) -> Option<String> {
+        self.inner.raft.leader().map(|(_, addr)| addr)
+    }
+
+    /// Milliseconds since this server last heard from the leader (0 on the leader itself).
+    pub fn last_contact_ms(&self) -> u64 {
+        if self.is_leader() {
+            return 0;
+        }
+        self.inner.raft.last_contact_ms().unwrap_or(0)
+    }
+
+    /// The raft peers' rpc addresses.
+    pub fn peers(&self) -> Vec<String> {
+        self.inner
+            .raft
+            .members()
+            .into_iter()
+            .map(|(_, addr)| addr)
+            .collect()
+    }
+
+    pub fn members(&self) -> Vec<Member> {
+        let leader = self.inner.raft.leader().map(|(id, _)| id);
+        self.inner
+            .raft
+            .members()
+            .into_iter()
+            .map(|(id, addr)| Member {
+                name: if id == self.inner.node_id {
+                    format!("{}.{}", self.inner.cfg.name, self.inner.cfg.region)
+                } else {
+                    format!("server-{id}.{}", self.inner.cfg.region)
+                },
+                addr,
+                raft_id: id,
+                leader: Some(id) == leader,
+            })
+            .collect()
+    }
+
+    /// Waits until the cluster has a leader.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> Result<String, ServerError> {
+        self.inner
+            .raft
+            .wait_for_leader(timeout)
+            .await
+            .map(|(_, addr)| addr)
+            .map_err(ServerError::from)
+    }
+
+    /// Waits (bounded) until this server leads and has applied its whole log, so that reads served
+    /// right after a restart are not stale: after a SIGKILL the durable commit index can lag the log,
+    /// and only the new term's first commit re-applies the tail.
+    async fn catch_up(&self, timeout: Duration) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        if let Err(e) = self.inner.raft.wait_for_leader(timeout).await {
+            tracing::warn!(error = %e, "no leader yet; serving reads that may be stale");
+            return;
+        }
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let stats = self.inner.raft.stats();
+            if stats.applied_index >= stats.last_log_index {
+                return;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(
+                    applied = stats.applied_index,
+                    last = stats.last_log_index,
+                    "the log is not fully applied yet; reads may be stale"
+                );
+                return;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    /// Stops serving rpc and shuts raft down.
+    pub async fn shutdown(&self) {
+        let _ = self.inner.shutdown.send(true);
+        if let Err(e) = self.inner.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft did not shut down cleanly");
+        }
+    }
+
+    /// Applies one command through raft on this (leader) server and returns what the FSM answered.
+    pub(crate) async fn apply(&self, cmd: Command) -> Result<ApplyResponse, ServerError> {
+        let payload = serde_json::to_vec(&cmd)
+            .map_err(|e| ServerError::internal(format!("encoding a raft command: {e}")))?;
+        let (_index, response) = self.inner.raft.write(payload).await?;
+        match serde_json::from_slice::<FsmResult>(&response) {
+            Ok(FsmResult::Ok(r)) => Ok(r),
+            Ok(FsmResult::NotFound(m)) => Err(ServerError::not_found(m)),
+            Ok(FsmResult::Failed(m)) => Err(ServerError::internal(m)),
+            Err(e) => Err(ServerError::internal(format!(
+                "undecodable FSM response: {e}"
+            ))),
+        }
+    }
+
+    /// Where a write must go: `None` when this server leads, else the leader's rpc address.
+    /// Waits (bounded) for an election when there is no leader yet.
+    pub(crate) async fn forward_target(&self) -> Result<Option<String>, ServerError> {
+        if self.is_leader() {
+            return Ok(None);
+        }
+        let leader = match self.leader_addr() {
+            Some(addr) => addr,
+            None => self.wait_for_leader(LEADER_WAIT).await?,
+        };
+        Ok((!self.is_leader()).then_some(leader))
+    }
+
+    /// Sends a request to the leader's rpc endpoint `method`.
+    pub(crate) async fn forward<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        addr: &str,
+        method: &str,
+        req: &Req,
+    ) -> Result<Resp, ServerError> {
+        let body = serde_json::to_value(req).map_err(|e| ServerError::internal(e.to_string()))?;
+        let value = self.inner.rpc_client.call_raw(addr, method, body).await?;
+        serde_json::from_value(value).map_err(|e| {
+            ServerError::internal(format!("undecodable {method} response from {addr}: {e}"))
+        })
+    }
+}
+
+async fn wait_for_true(mut rx: watch::Receiver<bool>) {
+    while !*rx.borrow() {
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The server's raft node id, made once and kept in the data dir so restarts keep their identity.
+fn load_or_create_node_id(data_dir: &std::path::Path) -> Result<u64, ServerError> {
+    let path = data_dir.join("server-id");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => text.trim().parse().map_err(|_| {
+            ServerError::internal(format!(
+                "{} holds {:?}, not a server id; remove the file to make a new identity",
+                path.display(),
+                text.trim()
+            ))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let id = uuid::Uuid::new_v4().as_u64_pair().0 >> 1 | 1;
+            let tmp = data_dir.join("server-id.tmp");
+            std::fs::write(&tmp, id.to_string())
+                .and_then(|_| std::fs::File::open(&tmp)?.sync_all())
+                .and_then(|_| std::fs::rename(&tmp, &path))
+                .map_err(|e| {
+                    ServerError::internal(format!("cannot write {}: {e}", path.display()))
+                })?;
+            Ok(id)
+        }
+        Err(e) => Err(ServerError::internal(format!(
+            "cannot read {}: {e}",
+            path.display()
+        ))),
+    }
+}
