@@ -1,12 +1,18 @@
-//! `caravan agent`: runs a server, a client, or both (`-dev`).
+//! `caravan agent`: runs a server (and, once built, a client) with the HTTP API in front.
+//!
+//! Configuration is resolved in Nomad's order: built-in defaults, then `-dev` defaults, then every
+//! `-config` file or directory in order, then flags.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
+use jobspec::agent::AgentConfig;
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct AgentArgs {
-    /// Development mode: one server and one client in this process, a temporary data dir, raw_exec on
+    /// Development mode: one server (and, once built, a client) in this process, a temporary data dir, raw_exec on
     #[arg(long)]
     pub dev: bool,
     /// A config file or a directory of *.hcl/*.json files (repeatable; later ones win)
@@ -41,6 +47,241 @@ pub struct AgentArgs {
     pub log_level: Option<String>,
 }
 
-pub fn run(_args: AgentArgs) -> Result<i32> {
-    bail!("the agent is not supported yet")
+/// The configuration the flags, files and defaults add up to.
+fn resolve(args: &AgentArgs) -> Result<AgentConfig> {
+    let mut cfg = AgentConfig::default_values();
+    if args.dev {
+        cfg = cfg.merge(AgentConfig::dev());
+    }
+    if !args.config.is_empty() {
+        let files = jobspec::agent::load_paths(&args.config).map_err(|e| anyhow::anyhow!("{e}"))?;
+        cfg = cfg.merge(files);
+    }
+    let mut flags = AgentConfig {
+        data_dir: args.data_dir.as_ref().map(|p| p.display().to_string()),
+        bind_addr: args.bind.clone(),
+        name: args.node.clone(),
+        log_level: args.log_level.clone(),
+        ..AgentConfig::default()
+    };
+    if args.server || args.bootstrap_expect.is_some() {
+        flags.server = Some(jobspec::agent::ServerConfig {
+            enabled: args.server.then_some(true),
+            bootstrap_expect: args.bootstrap_expect,
+            ..Default::default()
+        });
+    }
+    if args.client || args.servers.is_some() {
+        flags.client = Some(jobspec::agent::ClientConfig {
+            enabled: args.client.then_some(true),
+            servers: args.servers.as_ref().map(|s| {
+                s.split(',')
+                    .map(|a| a.trim().to_string())
+                    .filter(|a| !a.is_empty())
+                    .collect()
+            }),
+            ..Default::default()
+        });
+    }
+    if args.acl_enabled {
+        flags.acl = Some(jobspec::agent::AclConfig {
+            enabled: Some(true),
+            ..Default::default()
+        });
+    }
+    Ok(cfg.merge(flags))
+}
+
+fn listen_addr(cfg: &AgentConfig, specific: Option<&String>, port: u16) -> Result<SocketAddr> {
+    let host = specific
+        .or(cfg.bind_addr.as_ref())
+        .map_or("0.0.0.0", String::as_str);
+    let text = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    text.parse().with_context(|| {
+        format!("{text:?} is not an address to listen on; check bind_addr and addresses")
+    })
+}
+
+pub fn run(args: AgentArgs) -> Result<i32> {
+    let cfg = resolve(&args)?;
+    init_logging(cfg.log_level.as_deref().unwrap_or("INFO"));
+    let server_enabled = cfg.server.as_ref().and_then(|s| s.enabled).unwrap_or(false);
+    let client_enabled = cfg.client.as_ref().and_then(|c| c.enabled).unwrap_or(false);
+    if !server_enabled {
+        if client_enabled {
+            bail!("the client is not supported yet (it is being built); run a server with -server or -dev");
+        }
+        bail!("neither server nor client mode is enabled: use -dev, -server, or a config with server {{ enabled = true }}");
+    }
+    if cfg.acl.as_ref().and_then(|a| a.enabled).unwrap_or(false) {
+        bail!("ACLs are not supported yet: remove -acl-enabled (or acl {{ enabled = true }}) to run without them");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(run_agent(cfg, args.dev, client_enabled))
+}
+
+/// Holds a `-dev` agent's temporary data dir; removes it when the agent stops.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+async fn run_agent(cfg: AgentConfig, dev: bool, client_enabled: bool) -> Result<i32> {
+    let (data_dir, _temp) = match cfg.data_dir.as_deref() {
+        Some(dir) => (PathBuf::from(dir), None),
+        None if dev => {
+            let dir = std::env::temp_dir().join(format!("caravan-dev-{}", std::process::id()));
+            (dir.clone(), Some(TempDir(dir)))
+        }
+        None => {
+            bail!("a server needs a data directory: set data_dir in the config or pass -data-dir")
+        }
+    };
+    let ports = cfg.ports.clone().unwrap_or_default();
+    let addresses = cfg.addresses.clone().unwrap_or_default();
+    let http_addr = listen_addr(&cfg, addresses.http.as_ref(), ports.http.unwrap_or(4646))?;
+    let rpc_addr = listen_addr(&cfg, addresses.rpc.as_ref(), ports.rpc.unwrap_or(4647))?;
+    let region = cfg.region.clone().unwrap_or_else(|| "global".into());
+    let datacenter = cfg.datacenter.clone().unwrap_or_else(|| "dc1".into());
+    let name = cfg.name.clone().unwrap_or_else(hostname);
+    let server_cfg_block = cfg.server.clone().unwrap_or_default();
+
+    let mut server_cfg = server::ServerConfig::new(data_dir.join("server"), rpc_addr);
+    server_cfg.region = region.clone();
+    server_cfg.datacenter = datacenter.clone();
+    server_cfg.name = name.clone();
+    server_cfg.bootstrap_expect = server_cfg_block.bootstrap_expect.unwrap_or(1);
+    server_cfg.rpc_advertise = cfg
+        .advertise
+        .as_ref()
+        .and_then(|a| a.rpc.clone())
+        .or_else(|| (!rpc_addr.ip().is_unspecified()).then(|| rpc_addr.to_string()));
+    if server_cfg.bootstrap_expect > 1 {
+        bail!("bootstrap_expect = {} needs the multi-server cluster, which is not supported yet; use 1", server_cfg.bootstrap_expect);
+    }
+
+    let server = server::Server::start(server_cfg)
+        .await
+        .map_err(|e| anyhow::anyhow!("starting the server: {e}"))?;
+    let listener = tokio::net::TcpListener::bind(http_addr)
+        .await
+        .with_context(|| format!("binding the HTTP API to {http_addr}"))?;
+    let http_bound = listener.local_addr()?;
+    let info = httpapi::AgentInfo {
+        node_name: name.clone(),
+        region: region.clone(),
+        datacenter: datacenter.clone(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        config: serde_json::to_value(&cfg).unwrap_or_default(),
+    };
+    print_banner(
+        &cfg,
+        http_bound,
+        server.rpc_addr(),
+        &region,
+        &datacenter,
+        client_enabled,
+    );
+    if client_enabled {
+        println!("    [WARN] client mode is not supported yet: this agent runs the server only, so no task runs");
+    }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let state = httpapi::ApiState {
+        server: server.clone(),
+        agent: Arc::new(info),
+    };
+    let http = tokio::spawn(httpapi::serve(listener, state, async move {
+        let _ = stop_rx.await;
+    }));
+    wait_for_signal().await;
+    println!("==> Caught signal: shutting down");
+    let _ = stop_tx.send(());
+    let _ = http.await;
+    server.shutdown().await;
+    println!("==> Shutdown complete");
+    Ok(0)
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+fn print_banner(
+    cfg: &AgentConfig,
+    http: SocketAddr,
+    rpc: &str,
+    region: &str,
+    dc: &str,
+    client: bool,
+) {
+    println!("==> Caravan agent configuration:\n");
+    let rows = [
+        ("Advertise Addrs", format!("HTTP: {http}; RPC: {rpc}")),
+        ("Bind Addrs", format!("HTTP: [{http}]; RPC: {rpc}")),
+        ("Client", client.to_string()),
+        (
+            "Log Level",
+            cfg.log_level.clone().unwrap_or_else(|| "INFO".into()),
+        ),
+        ("Region", format!("{region} (DC: {dc})")),
+        ("Server", "true".into()),
+        ("Version", env!("CARGO_PKG_VERSION").into()),
+    ];
+    for (k, v) in rows {
+        println!("{k:>22}: {v}");
+    }
+    println!("\n==> Caravan agent started! Log data will stream in below:\n");
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "caravan".into())
+}
+
+fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        let lvl = match level.to_ascii_lowercase().as_str() {
+            "trace" => "trace",
+            "debug" => "debug",
+            "warn" => "warn",
+            "error" => "error",
+            _ => "info",
+        };
+        // openraft is chatty at debug; keep it one level quieter than ours.
+        tracing_subscriber::EnvFilter::new(format!("{lvl},openraft=warn"))
+    });
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .try_init();
 }

@@ -1,0 +1,485 @@
+//! The agent as users run it: a real `caravan agent` process on loopback with free ports, driven through
+//! the HTTP API and the CLI. Every wait has a deadline and polls a condition; nothing sleeps blindly.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// An HTTP response: status, body, lower-cased headers.
+type Reply = (u16, String, Vec<(String, String)>);
+
+const START_DEADLINE: Duration = Duration::from_secs(90);
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_caravan"))
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("caravan-agent-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A running agent; killed (SIGKILL) when dropped.
+struct Agent {
+    child: Child,
+    http: String,
+}
+
+impl Agent {
+    /// Starts `caravan agent <args>` with a config that binds loopback on free ports, and waits until
+    /// its API answers with a leader.
+    fn start(dir: &Path, args: &[&str]) -> Agent {
+        let cfg = dir.join("agent.hcl");
+        std::fs::write(
+            &cfg,
+            "bind_addr = \"127.0.0.1\"\nports {\n  http = 0\n  rpc = 0\n}\nlog_level = \"WARN\"\n",
+        )
+        .unwrap();
+        let mut child = Command::new(bin())
+            .arg("agent")
+            .args(args)
+            .arg("-config")
+            .arg(&cfg)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("caravan agent starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("HTTP: [").nth(1) {
+                    let _ = tx.send(rest.split(']').next().unwrap_or_default().to_string());
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(START_DEADLINE)
+            .expect("the agent printed its HTTP address");
+        let agent = Agent {
+            child,
+            http: format!("http://{addr}"),
+        };
+        agent.wait_until("a leader", || {
+            agent
+                .get("/v1/status/leader")
+                .ok()
+                .is_some_and(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+        });
+        agent
+    }
+
+    fn wait_until(&self, what: &str, mut cond: impl FnMut() -> bool) {
+        let deadline = Instant::now() + START_DEADLINE;
+        while !cond() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn request(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Reply, String> {
+        http(
+            method,
+            &format!("{}{}", self.http, path),
+            body.map(|b| b.to_string()),
+        )
+    }
+
+    fn get(&self, path: &str) -> Result<Value, String> {
+        let (status, body, _) = self.request("GET", path, None)?;
+        if status != 200 {
+            return Err(format!("{status}: {body}"));
+        }
+        serde_json::from_str(&body).map_err(|e| e.to_string())
+    }
+
+    fn put(&self, path: &str, body: &Value) -> (u16, String) {
+        let (status, body, _) = self.request("PUT", path, Some(body)).expect("request sent");
+        (status, body)
+    }
+
+    fn caravan(&self, args: &[&str]) -> std::process::Output {
+        Command::new(bin())
+            .args(args)
+            .env("NOMAD_ADDR", &self.http)
+            .output()
+            .expect("caravan runs")
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A minimal HTTP/1.1 client over std (one request per connection), enough for tests.
+fn http(method: &str, url: &str, body: Option<String>) -> Result<Reply, String> {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").ok_or("http only")?;
+    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let mut stream = std::net::TcpStream::connect(host).map_err(|e| e.to_string())?;
+    stream.set_read_timeout(Some(Duration::from_secs(400))).ok();
+    let body = body.unwrap_or_default();
+    write!(stream, "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, payload) = text.split_once("\r\n\r\n").ok_or("no header end")?;
+    let mut lines = head.lines();
+    let status: u16 = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .ok_or("bad status line")?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+    let payload = if chunked {
+        dechunk(payload)
+    } else {
+        payload.to_string()
+    };
+    Ok((status, payload, headers))
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+fn header(headers: &[(String, String)], name: &str) -> Option<String> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
+}
+
+fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../jobspec/tests/fixtures/jobs")
+}
+
+/// The CLI flags a fixture needs (its var file and -var/env lines), as the jobspec harness reads them.
+fn fixture_flags(path: &Path) -> (Vec<String>, Vec<(String, String)>) {
+    let stem = path
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .replace(".nomad.hcl", "");
+    let mut flags = Vec::new();
+    let mut env = Vec::new();
+    let var_file = path.with_file_name(format!("{stem}.vars.hcl"));
+    if var_file.exists() {
+        flags.push(format!("-var-file={}", var_file.display()));
+    }
+    if let Ok(args) = std::fs::read_to_string(path.with_file_name(format!("{stem}.args"))) {
+        for line in args
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        {
+            match line.split_once(' ') {
+                Some(("var", kv)) => flags.push(format!("-var={kv}")),
+                Some(("env", kv)) => {
+                    let (k, v) = kv.split_once('=').unwrap();
+                    env.push((k.to_string(), v.to_string()));
+                }
+                _ => {}
+            }
+        }
+    }
+    (flags, env)
+}
+
+fn minimal_job(id: &str, command: &str) -> Value {
+    json!({"Job": {"ID": id, "Type": "batch", "TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": command}}]}]}})
+}
+
+#[test]
+fn job_run_registers_every_fixture_and_inspect_returns_it() {
+    let dir = temp_dir("fixtures");
+    let agent = Agent::start(&dir, &["-dev"]);
+    let mut count = 0;
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(fixtures_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".nomad.hcl"))
+        .collect();
+    paths.sort();
+    for path in &paths {
+        let expected: Value = serde_json::from_str(
+            &std::fs::read_to_string(
+                path.with_file_name(
+                    path.file_name()
+                        .unwrap()
+                        .to_string_lossy()
+                        .replace(".nomad.hcl", ".json"),
+                ),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let id = expected["Job"]["ID"].as_str().unwrap().to_string();
+        let ns = expected["Job"]["Namespace"]
+            .as_str()
+            .unwrap_or("default")
+            .to_string();
+        let (flags, env) = fixture_flags(path);
+        let mut cmd = Command::new(bin());
+        cmd.current_dir(fixtures_dir())
+            .env("NOMAD_ADDR", &agent.http)
+            .args(["job", "run", "-detach"])
+            .args(&flags)
+            .arg(path);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "job run {}: {}{}",
+            path.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = agent.caravan(&["job", "inspect", "-namespace", &ns, &id]);
+        assert!(
+            out.status.success(),
+            "job inspect {id}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let inspected: Value = serde_json::from_slice(&out.stdout).expect("inspect prints JSON");
+        assert_eq!(inspected["Job"]["ID"], id.as_str());
+        assert_eq!(inspected["Job"]["Version"], 0, "{id}");
+        assert_eq!(
+            inspected["Job"]["TaskGroups"].as_array().map(Vec::len),
+            expected["Job"]["TaskGroups"].as_array().map(Vec::len),
+            "{id}"
+        );
+        count += 1;
+    }
+    assert!(count >= 30, "only {count} fixtures registered");
+}
+
+#[test]
+fn a_changed_job_is_a_new_version_and_an_unchanged_one_only_a_new_evaluation() {
+    let dir = temp_dir("versions");
+    let agent = Agent::start(&dir, &["-dev"]);
+    let (status, body) = agent.put("/v1/jobs", &minimal_job("v", "/bin/true"));
+    assert_eq!(status, 200, "{body}");
+    let first: Value = serde_json::from_str(&body).unwrap();
+    let (status, body) = agent.put("/v1/jobs", &minimal_job("v", "/bin/true"));
+    assert_eq!(status, 200, "{body}");
+    let again: Value = serde_json::from_str(&body).unwrap();
+    assert_ne!(
+        first["EvalID"], again["EvalID"],
+        "re-registering makes a new evaluation"
+    );
+    assert_eq!(
+        first["JobModifyIndex"], again["JobModifyIndex"],
+        "an unchanged job keeps its modify index"
+    );
+    assert_eq!(agent.get("/v1/job/v").unwrap()["Version"], 0);
+    let (status, _) = agent.put("/v1/job/v", &minimal_job("v", "/bin/false"));
+    assert_eq!(status, 200);
+    assert_eq!(agent.get("/v1/job/v").unwrap()["Version"], 1);
+    let versions = agent.get("/v1/job/v/versions").unwrap();
+    let numbers: Vec<i64> = versions["Versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["Version"].as_i64().unwrap())
+        .collect();
+    assert_eq!(numbers, vec![1, 0]);
+    let evals = agent.get("/v1/job/v/evaluations").unwrap();
+    assert_eq!(evals.as_array().unwrap().len(), 3);
+    // Stopping makes a new version with Stop set; purging removes the job.
+    let (status, _, _) = agent.request("DELETE", "/v1/job/v", None).unwrap();
+    assert_eq!(status, 200);
+    let stopped = agent.get("/v1/job/v").unwrap();
+    assert_eq!(
+        (stopped["Stop"].as_bool(), stopped["Version"].as_i64()),
+        (Some(true), Some(2))
+    );
+    let (status, _, _) = agent
+        .request("DELETE", "/v1/job/v?purge=true", None)
+        .unwrap();
+    assert_eq!(status, 200);
+    let (status, body, _) = agent.request("GET", "/v1/job/v", None).unwrap();
+    assert_eq!((status, body.as_str()), (404, "job not found"));
+}
+
+#[test]
+fn a_blocking_list_returns_when_a_job_is_registered() {
+    let dir = temp_dir("blocking");
+    let agent = Agent::start(&dir, &["-dev"]);
+    let (_, _, headers) = agent.request("GET", "/v1/jobs", None).unwrap();
+    let index: u64 = header(&headers, "x-nomad-index").unwrap().parse().unwrap();
+    let url = format!("{}/v1/jobs?index={index}&wait=300s", agent.http);
+    let started = Instant::now();
+    let waiter = std::thread::spawn(move || http("GET", &url, None).unwrap());
+    // Only register once the query is parked on the server: poll the waiter thread, not the clock.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !waiter.is_finished(),
+        "the blocking query returned before anything changed"
+    );
+    let (status, _) = agent.put("/v1/jobs", &minimal_job("blocker", "/bin/true"));
+    assert_eq!(status, 200);
+    let (status, body, headers) = waiter.join().unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        started.elapsed() < Duration::from_secs(250),
+        "it returned at the wait timeout, not on the change"
+    );
+    assert!(body.contains("\"blocker\""), "{body}");
+    let new_index: u64 = header(&headers, "x-nomad-index").unwrap().parse().unwrap();
+    assert!(new_index > index);
+}
+
+#[test]
+fn job_json_round_trips_and_parse_canonicalizes_on_request() {
+    let dir = temp_dir("json");
+    let agent = Agent::start(&dir, &["-dev"]);
+    let hcl = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/example.nomad.hcl"),
+    )
+    .unwrap();
+    let (status, raw) = agent.put(
+        "/v1/jobs/parse",
+        &json!({"JobHCL": hcl, "Canonicalize": false}),
+    );
+    assert_eq!(status, 200, "{raw}");
+    let parsed: Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(parsed["ID"], "example");
+    assert!(
+        parsed.get("Priority").is_none() || parsed["Priority"].is_null(),
+        "not canonicalized: no defaults filled"
+    );
+    let (status, canon) = agent.put(
+        "/v1/jobs/parse",
+        &json!({"JobHCL": hcl, "Canonicalize": true}),
+    );
+    assert_eq!(status, 200);
+    let canon: Value = serde_json::from_str(&canon).unwrap();
+    assert_eq!(
+        (
+            canon["Priority"].as_i64(),
+            canon["Region"].as_str(),
+            canon["Namespace"].as_str(),
+            canon["Type"].as_str()
+        ),
+        (Some(50), Some("global"), Some("default"), Some("service"))
+    );
+    let (status, empty) = agent.put("/v1/jobs/parse", &json!({"JobHCL": ""}));
+    assert_eq!((status, empty.as_str()), (400, "Job spec is empty"));
+    let (status, bad) = agent.put("/v1/jobs/parse", &json!({"JobHCL": "job \"x\" {"}));
+    assert_eq!(status, 400);
+    assert!(
+        bad.starts_with("Failed to parse job: input.hcl:1:"),
+        "{bad}"
+    );
+
+    let (status, _) = agent.put("/v1/jobs", &json!({"Job": canon}));
+    assert_eq!(status, 200);
+    let (_, text, _) = agent.request("GET", "/v1/job/example", None).unwrap();
+    let job: model::Job = model::json::from_str(&text).unwrap();
+    assert_eq!(
+        serde_json::to_string(&job).unwrap(),
+        text,
+        "GET /v1/job/:id decodes and encodes to the same JSON"
+    );
+}
+
+#[test]
+fn errors_are_plain_text_with_nomads_codes() {
+    let dir = temp_dir("errors");
+    let agent = Agent::start(&dir, &["-dev"]);
+    let (status, body, headers) = agent.request("GET", "/v1/job/nope", None).unwrap();
+    assert_eq!((status, body.as_str()), (404, "job not found"));
+    assert!(header(&headers, "content-type")
+        .unwrap()
+        .starts_with("text/plain"));
+    let (status, body) = agent.put(
+        "/v1/jobs",
+        &json!({"Job": {"ID": "bad", "Priority": 500, "TaskGroups": []}}),
+    );
+    assert_eq!(status, 400);
+    assert!(
+        body.contains("priority must be between 1 and 100"),
+        "{body}"
+    );
+    let (status, body) = agent.put("/v1/job/other", &minimal_job("bad2", "/bin/true"));
+    assert_eq!((status, body.as_str()), (400, "Job ID does not match name"));
+    let (status, _, _) = agent.request("GET", "/v1/no/such/path", None).unwrap();
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn a_killed_server_keeps_every_acknowledged_job() {
+    let dir = temp_dir("sigkill");
+    let data = dir.join("data");
+    let data_arg = data.display().to_string();
+    let agent = Agent::start(&dir, &["-server", "-data-dir", &data_arg]);
+    let base = agent.http.clone();
+    let (tx, rx) = mpsc::channel::<(String, i64)>();
+    // Register jobs as fast as the server takes them; every 200 is an acknowledged write.
+    let writer = std::thread::spawn(move || {
+        for i in 0.. {
+            let id = format!("job-{i}");
+            let body = minimal_job(&id, &format!("/bin/echo {i}"));
+            match http("PUT", &format!("{base}/v1/jobs"), Some(body.to_string())) {
+                Ok((200, text, _)) => {
+                    let v: Value = serde_json::from_str(&text).unwrap();
+                    if tx
+                        .send((id, v["JobModifyIndex"].as_i64().unwrap_or(0)))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                _ => return,
+            }
+        }
+    });
+    let mut acked = Vec::new();
+    while acked.len() < 40 {
+        acked.push(
+            rx.recv_timeout(START_DEADLINE)
+                .expect("registrations are acknowledged"),
+        );
+    }
+    agent.kill();
+    acked.extend(rx.try_iter());
+    let _ = writer.join();
+    let agent = Agent::start(&dir, &["-server", "-data-dir", &data_arg]);
+    for (id, modify_index) in &acked {
+        let job = agent
+            .get(&format!("/v1/job/{id}"))
+            .unwrap_or_else(|e| panic!("acknowledged job {id} is gone after SIGKILL: {e}"));
+        assert_eq!(job["JobModifyIndex"].as_i64(), Some(*modify_index), "{id}");
+    }
+}
