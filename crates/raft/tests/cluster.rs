@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{agreed_leader, cluster, wait_until, TempDir, TestNode};
+use common::{agreed_leader, cluster, wait_until, write_via_leader, TempDir, TestNode};
 use raft::RaftError;
 
 fn payloads(range: std::ops::Range<usize>) -> Vec<Vec<u8>> {
@@ -14,11 +14,10 @@ async fn three_nodes_elect_one_leader_replicate_and_followers_forward() {
     let dir = TempDir::new("three");
     let nodes = cluster(&dir, 3, 0).await;
     let all: Vec<&TestNode> = nodes.iter().collect();
-    let leader_id = agreed_leader(&all).await;
-    let leader = nodes.iter().find(|n| n.id == leader_id).unwrap();
-
+    agreed_leader(&all).await;
+    let handles: Vec<raft::RaftNode> = nodes.iter().map(|n| n.node.clone()).collect();
     for p in payloads(0..10) {
-        leader.node.write(p).await.unwrap();
+        write_via_leader(&handles, p).await;
     }
     wait_until("every node applied the writes", || {
         nodes.iter().all(|n| n.sm.len() == 10)
@@ -27,13 +26,15 @@ async fn three_nodes_elect_one_leader_replicate_and_followers_forward() {
     for n in &nodes {
         assert_eq!(
             n.sm.entries(),
-            leader.sm.entries(),
+            nodes[0].sm.entries(),
             "node {} diverged",
             n.id
         );
         assert_eq!(n.node.members().len(), 3);
     }
 
+    let leader_id = agreed_leader(&all).await;
+    let leader = nodes.iter().find(|n| n.id == leader_id).unwrap();
     let follower = nodes.iter().find(|n| n.id != leader_id).unwrap();
     match follower.node.write(b"nope".to_vec()).await {
         Err(RaftError::ForwardToLeader {
@@ -61,11 +62,14 @@ async fn when_the_leader_stops_the_others_elect_a_new_one_and_keep_writing() {
     let dir = TempDir::new("failover");
     let mut nodes = cluster(&dir, 3, 0).await;
     let all: Vec<&TestNode> = nodes.iter().collect();
-    let old = agreed_leader(&all).await;
-    let pos = nodes.iter().position(|n| n.id == old).unwrap();
+    agreed_leader(&all).await;
+    let handles: Vec<raft::RaftNode> = nodes.iter().map(|n| n.node.clone()).collect();
     for p in payloads(0..5) {
-        nodes[pos].node.write(p).await.unwrap();
+        write_via_leader(&handles, p).await;
     }
+    // Stop whoever leads now (leadership may have moved during the writes on a busy machine).
+    let old = agreed_leader(&nodes.iter().collect::<Vec<_>>()).await;
+    let pos = nodes.iter().position(|n| n.id == old).unwrap();
     nodes.remove(pos).stop().await;
 
     let rest: Vec<&TestNode> = nodes.iter().collect();
@@ -78,9 +82,9 @@ async fn when_the_leader_stops_the_others_elect_a_new_one_and_keep_writing() {
     .await;
     let new = agreed_leader(&rest).await;
     assert_ne!(new, old);
-    let leader = nodes.iter().find(|n| n.id == new).unwrap();
+    let handles: Vec<raft::RaftNode> = nodes.iter().map(|n| n.node.clone()).collect();
     for p in payloads(5..10) {
-        leader.node.write(p).await.unwrap();
+        write_via_leader(&handles, p).await;
     }
     wait_until("both survivors applied everything", || {
         nodes.iter().all(|n| n.sm.len() == 10)
@@ -105,13 +109,13 @@ async fn a_follower_that_missed_purged_entries_catches_up_from_a_snapshot() {
     let (id, addr, ldir) = (lagging.id, lagging.addr.clone(), lagging.dir.clone());
     lagging.stop().await;
 
-    let leader = nodes.iter().find(|n| n.id == leader_id).unwrap();
+    let handles: Vec<raft::RaftNode> = nodes.iter().map(|n| n.node.clone()).collect();
     for p in payloads(0..200) {
-        leader.node.write(p).await.unwrap();
+        write_via_leader(&handles, p).await;
     }
     wait_until(
-        "the leader purged entries the stopped follower needs",
-        || leader.node.stats().purged_index > 10,
+        "the survivors purged entries the stopped follower needs",
+        || nodes.iter().all(|n| n.node.stats().purged_index > 10),
     )
     .await;
 
@@ -141,13 +145,13 @@ async fn a_snapshot_larger_than_one_chunk_travels_in_pieces() {
 
     // 100 entries of 96 KiB: the snapshot (base64 inside) spans two `SNAPSHOT_CHUNK_BYTES` chunks.
     let big = |i: usize| vec![(i % 251) as u8; 96 * 1024];
-    let leader = nodes.iter().find(|n| n.id == leader_id).unwrap();
+    let handles: Vec<raft::RaftNode> = nodes.iter().map(|n| n.node.clone()).collect();
     for i in 0..100 {
-        leader.node.write(big(i)).await.unwrap();
+        write_via_leader(&handles, big(i)).await;
     }
     wait_until(
-        "the leader purged entries the stopped follower needs",
-        || leader.node.stats().purged_index > 10,
+        "the survivors purged entries the stopped follower needs",
+        || nodes.iter().all(|n| n.node.stats().purged_index > 10),
     )
     .await;
 
@@ -168,19 +172,14 @@ async fn heavy_writes_with_frequent_snapshots_do_not_kill_the_core() {
     let dir = TempDir::new("stress");
     let nodes = cluster(&dir, 3, 10).await;
     let all: Vec<&TestNode> = nodes.iter().collect();
-    let leader_id = agreed_leader(&all).await;
-    let leader = nodes
-        .iter()
-        .find(|n| n.id == leader_id)
-        .unwrap()
-        .node
-        .clone();
+    agreed_leader(&all).await;
+    let handles: Vec<raft::RaftNode> = nodes.iter().map(|n| n.node.clone()).collect();
     let mut tasks = Vec::new();
     for t in 0..16 {
-        let leader = leader.clone();
+        let handles = handles.clone();
         tasks.push(tokio::spawn(async move {
             for i in 0..40 {
-                leader.write(format!("{t}-{i}").into_bytes()).await.unwrap();
+                write_via_leader(&handles, format!("{t}-{i}").into_bytes()).await;
             }
         }));
     }

@@ -118,8 +118,9 @@ pub fn config(id: u64, addr: &str, dir: &Path, snapshot_every_entries: u64) -> R
         node_id: id,
         rpc_addr: addr.to_string(),
         data_dir: dir.to_path_buf(),
-        heartbeat_ms: 100,
-        election_timeout_ms: (600, 1200),
+        // Generous on purpose: on two busy cores a short timeout starts needless elections.
+        heartbeat_ms: 150,
+        election_timeout_ms: (1500, 3000),
         snapshot_every_entries,
     }
 }
@@ -226,4 +227,25 @@ pub async fn agreed_leader(nodes: &[&TestNode]) -> u64 {
     })
     .await;
     leader
+}
+
+/// Writes through whichever node leads now, retrying (until `DEADLINE`) while leadership moves, as a
+/// real client does. Only `ForwardToLeader` is retried: the entry was never proposed, so it cannot
+/// be applied twice.
+pub async fn write_via_leader(nodes: &[RaftNode], payload: Vec<u8>) -> (u64, Vec<u8>) {
+    let start = Instant::now();
+    loop {
+        if let Some(leader) = nodes.iter().find(|n| n.is_leader()) {
+            match leader.write(payload.clone()).await {
+                Ok(done) => return done,
+                Err(raft::RaftError::ForwardToLeader { .. }) => {}
+                Err(e) => panic!("write failed: {e}"),
+            }
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "timed out writing through a leader"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
