@@ -2,7 +2,12 @@
 //! bodies of writes, their answers, list stubs, agent answers and job diffs. Keys are Nomad's; every
 //! type decodes with Go's case-insensitive key matching (through `model::json`).
 
-use model::{Job, JobSummary};
+pub use model::wire::{
+    JobDeregisterResponse, JobListStub, JobRegisterResponse as RegisterResponse,
+    JobValidateResponse,
+};
+
+use model::Job;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -53,41 +58,6 @@ pub struct RegisterOptions {
     pub submission: Option<JobSubmission>,
 }
 
-/// The answer to a register (and to `POST /v1/job/:id/evaluate`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct RegisterResponse {
-    /// Empty for periodic and parameterized jobs, which get no evaluation.
-    #[serde(rename = "EvalID")]
-    pub eval_id: String,
-    #[serde(rename = "EvalCreateIndex")]
-    pub eval_create_index: u64,
-    #[serde(rename = "JobModifyIndex")]
-    pub job_modify_index: u64,
-    #[serde(rename = "Warnings")]
-    pub warnings: String,
-    #[serde(rename = "Index")]
-    pub index: u64,
-}
-
-/// The answer to `DELETE /v1/job/:id`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct JobDeregisterResponse {
-    #[serde(rename = "EvalID")]
-    pub eval_id: String,
-    #[serde(rename = "EvalCreateIndex")]
-    pub eval_create_index: u64,
-    #[serde(rename = "JobModifyIndex")]
-    pub job_modify_index: u64,
-    #[serde(rename = "VolumeEvalID")]
-    pub volume_eval_id: String,
-    #[serde(rename = "VolumeEvalIndex")]
-    pub volume_eval_index: u64,
-    #[serde(rename = "Index")]
-    pub index: u64,
-}
-
 /// The answer to `GET /v1/job/:id/versions`: newest first.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -106,22 +76,6 @@ pub struct JobVersionsResponse {
 pub struct JobValidateRequest<'a> {
     #[serde(rename = "Job")]
     pub job: &'a Job,
-}
-
-/// The answer to `POST /v1/validate/job`. A job that fails validation is still a 200: the problems
-/// are in `ValidationErrors` and `Error`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct JobValidateResponse {
-    #[serde(rename = "DriverConfigValidated")]
-    pub driver_config_validated: bool,
-    #[serde(rename = "ValidationErrors")]
-    pub validation_errors: Vec<String>,
-    /// All the validation errors in one text.
-    #[serde(rename = "Error")]
-    pub error: String,
-    #[serde(rename = "Warnings")]
-    pub warnings: String,
 }
 
 /// The body of `POST /v1/jobs/parse`.
@@ -150,56 +104,6 @@ pub struct JobEvaluateRequest<'a> {
 pub struct EvalOptions {
     #[serde(rename = "ForceReschedule")]
     pub force_reschedule: bool,
-}
-
-/// A job in `GET /v1/jobs`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct JobListStub {
-    #[serde(rename = "ID")]
-    pub id: String,
-    #[serde(rename = "ParentID")]
-    pub parent_id: String,
-    #[serde(rename = "Name")]
-    pub name: String,
-    #[serde(rename = "Namespace")]
-    pub namespace: String,
-    #[serde(rename = "Datacenters")]
-    pub datacenters: Vec<String>,
-    #[serde(rename = "NodePool")]
-    pub node_pool: String,
-    #[serde(rename = "Multiregion")]
-    pub multiregion: Option<serde_json::Value>,
-    #[serde(rename = "Type")]
-    pub job_type: String,
-    #[serde(rename = "Priority")]
-    pub priority: i32,
-    /// Whether the job is periodic.
-    #[serde(rename = "Periodic")]
-    pub periodic: bool,
-    /// Whether the job is parameterized.
-    #[serde(rename = "ParameterizedJob")]
-    pub parameterized_job: bool,
-    #[serde(rename = "Stop")]
-    pub stop: bool,
-    #[serde(rename = "Status")]
-    pub status: String,
-    #[serde(rename = "StatusDescription")]
-    pub status_description: String,
-    #[serde(rename = "JobSummary")]
-    pub job_summary: Option<JobSummary>,
-    #[serde(rename = "CreateIndex")]
-    pub create_index: u64,
-    #[serde(rename = "ModifyIndex")]
-    pub modify_index: u64,
-    #[serde(rename = "JobModifyIndex")]
-    pub job_modify_index: u64,
-    /// Unix nanoseconds.
-    #[serde(rename = "SubmitTime")]
-    pub submit_time: i64,
-    /// Only with `?meta=true`.
-    #[serde(rename = "Meta", skip_serializing_if = "Option::is_none")]
-    pub meta: Option<BTreeMap<String, String>>,
 }
 
 /// `GET /v1/agent/members`: the servers this agent knows through gossip.

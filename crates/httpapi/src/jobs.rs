@@ -8,11 +8,12 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
+use model::wire::{JobListStub, JobValidateResponse};
 use model::Job;
 use serde::{Deserialize, Serialize};
 use server::JobRegisterRequest;
 use state::Table;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 type Params = Query<HashMap<String, String>>;
@@ -108,65 +109,6 @@ async fn route_job(
     }
 }
 
-/// A job as `/v1/jobs` lists it (Nomad's JobListStub).
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-struct JobListStub {
-    #[serde(rename = "ID")]
-    id: String,
-    #[serde(rename = "ParentID")]
-    parent_id: String,
-    name: String,
-    namespace: String,
-    datacenters: Vec<String>,
-    node_pool: String,
-    multiregion: Option<()>,
-    #[serde(rename = "Type")]
-    job_type: String,
-    priority: i32,
-    periodic: bool,
-    parameterized_job: bool,
-    stop: bool,
-    status: String,
-    status_description: String,
-    job_summary: Option<Arc<model::summary::JobSummary>>,
-    create_index: u64,
-    modify_index: u64,
-    job_modify_index: u64,
-    submit_time: i64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    meta: Option<BTreeMap<String, String>>,
-}
-
-fn stub(
-    job: &Job,
-    summary: Option<Arc<model::summary::JobSummary>>,
-    with_meta: bool,
-) -> JobListStub {
-    JobListStub {
-        id: job.id.clone(),
-        parent_id: job.parent_id.clone(),
-        name: job.name.clone(),
-        namespace: job.namespace.clone().unwrap_or_default(),
-        datacenters: job.datacenters.clone(),
-        node_pool: job.node_pool.clone().unwrap_or_default(),
-        multiregion: None,
-        job_type: job.job_type.clone().unwrap_or_default(),
-        priority: job.priority.unwrap_or(0),
-        periodic: job.periodic.is_some(),
-        parameterized_job: job.parameterized.is_some(),
-        stop: job.stop,
-        status: job.status.clone().unwrap_or_default(),
-        status_description: job.status_description.clone().unwrap_or_default(),
-        job_summary: summary,
-        create_index: job.create_index.unwrap_or(0),
-        modify_index: job.modify_index.unwrap_or(0),
-        job_modify_index: job.job_modify_index.unwrap_or(0),
-        submit_time: job.submit_time.unwrap_or(0),
-        meta: with_meta.then(|| job.meta.clone()),
-    }
-}
-
 async fn list(st: &ApiState, params: HashMap<String, String>) -> Result<Response, ApiError> {
     let q = QueryOptions::parse(params)?;
     let tables = [Table::Jobs, Table::JobSummaries];
@@ -178,11 +120,8 @@ async fn list(st: &ApiState, params: HashMap<String, String>) -> Result<Response
     let stubs: Vec<JobListStub> = page
         .iter()
         .map(|j| {
-            stub(
-                j,
-                snap.job_summary(j.namespace.as_deref().unwrap_or(""), &j.id),
-                with_meta,
-            )
+            let summary = snap.job_summary(j.namespace.as_deref().unwrap_or(""), &j.id);
+            JobListStub::new(j, summary.map(|s| (*s).clone()), with_meta)
         })
         .collect();
     Ok(reply::read_page(
@@ -312,7 +251,7 @@ struct WriteMeta {
 #[derive(Serialize)]
 struct RegisterReply {
     #[serde(flatten)]
-    inner: server::JobRegisterResponse,
+    inner: model::wire::JobRegisterResponse,
     #[serde(flatten)]
     meta: WriteMeta,
 }
@@ -489,18 +428,6 @@ pub async fn validate(Query(params): Params, method: Method, body: Bytes) -> Res
     validate_inner(params, method, &body).unwrap_or_else(IntoResponse::into_response)
 }
 
-#[derive(Serialize)]
-struct ValidateReply {
-    #[serde(rename = "DriverConfigValidated")]
-    driver_config_validated: bool,
-    #[serde(rename = "ValidationErrors")]
-    validation_errors: Vec<String>,
-    #[serde(rename = "Error")]
-    error: String,
-    #[serde(rename = "Warnings")]
-    warnings: String,
-}
-
 fn validate_inner(
     params: HashMap<String, String>,
     method: Method,
@@ -532,7 +459,7 @@ fn validate_inner(
         ),
     };
     Ok(reply::plain(
-        &ValidateReply {
+        &JobValidateResponse {
             driver_config_validated: false,
             validation_errors: errors,
             error,

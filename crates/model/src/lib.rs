@@ -27,6 +27,7 @@ pub mod task;
 mod testutil;
 pub mod validate;
 pub mod version;
+pub mod wire;
 
 pub use alloc::{
     AllocDeploymentStatus, AllocListStub, AllocMetric, AllocatedResources, Allocation,

@@ -15,9 +15,7 @@ mod handler;
 mod server;
 
 pub use config::ServerConfig;
-pub use endpoints::job::{
-    JobDeregisterResponse, JobEvaluateResponse, JobRegisterRequest, JobRegisterResponse,
-};
+pub use endpoints::job::JobRegisterRequest;
 pub use error::ServerError;
 pub use rpc::ErrorCode;
 pub use server::{Member, Server};

@@ -6,6 +6,7 @@ use crate::server::Server;
 use model::eval::{
     Evaluation, EVAL_STATUS_PENDING, EVAL_TRIGGER_JOB_DEREGISTER, EVAL_TRIGGER_JOB_REGISTER,
 };
+use model::wire::{JobDeregisterResponse, JobRegisterResponse};
 use model::Job;
 use serde::{Deserialize, Serialize};
 use state::Command;
@@ -21,49 +22,6 @@ pub struct JobRegisterRequest {
     pub preserve_counts: bool,
     /// The evaluation's priority; 0 uses the job's.
     pub eval_priority: i32,
-}
-
-/// Nomad's register response body.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct JobRegisterResponse {
-    #[serde(rename = "EvalID")]
-    pub eval_id: String,
-    #[serde(rename = "EvalCreateIndex")]
-    pub eval_create_index: u64,
-    #[serde(rename = "JobModifyIndex")]
-    pub job_modify_index: u64,
-    #[serde(rename = "Warnings")]
-    pub warnings: String,
-    #[serde(rename = "Index")]
-    pub index: u64,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct JobDeregisterResponse {
-    #[serde(rename = "EvalID")]
-    pub eval_id: String,
-    #[serde(rename = "EvalCreateIndex")]
-    pub eval_create_index: u64,
-    #[serde(rename = "JobModifyIndex")]
-    pub job_modify_index: u64,
-    #[serde(rename = "VolumeEvalID")]
-    pub volume_eval_id: String,
-    #[serde(rename = "VolumeEvalIndex")]
-    pub volume_eval_index: u64,
-    #[serde(rename = "Index")]
-    pub index: u64,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct JobEvaluateResponse {
-    #[serde(rename = "EvalID")]
-    pub eval_id: String,
-    #[serde(rename = "EvalCreateIndex")]
-    pub eval_create_index: u64,
-    #[serde(rename = "JobModifyIndex")]
-    pub job_modify_index: u64,
-    #[serde(rename = "Index")]
-    pub index: u64,
 }
 
 /// Canonicalizes and validates a submitted job; the message lists every problem, as Nomad's does.
@@ -225,7 +183,7 @@ impl Server {
         &self,
         namespace: &str,
         job_id: &str,
-    ) -> Result<JobEvaluateResponse, ServerError> {
+    ) -> Result<JobRegisterResponse, ServerError> {
         match self.forward_target().await? {
             Some(leader) => {
                 self.forward(&leader, "Job.Evaluate", &(namespace, job_id))
@@ -239,7 +197,7 @@ impl Server {
         &self,
         namespace: &str,
         job_id: &str,
-    ) -> Result<JobEvaluateResponse, ServerError> {
+    ) -> Result<JobRegisterResponse, ServerError> {
         let job = self
             .state()
             .snapshot()
@@ -261,10 +219,11 @@ impl Server {
         let resp = self
             .apply(Command::EvalUpsert { evals: vec![eval] })
             .await?;
-        Ok(JobEvaluateResponse {
+        Ok(JobRegisterResponse {
             eval_id,
             eval_create_index: resp.index,
             job_modify_index: job.job_modify_index.unwrap_or(0),
+            warnings: String::new(),
             index: resp.index,
         })
     }

@@ -1,0 +1,137 @@
+//! Bodies of Nomad's HTTP API that are not cluster objects themselves: register, deregister and
+//! validate answers, and the job list stub. One definition serves the server that writes them and the
+//! client that reads them.
+
+use crate::job::Job;
+use crate::summary::JobSummary;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The answer to a register and to `POST /v1/job/:id/evaluate` (Nomad's JobRegisterResponse).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobRegisterResponse {
+    /// Empty for periodic and parameterized jobs, which get no evaluation.
+    #[serde(rename = "EvalID")]
+    pub eval_id: String,
+    #[serde(rename = "EvalCreateIndex")]
+    pub eval_create_index: u64,
+    #[serde(rename = "JobModifyIndex")]
+    pub job_modify_index: u64,
+    #[serde(rename = "Warnings")]
+    pub warnings: String,
+    #[serde(rename = "Index")]
+    pub index: u64,
+}
+
+/// The answer to `DELETE /v1/job/:id`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobDeregisterResponse {
+    #[serde(rename = "EvalID")]
+    pub eval_id: String,
+    #[serde(rename = "EvalCreateIndex")]
+    pub eval_create_index: u64,
+    #[serde(rename = "JobModifyIndex")]
+    pub job_modify_index: u64,
+    #[serde(rename = "VolumeEvalID")]
+    pub volume_eval_id: String,
+    #[serde(rename = "VolumeEvalIndex")]
+    pub volume_eval_index: u64,
+    #[serde(rename = "Index")]
+    pub index: u64,
+}
+
+/// The answer to `POST /v1/validate/job`. A job that fails validation is still a 200: the problems
+/// are in `ValidationErrors` and `Error`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobValidateResponse {
+    #[serde(rename = "DriverConfigValidated")]
+    pub driver_config_validated: bool,
+    #[serde(rename = "ValidationErrors")]
+    pub validation_errors: Vec<String>,
+    /// All the validation errors in one text.
+    #[serde(rename = "Error")]
+    pub error: String,
+    #[serde(rename = "Warnings")]
+    pub warnings: String,
+}
+
+/// A job in `GET /v1/jobs`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobListStub {
+    #[serde(rename = "ID")]
+    pub id: String,
+    #[serde(rename = "ParentID")]
+    pub parent_id: String,
+    #[serde(rename = "Name")]
+    pub name: String,
+    #[serde(rename = "Namespace")]
+    pub namespace: String,
+    #[serde(rename = "Datacenters")]
+    pub datacenters: Vec<String>,
+    #[serde(rename = "NodePool")]
+    pub node_pool: String,
+    #[serde(rename = "Multiregion")]
+    pub multiregion: Option<serde_json::Value>,
+    #[serde(rename = "Type")]
+    pub job_type: String,
+    #[serde(rename = "Priority")]
+    pub priority: i32,
+    /// Whether the job is periodic.
+    #[serde(rename = "Periodic")]
+    pub periodic: bool,
+    /// Whether the job is parameterized.
+    #[serde(rename = "ParameterizedJob")]
+    pub parameterized_job: bool,
+    #[serde(rename = "Stop")]
+    pub stop: bool,
+    #[serde(rename = "Status")]
+    pub status: String,
+    #[serde(rename = "StatusDescription")]
+    pub status_description: String,
+    #[serde(rename = "JobSummary")]
+    pub job_summary: Option<JobSummary>,
+    #[serde(rename = "CreateIndex")]
+    pub create_index: u64,
+    #[serde(rename = "ModifyIndex")]
+    pub modify_index: u64,
+    #[serde(rename = "JobModifyIndex")]
+    pub job_modify_index: u64,
+    /// Unix nanoseconds.
+    #[serde(rename = "SubmitTime")]
+    pub submit_time: i64,
+    /// Only with `?meta=true`.
+    #[serde(rename = "Meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<BTreeMap<String, String>>,
+}
+
+impl JobListStub {
+    /// The stub of a stored job; `meta` is included only when asked for, as Nomad's `?meta=true`.
+    pub fn new(job: &Job, summary: Option<JobSummary>, with_meta: bool) -> JobListStub {
+        JobListStub {
+            id: job.id.clone(),
+            parent_id: job.parent_id.clone(),
+            name: job.name.clone(),
+            namespace: job.namespace.clone().unwrap_or_default(),
+            datacenters: job.datacenters.clone(),
+            node_pool: job.node_pool.clone().unwrap_or_default(),
+            multiregion: None,
+            job_type: job.job_type.clone().unwrap_or_default(),
+            priority: job.priority.unwrap_or(0),
+            periodic: job.periodic.is_some(),
+            parameterized_job: job.parameterized.is_some(),
+            stop: job.stop,
+            status: job.status.clone().unwrap_or_default(),
+            status_description: job.status_description.clone().unwrap_or_default(),
+            job_summary: summary,
+            create_index: job.create_index.unwrap_or(0),
+            modify_index: job.modify_index.unwrap_or(0),
+            job_modify_index: job.job_modify_index.unwrap_or(0),
+            submit_time: job.submit_time.unwrap_or(0),
+            meta: with_meta.then(|| job.meta.clone()),
+        }
+    }
+}
