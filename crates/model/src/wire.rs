@@ -135,3 +135,104 @@ impl JobListStub {
         }
     }
 }
+
+/// `Node.Register` (client → server, over rpc): a client announces itself with its fingerprint.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NodeRegisterRequest {
+    #[serde(rename = "Node")]
+    pub node: crate::node::Node,
+}
+
+/// The answer to `Node.Register` and `Node.UpdateStatus`: how soon the next heartbeat must come.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NodeUpdateResponse {
+    /// The heartbeat TTL in nanoseconds (Go duration); the client heartbeats well within it.
+    #[serde(rename = "HeartbeatTTL")]
+    pub heartbeat_ttl: crate::Duration,
+    /// The servers' rpc addresses, so a client learns every server from any one of them.
+    #[serde(rename = "Servers")]
+    pub servers: Vec<String>,
+    #[serde(rename = "Index")]
+    pub index: u64,
+}
+
+/// `Node.UpdateStatus` (the heartbeat): the node is alive and in `status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NodeUpdateStatusRequest {
+    #[serde(rename = "NodeID")]
+    pub node_id: String,
+    #[serde(rename = "SecretID")]
+    pub secret_id: String,
+    /// `ready` (or `initializing` while fingerprinting).
+    #[serde(rename = "Status")]
+    pub status: String,
+}
+
+/// `Node.GetClientAllocs`: a blocking query for every allocation placed on the node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NodeClientAllocsRequest {
+    #[serde(rename = "NodeID")]
+    pub node_id: String,
+    #[serde(rename = "SecretID")]
+    pub secret_id: String,
+    /// Answer once the node's allocations changed after this index (0: at once).
+    #[serde(rename = "MinQueryIndex")]
+    pub min_index: u64,
+    /// How long to wait for a change, in nanoseconds.
+    #[serde(rename = "MaxQueryTime")]
+    pub wait: crate::Duration,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NodeClientAllocsResponse {
+    /// Full allocations (with their job), as the client needs to run them.
+    #[serde(rename = "Allocs")]
+    pub allocs: Vec<crate::alloc::Allocation>,
+    #[serde(rename = "Index")]
+    pub index: u64,
+}
+
+/// What a client reports about one allocation: its status and its tasks' states.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AllocClientUpdate {
+    #[serde(rename = "ID")]
+    pub id: String,
+    /// `pending`, `running`, `complete`, `failed`.
+    #[serde(rename = "ClientStatus")]
+    pub client_status: String,
+    #[serde(rename = "ClientDescription")]
+    pub client_description: String,
+    #[serde(rename = "TaskStates")]
+    pub task_states: BTreeMap<String, crate::alloc::TaskState>,
+    #[serde(rename = "DeploymentStatus")]
+    pub deployment_status: Option<crate::alloc::AllocDeploymentStatus>,
+    /// Unix nanoseconds when the client made this update.
+    #[serde(rename = "ModifyTime")]
+    pub modify_time: i64,
+}
+
+/// `Node.UpdateAlloc`: a batch of allocation updates from one client.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NodeUpdateAllocRequest {
+    #[serde(rename = "NodeID")]
+    pub node_id: String,
+    #[serde(rename = "SecretID")]
+    pub secret_id: String,
+    #[serde(rename = "Allocs")]
+    pub allocs: Vec<AllocClientUpdate>,
+}
+
+/// rpc method names between clients and servers (Nomad's).
+pub mod methods {
+    pub const NODE_REGISTER: &str = "Node.Register";
+    pub const NODE_UPDATE_STATUS: &str = "Node.UpdateStatus";
+    pub const NODE_GET_CLIENT_ALLOCS: &str = "Node.GetClientAllocs";
+    pub const NODE_UPDATE_ALLOC: &str = "Node.UpdateAlloc";
+}
