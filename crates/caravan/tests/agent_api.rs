@@ -436,6 +436,17 @@ fn errors_are_plain_text_with_nomads_codes() {
     assert_eq!((status, body.as_str()), (400, "Job ID does not match name"));
     let (status, _, _) = agent.request("GET", "/v1/no/such/path", None).unwrap();
     assert_eq!(status, 404);
+    assert_eq!(agent.get("/v1/nodes").unwrap(), json!([]));
+    assert_eq!(agent.get("/v1/allocations").unwrap(), json!([]));
+    let (status, body, _) = agent.request("GET", "/v1/node/f00d", None).unwrap();
+    assert_eq!((status, body.as_str()), (404, "node not found"));
+    let (status, body, _) = agent.request("GET", "/v1/allocation/f00d", None).unwrap();
+    assert_eq!((status, body.as_str()), (404, "alloc not found"));
+    let (status, body, _) = agent
+        .request("PUT", "/v1/node/f00d/drain", Some(&json!({})))
+        .unwrap();
+    assert_eq!(status, 501);
+    assert!(body.contains("not supported yet"), "{body}");
 }
 
 #[test]

@@ -10,6 +10,7 @@ mod agent;
 mod error;
 mod evals;
 mod jobs;
+mod nodes;
 mod query;
 mod reply;
 
@@ -45,6 +46,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/job/{*rest}", any(jobs::job))
         .route("/v1/evaluations", get(evals::list))
         .route("/v1/evaluation/{*rest}", get(evals::eval))
+        .route("/v1/nodes", get(nodes::list_nodes))
+        .route("/v1/node/{*rest}", any(nodes::node))
+        .route("/v1/allocations", get(nodes::list_allocs))
+        .route("/v1/allocation/{*rest}", any(nodes::alloc))
         .route("/v1/status/leader", get(agent::leader))
         .route("/v1/status/peers", get(agent::peers))
         .route("/v1/regions", get(agent::regions))

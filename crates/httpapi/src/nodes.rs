@@ -1,0 +1,177 @@
+//! `/v1/nodes`, `/v1/node/:id[/allocations]`, `/v1/allocations`, `/v1/allocation/:id`: reads of the
+//! nodes and allocations the servers know. Node writes (drain, eligibility) are not built yet.
+
+use crate::error::ApiError;
+use crate::query::{index_of, QueryOptions};
+use crate::reply;
+use crate::ApiState;
+use axum::extract::{Path, Query, State};
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use state::Table;
+use std::collections::HashMap;
+
+type Params = Query<HashMap<String, String>>;
+
+pub async fn list_nodes(State(st): State<ApiState>, Query(params): Params) -> Response {
+    list_nodes_inner(&st, params)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn list_nodes_inner(
+    st: &ApiState,
+    params: HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let q = QueryOptions::parse(params)?;
+    let tables = [Table::Nodes];
+    let snap = q.block(st.server.state(), &tables).await;
+    let (with_os, with_resources) = (q.flag("os")?, q.flag("resources")?);
+    let nodes = snap.nodes(&q.prefix);
+    let (page, next) = reply::paginate(nodes, |n| n.id.clone(), q.per_page, &q.next_token);
+    let stubs: Vec<_> = page
+        .iter()
+        .map(|n| n.stub(with_os, with_resources))
+        .collect();
+    Ok(reply::read_page(
+        &stubs,
+        index_of(&snap, &tables),
+        &st.server,
+        q.pretty,
+        next,
+    ))
+}
+
+/// `/v1/node/<id>` and `/v1/node/<id>/allocations`; the write actions answer "not supported yet".
+pub async fn node(
+    State(st): State<ApiState>,
+    method: Method,
+    Path(rest): Path<String>,
+    Query(params): Params,
+) -> Response {
+    node_inner(&st, method, &rest, params)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn node_inner(
+    st: &ApiState,
+    method: Method,
+    rest: &str,
+    params: HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let q = QueryOptions::parse(params)?;
+    if let Some(action) = ["drain", "eligibility", "evaluate", "purge", "meta"]
+        .iter()
+        .find(|a| rest.ends_with(&format!("/{a}")))
+    {
+        return Err(ApiError {
+            status: StatusCode::NOT_IMPLEMENTED,
+            message: format!("/v1/node/:id/{action} is not supported yet"),
+        });
+    }
+    if method != Method::GET {
+        return Err(ApiError::invalid_method());
+    }
+    if let Some(id) = rest.strip_suffix("/allocations") {
+        let tables = [Table::Allocs];
+        let snap = q.block(st.server.state(), &tables).await;
+        if snap.node(id).is_none() {
+            return Err(ApiError::not_found("node not found"));
+        }
+        // Nomad answers this one with full allocations, not stubs.
+        let allocs = snap.allocs_by_node(id);
+        return Ok(reply::read(
+            &allocs,
+            index_of(&snap, &tables),
+            &st.server,
+            q.pretty,
+        ));
+    }
+    let tables = [Table::Nodes];
+    let snap = q.block(st.server.state(), &tables).await;
+    let mut node = snap
+        .node(rest)
+        .map(|n| (*n).clone())
+        .ok_or_else(|| ApiError::not_found("node not found"))?;
+    node.secret_id.clear();
+    Ok(reply::read(
+        &node,
+        index_of(&snap, &tables),
+        &st.server,
+        q.pretty,
+    ))
+}
+
+pub async fn list_allocs(State(st): State<ApiState>, Query(params): Params) -> Response {
+    list_allocs_inner(&st, params)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn list_allocs_inner(
+    st: &ApiState,
+    params: HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let q = QueryOptions::parse(params)?;
+    let tables = [Table::Allocs];
+    let snap = q.block(st.server.state(), &tables).await;
+    let with_resources = q.flag("resources")?;
+    let mut allocs = snap.allocs(q.namespace_filter(), &q.prefix);
+    // Without a prefix Nomad pages by "<CreateIndex>.<ID>"; with one, by ID.
+    let by_id = !q.prefix.is_empty();
+    if !by_id {
+        allocs.sort_by_key(|a| (a.create_index, a.id.clone()));
+    }
+    let key = |a: &std::sync::Arc<model::alloc::Allocation>| {
+        if by_id {
+            a.id.clone()
+        } else {
+            format!("{:020}.{}", a.create_index, a.id)
+        }
+    };
+    let (page, next) = reply::paginate(allocs, key, q.per_page, &q.next_token);
+    let stubs: Vec<_> = page.iter().map(|a| a.stub(with_resources)).collect();
+    Ok(reply::read_page(
+        &stubs,
+        index_of(&snap, &tables),
+        &st.server,
+        q.pretty,
+        next,
+    ))
+}
+
+pub async fn alloc(
+    State(st): State<ApiState>,
+    Path(rest): Path<String>,
+    Query(params): Params,
+) -> Response {
+    alloc_inner(&st, &rest, params)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn alloc_inner(
+    st: &ApiState,
+    rest: &str,
+    params: HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let q = QueryOptions::parse(params)?;
+    if rest.ends_with("/stop") || rest.ends_with("/services") || rest.ends_with("/checks") {
+        return Err(ApiError {
+            status: StatusCode::NOT_IMPLEMENTED,
+            message: "this allocation action is not supported yet".into(),
+        });
+    }
+    let tables = [Table::Allocs];
+    let snap = q.block(st.server.state(), &tables).await;
+    let alloc = snap
+        .alloc(rest)
+        .ok_or_else(|| ApiError::not_found("alloc not found"))?;
+    Ok(reply::read(
+        &*alloc,
+        index_of(&snap, &tables),
+        &st.server,
+        q.pretty,
+    ))
+}
