@@ -1,0 +1,48 @@
+//! Task drivers: the [`Driver`] trait the client runs tasks through, and the drivers Caravan
+//! ships — `raw_exec` (host processes), `mock_driver` (timers, for tests) and `exec` (Linux
+//! isolation; its cgroup and namespace/chroot building blocks are here, starting tasks is not
+//! wired yet).
+//!
+//! **Owns:** starting, signalling, stopping, measuring and reattaching to the processes of one
+//! node's tasks; detecting which drivers this host can offer (fingerprints).
+//!
+//! **Never does:** touch cluster state, talk to servers, decide restarts, build task
+//! directories, environments or interpolation, or rotate logs — those are the client's. A driver
+//! only runs what it is handed and reports what happened.
+//!
+//! **Invariants:** every call has a bounded duration except `wait`, which is cancel-safe;
+//! `recover` never starts or restarts a task; a signal is never sent to a recycled pid (processes
+//! are named by pid *and* start time); `stop` returns only when the task's whole process tree is
+//! gone, or with an error saying it is not.
+
+pub mod driver;
+pub mod error;
+pub mod exec;
+pub mod limits;
+pub mod mock;
+pub mod procfs;
+pub mod raw_exec;
+pub mod signal;
+pub mod testing;
+
+mod exit_cell;
+mod output;
+mod process_group;
+mod table;
+
+pub use driver::{
+    Capabilities, Driver, DriverFuture, ExecResult, ExitResult, Fingerprint, FsIsolation,
+    TaskConfig, TaskDir, TaskHandle, TaskResources, TaskState, TaskStats, TaskStatus,
+    TASK_HANDLE_VERSION,
+};
+pub use error::DriverError;
+pub use exec::ExecDriver;
+pub use mock::MockDriver;
+pub use raw_exec::{RawExecConfig, RawExecDriver};
+
+/// Wall-clock time as nanoseconds since the Unix epoch (task start and exit times).
+pub(crate) fn now_unix_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}

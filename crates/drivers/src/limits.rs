@@ -1,0 +1,32 @@
+//! Every limit of the crate, in one place. Names carry their unit.
+
+use std::time::Duration;
+
+/// How long `stop` waits for the task to be gone after SIGKILL before reporting a timeout.
+pub const KILL_REAP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long opening the task's stdout/stderr may wait for a fifo's reader to appear.
+pub const OUTPUT_OPEN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// First and last delay between two looks at /proc while waiting on a process that is not our
+/// child (after `recover`) or on a process group to empty. Doubles from min to max.
+pub const PROC_POLL_DELAY_MIN: Duration = Duration::from_millis(10);
+pub const PROC_POLL_DELAY_MAX: Duration = Duration::from_secs(1);
+
+/// While stopping, poll no slower than this, so a stop is not late by a whole poll interval.
+pub const STOP_POLL_DELAY_MAX: Duration = Duration::from_millis(50);
+
+/// The most of each of stdout and stderr that `exec` keeps; the rest is read and dropped.
+pub const EXEC_OUTPUT_BYTES_MAX: usize = 1 << 20;
+
+/// The most processes a task's process tree is followed through (stats, tree kill).
+pub const PROCESS_TREE_MAX: usize = 4096;
+
+/// The longest `kill_after` or `run_for` the mock driver accepts, so a test cannot hang forever.
+pub const MOCK_DURATION_MAX: Duration = Duration::from_secs(24 * 3600);
+
+/// The most repeats of `stdout_repeat` / `stderr_repeat` the mock driver performs.
+pub const MOCK_REPEAT_MAX: u64 = 1_000_000;
+
+/// How long removing a cgroup retries while its last processes are being reaped.
+pub const CGROUP_REMOVE_TIMEOUT: Duration = Duration::from_secs(5);
