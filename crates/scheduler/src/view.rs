@@ -1,0 +1,37 @@
+//! What the scheduler reads. The server implements [`StateView`] over a state snapshot; tests use
+//! `testing::MemView`.
+
+use model::alloc::Allocation;
+use model::deployment::Deployment;
+use model::node::Node;
+use model::Job;
+use std::sync::Arc;
+
+pub use crate::rank::Algorithm;
+
+/// The cluster-wide scheduler settings (Nomad's `SchedulerConfiguration`) the scheduler honours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SchedulerConfig {
+    /// `binpack` (default) or `spread`.
+    pub algorithm: Algorithm,
+}
+
+/// A read-only, consistent view of the cluster at one index.
+pub trait StateView {
+    /// The state index the view was taken at (recorded as the plan's `SnapshotIndex`).
+    fn index(&self) -> u64;
+    fn job(&self, namespace: &str, id: &str) -> Option<Arc<Job>>;
+    /// Every node, in any order (the scheduler sorts by ID before sampling).
+    fn nodes(&self) -> Vec<Arc<Node>>;
+    fn node(&self, id: &str) -> Option<Arc<Node>>;
+    /// Every allocation of the job, terminal ones included.
+    fn allocs_by_job(&self, namespace: &str, job_id: &str) -> Vec<Arc<Allocation>>;
+    /// Every allocation on the node, terminal ones included.
+    fn allocs_by_node(&self, node_id: &str) -> Vec<Arc<Allocation>>;
+    /// The job's newest deployment, whatever its status.
+    fn latest_deployment(&self, namespace: &str, job_id: &str) -> Option<Arc<Deployment>>;
+    /// The cluster's scheduler settings; Nomad's defaults unless the server stores others.
+    fn scheduler_config(&self) -> SchedulerConfig {
+        SchedulerConfig::default()
+    }
+}

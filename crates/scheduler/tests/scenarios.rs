@@ -1,0 +1,903 @@
+//! Scheduler scenarios: a cluster, a job, and what the scheduler does, summarised as text through
+//! one helper ([`check`]). Each scenario pins Nomad behaviour the scheduler must keep.
+
+use model::alloc::{
+    Allocation, TaskState, ALLOC_CLIENT_STATUS_FAILED, ALLOC_CLIENT_STATUS_RUNNING,
+};
+use model::constraint::{Affinity, Constraint, Spread, SpreadTarget};
+use model::deployment::DeploymentState;
+use model::eval::Evaluation;
+use model::group::{UpdateStrategy, VolumeRequest};
+use model::node::{ClientHostVolumeConfig, DrainStrategy, Node};
+use model::resources::{NetworkResource, Port};
+use model::Job;
+use scheduler::testing::{eval, job, node, MemView};
+use scheduler::{schedule, Outcome, StateView};
+use std::collections::BTreeMap;
+
+const NOW: i64 = 1_714_564_800_000_000_000;
+const SEC: i64 = 1_000_000_000;
+const SEED: u64 = 42;
+
+/// Runs `ev` against `view` and compares the summary with `expect` (line order ignored).
+fn check(view: &MemView, ev: &Evaluation, expect: &str) -> Outcome {
+    let outcome = schedule(view, ev, NOW, SEED).expect("schedules");
+    let got = summary(view, &outcome);
+    let mut want: Vec<&str> = expect
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    want.sort_unstable();
+    assert_eq!(got, want.join("\n"), "\n--- got ---\n{got}\n");
+    outcome
+}
+
+/// One line per change: `place NAME on NODE`, `update NAME on NODE`, `stop NAME on NODE: WHY`,
+/// `failed GROUP: …`, `eval …`, `new eval …`, `deployment …`; sorted.
+fn summary(view: &MemView, o: &Outcome) -> String {
+    let mut lines = Vec::new();
+    for a in o.plan.node_update.values().flatten() {
+        let lost = if a.client_status == "lost" {
+            " [lost]"
+        } else {
+            ""
+        };
+        lines.push(format!(
+            "stop {} on {}: {}{lost}",
+            a.name, a.node_id, a.desired_description
+        ));
+    }
+    for a in o.plan.node_allocation.values().flatten() {
+        lines.push(placement_line(view, a));
+    }
+    for (tg, m) in &o.eval.failed_tg_allocs {
+        lines.push(format!(
+            "failed {tg}: evaluated {}, filtered {} {:?}, exhausted {} {:?}, coalesced {}",
+            m.nodes_evaluated,
+            m.nodes_filtered,
+            m.constraint_filtered,
+            m.nodes_exhausted,
+            m.dimension_exhausted,
+            m.coalesced_failures
+        ));
+    }
+    let queued: Vec<String> = o
+        .eval
+        .queued_allocations
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(tg, n)| format!(" queued {tg}={n}"))
+        .collect();
+    let blocked = if o.eval.blocked_eval.is_empty() {
+        ""
+    } else {
+        " +blocked"
+    };
+    lines.push(format!(
+        "eval {}{}{blocked}",
+        o.eval.status,
+        queued.concat()
+    ));
+    for e in &o.new_evals {
+        let wait = e
+            .wait_until
+            .as_deref()
+            .map(|w| format!(" until {w}"))
+            .unwrap_or_default();
+        lines.push(format!("new eval {} {}{wait}", e.status, e.triggered_by));
+    }
+    if let Some(d) = &o.plan.deployment {
+        lines.push(deployment_line(d));
+    }
+    for u in &o.plan.deployment_updates {
+        lines.push(format!(
+            "deployment update {}: {}",
+            u.status, u.status_description
+        ));
+    }
+    lines.sort();
+    lines.join("\n")
+}
+
+fn placement_line(view: &MemView, a: &Allocation) -> String {
+    if let Some(old) = view.alloc(&a.id) {
+        if !a.followup_eval_id.is_empty() && old.followup_eval_id.is_empty() {
+            return format!("mark {} for follow-up", a.name);
+        }
+        return format!("update {} on {}", a.name, a.node_id);
+    }
+    let mut line = format!("place {} on {}", a.name, a.node_id);
+    if a.deployment_status.as_ref().is_some_and(|s| s.canary) {
+        line.push_str(" (canary)");
+    }
+    if let Some(prev) = view.alloc(&a.previous_allocation) {
+        line.push_str(&format!(" replacing {} on {}", prev.name, prev.node_id));
+    }
+    let ports: Vec<String> = a
+        .allocated_resources
+        .iter()
+        .flat_map(|r| &r.shared.ports)
+        .map(|p| format!("{}={}", p.label, p.value))
+        .collect();
+    if !ports.is_empty() {
+        line.push_str(&format!(" ports {}", ports.join(",")));
+    }
+    line
+}
+
+fn deployment_line(d: &model::deployment::Deployment) -> String {
+    let groups: Vec<String> = d
+        .task_groups
+        .iter()
+        .map(|(tg, s): (&String, &DeploymentState)| {
+            format!(
+                "{tg} total={} canaries={} placed_canaries={}",
+                s.desired_total,
+                s.desired_canaries,
+                s.placed_canaries.len()
+            )
+        })
+        .collect();
+    format!(
+        "deployment {} {:?}: {}",
+        d.status,
+        d.status_description,
+        groups.join("; ")
+    )
+}
+
+/// A cluster of nodes `n1..=n{count}` built by [`node`].
+fn cluster(count: usize) -> MemView {
+    let mut v = MemView::new();
+    for i in 1..=count {
+        v.upsert_node(node(&format!("n{i}")));
+    }
+    v
+}
+
+/// Schedules `j` on `view`, applies the outcome, and returns the stored job.
+fn run_and_apply(view: &mut MemView, j: Job) -> std::sync::Arc<Job> {
+    let stored = view.upsert_job(j);
+    let outcome = schedule(view, &eval(&stored), NOW, SEED).expect("schedules");
+    view.apply(&outcome);
+    stored
+}
+
+fn live(view: &MemView) -> Vec<std::sync::Arc<Allocation>> {
+    view.all_allocs()
+        .into_iter()
+        .filter(|a| !a.is_terminal())
+        .collect()
+}
+
+#[test]
+fn places_the_count_on_nodes_that_pass_constraints() {
+    let mut v = cluster(3);
+    v.update_node("n3", |n| {
+        n.attributes.insert("kernel.name".into(), "windows".into());
+    });
+    let mut j = job("web", "service", 4);
+    j.constraints
+        .push(Constraint::new("${attr.kernel.name}", "=", "linux"));
+    let j = v.upsert_job(j);
+    check(
+        &v,
+        &eval(&j),
+        r#"place web.web[0] on n1
+           place web.web[1] on n2
+           place web.web[2] on n1
+           place web.web[3] on n2
+           deployment running "Deployment is running": web total=4 canaries=0 placed_canaries=0
+           eval complete"#,
+    );
+}
+
+#[test]
+fn datacenters_glob_and_pools_narrow_the_candidates() {
+    let mut v = cluster(4);
+    v.update_node("n2", |n| n.datacenter = "dc2".into());
+    v.update_node("n3", |n| n.datacenter = "eu-west".into());
+    v.update_node("n4", |n| n.node_pool = "gpu".into());
+    let mut j = job("web", "service", 2);
+    j.datacenters = vec!["dc*".into()];
+    let j = v.upsert_job(j);
+    check(
+        &v,
+        &eval(&j),
+        r#"place web.web[0] on n2
+           place web.web[1] on n1
+           deployment running "Deployment is running": web total=2 canaries=0 placed_canaries=0
+           eval complete"#,
+    );
+}
+
+#[test]
+fn memory_exhaustion_is_explained_and_blocks() {
+    let mut v = cluster(2);
+    let mut j = job("web", "service", 5);
+    j.task_groups[0].tasks[0]
+        .resources
+        .as_mut()
+        .expect("has resources")
+        .memory_mb = Some(4000);
+    let j = v.upsert_job(j);
+    let o = check(
+        &v,
+        &eval(&j),
+        r#"place web.web[0] on n2
+           place web.web[1] on n1
+           place web.web[2] on n2
+           place web.web[3] on n1
+           deployment running "Deployment is running": web total=5 canaries=0 placed_canaries=0
+           failed web: evaluated 2, filtered 0 {}, exhausted 2 {"memory": 2}, coalesced 0
+           eval complete queued web=1 +blocked
+           new eval blocked queued-allocs"#,
+    );
+    let blocked = &o.new_evals[0];
+    assert_eq!(blocked.previous_eval, o.eval.id);
+    assert_eq!(
+        blocked.status_description,
+        "created to place remaining allocations"
+    );
+    assert_eq!(o.eval.blocked_eval, blocked.id);
+}
+
+#[test]
+fn constraint_failures_name_the_constraint_as_nomad_prints_it() {
+    let mut v = cluster(3);
+    let mut j = job("web", "service", 3);
+    j.task_groups[0]
+        .constraints
+        .push(Constraint::new("${meta.rack}", "=", "r9"));
+    let j = v.upsert_job(j);
+    check(
+        &v,
+        &eval(&j),
+        r#"deployment running "Deployment is running": web total=3 canaries=0 placed_canaries=0
+           failed web: evaluated 3, filtered 3 {"${meta.rack} = r9": 3}, exhausted 0 {}, coalesced 2
+           eval complete queued web=3 +blocked
+           new eval blocked queued-allocs"#,
+    );
+}
+
+#[test]
+fn a_blocked_evaluation_that_still_cannot_place_stays_blocked() {
+    let mut v = cluster(1);
+    let mut j = job("web", "service", 1);
+    j.task_groups[0].tasks[0].driver = "qemu".into();
+    let j = v.upsert_job(j);
+    let mut ev = eval(&j);
+    ev.status = "blocked".into();
+    check(
+        &v,
+        &ev,
+        r#"deployment running "Deployment is running": web total=1 canaries=0 placed_canaries=0
+           failed web: evaluated 1, filtered 1 {"missing drivers": 1}, exhausted 0 {}, coalesced 0
+           eval blocked queued web=1"#,
+    );
+}
+
+fn with_port(mut j: Job, label: &str, static_port: i32) -> Job {
+    let port = Port {
+        label: label.into(),
+        value: static_port,
+        host_network: "default".into(),
+        ..Port::default()
+    };
+    let mut net = NetworkResource {
+        mode: "host".into(),
+        ..NetworkResource::default()
+    };
+    if static_port > 0 {
+        net.reserved_ports.push(port);
+    } else {
+        net.dynamic_ports.push(port);
+    }
+    j.task_groups[0].networks.push(net);
+    j
+}
+
+#[test]
+fn static_ports_never_collide() {
+    let mut v = cluster(2);
+    let j = v.upsert_job(with_port(job("web", "service", 3), "http", 8080));
+    check(
+        &v,
+        &eval(&j),
+        r#"deployment running "Deployment is running": web total=3 canaries=0 placed_canaries=0
+           place web.web[0] on n2 ports http=8080
+           place web.web[1] on n1 ports http=8080
+           failed web: evaluated 2, filtered 0 {}, exhausted 2 {"network: reserved port collision http=8080": 2}, coalesced 0
+           eval complete queued web=1 +blocked
+           new eval blocked queued-allocs"#,
+    );
+}
+
+#[test]
+fn dynamic_ports_come_from_the_dynamic_range() {
+    let mut v = cluster(1);
+    let j = v.upsert_job(with_port(job("web", "service", 3), "http", 0));
+    let o = schedule(&v, &eval(&j), NOW, SEED).expect("schedules");
+    let mut ports: Vec<i32> = o
+        .plan
+        .node_allocation
+        .values()
+        .flatten()
+        .flat_map(|a| a.allocated_resources.iter().flat_map(|r| &r.shared.ports))
+        .map(|p| p.value)
+        .collect();
+    assert_eq!(ports.len(), 3);
+    assert!(
+        ports.iter().all(|p| (20_000..=32_000).contains(p)),
+        "{ports:?}"
+    );
+    ports.dedup();
+    assert_eq!(ports.len(), 3, "distinct ports on one node");
+}
+
+#[test]
+fn count_down_stops_the_highest_indexes() {
+    let mut v = cluster(2);
+    run_and_apply(&mut v, job("web", "service", 5));
+    let j = v.upsert_job(job("web", "service", 2));
+    check(
+        &v,
+        &eval(&j),
+        r#"stop web.web[2] on n2: alloc not needed due to job update
+           stop web.web[3] on n1: alloc not needed due to job update
+           stop web.web[4] on n2: alloc not needed due to job update
+           update web.web[0] on n2
+           update web.web[1] on n1
+           deployment running "Deployment is running": web total=2 canaries=0 placed_canaries=0
+           deployment update cancelled: Cancelled due to newer version of job
+           eval complete"#,
+    );
+}
+
+#[test]
+fn count_up_fills_the_lowest_free_indexes() {
+    let mut v = cluster(2);
+    run_and_apply(&mut v, job("web", "service", 3));
+    let victim = live(&v)
+        .into_iter()
+        .find(|a| a.name == "web.web[1]")
+        .expect("web[1] placed");
+    v.update_alloc(&victim.id, |a| {
+        a.desired_status = "stop".into();
+        a.client_status = "complete".into();
+    });
+    let j = v.upsert_job(job("web", "service", 4));
+    check(
+        &v,
+        &eval(&j),
+        r#"place web.web[1] on n1
+           place web.web[3] on n1
+           update web.web[0] on n2
+           update web.web[2] on n2
+           deployment running "Deployment is running": web total=4 canaries=0 placed_canaries=0
+           deployment update cancelled: Cancelled due to newer version of job
+           eval complete"#,
+    );
+}
+
+#[test]
+fn changing_the_task_config_is_a_rolling_destructive_update() {
+    let mut v = cluster(2);
+    run_and_apply(&mut v, job("web", "service", 3));
+    let mut j = job("web", "service", 3);
+    j.task_groups[0].tasks[0]
+        .config
+        .insert("image".into(), serde_json::json!("app:2"));
+    let j = v.upsert_job(j);
+    check(
+        &v,
+        &eval(&j),
+        r#"deployment running "Deployment is running": web total=3 canaries=0 placed_canaries=0
+           deployment update cancelled: Cancelled due to newer version of job
+           eval complete
+           place web.web[0] on n2 replacing web.web[0] on n2
+           stop web.web[0] on n2: alloc is being updated due to job update"#,
+    );
+}
+
+#[test]
+fn canaries_come_first_when_the_update_asks_for_them() {
+    let mut v = cluster(2);
+    let mut j = job("web", "service", 3);
+    j.task_groups[0].update = Some(UpdateStrategy {
+        canary: Some(1),
+        max_parallel: Some(2),
+        ..UpdateStrategy::default_service()
+    });
+    run_and_apply(&mut v, j.clone());
+    j.task_groups[0].tasks[0]
+        .config
+        .insert("image".into(), serde_json::json!("app:2"));
+    let stored = v.upsert_job(j);
+    let o = check(
+        &v,
+        &eval(&stored),
+        r#"deployment running "Deployment is running but requires manual promotion": web total=3 canaries=1 placed_canaries=1
+           deployment update cancelled: Cancelled due to newer version of job
+           eval complete
+           place web.web[0] on n1 (canary)"#,
+    );
+    v.apply(&o);
+    check(&v, &eval(&stored), "eval complete");
+}
+
+#[test]
+fn allocations_on_a_down_node_are_lost_and_replaced() {
+    let mut v = cluster(2);
+    run_and_apply(&mut v, job("web", "service", 2));
+    v.update_node("n1", |n| n.status = "down".into());
+    let j = v.job("default", "web").expect("stored");
+    check(
+        &v,
+        &eval(&j),
+        "eval complete
+         place web.web[1] on n2 replacing web.web[1] on n1
+         stop web.web[1] on n1: alloc is lost since its node is down [lost]",
+    );
+}
+
+#[test]
+fn allocations_marked_for_migration_leave_a_draining_node() {
+    let mut v = cluster(2);
+    run_and_apply(&mut v, job("web", "service", 2));
+    v.update_node("n1", |n| n.drain_strategy = Some(DrainStrategy::default()));
+    for a in live(&v).into_iter().filter(|a| a.node_id == "n1") {
+        v.update_alloc(&a.id, |a| a.desired_transition.migrate = Some(true));
+    }
+    let j = v.job("default", "web").expect("stored");
+    check(
+        &v,
+        &eval(&j),
+        "eval complete
+         place web.web[1] on n2 replacing web.web[1] on n1
+         stop web.web[1] on n1: alloc is being migrated",
+    );
+}
+
+fn fail(v: &mut MemView, name: &str, finished_ago_secs: i64) {
+    let a = live(v)
+        .into_iter()
+        .find(|a| a.name == name)
+        .expect("placed");
+    let finished = scheduler_time(NOW - finished_ago_secs * SEC);
+    v.update_alloc(&a.id, |a| {
+        a.client_status = ALLOC_CLIENT_STATUS_FAILED.into();
+        a.task_states.insert(
+            "app".into(),
+            TaskState {
+                state: "dead".into(),
+                failed: true,
+                finished_at: Some(finished),
+                ..TaskState::default()
+            },
+        );
+    });
+}
+
+/// RFC 3339 of Unix nanoseconds (whole seconds here).
+fn scheduler_time(nanos: i64) -> String {
+    let secs = nanos / SEC;
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    assert_eq!(days, 19_844, "tests stay on 2024-05-01");
+    format!(
+        "2024-05-01T{:02}:{:02}:{:02}Z",
+        sod / 3600,
+        sod / 60 % 60,
+        sod % 60
+    )
+}
+
+#[test]
+fn failed_allocations_are_rescheduled_after_their_delay() {
+    let mut v = cluster(2);
+    run_and_apply(&mut v, job("web", "service", 2));
+    fail(&mut v, "web.web[0]", 60);
+    fail(&mut v, "web.web[1]", 10);
+    let j = v.job("default", "web").expect("stored");
+    let o = check(
+        &v,
+        &eval(&j),
+        "eval complete
+         mark web.web[1] for follow-up
+         new eval pending alloc-failure until 2024-05-01T12:00:20Z
+         place web.web[0] on n1 replacing web.web[0] on n2
+         stop web.web[0] on n2: alloc was rescheduled because it failed",
+    );
+    let placed = o
+        .plan
+        .node_allocation
+        .values()
+        .flatten()
+        .find(|a| a.name == "web.web[0]" && !a.previous_allocation.is_empty());
+    let tracker = placed
+        .and_then(|a| a.reschedule_tracker.as_ref())
+        .expect("tracker");
+    assert_eq!(tracker.events.len(), 1);
+    assert_eq!(tracker.events[0].delay.0, 30 * SEC);
+    v.apply(&o);
+    check(&v, &eval(&j), "eval complete");
+}
+
+#[test]
+fn completed_batch_allocations_are_not_replaced() {
+    let mut v = cluster(1);
+    run_and_apply(&mut v, job("etl", "batch", 2));
+    for a in live(&v) {
+        v.update_alloc(&a.id, |a| a.client_status = "complete".into());
+    }
+    let j = v.job("default", "etl").expect("stored");
+    check(&v, &eval(&j), "eval complete");
+}
+
+#[test]
+fn stopping_the_job_stops_everything() {
+    let mut v = cluster(2);
+    run_and_apply(&mut v, job("web", "service", 2));
+    let mut j = job("web", "service", 2);
+    j.stop = true;
+    let j = v.upsert_job(j);
+    check(
+        &v,
+        &eval(&j),
+        "deployment update cancelled: Cancelled because job is stopped
+         eval complete
+         stop web.web[0] on n2: alloc not needed due to job update
+         stop web.web[1] on n1: alloc not needed due to job update",
+    );
+}
+
+#[test]
+fn distinct_hosts_keeps_one_per_node() {
+    let mut v = cluster(2);
+    let mut j = job("web", "service", 3);
+    j.constraints
+        .push(Constraint::new("", "distinct_hosts", "true"));
+    let j = v.upsert_job(j);
+    check(
+        &v,
+        &eval(&j),
+        r#"deployment running "Deployment is running": web total=3 canaries=0 placed_canaries=0
+           failed web: evaluated 2, filtered 2 {"distinct_hosts": 2}, exhausted 0 {}, coalesced 0
+           eval complete queued web=1 +blocked
+           new eval blocked queued-allocs
+           place web.web[0] on n2
+           place web.web[1] on n1"#,
+    );
+}
+
+#[test]
+fn distinct_property_limits_each_value() {
+    let mut v = cluster(4);
+    for (id, rack) in [("n1", "r1"), ("n2", "r1"), ("n3", "r2"), ("n4", "r2")] {
+        v.update_node(id, |n| {
+            n.meta.insert("rack".into(), rack.into());
+        });
+    }
+    let mut j = job("web", "service", 3);
+    j.task_groups[0]
+        .constraints
+        .push(Constraint::new("${meta.rack}", "distinct_property", ""));
+    let j = v.upsert_job(j);
+    let o = schedule(&v, &eval(&j), NOW, SEED).expect("schedules");
+    let placed: Vec<&Allocation> = o.plan.node_allocation.values().flatten().collect();
+    assert_eq!(placed.len(), 2);
+    let racks: Vec<&str> = placed
+        .iter()
+        .map(|a| {
+            if matches!(a.node_id.as_str(), "n1" | "n2") {
+                "r1"
+            } else {
+                "r2"
+            }
+        })
+        .collect();
+    assert_ne!(racks[0], racks[1], "one per rack");
+    let failed = &o.eval.failed_tg_allocs["web"];
+    assert_eq!(
+        failed.constraint_filtered.get("distinct_property"),
+        Some(&4)
+    );
+}
+
+#[test]
+fn spread_targets_split_by_percentage() {
+    let mut v = cluster(6);
+    for id in ["n4", "n5", "n6"] {
+        v.update_node(id, |n| n.datacenter = "dc2".into());
+    }
+    let mut j = job("web", "service", 10);
+    j.datacenters = vec!["dc1".into(), "dc2".into()];
+    j.spreads.push(Spread {
+        attribute: "${node.datacenter}".into(),
+        weight: Some(100),
+        targets: vec![
+            SpreadTarget {
+                value: "dc1".into(),
+                percent: 70,
+            },
+            SpreadTarget {
+                value: "dc2".into(),
+                percent: 30,
+            },
+        ],
+    });
+    let j = v.upsert_job(j);
+    let o = schedule(&v, &eval(&j), NOW, SEED).expect("schedules");
+    let mut per_dc: BTreeMap<&str, usize> = BTreeMap::new();
+    for a in o.plan.node_allocation.values().flatten() {
+        let dc = if matches!(a.node_id.as_str(), "n4" | "n5" | "n6") {
+            "dc2"
+        } else {
+            "dc1"
+        };
+        *per_dc.entry(dc).or_default() += 1;
+    }
+    assert_eq!(per_dc, BTreeMap::from([("dc1", 7), ("dc2", 3)]));
+}
+
+#[test]
+fn affinities_pull_toward_matching_nodes() {
+    let mut v = cluster(8);
+    v.update_node("n5", |n| n.node_class = "fast".into());
+    let mut j = job("web", "service", 1);
+    j.affinities.push(Affinity {
+        l_target: "${node.class}".into(),
+        operand: "=".into(),
+        r_target: "fast".into(),
+        weight: Some(100),
+    });
+    let j = v.upsert_job(j);
+    check(
+        &v,
+        &eval(&j),
+        r#"deployment running "Deployment is running": web total=1 canaries=0 placed_canaries=0
+           eval complete
+           place web.web[0] on n5"#,
+    );
+}
+
+#[test]
+fn host_volumes_must_be_offered() {
+    let mut v = cluster(3);
+    v.update_node("n2", |n: &mut Node| {
+        n.host_volumes.insert(
+            "data".into(),
+            ClientHostVolumeConfig {
+                name: "data".into(),
+                path: "/srv/data".into(),
+                read_only: false,
+            },
+        );
+    });
+    let mut j = job("db", "service", 1);
+    j.task_groups[0].volumes.insert(
+        "data".into(),
+        VolumeRequest {
+            name: "data".into(),
+            volume_type: "host".into(),
+            source: "data".into(),
+            ..VolumeRequest::default()
+        },
+    );
+    let j = v.upsert_job(j);
+    check(
+        &v,
+        &eval(&j),
+        r#"deployment running "Deployment is running": web total=1 canaries=0 placed_canaries=0
+           eval complete
+           place db.web[0] on n2"#,
+    );
+}
+
+#[test]
+fn system_jobs_run_once_on_every_feasible_node() {
+    let mut v = cluster(3);
+    v.update_node("n3", |n| {
+        n.attributes.insert("kernel.name".into(), "darwin".into());
+    });
+    let mut j = job("agent", "system", 1);
+    j.constraints
+        .push(Constraint::new("${attr.kernel.name}", "=", "linux"));
+    let j = run_and_apply(&mut v, j);
+    assert_eq!(live(&v).len(), 2);
+    check(&v, &eval(&j), "eval complete");
+    v.upsert_node(node("n4"));
+    check(&v, &eval(&j), "eval complete\nplace agent.web[0] on n4");
+    v.update_node("n1", |n| {
+        n.attributes.insert("kernel.name".into(), "darwin".into());
+    });
+    check(
+        &v,
+        &eval(&j),
+        "eval complete
+         place agent.web[0] on n4
+         stop agent.web[0] on n1: alloc not needed due to job update",
+    );
+}
+
+#[test]
+fn sysbatch_does_not_rerun_finished_work() {
+    let mut v = cluster(2);
+    let j = run_and_apply(&mut v, job("gc", "sysbatch", 1));
+    for a in live(&v) {
+        v.update_alloc(&a.id, |a| a.client_status = "complete".into());
+    }
+    check(&v, &eval(&j), "eval complete");
+}
+
+#[test]
+fn system_jobs_report_nodes_short_of_resources() {
+    let mut v = cluster(2);
+    let mut j = job("agent", "system", 1);
+    j.task_groups[0].tasks[0]
+        .resources
+        .as_mut()
+        .expect("has")
+        .cpu = Some(5000);
+    let j = v.upsert_job(j);
+    check(
+        &v,
+        &eval(&j),
+        r#"eval complete queued web=2
+           failed web: evaluated 1, filtered 0 {}, exhausted 1 {"cpu": 1}, coalesced 1"#,
+    );
+}
+
+#[test]
+fn the_same_inputs_give_the_same_outcome() {
+    let mut v = cluster(20);
+    let j = v.upsert_job(with_port(job("web", "service", 15), "http", 0));
+    let a = schedule(&v, &eval(&j), NOW, 7).expect("schedules");
+    let b = schedule(&v, &eval(&j), NOW, 7).expect("schedules");
+    assert_eq!(a, b);
+    let c = schedule(&v, &eval(&j), NOW, 8).expect("schedules");
+    assert_ne!(
+        a.plan.node_allocation, c.plan.node_allocation,
+        "the seed matters"
+    );
+}
+
+#[test]
+fn unknown_types_and_evaluations_without_jobs_are_errors() {
+    let v = cluster(1);
+    let mut ev = eval(&job("web", "service", 1));
+    ev.eval_type = "_core".into();
+    assert!(matches!(
+        schedule(&v, &ev, NOW, 1),
+        Err(scheduler::SchedulerError::UnknownType(t)) if t == "_core"
+    ));
+    ev.eval_type = "service".into();
+    ev.job_id.clear();
+    assert!(matches!(
+        schedule(&v, &ev, NOW, 1),
+        Err(scheduler::SchedulerError::Invalid(_))
+    ));
+}
+
+#[test]
+fn running_allocations_are_left_alone() {
+    let mut v = cluster(2);
+    let j = run_and_apply(&mut v, job("web", "service", 2));
+    for a in live(&v) {
+        v.update_alloc(&a.id, |a| {
+            a.client_status = ALLOC_CLIENT_STATUS_RUNNING.into()
+        });
+    }
+    check(&v, &eval(&j), "eval complete");
+}
+
+#[test]
+fn promoted_canaries_replace_the_old_allocations() {
+    let mut v = cluster(2);
+    let mut j = job("web", "service", 2);
+    j.task_groups[0].update = Some(UpdateStrategy {
+        canary: Some(1),
+        max_parallel: Some(1),
+        ..UpdateStrategy::default_service()
+    });
+    run_and_apply(&mut v, j.clone());
+    j.task_groups[0].tasks[0]
+        .config
+        .insert("image".into(), serde_json::json!("app:2"));
+    let stored = run_and_apply(&mut v, j);
+    let d = v.latest_deployment("default", "web").expect("deployment");
+    let mut promoted = (*d).clone();
+    let state = promoted.task_groups.get_mut("web").expect("group state");
+    state.promoted = true;
+    v.upsert_deployment(promoted);
+    let canary = live(&v)
+        .into_iter()
+        .find(|a| a.deployment_status.as_ref().is_some_and(|s| s.canary))
+        .expect("canary placed");
+    v.update_alloc(&canary.id, |a| {
+        a.client_status = ALLOC_CLIENT_STATUS_RUNNING.into();
+        if let Some(s) = a.deployment_status.as_mut() {
+            s.healthy = Some(true);
+        }
+    });
+    check(
+        &v,
+        &eval(&stored),
+        "eval complete
+         place web.web[1] on n2 replacing web.web[1] on n1
+         stop web.web[0] on n2: alloc not needed due to job update
+         stop web.web[1] on n1: alloc is being updated due to job update",
+    );
+}
+
+#[test]
+fn a_deregistered_job_loses_every_allocation() {
+    let mut v = cluster(1);
+    let j = run_and_apply(&mut v, job("web", "service", 1));
+    let mut gone = MemView::new();
+    gone.upsert_node(node("n1"));
+    for a in v.all_allocs() {
+        gone.upsert_alloc((*a).clone());
+    }
+    check(
+        &gone,
+        &eval(&j),
+        "eval complete
+         stop web.web[0] on n1: alloc not needed due to job update",
+    );
+}
+
+#[test]
+fn system_updates_roll_by_max_parallel() {
+    let mut v = cluster(3);
+    let mut j = job("agent", "system", 1);
+    j.task_groups[0].update = Some(UpdateStrategy {
+        max_parallel: Some(1),
+        ..UpdateStrategy::default_service()
+    });
+    run_and_apply(&mut v, j.clone());
+    j.task_groups[0].tasks[0]
+        .config
+        .insert("image".into(), serde_json::json!("agent:2"));
+    let stored = v.upsert_job(j);
+    check(
+        &v,
+        &eval(&stored),
+        "eval complete
+         place agent.web[0] on n1 replacing agent.web[0] on n1
+         stop agent.web[0] on n1: alloc is being updated due to job update",
+    );
+}
+
+#[test]
+fn system_allocations_on_a_down_node_are_lost_not_replaced_elsewhere() {
+    let mut v = cluster(2);
+    let j = run_and_apply(&mut v, job("agent", "system", 1));
+    v.update_node("n2", |n| n.status = "down".into());
+    check(
+        &v,
+        &eval(&j),
+        "eval complete
+         stop agent.web[0] on n2: alloc is lost since its node is down [lost]",
+    );
+}
+
+#[test]
+fn batch_failures_use_up_their_attempts() {
+    let mut v = cluster(2);
+    let j = run_and_apply(&mut v, job("etl", "batch", 1));
+    fail(&mut v, "etl.web[0]", 10);
+    let o = check(
+        &v,
+        &eval(&j),
+        "eval complete
+         place etl.web[0] on n1 replacing etl.web[0] on n2
+         stop etl.web[0] on n2: alloc was rescheduled because it failed",
+    );
+    v.apply(&o);
+    let replacement = live(&v).into_iter().next().expect("replacement");
+    fail(&mut v, &replacement.name, 10);
+    check(&v, &eval(&j), "eval complete");
+}
