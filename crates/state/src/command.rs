@@ -2,7 +2,7 @@
 //! blocking query can wait on ([`Table`]).
 
 use model::alloc::Allocation;
-use model::deployment::Deployment;
+use model::deployment::{Deployment, DeploymentStatusUpdate};
 use model::eval::Evaluation;
 use model::node::Node;
 use model::Job;
@@ -94,6 +94,56 @@ pub enum Command {
     DeploymentUpsert {
         deployment: Deployment,
     },
+    /// The plan applier's commit: the part of one evaluation's plan that still fit the newest state,
+    /// with the evaluation updates that go with it (Nomad's `ApplyPlanResultsRequest`), applied as
+    /// one. Order inside the command: the deployment and its status updates, then the stops, then the
+    /// placements, then the evaluations, so allocation writes see the deployment they count towards.
+    PlanApply {
+        /// The evaluation whose plan this is.
+        eval_id: String,
+        /// The job the placements run. A placement sent without its job gets this one, so the entry
+        /// carries the job once instead of once per allocation (an in-place update moves the
+        /// allocation to this version). `None`: placements carry their own jobs.
+        job: Option<Job>,
+        /// New allocations and in-place updates, stored as given (plus the job above).
+        allocs_upsert: Vec<Allocation>,
+        /// Allocations to stop or evict; unknown IDs are skipped.
+        allocs_stop: Vec<AllocStop>,
+        /// The evaluation's own update and the evaluations it created (blocked, delayed, follow-ups).
+        evals: Vec<Evaluation>,
+        /// A deployment to create or update.
+        deployment: Option<Deployment>,
+        /// Status changes of other deployments (cancelled by a newer job version, …); unknown IDs
+        /// are skipped.
+        deployment_updates: Vec<DeploymentStatusUpdate>,
+    },
+    /// What clients report about their allocations (`Node.UpdateAlloc`): only the client's fields
+    /// change (status, description, task states, deployment health, modify time); unknown IDs are
+    /// skipped; `AllocModifyIndex` stays, so clients do not mistake their own reports for server
+    /// changes. `evals` are the follow-ups the server made for allocations that failed.
+    AllocClientUpdate {
+        allocs: Vec<model::wire::AllocClientUpdate>,
+        evals: Vec<Evaluation>,
+    },
+}
+
+/// One allocation a plan stops (Nomad's `AllocationDiff` for stopped and preempted allocations):
+/// only what changes travels, the allocation itself is in the state already.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllocStop {
+    pub alloc_id: String,
+    /// `stop` or `evict`.
+    pub desired_status: String,
+    pub desired_description: String,
+    /// A client status to set as well (`lost` for an allocation on a down node); empty keeps it.
+    #[serde(default)]
+    pub client_status: String,
+    /// The evaluation that will place its replacement later (a delayed reschedule); empty: none.
+    #[serde(default)]
+    pub followup_eval_id: String,
+    /// Unix nanoseconds, the allocation's new `ModifyTime`; 0 keeps it.
+    #[serde(default)]
+    pub modify_time: i64,
 }
 
 impl Command {
@@ -109,6 +159,8 @@ impl Command {
             Command::NodeUpdateStatus { .. } => "NodeUpdateStatus",
             Command::AllocUpsert { .. } => "AllocUpsert",
             Command::DeploymentUpsert { .. } => "DeploymentUpsert",
+            Command::PlanApply { .. } => "PlanApply",
+            Command::AllocClientUpdate { .. } => "AllocClientUpdate",
         }
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! Owns: the tables (jobs, job versions, job summaries, evaluations, allocations, nodes, deployments,
 //! CSI volumes and plugins) as persistent maps, their secondary indexes (allocations by job, node,
-//! evaluation and deployment; evaluations and deployments by job), the Raft index at which each table
+//! evaluation and deployment; evaluations and deployments by job; evaluations, allocations and nodes
+//! by modify index, so a follower reads only what changed), the Raft index at which each table
 //! last changed, the FSM's apply functions ([`Command`] → [`ApplyResponse`], with Nomad's semantics),
 //! blocking-query waits ([`StateStore::wait_for`]), and snapshot save/restore.
 //!
@@ -31,9 +32,10 @@ mod store;
 mod tables;
 mod time;
 
-pub use command::{ApplyResponse, Command, Table};
+pub use command::{AllocStop, ApplyResponse, Command, Table};
 pub use error::StateError;
 pub use fsm::jobs::{JOB_STATUS_DEAD, JOB_STATUS_PENDING, JOB_STATUS_RUNNING};
 pub use persist::SNAPSHOT_FORMAT_VERSION;
 pub use snapshot::StateSnapshot;
 pub use store::StateStore;
+pub use time::{format_unix_nanos, parse_unix_nanos};

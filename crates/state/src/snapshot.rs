@@ -118,6 +118,12 @@ impl StateSnapshot {
         all
     }
 
+    /// Evaluations whose `ModifyIndex` is above `index`, oldest change first: what a follower of
+    /// the store (the leader's eval broker) has not seen yet.
+    pub fn evals_modified_after(&self, index: u64) -> Vec<Arc<Evaluation>> {
+        self.root.evals_modified_after(index)
+    }
+
     /// A job's evaluations, sorted by ID.
     pub fn evals_by_job(&self, ns: &str, job_id: &str) -> Vec<Arc<Evaluation>> {
         self.root.evals_by_job(ns, job_id)
@@ -141,6 +147,11 @@ impl StateSnapshot {
         self.root.allocs_by_job(ns, job_id)
     }
 
+    /// Allocations whose `ModifyIndex` is above `index`, oldest change first.
+    pub fn allocs_modified_after(&self, index: u64) -> Vec<Arc<Allocation>> {
+        self.root.allocs_modified_after(index)
+    }
+
     pub fn allocs_by_node(&self, node_id: &str) -> Vec<Arc<Allocation>> {
         self.root.allocs_by_node(node_id)
     }
@@ -161,6 +172,11 @@ impl StateSnapshot {
 
     pub fn nodes(&self, prefix: &str) -> Vec<Arc<Node>> {
         by_prefix(self.root.nodes(), prefix)
+    }
+
+    /// Nodes whose `ModifyIndex` is above `index`, oldest change first.
+    pub fn nodes_modified_after(&self, index: u64) -> Vec<Arc<Node>> {
+        self.root.nodes_modified_after(index)
     }
 
     // ----- deployments -----

@@ -23,6 +23,8 @@ pub(crate) type NsKey = (String, String);
 /// `(namespace, job id, version)`.
 pub(crate) type VersionKey = (String, String, u64);
 type IdSet = OrdSet<String>;
+/// `(modify index, id)`: a table's objects in the order they last changed.
+type ModifySet = OrdSet<(u64, String)>;
 
 /// The namespace a job is stored under: its own, or `default` when it has none.
 pub(crate) fn job_namespace(job: &Job) -> &str {
@@ -48,12 +50,15 @@ pub(crate) struct Root {
     job_summaries: OrdMap<NsKey, Arc<JobSummary>>,
     evals: OrdMap<String, Arc<Evaluation>>,
     evals_by_job: OrdMap<NsKey, IdSet>,
+    evals_by_modify: ModifySet,
     allocs: OrdMap<String, Arc<Allocation>>,
     allocs_by_job: OrdMap<NsKey, IdSet>,
     allocs_by_node: OrdMap<String, IdSet>,
     allocs_by_eval: OrdMap<String, IdSet>,
     allocs_by_deployment: OrdMap<String, IdSet>,
+    allocs_by_modify: ModifySet,
     nodes: OrdMap<String, Arc<Node>>,
+    nodes_by_modify: ModifySet,
     deployments: OrdMap<String, Arc<Deployment>>,
     deployments_by_job: OrdMap<NsKey, IdSet>,
     csi_volumes: OrdMap<NsKey, Arc<CSIVolume>>,
@@ -85,6 +90,29 @@ fn index_remove_nonempty(index: &mut OrdMap<String, IdSet>, key: &str, id: &str)
     if !key.is_empty() {
         index_remove(index, &key.to_owned(), id);
     }
+}
+
+/// The objects of `table` whose modify index is above `index`, in (modify index, ID) order.
+fn modified_after<T>(
+    index_set: &ModifySet,
+    index: u64,
+    table: &OrdMap<String, Arc<T>>,
+) -> Vec<Arc<T>> {
+    let Some(from) = index.checked_add(1) else {
+        return Vec::new();
+    };
+    index_set
+        .range((from, String::new())..)
+        .map(|(_, id)| {
+            let found = table.get(id);
+            debug_assert!(
+                found.is_some(),
+                "modify index names {id}, which its table lacks"
+            );
+            found
+        })
+        .filter_map(|o| o.cloned())
+        .collect()
 }
 
 /// The objects an index lists under `key`, in ID order.
@@ -224,6 +252,18 @@ impl Root {
         )
     }
 
+    pub(crate) fn evals_modified_after(&self, index: u64) -> Vec<Arc<Evaluation>> {
+        modified_after(&self.evals_by_modify, index, &self.evals)
+    }
+
+    pub(crate) fn allocs_modified_after(&self, index: u64) -> Vec<Arc<Allocation>> {
+        modified_after(&self.allocs_by_modify, index, &self.allocs)
+    }
+
+    pub(crate) fn nodes_modified_after(&self, index: u64) -> Vec<Arc<Node>> {
+        modified_after(&self.nodes_by_modify, index, &self.nodes)
+    }
+
     pub(crate) fn deployments_by_job(&self, ns: &str, job_id: &str) -> Vec<Arc<Deployment>> {
         resolve(
             &self.deployments_by_job,
@@ -268,28 +308,32 @@ impl Root {
 
     pub(crate) fn put_eval(&mut self, eval: Arc<Evaluation>) {
         if let Some(old) = self.evals.get(&eval.id).cloned() {
-            index_remove(
-                &mut self.evals_by_job,
-                &ns_key(&old.namespace, &old.job_id),
-                &old.id,
-            );
+            self.unindex_eval(&old);
         }
         index_add(
             &mut self.evals_by_job,
             ns_key(&eval.namespace, &eval.job_id),
             &eval.id,
         );
+        self.evals_by_modify
+            .insert((eval.modify_index, eval.id.clone()));
         self.evals.insert(eval.id.clone(), eval);
     }
 
     pub(crate) fn delete_eval(&mut self, id: &str) -> Option<Arc<Evaluation>> {
         let old = self.evals.remove(id)?;
+        self.unindex_eval(&old);
+        Some(old)
+    }
+
+    fn unindex_eval(&mut self, old: &Evaluation) {
         index_remove(
             &mut self.evals_by_job,
             &ns_key(&old.namespace, &old.job_id),
             &old.id,
         );
-        Some(old)
+        self.evals_by_modify
+            .remove(&(old.modify_index, old.id.clone()));
     }
 
     pub(crate) fn put_alloc(&mut self, alloc: Arc<Allocation>) {
@@ -305,6 +349,8 @@ impl Root {
         index_add_nonempty(&mut self.allocs_by_node, &alloc.node_id, id);
         index_add_nonempty(&mut self.allocs_by_eval, &alloc.eval_id, id);
         index_add_nonempty(&mut self.allocs_by_deployment, &alloc.deployment_id, id);
+        self.allocs_by_modify
+            .insert((alloc.modify_index, alloc.id.clone()));
         self.allocs.insert(alloc.id.clone(), alloc);
     }
 
@@ -324,14 +370,25 @@ impl Root {
         index_remove_nonempty(&mut self.allocs_by_node, &old.node_id, id);
         index_remove_nonempty(&mut self.allocs_by_eval, &old.eval_id, id);
         index_remove_nonempty(&mut self.allocs_by_deployment, &old.deployment_id, id);
+        self.allocs_by_modify
+            .remove(&(old.modify_index, old.id.clone()));
     }
 
     pub(crate) fn put_node(&mut self, node: Arc<Node>) {
+        if let Some(old) = self.nodes.get(&node.id) {
+            let key = (old.modify_index, old.id.clone());
+            self.nodes_by_modify.remove(&key);
+        }
+        self.nodes_by_modify
+            .insert((node.modify_index, node.id.clone()));
         self.nodes.insert(node.id.clone(), node);
     }
 
     pub(crate) fn delete_node(&mut self, id: &str) -> Option<Arc<Node>> {
-        self.nodes.remove(id)
+        let old = self.nodes.remove(id)?;
+        self.nodes_by_modify
+            .remove(&(old.modify_index, old.id.clone()));
+        Some(old)
     }
 
     pub(crate) fn put_deployment(&mut self, deployment: Arc<Deployment>) {

@@ -31,7 +31,7 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 }
 
 /// Unix nanoseconds → `2024-05-01T12:00:00.5Z`.
-pub(crate) fn format_unix_nanos(nanos: i64) -> String {
+pub fn format_unix_nanos(nanos: i64) -> String {
     let secs = nanos.div_euclid(NANOS_PER_SEC);
     let frac = nanos.rem_euclid(NANOS_PER_SEC);
     let (year, month, day) = civil_from_days(secs.div_euclid(SECS_PER_DAY));
@@ -64,7 +64,7 @@ fn number(text: &str) -> Option<i64> {
 }
 
 /// `2024-05-01T12:00:00.5+02:00` → Unix nanoseconds; `None` when the text is not RFC 3339.
-pub(crate) fn parse_unix_nanos(text: &str) -> Option<i64> {
+pub fn parse_unix_nanos(text: &str) -> Option<i64> {
     let (date, rest) = text.split_once(['T', 't'])?;
     let mut parts = date.splitn(3, '-');
     let year = number(parts.next()?)?;

@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use state::{Command, StateError, StateStore, Table, SNAPSHOT_FORMAT_VERSION};
+use state::{AllocStop, Command, StateError, StateStore, Table, SNAPSHOT_FORMAT_VERSION};
 
 // ----- random command sequences -----
 
@@ -98,6 +98,43 @@ fn command() -> impl Strategy<Value = Command> {
             }
             Command::DeploymentUpsert { deployment: d }
         }),
+        (
+            pick(JOBS),
+            pick(EVALS),
+            proptest::collection::vec((pick(ALLOCS), pick(NODES)), 0..3),
+            proptest::collection::vec(pick(ALLOCS), 0..2),
+            pick(EVAL_STATUSES),
+        )
+            .prop_map(|(j, e, placed, stopped, status)| {
+                let mut job = job(j);
+                job.create_index = Some(1);
+                let mut done = eval(e, j);
+                done.status = status.into();
+                Command::PlanApply {
+                    eval_id: e.into(),
+                    job: Some(job.clone()),
+                    allocs_upsert: placed
+                        .into_iter()
+                        .map(|(id, n)| {
+                            let mut a = alloc(id, &job, n, e);
+                            a.job = None;
+                            a
+                        })
+                        .collect(),
+                    allocs_stop: stopped
+                        .into_iter()
+                        .map(|id| AllocStop {
+                            alloc_id: id.into(),
+                            desired_status: "stop".into(),
+                            desired_description: "alloc not needed".into(),
+                            ..AllocStop::default()
+                        })
+                        .collect(),
+                    evals: vec![done],
+                    deployment: None,
+                    deployment_updates: Vec::new(),
+                }
+            }),
     ]
 }
 
@@ -129,6 +166,11 @@ proptest! {
         prop_assert_eq!(restored.latest_index(), cmds.len() as u64);
         for t in Table::ALL {
             prop_assert_eq!(a.table_index(t), b.table_index(t));
+        }
+        for since in 0..=cmds.len() as u64 {
+            prop_assert_eq!(a.evals_modified_after(since), b.evals_modified_after(since));
+            prop_assert_eq!(a.allocs_modified_after(since), b.allocs_modified_after(since));
+            prop_assert_eq!(a.nodes_modified_after(since), b.nodes_modified_after(since));
         }
         for id in ALLOCS.iter().chain(EVALS).chain(NODES) {
             prop_assert_eq!(a.allocs_by_node(id), b.allocs_by_node(id));

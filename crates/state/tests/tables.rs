@@ -310,6 +310,20 @@ fn check_indexes(snap: &StateSnapshot) {
         );
     }
     assert!(snap.allocs_by_deployment("").is_empty());
+    for since in [0, 1, 2, 5, 20] {
+        let mut changed: Vec<&Allocation> = all
+            .iter()
+            .map(|a| &**a)
+            .filter(|a| a.modify_index > since)
+            .collect();
+        changed.sort_by(|a, b| (a.modify_index, &a.id).cmp(&(b.modify_index, &b.id)));
+        let changed: Vec<String> = changed.iter().map(|a| a.id.clone()).collect();
+        assert_eq!(
+            alloc_ids(snap.allocs_modified_after(since)),
+            changed,
+            "since {since}"
+        );
+    }
     for j in ["j0", "j1"] {
         assert_eq!(
             alloc_ids(snap.allocs_by_job("default", j)),

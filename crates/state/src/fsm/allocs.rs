@@ -65,6 +65,41 @@ pub(super) fn upsert(tx: &mut Txn, allocs: &[Allocation]) -> Result<(), StateErr
     Ok(())
 }
 
+/// `AllocClientUpdate`: the client's own fields of existing allocations. The server-side fields and
+/// `AllocModifyIndex` stay as they are, so a client never reads its own report as a server change.
+pub(super) fn client_update(
+    tx: &mut Txn,
+    updates: &[model::wire::AllocClientUpdate],
+) -> Result<(), StateError> {
+    let index = tx.index();
+    let mut jobs = StatusUpdates::new();
+    for update in updates {
+        let Some(existing) = tx.allocs().get(&update.id).cloned() else {
+            continue;
+        };
+        let mut alloc = (*existing).clone();
+        alloc.client_status.clone_from(&update.client_status);
+        alloc
+            .client_description
+            .clone_from(&update.client_description);
+        alloc.task_states.clone_from(&update.task_states);
+        if let Some(mut status) = update.deployment_status.clone() {
+            status.modify_index = index;
+            alloc.deployment_status = Some(status);
+        }
+        alloc.modify_time = update.modify_time;
+        alloc.modify_index = index;
+        update_deployment_with_alloc(tx, &mut alloc, Some(&existing));
+        update_summary_with_alloc(tx, &alloc, Some(&existing));
+        let force = (!alloc.is_terminal()).then_some(JOB_STATUS_RUNNING);
+        jobs.insert(ns_key(&alloc.namespace, &alloc.job_id), force);
+        tx.put_alloc(alloc);
+    }
+    tx.touch(Table::Allocs);
+    set_job_statuses(tx, &jobs, false);
+    Ok(())
+}
+
 /// The allocation this one replaces learns its successor.
 fn link_previous(tx: &mut Txn, alloc: &Allocation) {
     if alloc.previous_allocation.is_empty() {

@@ -3,7 +3,7 @@
 use super::jobs::update_job_stability;
 use super::Txn;
 use crate::error::StateError;
-use model::deployment::{Deployment, DEPLOYMENT_STATUS_SUCCESSFUL};
+use model::deployment::{Deployment, DeploymentStatusUpdate, DEPLOYMENT_STATUS_SUCCESSFUL};
 
 /// `DeploymentUpsert`.
 pub(super) fn upsert(tx: &mut Txn, deployment: &Deployment) -> Result<(), StateError> {
@@ -33,4 +33,18 @@ pub(super) fn upsert_deployment(tx: &mut Txn, mut deployment: Deployment) {
     if successful {
         update_job_stability(tx, &ns, &job_id, version);
     }
+}
+
+/// Nomad's `updateDeploymentStatusImpl`: a plan's status change for a deployment. An unknown
+/// deployment (garbage-collected since the plan was made) is skipped rather than failing the plan.
+pub(super) fn update_status(tx: &mut Txn, update: &DeploymentStatusUpdate) {
+    let Some(current) = tx.deployments().get(&update.deployment_id).cloned() else {
+        return;
+    };
+    let mut deployment = (*current).clone();
+    deployment.status.clone_from(&update.status);
+    deployment
+        .status_description
+        .clone_from(&update.status_description);
+    upsert_deployment(tx, deployment);
 }

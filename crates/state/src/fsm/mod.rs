@@ -9,6 +9,7 @@ mod deployments;
 mod evals;
 pub(crate) mod jobs;
 mod nodes;
+mod plan;
 
 use crate::command::{ApplyResponse, Command, Table};
 use crate::error::StateError;
@@ -168,6 +169,36 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
         Command::AllocUpsert { allocs } => allocs::upsert(tx, allocs).map(|()| plain),
         Command::DeploymentUpsert { deployment } => {
             deployments::upsert(tx, deployment).map(|()| plain)
+        }
+        Command::PlanApply {
+            eval_id,
+            job,
+            allocs_upsert,
+            allocs_stop,
+            evals,
+            deployment,
+            deployment_updates,
+        } => plan::apply(
+            tx,
+            &plan::PlanResults {
+                eval_id,
+                job: job.as_ref(),
+                allocs_upsert,
+                allocs_stop,
+                evals,
+                deployment: deployment.as_ref(),
+                deployment_updates,
+            },
+        ),
+        Command::AllocClientUpdate {
+            allocs: updates,
+            evals: follow_ups,
+        } => {
+            allocs::client_update(tx, updates)?;
+            if !follow_ups.is_empty() {
+                evals::upsert(tx, follow_ups)?;
+            }
+            Ok(plain)
         }
     }
 }
