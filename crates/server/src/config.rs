@@ -22,6 +22,8 @@ pub struct ServerConfig {
     pub raft_election_timeout_ms: (u64, u64),
     /// Take a state snapshot (and compact the log) after this many entries.
     pub raft_snapshot_every: u64,
+    /// Scheduling workers the leader runs (Nomad's `num_schedulers`); default: the cores.
+    pub num_schedulers: usize,
 }
 
 impl ServerConfig {
@@ -38,6 +40,7 @@ impl ServerConfig {
             raft_heartbeat_ms: 250,
             raft_election_timeout_ms: (1000, 2000),
             raft_snapshot_every: 8192,
+            num_schedulers: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
     }
 }

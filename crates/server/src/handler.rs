@@ -39,6 +39,33 @@ impl rpc::Handler for RpcHandler {
                     })
                     .await
                 }
+                // Clients call these on any server; each forwards to the leader where it must.
+                "Node.Register" => {
+                    call(body, |req: model::wire::NodeRegisterRequest| async move {
+                        server.node_register(req.node).await
+                    })
+                    .await
+                }
+                "Node.UpdateStatus" => {
+                    call(
+                        body,
+                        |req| async move { server.node_update_status(req).await },
+                    )
+                    .await
+                }
+                "Node.GetClientAllocs" => {
+                    call(body, |req| async move {
+                        server.node_get_client_allocs(req).await
+                    })
+                    .await
+                }
+                "Node.UpdateAlloc" => {
+                    call(
+                        body,
+                        |req| async move { server.node_update_alloc(req).await },
+                    )
+                    .await
+                }
                 other => Err(RpcError::bad_request(format!(
                     "unknown rpc method {other:?}"
                 ))),

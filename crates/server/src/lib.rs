@@ -1,5 +1,5 @@
 //! Caravan's server: the endpoints Nomad calls `Job.Register`, `Job.Deregister`, …, the raft-replicated
-//! state store behind them, and (later) the leader-only loops.
+//! state store behind them, and the leader-only loops (eval broker, plan applier, scheduling workers).
 //!
 //! Owns: validating and canonicalizing what clients submit, turning it into one raft command, forwarding
 //! writes to the leader over `rpc`, serving reads from state snapshots.
@@ -12,10 +12,12 @@ mod endpoints;
 mod error;
 mod fsm;
 mod handler;
+mod leader; // #4: the leader's loops (eval broker, plan applier, workers)
 mod server;
 
 pub use config::ServerConfig;
 pub use endpoints::job::JobRegisterRequest;
 pub use error::ServerError;
+pub use leader::{evaluate_plan, seed_from, BrokerStats, Evaluated, PlanSubmission, SnapshotView};
 pub use rpc::ErrorCode;
 pub use server::{Member, Server};

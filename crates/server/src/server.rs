@@ -33,8 +33,10 @@ struct Inner {
     rpc_client: rpc::Client,
     rpc_addr: String,
     node_id: u64,
-    /// Dropping the sender (or sending `true`) stops the rpc listener.
+    /// Dropping the sender (or sending `true`) stops the rpc listener (and, #4, the leader loops).
     shutdown: watch::Sender<bool>,
+    /// #4: the leader loops' state (`leader::supervise` starts and stops them).
+    leadership: crate::leader::Leadership,
 }
 
 /// A server as `/v1/agent/members` and `server members` show it.
@@ -65,10 +67,17 @@ impl Server {
         let bound = listener
             .local_addr()
             .map_err(|e| ServerError::internal(e.to_string()))?;
+        // An unspecified bind address (0.0.0.0) is not something peers can dial: advertise loopback
+        // with the bound port unless the operator set an address to advertise.
+        let dialable = if bound.ip().is_unspecified() {
+            std::net::SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), bound.port())
+        } else {
+            bound
+        };
         let rpc_addr = cfg
             .rpc_advertise
             .clone()
-            .unwrap_or_else(|| bound.to_string());
+            .unwrap_or_else(|| dialable.to_string());
         let store = StateStore::new();
         let rpc_client = rpc::Client::new(RPC_TIMEOUT);
         let raft_cfg = raft::RaftConfig {
@@ -93,12 +102,18 @@ impl Server {
                 rpc_addr,
                 node_id,
                 shutdown,
+                leadership: crate::leader::Leadership::default(),
             }),
         };
         let handler = Arc::new(RpcHandler {
             server: server.clone(),
         });
         tokio::spawn(rpc::serve(listener, handler, wait_for_true(shutdown_rx)));
+        // #4: start the leader loops whenever this server leads.
+        tokio::spawn(crate::leader::supervise(
+            server.clone(),
+            server.inner.shutdown.subscribe(),
+        ));
         if server.inner.cfg.bootstrap_expect <= 1 {
             let members = BTreeMap::from([(node_id, server.inner.rpc_addr.clone())]);
             server.inner.raft.bootstrap(members).await?;
@@ -127,6 +142,25 @@ impl Server {
     pub fn is_leader(&self) -> bool {
         self.inner.raft.is_leader()
     }
+
+    // ----- #4: the leader loops -----
+
+    /// Whether this server's scheduling workers run (it leads and its loops are up): the agent's
+    /// `stats.nomad.schedulers_running`.
+    pub fn schedulers_running(&self) -> bool {
+        self.inner.leadership.running()
+    }
+
+    /// The eval broker's counts while this server leads.
+    pub async fn eval_broker_stats(&self) -> Option<crate::leader::BrokerStats> {
+        self.inner.leadership.broker_stats().await
+    }
+
+    pub(crate) fn leadership(&self) -> &crate::leader::Leadership {
+        &self.inner.leadership
+    }
+
+    // ----- end #4 -----
 
     /// The leader's rpc address, when one is known.
     pub fn leader_addr(&self) -> Option<String> {
@@ -183,7 +217,7 @@ impl Server {
     /// Waits (bounded) until this server leads and has applied its whole log, so that reads served
     /// right after a restart are not stale: after a SIGKILL the durable commit index can lag the log,
     /// and only the new term's first commit re-applies the tail.
-    async fn catch_up(&self, timeout: Duration) {
+    pub(crate) async fn catch_up(&self, timeout: Duration) {
         let deadline = tokio::time::Instant::now() + timeout;
         if let Err(e) = self.inner.raft.wait_for_leader(timeout).await {
             tracing::warn!(error = %e, "no leader yet; serving reads that may be stale");
@@ -211,6 +245,8 @@ impl Server {
     /// Stops serving rpc and shuts raft down.
     pub async fn shutdown(&self) {
         let _ = self.inner.shutdown.send(true);
+        // #4: the leader loops stop on the same signal; let them finish their raft writes first.
+        self.inner.leadership.wait_stopped().await;
         if let Err(e) = self.inner.raft.shutdown().await {
             tracing::warn!(error = %e, "raft did not shut down cleanly");
         }

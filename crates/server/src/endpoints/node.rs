@@ -1,0 +1,301 @@
+//! Nodes: a client registers (or re-registers) itself; the evaluations that gives its system jobs and
+//! its own allocations follow in a second entry, as in Nomad.
+
+use super::{new_id, now_nanos};
+use crate::error::ServerError;
+use crate::server::Server;
+use model::eval::{Evaluation, EVAL_STATUS_PENDING, EVAL_TRIGGER_NODE_UPDATE};
+use model::node::{Node, NodeStatus};
+use model::wire::{
+    NodeClientAllocsRequest, NodeClientAllocsResponse, NodeRegisterRequest, NodeUpdateAllocRequest,
+    NodeUpdateResponse, NodeUpdateStatusRequest,
+};
+use model::JobType;
+use state::{Command, StateSnapshot};
+use std::collections::BTreeMap;
+
+/// The heartbeat TTL the servers ask of clients (Nomad's `MinHeartbeatTTL`).
+pub const HEARTBEAT_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl Server {
+    /// `Node.Register`: stores the node (forwarded to the leader when this server does not lead),
+    /// then creates node-update evaluations for its system jobs and the jobs with allocations on it
+    /// when it is new or came back ready.
+    pub async fn node_register(&self, node: Node) -> Result<NodeUpdateResponse, ServerError> {
+        match self.forward_target().await? {
+            Some(leader) => {
+                self.forward(&leader, "Node.Register", &NodeRegisterRequest { node })
+                    .await
+            }
+            None => self.node_register_local(node).await,
+        }
+    }
+
+    pub(crate) async fn node_register_local(
+        &self,
+        mut node: Node,
+    ) -> Result<NodeUpdateResponse, ServerError> {
+        node.canonicalize();
+        node.validate()
+            .map_err(|errs| ServerError::bad_request(errs.to_string().trim_end().to_string()))?;
+        let original = self.state().snapshot().node(&node.id);
+        let status_changed = original.as_ref().is_none_or(|o| o.status != node.status);
+        if status_changed || node.status_updated_at == 0 {
+            node.status_updated_at = now_nanos() / 1_000_000_000;
+        }
+        let wants_evals = should_create_node_evals(original.as_deref(), &node);
+        let node_id = node.id.clone();
+        let resp = self.apply(Command::NodeRegister { node }).await?;
+        let mut index = resp.index;
+        if wants_evals {
+            let snap = self.state().snapshot();
+            if let Some(stored) = snap.node(&node_id) {
+                let evals = node_evals(&snap, &stored, now_nanos());
+                if !evals.is_empty() {
+                    index = self.apply(Command::EvalUpsert { evals }).await?.index;
+                }
+            }
+        }
+        Ok(NodeUpdateResponse {
+            heartbeat_ttl: model::Duration(HEARTBEAT_TTL.as_nanos() as i64),
+            servers: self.peers(),
+            index,
+        })
+    }
+}
+
+/// Nomad's `shouldCreateNodeEval`: a new node, or one whose status changed into ready.
+fn should_create_node_evals(original: Option<&Node>, node: &Node) -> bool {
+    let ready = node.status_kind() == Some(NodeStatus::Ready);
+    match original {
+        None => ready,
+        Some(o) => ready && o.status != node.status,
+    }
+}
+
+/// Nomad's `createNodeEvals`: one evaluation per job with allocations on the node, and one per
+/// system or sysbatch job that may run in the node's datacenter and pool.
+fn node_evals(snap: &StateSnapshot, node: &Node, now: i64) -> Vec<Evaluation> {
+    let mut jobs: BTreeMap<(String, String), std::sync::Arc<model::Job>> = BTreeMap::new();
+    for alloc in snap.allocs_by_node(&node.id) {
+        if let Some(job) = snap.job(&alloc.namespace, &alloc.job_id) {
+            jobs.insert((alloc.namespace.clone(), alloc.job_id.clone()), job);
+        }
+    }
+    for job in snap.jobs(None, "") {
+        let system = matches!(job.kind(), JobType::System | JobType::Sysbatch);
+        if system && !job.stop && runs_on(&job, node) {
+            let ns = job.namespace.clone().unwrap_or_default();
+            jobs.insert((ns, job.id.clone()), job);
+        }
+    }
+    jobs.into_iter()
+        .map(|((ns, job_id), job)| Evaluation {
+            id: new_id(),
+            namespace: ns,
+            priority: job.priority.unwrap_or(model::job::DEFAULT_PRIORITY),
+            eval_type: job.kind().as_str().into(),
+            triggered_by: EVAL_TRIGGER_NODE_UPDATE.into(),
+            job_id,
+            job_modify_index: job.job_modify_index.unwrap_or(0),
+            node_id: node.id.clone(),
+            node_modify_index: node.modify_index,
+            status: EVAL_STATUS_PENDING.into(),
+            create_time: now,
+            modify_time: now,
+            ..Evaluation::default()
+        })
+        .collect()
+}
+
+/// Whether a system job targets the node's datacenter (`*` wildcards) and node pool.
+fn runs_on(job: &model::Job, node: &Node) -> bool {
+    let pool_ok = job
+        .node_pool
+        .as_deref()
+        .is_none_or(|p| p == model::node::NODE_POOL_ALL || p == node.node_pool);
+    let dc_ok = job.datacenters.is_empty()
+        || job
+            .datacenters
+            .iter()
+            .any(|pattern| glob_match(pattern, &node.datacenter));
+    pool_ok && dc_ok
+}
+
+/// `*` matches any run of characters; everything else matches itself.
+fn glob_match(pattern: &str, text: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == text,
+        Some((head, rest)) => {
+            let Some(tail) = text.strip_prefix(head) else {
+                return false;
+            };
+            (0..=tail.len())
+                .filter(|i| tail.is_char_boundary(*i))
+                .any(|i| glob_match(rest, &tail[i..]))
+        }
+    }
+}
+
+/// What clients call after registering: heartbeats, the blocking query for their allocations, and
+/// reports of how their allocations run.
+impl Server {
+    /// `Node.UpdateStatus`: the heartbeat. An unknown node is `NotFound`, which makes the client
+    /// register again (after a server lost its state); a raft write happens only when the status
+    /// changes.
+    pub async fn node_update_status(
+        &self,
+        req: NodeUpdateStatusRequest,
+    ) -> Result<NodeUpdateResponse, ServerError> {
+        let node = self.known_node(&req.node_id, &req.secret_id)?;
+        let mut index = self.state().snapshot().table_index(state::Table::Nodes);
+        if node.status != req.status {
+            let cmd = Command::NodeUpdateStatus {
+                node_id: req.node_id.clone(),
+                status: req.status.clone(),
+                updated_at: now_nanos() / 1_000_000_000,
+            };
+            index = match self.forward_target().await? {
+                Some(leader) => {
+                    self.forward::<_, NodeUpdateResponse>(&leader, "Node.UpdateStatus", &req)
+                        .await?
+                        .index
+                }
+                None => self.apply(cmd).await?.index,
+            };
+        }
+        Ok(NodeUpdateResponse {
+            heartbeat_ttl: model::Duration(HEARTBEAT_TTL.as_nanos() as i64),
+            servers: self.peers(),
+            index,
+        })
+    }
+
+    /// `Node.GetClientAllocs`: every allocation on the node (with its job), answered once the
+    /// allocations changed after `min_index` or the wait ran out. Never an empty list for an unknown
+    /// node: that would tell its client to destroy everything it runs.
+    pub async fn node_get_client_allocs(
+        &self,
+        req: NodeClientAllocsRequest,
+    ) -> Result<NodeClientAllocsResponse, ServerError> {
+        self.known_node(&req.node_id, &req.secret_id)?;
+        let wait = std::time::Duration::from_nanos(u64::try_from(req.wait.as_nanos()).unwrap_or(0))
+            .min(CLIENT_QUERY_WAIT_MAX);
+        let deadline = tokio::time::Instant::now() + wait;
+        let snap = if req.min_index == 0 {
+            self.state().snapshot()
+        } else {
+            self.state()
+                .wait_for(&[state::Table::Allocs], req.min_index, deadline)
+                .await
+        };
+        let allocs = snap
+            .allocs_by_node(&req.node_id)
+            .iter()
+            .map(|a| (**a).clone())
+            .collect();
+        Ok(NodeClientAllocsResponse {
+            allocs,
+            index: snap.table_index(state::Table::Allocs).max(1),
+        })
+    }
+
+    /// `Node.UpdateAlloc`: the client's report, applied to the allocations that exist; an allocation
+    /// that newly failed gets an `alloc-failure` evaluation of its job, so the scheduler can
+    /// reschedule it.
+    pub async fn node_update_alloc(&self, req: NodeUpdateAllocRequest) -> Result<u64, ServerError> {
+        if let Some(leader) = self.forward_target().await? {
+            return self.forward(&leader, "Node.UpdateAlloc", &req).await;
+        }
+        self.known_node(&req.node_id, &req.secret_id)?;
+        let snap = self.state().snapshot();
+        let now = now_nanos();
+        let mut evals: BTreeMap<(String, String), Evaluation> = BTreeMap::new();
+        for update in &req.allocs {
+            let Some(existing) = snap.alloc(&update.id) else {
+                continue;
+            };
+            let newly_failed = update.client_status == model::alloc::ALLOC_CLIENT_STATUS_FAILED
+                && existing.client_status != update.client_status;
+            let Some(job) = existing.job.as_ref().filter(|_| newly_failed) else {
+                continue;
+            };
+            evals
+                .entry((existing.namespace.clone(), existing.job_id.clone()))
+                .or_insert_with(|| Evaluation {
+                    id: new_id(),
+                    namespace: existing.namespace.clone(),
+                    priority: job.priority.unwrap_or(model::job::DEFAULT_PRIORITY),
+                    eval_type: job.job_type.clone().unwrap_or_default(),
+                    triggered_by: model::eval::EVAL_TRIGGER_RETRY_FAILED_ALLOC.into(),
+                    job_id: existing.job_id.clone(),
+                    status: EVAL_STATUS_PENDING.into(),
+                    create_time: now,
+                    modify_time: now,
+                    ..Evaluation::default()
+                });
+        }
+        let cmd = Command::AllocClientUpdate {
+            allocs: req.allocs,
+            evals: evals.into_values().collect(),
+        };
+        Ok(self.apply(cmd).await?.index)
+    }
+
+    /// The node, if it exists and the secret matches (an empty secret is not checked, for
+    /// compatibility with clients that do not send it).
+    fn known_node(
+        &self,
+        node_id: &str,
+        secret_id: &str,
+    ) -> Result<std::sync::Arc<Node>, ServerError> {
+        let node = self
+            .state()
+            .snapshot()
+            .node(node_id)
+            .ok_or_else(|| ServerError::not_found(format!("node not found: {node_id}")))?;
+        if !secret_id.is_empty() && !node.secret_id.is_empty() && node.secret_id != secret_id {
+            return Err(ServerError::new(
+                rpc::ErrorCode::PermissionDenied,
+                "Permission denied: the node secret does not match",
+            ));
+        }
+        Ok(node)
+    }
+}
+
+/// The longest a client's allocation query may wait on the server.
+const CLIENT_QUERY_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(300);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datacenter_wildcards() {
+        assert!(glob_match("dc1", "dc1"));
+        assert!(!glob_match("dc1", "dc2"));
+        assert!(glob_match("*", "anything"));
+        assert!(glob_match("us-*", "us-east-1"));
+        assert!(glob_match("*-1", "us-east-1"));
+        assert!(glob_match("u*t*1", "us-east-1"));
+        assert!(!glob_match("eu-*", "us-east-1"));
+    }
+
+    #[test]
+    fn node_evals_are_made_for_new_or_newly_ready_nodes() {
+        let mut n = Node {
+            status: "initializing".into(),
+            ..Node::default()
+        };
+        assert!(!should_create_node_evals(None, &n));
+        n.status = "ready".into();
+        assert!(should_create_node_evals(None, &n));
+        assert!(!should_create_node_evals(Some(&n.clone()), &n));
+        let down = Node {
+            status: "down".into(),
+            ..n.clone()
+        };
+        assert!(should_create_node_evals(Some(&down), &n));
+    }
+}

@@ -1,0 +1,189 @@
+//! The leader's loops: eval broker, state follower, plan applier, scheduling workers.
+//!
+//! Each loop is an engine — a synchronous `handle(event, now) -> commands` core that tests drive
+//! directly (`broker.rs`, `plan_apply.rs`, `follow.rs`) — and a thin async task that feeds it and
+//! executes its commands (`tasks.rs`). `worker.rs` runs the scheduler; `view.rs` shows it a state
+//! snapshot. Limits and timings live in `limits.rs`.
+//!
+//! Lifecycle (the supervisor, below): raft offers no leadership notification, so the supervisor
+//! polls `is_leader` every [`limits::LEADERSHIP_POLL`]. On becoming leader it waits (bounded) to
+//! apply the log it has, then starts the writer, the broker, the follower (which rebuilds the broker
+//! from every live evaluation in state), the applier and the workers. On losing leadership (or at
+//! shutdown) it sends the stop signal and waits (bounded) for them: the broker and applier answer
+//! everything outstanding with "not leader", workers exit. Nothing they held is lost — every
+//! evaluation is in state, and the next leader starts from there.
+
+mod broker;
+mod follow;
+mod limits;
+mod plan_apply;
+mod tasks;
+#[cfg(test)]
+mod testkit;
+mod view;
+mod worker;
+
+pub use broker::BrokerStats;
+pub use plan_apply::{evaluate_plan, Evaluated, PlanSubmission};
+pub use view::SnapshotView;
+pub use worker::seed_from;
+
+use crate::server::Server;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+/// An ID made from another and a purpose, the same on every server: `uuid-v5(parent/what)`.
+pub(crate) fn derived_id(parent: &str, what: &str) -> String {
+    uuid::Uuid::new_v5(
+        &uuid::Uuid::NAMESPACE_OID,
+        format!("{parent}/{what}").as_bytes(),
+    )
+    .to_string()
+}
+
+/// What the server knows about its leader loops.
+pub(crate) struct Leadership {
+    /// True while this server's workers run (set when the loops are up, cleared first thing when
+    /// they stop).
+    running: AtomicBool,
+    /// True from the loops' start until every one of their tasks has ended (or been aborted).
+    alive: watch::Sender<bool>,
+    /// The running broker, for status queries. Never held across `.await`.
+    broker: Mutex<Option<tasks::BrokerHandle>>,
+}
+
+impl Default for Leadership {
+    fn default() -> Self {
+        Leadership {
+            running: AtomicBool::new(false),
+            alive: watch::Sender::new(false),
+            broker: Mutex::new(None),
+        }
+    }
+}
+
+impl Leadership {
+    pub(crate) fn running(&self) -> bool {
+        self.running.load(Ordering::SeqCst)
+    }
+
+    /// Waits (bounded) until no leader loop is left running.
+    pub(crate) async fn wait_stopped(&self) {
+        let mut alive = self.alive.subscribe();
+        let wait = alive.wait_for(|a| !*a);
+        let bound = limits::LEADER_STOP_WAIT + limits::LEADERSHIP_POLL * 2;
+        let _ = tokio::time::timeout(bound, wait).await;
+    }
+
+    /// The running broker's counts; `None` when this server does not lead.
+    pub(crate) async fn broker_stats(&self) -> Option<BrokerStats> {
+        let handle = self.broker.lock().expect("broker lock").clone()?;
+        handle.stats().await
+    }
+}
+
+/// Watches leadership until `shutdown`: starts the loops on gaining it, stops them on losing it.
+pub(crate) async fn supervise(server: Server, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        if !wait_for_leadership(&server, &mut shutdown, true).await {
+            return;
+        }
+        let loops = LeaderLoops::start(&server).await;
+        let keep_going = wait_for_leadership(&server, &mut shutdown, false).await;
+        loops.stop(&server).await;
+        if !keep_going {
+            return;
+        }
+    }
+}
+
+/// Polls until this server's leadership is `leader`; `false` when shutdown came first.
+async fn wait_for_leadership(
+    server: &Server,
+    shutdown: &mut watch::Receiver<bool>,
+    leader: bool,
+) -> bool {
+    loop {
+        if *shutdown.borrow() {
+            return false;
+        }
+        if server.is_leader() == leader {
+            return true;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(limits::LEADERSHIP_POLL) => {}
+            changed = shutdown.changed() => if changed.is_err() { return false },
+        }
+    }
+}
+
+struct LeaderLoops {
+    stop: watch::Sender<bool>,
+    tasks: JoinSet<()>,
+}
+
+impl LeaderLoops {
+    async fn start(server: &Server) -> LeaderLoops {
+        server.leadership().alive.send_replace(true);
+        server.catch_up(limits::LEADER_CATCH_UP).await;
+        let (stop, stop_rx) = watch::channel(false);
+        let mut tasks = JoinSet::new();
+        let (writes, writes_rx) = tokio::sync::mpsc::channel(limits::BROKER_WRITES_MAX);
+        tasks.spawn(tasks::writer_task(
+            server.clone(),
+            writes_rx,
+            stop_rx.clone(),
+        ));
+        // A prefix of its own per leadership, so a token from an earlier one never matches.
+        let prefix = crate::endpoints::new_id()[..8].to_owned();
+        let mut follower = follow::Follower::new();
+        let rebuild = follower.rebuild(&server.state().snapshot());
+        let (broker, broker_loop) = tasks::broker_task(prefix, rebuild, stop_rx.clone(), writes);
+        tasks.spawn(broker_loop);
+        tasks.spawn(tasks::follow_task(
+            server.state().clone(),
+            broker.clone(),
+            stop_rx.clone(),
+            follower,
+        ));
+        let (applier, applier_loop) = tasks::applier_task(server.clone(), stop_rx.clone());
+        tasks.spawn(applier_loop);
+        let ctx = Arc::new(worker::WorkerContext {
+            store: server.state().clone(),
+            broker: broker.clone(),
+            applier,
+            server: server.clone(),
+        });
+        let workers = server.config().num_schedulers.clamp(1, limits::WORKERS_MAX);
+        for i in 0..workers {
+            tasks.spawn(worker::run(ctx.clone(), i));
+        }
+        let leadership = server.leadership();
+        *leadership.broker.lock().expect("broker lock") = Some(broker);
+        leadership.running.store(true, Ordering::SeqCst);
+        tracing::info!(workers, "leader loops started");
+        LeaderLoops { stop, tasks }
+    }
+
+    /// The stop protocol: (1) say the workers no longer run; (2) signal stop — the broker releases
+    /// dequeues, the applier answers its queue, the rest return; (3) wait for them, bounded, then
+    /// abort what is left (a worker inside the scheduler finishes on the blocking pool, unheard).
+    async fn stop(mut self, server: &Server) {
+        let leadership = server.leadership();
+        leadership.running.store(false, Ordering::SeqCst);
+        *leadership.broker.lock().expect("broker lock") = None;
+        let _ = self.stop.send(true);
+        let joined = tokio::time::timeout(limits::LEADER_STOP_WAIT, async {
+            while self.tasks.join_next().await.is_some() {}
+        })
+        .await;
+        if joined.is_err() {
+            tracing::warn!("leader loops did not stop in time; aborting them");
+            self.tasks.shutdown().await;
+        }
+        leadership.alive.send_replace(false);
+        tracing::info!("leader loops stopped");
+    }
+}

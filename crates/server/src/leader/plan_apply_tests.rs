@@ -1,0 +1,477 @@
+//! The plan applier against a real state store: what commits, what is rejected, and the engine's
+//! ordering.
+
+use super::*;
+use crate::leader::testkit::{alloc, assert_nothing_overcommitted, job, node, Cluster};
+use crate::leader::view::SnapshotView;
+use crate::leader::worker::seed_from;
+use model::deployment::{Deployment, DeploymentState};
+use model::plan::Plan;
+
+const NOW: i64 = 1_714_564_800_000_000_000;
+
+fn commit(cluster: &mut Cluster, evaluated: &Evaluated) -> Option<u64> {
+    evaluated
+        .command
+        .as_ref()
+        .map(|cmd| cluster.apply(cmd.clone()))
+}
+
+fn submission(
+    eval: &Evaluation,
+    outcome: scheduler::Outcome,
+    snapshot_index: u64,
+) -> PlanSubmission {
+    let mut plan = outcome.plan;
+    plan.eval_id.clone_from(&eval.id);
+    plan.snapshot_index = snapshot_index;
+    PlanSubmission {
+        plan,
+        evals: std::iter::once(outcome.eval)
+            .chain(outcome.new_evals)
+            .collect(),
+    }
+}
+
+fn placed_on(plan: &Plan) -> Vec<String> {
+    plan.node_allocation
+        .iter()
+        .filter(|(_, a)| !a.is_empty())
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
+/// Two workers schedule different jobs on the same snapshot and both pick the one node with room
+/// for only one of them. The applier commits the first; the second is rejected with a refresh
+/// index, schedules again on the refreshed state and lands on the node added meanwhile. Nothing is
+/// ever overcommitted.
+#[test]
+fn conflicting_plans_from_two_workers_one_commits_the_other_refreshes_and_retries() {
+    let mut c = Cluster::new();
+    c.add_node(node("n1", 1000, 1024));
+    let (a, b) = (job("a", 1, 600, 256), job("b", 1, 600, 256));
+    let eval_a = c.register(&a, "eval-a");
+    let eval_b = c.register(&b, "eval-b");
+
+    // Both workers read the same snapshot.
+    let s0 = c.snap();
+    let view = SnapshotView::new(s0.clone());
+    let out_a = scheduler::schedule(&view, &eval_a, NOW, seed_from(&eval_a.id)).unwrap();
+    let out_b = scheduler::schedule(&view, &eval_b, NOW, seed_from(&eval_b.id)).unwrap();
+    let ids = |o: &scheduler::Outcome| -> Vec<String> {
+        o.plan
+            .node_allocation
+            .values()
+            .flatten()
+            .map(|a| a.id.clone())
+            .collect()
+    };
+    assert_ne!(
+        ids(&out_a),
+        ids(&out_b),
+        "different evaluations make different allocation IDs"
+    );
+    assert_eq!(placed_on(&out_a.plan), ["n1"]);
+    assert_eq!(placed_on(&out_b.plan), ["n1"], "both want the only node");
+
+    // The applier takes A first: it fits and commits with its evaluation update.
+    let sub_a = submission(&eval_a, out_a, s0.index());
+    let verdict_a = evaluate_plan(&c.snap(), &sub_a);
+    assert_eq!(verdict_a.result.refresh_index, 0);
+    assert!(verdict_a.result.is_full_commit(&sub_a.plan));
+    commit(&mut c, &verdict_a).expect("A commits");
+    assert_eq!(c.snap().eval("eval-a").unwrap().status, "complete");
+
+    // B, checked against the newest state, no longer fits: nothing of it commits, not even its
+    // evaluation update, and the worker is told to refresh.
+    let sub_b = submission(&eval_b, out_b, s0.index());
+    let verdict_b = evaluate_plan(&c.snap(), &sub_b);
+    assert_eq!(verdict_b.result.rejected_nodes, ["n1"]);
+    assert!(verdict_b.result.node_allocation.is_empty());
+    assert!(verdict_b.result.refresh_index >= c.snap().index());
+    if let Some(state::Command::PlanApply {
+        allocs_upsert,
+        allocs_stop,
+        evals,
+        ..
+    }) = &verdict_b.command
+    {
+        // The deployment may still be written, as in Nomad; no allocation and no evaluation is.
+        assert!(allocs_upsert.is_empty() && allocs_stop.is_empty() && evals.is_empty());
+        commit(&mut c, &verdict_b);
+    }
+    assert_eq!(c.snap().eval("eval-b").unwrap().status, "pending");
+    assert_nothing_overcommitted(&c.snap());
+
+    // Meanwhile a node joins; B's worker refreshes to at least the refresh index and retries.
+    c.add_node(node("n2", 1000, 1024));
+    let s1 = c.snap();
+    assert!(s1.index() >= verdict_b.result.refresh_index);
+    let view = SnapshotView::new(s1.clone());
+    let retry = scheduler::schedule(&view, &eval_b, NOW, seed_from(&eval_b.id)).unwrap();
+    assert_eq!(placed_on(&retry.plan), ["n2"]);
+    let sub_b = submission(&eval_b, retry, s1.index());
+    let verdict = evaluate_plan(&c.snap(), &sub_b);
+    assert_eq!(verdict.result.refresh_index, 0);
+    commit(&mut c, &verdict).expect("B commits on retry");
+
+    let snap = c.snap();
+    assert_nothing_overcommitted(&snap);
+    assert_eq!(snap.allocs_by_node("n1").len(), 1);
+    assert_eq!(snap.allocs_by_node("n2").len(), 1);
+    assert_eq!(snap.eval("eval-b").unwrap().status, "complete");
+}
+
+/// Without room anywhere the retry places nothing: the evaluation completes with its failure
+/// recorded and a blocked evaluation carries the work — still nothing overcommitted.
+#[test]
+fn a_retry_with_no_room_left_blocks_instead_of_overcommitting() {
+    let mut c = Cluster::new();
+    c.add_node(node("n1", 1000, 1024));
+    let (a, b) = (job("a", 1, 600, 256), job("b", 1, 600, 256));
+    let eval_a = c.register(&a, "eval-a");
+    let eval_b = c.register(&b, "eval-b");
+    let s0 = c.snap();
+    let view = SnapshotView::new(s0.clone());
+    let out_a = scheduler::schedule(&view, &eval_a, NOW, seed_from(&eval_a.id)).unwrap();
+    let out_b = scheduler::schedule(&view, &eval_b, NOW, seed_from(&eval_b.id)).unwrap();
+    let verdict_a = evaluate_plan(&c.snap(), &submission(&eval_a, out_a, s0.index()));
+    commit(&mut c, &verdict_a);
+    let rejected = evaluate_plan(&c.snap(), &submission(&eval_b, out_b, s0.index()));
+    assert!(rejected.result.refresh_index > 0);
+
+    let retry = scheduler::schedule(
+        &SnapshotView::new(c.snap()),
+        &eval_b,
+        NOW,
+        seed_from(&eval_b.id),
+    )
+    .unwrap();
+    assert!(
+        retry.plan.node_allocation.values().all(Vec::is_empty),
+        "no room: nothing to place: {:#?}",
+        retry.plan
+    );
+    assert!(
+        retry.new_evals.iter().any(|e| e.status == "blocked"),
+        "a blocked evaluation waits for capacity: {:?}",
+        retry.new_evals
+    );
+    assert_nothing_overcommitted(&c.snap());
+}
+
+fn plan_for(job_id: &str) -> Plan {
+    Plan {
+        eval_id: format!("eval-{job_id}"),
+        priority: 50,
+        job: Some(Box::new(job(job_id, 2, 600, 256))),
+        ..Plan::default()
+    }
+}
+
+#[test]
+fn the_nodes_that_still_fit_commit_and_the_rest_is_rejected() {
+    let mut c = Cluster::new();
+    c.add_node(node("n1", 1000, 1024));
+    c.add_node(node("n2", 1000, 1024));
+    let other = job("other", 1, 600, 256);
+    c.register(&other, "e-other");
+    c.apply(state::Command::AllocUpsert {
+        allocs: vec![alloc("busy", &other, "n2", 600, 256)],
+    });
+    let web = job("web", 2, 600, 256);
+    c.register(&web, "eval-web");
+    let mut plan = plan_for("web");
+    plan.push_alloc(alloc("fits", &web, "n1", 600, 256));
+    plan.push_alloc(alloc("conflicts", &web, "n2", 600, 256));
+    let sub = PlanSubmission {
+        plan,
+        evals: vec![crate::leader::testkit::eval("eval-web", &web)],
+    };
+    let v = evaluate_plan(&c.snap(), &sub);
+    assert_eq!(v.result.rejected_nodes, ["n2"]);
+    assert_eq!(v.result.node_allocation.keys().collect::<Vec<_>>(), ["n1"]);
+    assert!(v.result.refresh_index > 0);
+    let Some(state::Command::PlanApply {
+        allocs_upsert,
+        evals,
+        job,
+        ..
+    }) = &v.command
+    else {
+        panic!("the part that fits is committed: {:?}", v.command);
+    };
+    assert_eq!(allocs_upsert.len(), 1);
+    assert!(
+        allocs_upsert[0].job.is_none(),
+        "the entry carries the job once"
+    );
+    assert!(job.is_some());
+    assert!(
+        evals.is_empty(),
+        "a partial commit leaves the evaluation to the retry"
+    );
+    commit(&mut c, &v);
+    assert_nothing_overcommitted(&c.snap());
+    assert!(c.snap().alloc("fits").unwrap().job.is_some());
+
+    // All at once: the same plan commits nothing.
+    let mut sub = sub.clone();
+    sub.plan.all_at_once = true;
+    sub.plan.node_allocation.remove("n1");
+    sub.plan.push_alloc(alloc("fits-too", &web, "n1", 100, 100));
+    let v = evaluate_plan(&c.snap(), &sub);
+    assert!(v.result.node_allocation.is_empty() && v.result.node_update.is_empty());
+    assert!(v.command.is_none());
+}
+
+#[test]
+fn stops_in_the_same_plan_make_room_for_its_placements() {
+    let mut c = Cluster::new();
+    c.add_node(node("n1", 1000, 1024));
+    let web = job("web", 1, 600, 256);
+    c.register(&web, "eval-web");
+    c.apply(state::Command::AllocUpsert {
+        allocs: vec![alloc("old", &web, "n1", 600, 256)],
+    });
+    let mut plan = plan_for("web");
+    let mut stop = (*c.snap().alloc("old").unwrap()).clone();
+    stop.desired_status = "stop".into();
+    stop.desired_description = "alloc is being updated due to job update".into();
+    plan.push_update(stop);
+    plan.push_alloc(alloc("new", &web, "n1", 600, 256));
+    let v = evaluate_plan(
+        &c.snap(),
+        &PlanSubmission {
+            plan,
+            evals: vec![],
+        },
+    );
+    assert_eq!(v.result.refresh_index, 0, "{:?}", v.result.rejected_nodes);
+    commit(&mut c, &v);
+    let snap = c.snap();
+    assert_eq!(snap.alloc("old").unwrap().desired_status, "stop");
+    assert_eq!(
+        snap.alloc("old").unwrap().desired_description,
+        "alloc is being updated due to job update"
+    );
+    assert_nothing_overcommitted(&snap);
+}
+
+#[test]
+fn nodes_gone_down_ineligible_or_draining_take_no_new_placements() {
+    let mut c = Cluster::new();
+    let mut down = node("down", 1000, 1024);
+    down.status = "down".into();
+    c.add_node(down);
+    // A new node keeps the eligibility it registers with (later the servers own it).
+    let mut inel = node("inel", 1000, 1024);
+    inel.scheduling_eligibility = "ineligible".into();
+    c.add_node(inel);
+    let web = job("web", 1, 100, 100);
+    c.register(&web, "eval-web");
+    c.apply(state::Command::AllocUpsert {
+        allocs: vec![alloc("running", &web, "inel", 100, 100)],
+    });
+
+    let mut plan = plan_for("web");
+    plan.push_alloc(alloc("on-down", &web, "down", 100, 100));
+    plan.push_alloc(alloc("new-on-inel", &web, "inel", 100, 100));
+    plan.push_alloc(alloc("ghost", &web, "nowhere", 100, 100));
+    let v = evaluate_plan(
+        &c.snap(),
+        &PlanSubmission {
+            plan,
+            evals: vec![],
+        },
+    );
+    assert_eq!(v.result.rejected_nodes, ["down", "inel", "nowhere"]);
+
+    // An in-place update of an allocation already on the ineligible node is allowed.
+    let mut plan = plan_for("web");
+    let mut update = (*c.snap().alloc("running").unwrap()).clone();
+    update.eval_id = "eval-web".into();
+    plan.push_alloc(update);
+    let v = evaluate_plan(
+        &c.snap(),
+        &PlanSubmission {
+            plan,
+            evals: vec![],
+        },
+    );
+    assert!(v.result.rejected_nodes.is_empty());
+}
+
+#[test]
+fn only_committed_canaries_stay_in_the_deployment() {
+    let mut c = Cluster::new();
+    c.add_node(node("n1", 1000, 1024));
+    let web = job("web", 2, 600, 256);
+    c.register(&web, "eval-web");
+    let mut plan = plan_for("web");
+    plan.push_alloc(alloc("c1", &web, "n1", 600, 256));
+    plan.push_alloc(alloc("c2", &web, "nowhere", 600, 256));
+    plan.deployment = Some(Deployment {
+        id: "d1".into(),
+        namespace: "default".into(),
+        job_id: "web".into(),
+        status: "running".into(),
+        task_groups: [(
+            "web".to_string(),
+            DeploymentState {
+                placed_canaries: vec!["c1".into(), "c2".into()],
+                desired_canaries: 2,
+                ..DeploymentState::default()
+            },
+        )]
+        .into(),
+        ..Deployment::default()
+    });
+    let v = evaluate_plan(
+        &c.snap(),
+        &PlanSubmission {
+            plan,
+            evals: vec![],
+        },
+    );
+    let d = v.result.deployment.as_ref().unwrap();
+    assert_eq!(d.task_groups["web"].placed_canaries, ["c1"]);
+}
+
+// ----- the engine -----
+
+fn sub(priority: i32) -> Arc<PlanSubmission> {
+    Arc::new(PlanSubmission {
+        plan: Plan {
+            priority,
+            ..Plan::default()
+        },
+        evals: vec![],
+    })
+}
+
+fn evaluating(out: &[Command]) -> Vec<PlanId> {
+    out.iter()
+        .filter_map(|c| match c {
+            Command::Evaluate { id, .. } => Some(*id),
+            _ => None,
+        })
+        .collect()
+}
+
+fn replies(out: &[Command]) -> Vec<(PlanId, Result<u64, PlanError>)> {
+    out.iter()
+        .filter_map(|c| match c {
+            Command::Reply { id, result } => Some((*id, result.clone().map(|r| r.alloc_index))),
+            _ => None,
+        })
+        .collect()
+}
+
+fn commit_outcome() -> Evaluated {
+    Evaluated {
+        result: PlanResult::default(),
+        command: Some(state::Command::EvalUpsert { evals: vec![] }),
+    }
+}
+
+#[test]
+fn plans_apply_one_at_a_time_highest_priority_first() {
+    let mut e = PlanApplier::new();
+    let out = e.handle(Event::Submit {
+        id: 1,
+        submission: sub(50),
+    });
+    assert_eq!(evaluating(&out), [1], "idle: starts at once");
+    for (id, priority) in [(2, 10), (3, 90), (4, 90)] {
+        let out = e.handle(Event::Submit {
+            id,
+            submission: sub(priority),
+        });
+        assert!(out.is_empty(), "one plan in flight at a time");
+    }
+    let out = e.handle(Event::Evaluated {
+        id: 1,
+        outcome: Box::new(commit_outcome()),
+    });
+    assert!(matches!(out[..], [Command::Commit { id: 1, .. }]));
+    let out = e.handle(Event::Committed { id: 1, index: 42 });
+    assert_eq!(replies(&out), [(1, Ok(42))]);
+    assert_eq!(evaluating(&out), [3], "priority 90, first come");
+
+    let out = e.handle(Event::Evaluated {
+        id: 3,
+        outcome: Box::new(Evaluated {
+            result: PlanResult::default(),
+            command: None,
+        }),
+    });
+    assert_eq!(
+        replies(&out),
+        [(3, Ok(0))],
+        "nothing to write: answered at once"
+    );
+    assert_eq!(evaluating(&out), [4]);
+    let out = e.handle(Event::Failed {
+        id: 4,
+        error: "raft: timed out".into(),
+    });
+    assert_eq!(
+        replies(&out),
+        [(4, Err(PlanError::Commit("raft: timed out".into())))]
+    );
+    assert_eq!(evaluating(&out), [2]);
+    assert!(
+        e.handle(Event::Committed { id: 99, index: 1 }).is_empty(),
+        "reports for other plans are ignored"
+    );
+}
+
+#[test]
+fn a_flush_answers_every_plan_not_leader() {
+    let mut e = PlanApplier::new();
+    e.handle(Event::Submit {
+        id: 1,
+        submission: sub(50),
+    });
+    e.handle(Event::Submit {
+        id: 2,
+        submission: sub(50),
+    });
+    let out = e.handle(Event::Flush);
+    assert_eq!(
+        replies(&out),
+        [
+            (1, Err(PlanError::NotLeader)),
+            (2, Err(PlanError::NotLeader))
+        ]
+    );
+    assert_eq!(e.queued(), 0);
+    assert!(e
+        .handle(Event::Evaluated {
+            id: 1,
+            outcome: Box::new(commit_outcome())
+        })
+        .iter()
+        .all(|c| !matches!(c, Command::Commit { .. })));
+}
+
+#[test]
+fn a_full_queue_refuses_more() {
+    let mut e = PlanApplier::new();
+    for id in 0..=PLAN_QUEUE_MAX as u64 {
+        assert!(replies(&e.handle(Event::Submit {
+            id,
+            submission: sub(50)
+        }))
+        .is_empty());
+    }
+    let out = e.handle(Event::Submit {
+        id: 10_000,
+        submission: sub(50),
+    });
+    assert_eq!(
+        replies(&out),
+        [(10_000, Err(PlanError::QueueFull(PLAN_QUEUE_MAX)))]
+    );
+}

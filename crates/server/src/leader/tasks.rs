@@ -1,0 +1,449 @@
+//! The async shells around the leader's engines. Each task owns its engine, feeds it one event at a
+//! time (requests from a bounded channel, its timers, the stop signal) and executes the commands it
+//! returns. Nothing here decides anything the engines could.
+//!
+//! Every task watches the same stop signal (`watch<bool>`, sent by the supervisor on leadership
+//! loss): the broker flushes (parked dequeues get `None`, so workers exit), the applier answers its
+//! queued plans `NotLeader`, the follower and the writer return.
+
+use super::broker::{self, BrokerError, BrokerStats, EvalBroker, WaiterId};
+use super::follow::Follower;
+use super::limits::{
+    BROKER_REQUESTS_MAX, BROKER_TICK_MAX, BROKER_WRITE_EVALS_MAX, FOLLOW_EMPTY_POLL, FOLLOW_WAIT,
+    PLAN_QUEUE_MAX,
+};
+use super::plan_apply::{self, evaluate_plan, PlanApplier, PlanError, PlanId, PlanSubmission};
+use crate::endpoints::now_nanos;
+use crate::server::Server;
+use model::eval::Evaluation;
+use model::plan::PlanResult;
+use state::{StateStore, Table};
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// Resolves once the stop signal is `true` (or its sender is gone).
+pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+// ----- eval broker -----
+
+/// One evaluation handed to a worker, with the token that ends its delivery.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub eval: Arc<Evaluation>,
+    pub token: String,
+}
+
+enum EndKind {
+    Ack,
+    Nack,
+    Touch,
+}
+
+enum BrokerRequest {
+    Event(broker::Event),
+    Dequeue {
+        types: Vec<String>,
+        reply: oneshot::Sender<Option<Delivery>>,
+    },
+    End {
+        kind: EndKind,
+        eval_id: String,
+        token: String,
+        reply: oneshot::Sender<Result<(), BrokerError>>,
+    },
+    Stats {
+        reply: oneshot::Sender<BrokerStats>,
+    },
+}
+
+/// Talks to the broker task. Every call fails (or returns `None`) once the task is gone.
+#[derive(Clone)]
+pub struct BrokerHandle {
+    tx: mpsc::Sender<BrokerRequest>,
+}
+
+impl BrokerHandle {
+    /// Waits for an evaluation of one of `types`; `None` when the broker stops (leadership lost).
+    pub async fn dequeue(&self, types: Vec<String>) -> Option<Delivery> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(BrokerRequest::Dequeue { types, reply })
+            .await
+            .ok()?;
+        rx.await.ok().flatten()
+    }
+
+    pub async fn ack(&self, d: &Delivery) -> Result<(), BrokerError> {
+        self.end(EndKind::Ack, d).await
+    }
+
+    pub async fn nack(&self, d: &Delivery) -> Result<(), BrokerError> {
+        self.end(EndKind::Nack, d).await
+    }
+
+    /// Restarts the delivery's unack timer; fails when the token is stale.
+    pub async fn touch(&self, d: &Delivery) -> Result<(), BrokerError> {
+        self.end(EndKind::Touch, d).await
+    }
+
+    pub async fn stats(&self) -> Option<BrokerStats> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(BrokerRequest::Stats { reply }).await.ok()?;
+        rx.await.ok()
+    }
+
+    /// Hands the broker an event; `false` once the broker is gone.
+    pub(crate) async fn event(&self, event: broker::Event) -> bool {
+        self.tx.send(BrokerRequest::Event(event)).await.is_ok()
+    }
+
+    async fn end(&self, kind: EndKind, d: &Delivery) -> Result<(), BrokerError> {
+        let (reply, rx) = oneshot::channel();
+        let req = BrokerRequest::End {
+            kind,
+            eval_id: d.eval.id.clone(),
+            token: d.token.clone(),
+            reply,
+        };
+        self.tx.send(req).await.map_err(|_| BrokerError::Disabled)?;
+        rx.await.map_err(|_| BrokerError::Disabled)?
+    }
+}
+
+/// The broker task and its handle. It handles `rebuild` before any request, so no dequeue ever
+/// finds it disabled at the start. Evaluations the broker wants written go to `writes`.
+pub(crate) fn broker_task(
+    token_prefix: String,
+    rebuild: broker::Event,
+    stop: watch::Receiver<bool>,
+    writes: mpsc::Sender<Vec<Evaluation>>,
+) -> (BrokerHandle, impl Future<Output = ()>) {
+    let (tx, rx) = mpsc::channel(BROKER_REQUESTS_MAX);
+    let shell = BrokerShell {
+        engine: EvalBroker::new(token_prefix),
+        waiters: HashMap::new(),
+        next_waiter: 0,
+        writes,
+    };
+    (BrokerHandle { tx }, shell.run(rebuild, rx, stop))
+}
+
+struct BrokerShell {
+    engine: EvalBroker,
+    /// Parked dequeues by waiter ID; bounded by the workers (each has at most one).
+    waiters: HashMap<WaiterId, oneshot::Sender<Option<Delivery>>>,
+    next_waiter: WaiterId,
+    writes: mpsc::Sender<Vec<Evaluation>>,
+}
+
+impl BrokerShell {
+    async fn run(
+        mut self,
+        rebuild: broker::Event,
+        mut rx: mpsc::Receiver<BrokerRequest>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        self.step(rebuild).await;
+        loop {
+            let sleep = tokio::time::sleep(until_timer(self.engine.next_timer()));
+            let req = tokio::select! {
+                () = stopped(&mut stop) => None,
+                req = rx.recv() => req,
+                () = sleep => Some(BrokerRequest::Event(broker::Event::Tick)),
+            };
+            let Some(req) = req else {
+                self.step(broker::Event::Flush).await;
+                return;
+            };
+            self.request(req).await;
+        }
+    }
+
+    async fn request(&mut self, req: BrokerRequest) {
+        match req {
+            BrokerRequest::Event(event) => self.step(event).await,
+            BrokerRequest::Dequeue { types, reply } => {
+                self.forget_gone_waiters().await;
+                self.next_waiter += 1;
+                let waiter = self.next_waiter;
+                self.waiters.insert(waiter, reply);
+                self.step(broker::Event::Dequeue { waiter, types }).await;
+            }
+            BrokerRequest::End {
+                kind,
+                eval_id,
+                token,
+                reply,
+            } => {
+                let event = match kind {
+                    EndKind::Ack => broker::Event::Ack { eval_id, token },
+                    EndKind::Nack => broker::Event::Nack { eval_id, token },
+                    EndKind::Touch => broker::Event::Touch { eval_id, token },
+                };
+                match self.engine.handle(event, now_nanos()) {
+                    Ok(commands) => {
+                        let _ = reply.send(Ok(()));
+                        self.execute(commands).await;
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            BrokerRequest::Stats { reply } => {
+                let _ = reply.send(self.engine.stats());
+            }
+        }
+    }
+
+    /// Parked dequeues whose worker stopped waiting (aborted at a stop) leave the queue.
+    async fn forget_gone_waiters(&mut self) {
+        let gone: Vec<WaiterId> = self
+            .waiters
+            .iter()
+            .filter(|(_, tx)| tx.is_closed())
+            .map(|(w, _)| *w)
+            .collect();
+        for waiter in gone {
+            self.waiters.remove(&waiter);
+            self.step(broker::Event::CancelDequeue { waiter }).await;
+        }
+    }
+
+    async fn step(&mut self, event: broker::Event) {
+        // Only ack, nack and touch can fail, and those come through `request`.
+        if let Ok(commands) = self.engine.handle(event, now_nanos()) {
+            self.execute(commands).await;
+        }
+    }
+
+    async fn execute(&mut self, commands: Vec<broker::Command>) {
+        let mut todo: VecDeque<broker::Command> = commands.into();
+        while let Some(command) = todo.pop_front() {
+            match command {
+                broker::Command::Deliver {
+                    waiter,
+                    eval,
+                    token,
+                } => {
+                    let delivery = Delivery {
+                        eval: eval.clone(),
+                        token: token.clone(),
+                    };
+                    let taken = self
+                        .waiters
+                        .remove(&waiter)
+                        .is_some_and(|tx| tx.send(Some(delivery)).is_ok());
+                    if !taken {
+                        // The worker went away: give the evaluation back at once.
+                        let nack = broker::Event::Nack {
+                            eval_id: eval.id.clone(),
+                            token,
+                        };
+                        if let Ok(more) = self.engine.handle(nack, now_nanos()) {
+                            todo.extend(more);
+                        }
+                    }
+                }
+                broker::Command::Release { waiter } => {
+                    if let Some(tx) = self.waiters.remove(&waiter) {
+                        let _ = tx.send(None);
+                    }
+                }
+                broker::Command::WriteEvals(evals) => {
+                    if self.writes.send(evals).await.is_err() {
+                        tracing::warn!("the evaluation writer is gone; evaluations not written");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How long to sleep for a timer at `due` (Unix nanoseconds), at most [`BROKER_TICK_MAX`].
+fn until_timer(due: Option<i64>) -> Duration {
+    let Some(due) = due else {
+        return BROKER_TICK_MAX;
+    };
+    let wait = u64::try_from(due.saturating_sub(now_nanos())).unwrap_or(0);
+    Duration::from_nanos(wait).min(BROKER_TICK_MAX)
+}
+
+/// Writes the broker's evaluations (failed ones and follow-ups, cancellations) through raft, in
+/// batches, one write at a time.
+pub(crate) async fn writer_task(
+    server: Server,
+    mut rx: mpsc::Receiver<Vec<Evaluation>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let evals = tokio::select! {
+            () = stopped(&mut stop) => return,
+            evals = rx.recv() => match evals {
+                Some(evals) => evals,
+                None => return,
+            },
+        };
+        let now = now_nanos();
+        for chunk in evals.chunks(BROKER_WRITE_EVALS_MAX) {
+            let evals = chunk
+                .iter()
+                .cloned()
+                .map(|mut e| {
+                    e.modify_time = now;
+                    e
+                })
+                .collect();
+            if let Err(e) = server.apply(state::Command::EvalUpsert { evals }).await {
+                tracing::warn!(error = %e, "writing the broker's evaluations failed");
+            }
+        }
+    }
+}
+
+/// Follows the state store and tells the broker what changed after each wake-up. `follower` has
+/// already produced the broker's rebuild.
+pub(crate) async fn follow_task(
+    store: StateStore,
+    broker: BrokerHandle,
+    mut stop: watch::Receiver<bool>,
+    mut follower: Follower,
+) {
+    let tables = [Table::Evals, Table::Nodes, Table::Allocs];
+    loop {
+        let last = follower.last_index();
+        let wait = async {
+            if last == 0 {
+                // The store never blocks on index 0: poll until something is applied.
+                tokio::time::sleep(FOLLOW_EMPTY_POLL).await;
+                return store.snapshot();
+            }
+            let deadline = tokio::time::Instant::now() + FOLLOW_WAIT;
+            store.wait_for(&tables, last, deadline).await
+        };
+        let snap = tokio::select! {
+            () = stopped(&mut stop) => return,
+            snap = wait => snap,
+        };
+        for event in follower.changes(&snap) {
+            if !broker.event(event).await {
+                return;
+            }
+        }
+    }
+}
+
+// ----- plan applier -----
+
+type PlanReply = oneshot::Sender<Result<PlanResult, PlanError>>;
+
+/// Submits plans to the applier task.
+#[derive(Clone)]
+pub struct ApplierHandle {
+    tx: mpsc::Sender<(PlanSubmission, PlanReply)>,
+}
+
+impl ApplierHandle {
+    /// Waits for the plan's turn and result. `NotLeader` once the applier is gone.
+    pub async fn submit(&self, submission: PlanSubmission) -> Result<PlanResult, PlanError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send((submission, reply))
+            .await
+            .map_err(|_| PlanError::NotLeader)?;
+        rx.await.map_err(|_| PlanError::NotLeader)?
+    }
+}
+
+/// The applier task and its handle.
+pub(crate) fn applier_task(
+    server: Server,
+    stop: watch::Receiver<bool>,
+) -> (ApplierHandle, impl Future<Output = ()>) {
+    let (tx, rx) = mpsc::channel(PLAN_QUEUE_MAX);
+    (ApplierHandle { tx }, applier_loop(server, rx, stop))
+}
+
+async fn applier_loop(
+    server: Server,
+    mut rx: mpsc::Receiver<(PlanSubmission, PlanReply)>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut engine = PlanApplier::new();
+    // At most one evaluation or commit is in flight, so at most one report waits here.
+    let (done_tx, mut done_rx) = mpsc::channel::<plan_apply::Event>(2);
+    // Bounded by the queue (PLAN_QUEUE_MAX) plus the plan in flight.
+    let mut replies: HashMap<PlanId, PlanReply> = HashMap::new();
+    let mut next_id: PlanId = 0;
+    loop {
+        let event = tokio::select! {
+            () = stopped(&mut stop) => plan_apply::Event::Flush,
+            sub = rx.recv() => match sub {
+                Some((submission, reply)) => {
+                    next_id += 1;
+                    replies.insert(next_id, reply);
+                    plan_apply::Event::Submit { id: next_id, submission: Arc::new(submission) }
+                }
+                None => plan_apply::Event::Flush,
+            },
+            Some(done) = done_rx.recv() => done,
+        };
+        let flush = matches!(event, plan_apply::Event::Flush);
+        for command in engine.handle(event) {
+            match command {
+                plan_apply::Command::Evaluate { id, submission } => {
+                    let store = server.state().clone();
+                    let done = done_tx.clone();
+                    tokio::spawn(async move {
+                        let snap = store.snapshot();
+                        let event = match tokio::task::spawn_blocking(move || {
+                            evaluate_plan(&snap, &submission)
+                        })
+                        .await
+                        {
+                            Ok(outcome) => plan_apply::Event::Evaluated {
+                                id,
+                                outcome: Box::new(outcome),
+                            },
+                            Err(e) => plan_apply::Event::Failed {
+                                id,
+                                error: format!("evaluating the plan panicked: {e}"),
+                            },
+                        };
+                        let _ = done.send(event).await;
+                    });
+                }
+                plan_apply::Command::Commit { id, command } => {
+                    let server = server.clone();
+                    let done = done_tx.clone();
+                    tokio::spawn(async move {
+                        let event = match server.apply(*command).await {
+                            Ok(resp) => plan_apply::Event::Committed {
+                                id,
+                                index: resp.index,
+                            },
+                            Err(e) => plan_apply::Event::Failed {
+                                id,
+                                error: e.to_string(),
+                            },
+                        };
+                        let _ = done.send(event).await;
+                    });
+                }
+                plan_apply::Command::Reply { id, result } => {
+                    if let Some(reply) = replies.remove(&id) {
+                        let _ = reply.send(result);
+                    }
+                }
+            }
+        }
+        if flush {
+            return;
+        }
+    }
+}

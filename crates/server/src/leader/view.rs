@@ -1,0 +1,54 @@
+//! The scheduler's read-only view of the cluster, over a state snapshot.
+
+use model::alloc::Allocation;
+use model::deployment::Deployment;
+use model::node::Node;
+use model::Job;
+use state::StateSnapshot;
+use std::sync::Arc;
+
+/// A [`scheduler::StateView`] of one state snapshot: it never changes, whatever is applied after.
+#[derive(Clone)]
+pub struct SnapshotView {
+    snap: StateSnapshot,
+}
+
+impl SnapshotView {
+    pub fn new(snap: StateSnapshot) -> SnapshotView {
+        SnapshotView { snap }
+    }
+
+    pub fn snapshot(&self) -> &StateSnapshot {
+        &self.snap
+    }
+}
+
+impl scheduler::StateView for SnapshotView {
+    fn index(&self) -> u64 {
+        self.snap.index()
+    }
+
+    fn job(&self, namespace: &str, id: &str) -> Option<Arc<Job>> {
+        self.snap.job(namespace, id)
+    }
+
+    fn nodes(&self) -> Vec<Arc<Node>> {
+        self.snap.nodes("")
+    }
+
+    fn node(&self, id: &str) -> Option<Arc<Node>> {
+        self.snap.node(id)
+    }
+
+    fn allocs_by_job(&self, namespace: &str, job_id: &str) -> Vec<Arc<Allocation>> {
+        self.snap.allocs_by_job(namespace, job_id)
+    }
+
+    fn allocs_by_node(&self, node_id: &str) -> Vec<Arc<Allocation>> {
+        self.snap.allocs_by_node(node_id)
+    }
+
+    fn latest_deployment(&self, namespace: &str, job_id: &str) -> Option<Arc<Deployment>> {
+        self.snap.latest_deployment_by_job(namespace, job_id)
+    }
+}
