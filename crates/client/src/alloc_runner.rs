@@ -1,0 +1,654 @@
+//! One allocation's life on this node (Nomad's `allocRunner`): its directory, one task runner
+//! per task started in lifecycle order, the allocation's client status derived from its tasks,
+//! persistence of every change, and status updates for the servers.
+//!
+//! Lifecycle order: prestart tasks first (a non-sidecar must finish successfully, a sidecar must
+//! be running), then the main tasks, then poststart tasks once a main task runs; when every main
+//! task is dead the sidecars are stopped, and once everything else is dead the poststop tasks
+//! run. A failed task (or a dead leader) stops its siblings, as Nomad does.
+
+use crate::allocdir::AllocDir;
+use crate::context::shutting_down;
+use crate::context::{find_group, RunnerContext};
+use crate::events;
+use crate::health::{HealthTracker, TaskView};
+use crate::limits::{RUNNER_QUEUE_CAPACITY, SHUTDOWN_GRACE, STATE_VERSION};
+use crate::state_db::{AllocRecord, TaskRecord};
+use crate::task_runner::{TaskCommand, TaskReport, TaskRunner, TaskRunnerHandle};
+use crate::time::now_unix_ns;
+use model::alloc::{
+    AllocDeploymentStatus, Allocation, TaskEvent, TaskState, ALLOC_CLIENT_STATUS_COMPLETE,
+    ALLOC_CLIENT_STATUS_FAILED, ALLOC_CLIENT_STATUS_PENDING, ALLOC_CLIENT_STATUS_RUNNING,
+    TASK_STATE_DEAD, TASK_STATE_PENDING, TASK_STATE_RUNNING,
+};
+use model::wire::AllocClientUpdate;
+use model::Task;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+/// What the client tells an alloc runner.
+#[derive(Debug)]
+pub(crate) enum AllocCommand {
+    /// A newer copy of the allocation from the servers (desired status, job, resources).
+    Update(Box<Allocation>),
+    /// The servers forgot the allocation: stop its tasks, remove its directory and state.
+    Destroy,
+}
+
+pub(crate) struct AllocRunnerHandle {
+    pub cmds: mpsc::Sender<AllocCommand>,
+    /// The latest status, as last sent to the servers. Never held across `.await`.
+    pub status: Arc<Mutex<AllocClientUpdate>>,
+    /// The `AllocModifyIndex` of the newest copy handed to the runner.
+    pub alloc_modify_index: u64,
+    pub join: JoinHandle<()>,
+}
+
+/// When a task runs, from its `lifecycle` block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Prestart { sidecar: bool },
+    Main,
+    Poststart,
+    Poststop,
+}
+
+impl Role {
+    fn of(task: &Task) -> Role {
+        match task.lifecycle.as_ref() {
+            None => Role::Main,
+            Some(lc) => match lc.hook.as_str() {
+                "prestart" => Role::Prestart {
+                    sidecar: lc.sidecar,
+                },
+                "poststart" => Role::Poststart,
+                "poststop" => Role::Poststop,
+                _ => Role::Main,
+            },
+        }
+    }
+}
+
+struct Slot {
+    role: Role,
+    leader: bool,
+    record: TaskRecord,
+    runner: Option<TaskRunnerHandle>,
+}
+
+impl Slot {
+    fn state(&self) -> &str {
+        &self.record.state.state
+    }
+
+    fn is_dead(&self) -> bool {
+        self.state() == TASK_STATE_DEAD
+    }
+
+    fn can_start(&self) -> bool {
+        self.runner.is_none() && !self.is_dead()
+    }
+}
+
+pub(crate) struct AllocRunner {
+    ctx: Arc<RunnerContext>,
+    alloc: watch::Sender<Arc<Allocation>>,
+    dir: AllocDir,
+    slots: BTreeMap<String, Slot>,
+    client_status: String,
+    client_description: String,
+    status: Arc<Mutex<AllocClientUpdate>>,
+    reports_tx: mpsc::Sender<TaskReport>,
+    reports: mpsc::Receiver<TaskReport>,
+    cmds: mpsc::Receiver<AllocCommand>,
+    /// Every task is being stopped; nothing but poststop tasks starts any more.
+    killing: bool,
+    /// Stopping to remove the allocation: poststop tasks do not run.
+    destroying: bool,
+    /// Deployment health, while the allocation belongs to a deployment.
+    health: Option<HealthTracker>,
+    /// The health decision as reported to the servers.
+    deployment_status: Option<AllocDeploymentStatus>,
+}
+
+impl AllocRunner {
+    /// A runner for an allocation new to this node.
+    pub fn spawn_new(ctx: Arc<RunnerContext>, alloc: Allocation) -> AllocRunnerHandle {
+        let mut tasks = BTreeMap::new();
+        if let Some((_, group)) = find_group(&alloc) {
+            for task in &group.tasks {
+                let mut state = TaskState {
+                    state: TASK_STATE_PENDING.into(),
+                    ..TaskState::default()
+                };
+                events::push(&mut state, events::received());
+                tasks.insert(
+                    task.name.clone(),
+                    TaskRecord {
+                        state,
+                        handle: None,
+                    },
+                );
+            }
+        }
+        let record = AllocRecord {
+            version: STATE_VERSION,
+            alloc,
+            client_status: ALLOC_CLIENT_STATUS_PENDING.into(),
+            client_description: String::new(),
+            tasks,
+        };
+        Self::spawn(ctx, record, false)
+    }
+
+    /// A runner for an allocation recovered from the client's state: tasks with a handle are
+    /// reattached, not restarted.
+    pub fn spawn_recovered(ctx: Arc<RunnerContext>, record: AllocRecord) -> AllocRunnerHandle {
+        Self::spawn(ctx, record, true)
+    }
+
+    fn spawn(ctx: Arc<RunnerContext>, record: AllocRecord, recovered: bool) -> AllocRunnerHandle {
+        let (cmd_tx, cmd_rx) = mpsc::channel(RUNNER_QUEUE_CAPACITY);
+        let (reports_tx, reports) = mpsc::channel(RUNNER_QUEUE_CAPACITY);
+        let alloc_modify_index = record.alloc.alloc_modify_index;
+        let dir = AllocDir::new(&ctx.alloc_root, &record.alloc.id);
+        let slots = slots_of(&record);
+        let status = Arc::new(Mutex::new(AllocClientUpdate {
+            id: record.alloc.id.clone(),
+            client_status: record.client_status.clone(),
+            client_description: record.client_description.clone(),
+            task_states: record
+                .tasks
+                .iter()
+                .map(|(k, t)| (k.clone(), t.state.clone()))
+                .collect(),
+            ..AllocClientUpdate::default()
+        }));
+        let health = HealthTracker::for_alloc(
+            &record.alloc,
+            find_group(&record.alloc).map(|(_, g)| g),
+            tokio::time::Instant::now(),
+        );
+        let (alloc_tx, _) = watch::channel(Arc::new(record.alloc));
+        let runner = AllocRunner {
+            ctx,
+            alloc: alloc_tx,
+            dir,
+            slots,
+            client_status: record.client_status,
+            client_description: record.client_description,
+            status: Arc::clone(&status),
+            reports_tx,
+            reports,
+            cmds: cmd_rx,
+            killing: false,
+            destroying: false,
+            health,
+            deployment_status: None,
+        };
+        let join = tokio::spawn(runner.run(recovered));
+        AllocRunnerHandle {
+            cmds: cmd_tx,
+            status,
+            alloc_modify_index,
+            join,
+        }
+    }
+
+    fn alloc_id(&self) -> String {
+        self.alloc.borrow().id.clone()
+    }
+
+    async fn run(mut self, recovered: bool) {
+        if let Err(e) = self.dir.build() {
+            tracing::warn!(alloc_id = %self.alloc_id(), error = %e, "cannot build the alloc dir");
+        }
+        if recovered {
+            self.reattach_tasks();
+        }
+        if self.slots.is_empty() {
+            self.client_status = ALLOC_CLIENT_STATUS_FAILED.into();
+            self.client_description = "the allocation has no job or task group".into();
+        }
+        self.advance().await;
+        let mut shutdown = self.ctx.shutdown.clone();
+        loop {
+            if self.destroying && self.settled() {
+                self.cleanup().await;
+                return;
+            }
+            let health_check = self.health.as_ref().and_then(HealthTracker::next_check);
+            tokio::select! {
+                Some(report) = self.reports.recv() => self.on_report(report).await,
+                () = sleep_until_some(health_check) => self.advance().await,
+                // Once destroying, the client has let go of this runner (its command channel
+                // closes); the runner finishes the destroy on its own.
+                cmd = self.cmds.recv(), if !self.destroying => match cmd {
+                    Some(AllocCommand::Update(alloc)) => self.on_update(*alloc).await,
+                    Some(AllocCommand::Destroy) => self.on_destroy().await,
+                    None => return self.detach().await,
+                },
+                () = shutting_down(&mut shutdown) => return self.detach().await,
+            }
+        }
+    }
+
+    /// Spawns a runner for every task that has a driver handle; it reattaches.
+    fn reattach_tasks(&mut self) {
+        let names: Vec<String> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| s.record.handle.is_some() && !s.is_dead())
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in names {
+            let handle = self.slots[&name].record.handle.clone();
+            self.spawn_task(&name, handle);
+        }
+    }
+
+    fn spawn_task(&mut self, name: &str, recover: Option<drivers::TaskHandle>) {
+        let Some(slot) = self.slots.get_mut(name) else {
+            return;
+        };
+        slot.runner = Some(TaskRunner::spawn(
+            Arc::clone(&self.ctx),
+            name.to_string(),
+            self.alloc.subscribe(),
+            self.dir.clone(),
+            slot.record.clone(),
+            self.reports_tx.clone(),
+            recover,
+        ));
+    }
+
+    async fn on_report(&mut self, report: TaskReport) {
+        if let Some(slot) = self.slots.get_mut(&report.name) {
+            slot.record = report.record;
+        }
+        self.advance().await;
+    }
+
+    async fn on_update(&mut self, alloc: Allocation) {
+        let server_terminal = alloc.server_terminal();
+        let new_deployment = !alloc.deployment_id.is_empty()
+            && self.health.as_ref().map(HealthTracker::deployment_id)
+                != Some(alloc.deployment_id.as_str())
+            && alloc
+                .deployment_status
+                .as_ref()
+                .is_none_or(|d| d.healthy.is_none());
+        if new_deployment {
+            let group = find_group(&alloc).map(|(_, g)| g);
+            self.health = HealthTracker::for_alloc(&alloc, group, tokio::time::Instant::now());
+            self.deployment_status = None;
+        }
+        self.alloc.send_replace(Arc::new(alloc));
+        self.persist().await;
+        if server_terminal && !self.killing {
+            tracing::info!(alloc_id = %self.alloc_id(), "allocation stopped by the servers");
+            self.kill_all(None);
+        }
+        self.advance().await;
+    }
+
+    async fn on_destroy(&mut self) {
+        tracing::info!(alloc_id = %self.alloc_id(), "allocation removed by the servers; destroying");
+        self.destroying = true;
+        self.kill_all(None);
+        self.advance().await;
+    }
+
+    /// Every task is dead or its runner has ended.
+    fn settled(&self) -> bool {
+        self.slots
+            .values()
+            .all(|s| s.is_dead() || s.runner.as_ref().is_none_or(|r| r.join.is_finished()))
+    }
+
+    /// Moves the allocation forward after any change: failure handling, lifecycle starts,
+    /// then persisting and publishing the new status.
+    async fn advance(&mut self) {
+        if !self.killing {
+            self.check_failures();
+        }
+        if self.killing {
+            self.bury_unstarted();
+        } else {
+            self.start_ready_tasks();
+        }
+        let others_dead = self
+            .slots
+            .values()
+            .filter(|s| s.role != Role::Poststop)
+            .all(Slot::is_dead);
+        if others_dead && !self.destroying {
+            self.start_where(|s| s.role == Role::Poststop);
+        }
+        self.publish().await;
+    }
+
+    /// A failed task or a dead leader stops the others; dead main tasks stop the sidecars.
+    fn check_failures(&mut self) {
+        if self.alloc.borrow().server_terminal() {
+            return self.kill_all(None);
+        }
+        let failed = self
+            .slots
+            .iter()
+            .find(|(_, s)| s.role != Role::Poststop && s.is_dead() && s.record.state.failed)
+            .map(|(n, _)| n.clone());
+        if let Some(name) = failed {
+            return self.kill_all(Some(events::sibling_failed(&name)));
+        }
+        if self.slots.values().any(|s| s.leader && s.is_dead()) {
+            return self.kill_all(Some(events::leader_dead()));
+        }
+        let mains: Vec<&Slot> = self
+            .slots
+            .values()
+            .filter(|s| s.role == Role::Main)
+            .collect();
+        if !mains.is_empty() && mains.iter().all(|s| s.is_dead()) {
+            self.kill_all(None);
+        }
+    }
+
+    /// Starts what the lifecycle allows now.
+    fn start_ready_tasks(&mut self) {
+        self.start_where(|s| matches!(s.role, Role::Prestart { .. }));
+        let prestart_done = self.slots.values().all(|s| match s.role {
+            Role::Prestart { sidecar: false } => s.is_dead() && !s.record.state.failed,
+            Role::Prestart { sidecar: true } => s.state() == TASK_STATE_RUNNING,
+            _ => true,
+        });
+        if !prestart_done {
+            return;
+        }
+        self.start_where(|s| s.role == Role::Main);
+        let main_running = self
+            .slots
+            .values()
+            .any(|s| s.role == Role::Main && s.state() == TASK_STATE_RUNNING);
+        if main_running {
+            self.start_where(|s| s.role == Role::Poststart);
+        }
+    }
+
+    fn start_where(&mut self, pick: impl Fn(&Slot) -> bool) {
+        let names: Vec<String> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| s.can_start() && pick(s))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in names {
+            self.spawn_task(&name, None);
+        }
+    }
+
+    /// Tells every running task (but poststop tasks) to stop; `event` says why.
+    fn kill_all(&mut self, event: Option<TaskEvent>) {
+        let event = event.map(Box::new);
+        self.killing = true;
+        for (name, slot) in &self.slots {
+            if slot.is_dead() || (slot.role == Role::Poststop && !self.destroying) {
+                continue;
+            }
+            if let Some(runner) = &slot.runner {
+                let cmd = TaskCommand::Kill {
+                    event: event.clone(),
+                };
+                if runner.cmds.try_send(cmd).is_err() {
+                    tracing::warn!(task = %name, "task runner did not take the kill; it is ending");
+                }
+            }
+        }
+    }
+
+    /// Tasks that never started are dead once the allocation is being stopped.
+    fn bury_unstarted(&mut self) {
+        let destroying = self.destroying;
+        for slot in self.slots.values_mut() {
+            let skip = slot.role == Role::Poststop && !destroying;
+            if slot.can_start() && !skip {
+                events::transition(&mut slot.record.state, TASK_STATE_DEAD);
+            }
+        }
+    }
+
+    /// Feeds the task states to the health tracker; records its decision once made.
+    fn observe_health(&mut self) {
+        let Some(health) = self.health.as_mut() else {
+            return;
+        };
+        let views = self.slots.values().map(|s| TaskView {
+            must_run: matches!(s.role, Role::Main | Role::Prestart { sidecar: true }),
+            state: s.state(),
+            failed: s.record.state.failed,
+        });
+        health.observe(views, tokio::time::Instant::now());
+        if let (Some(healthy), None) = (health.decided(), &self.deployment_status) {
+            let canary = self
+                .alloc
+                .borrow()
+                .deployment_status
+                .as_ref()
+                .is_some_and(|d| d.canary);
+            self.deployment_status = Some(AllocDeploymentStatus {
+                healthy: Some(healthy),
+                timestamp: Some(crate::time::now_rfc3339()),
+                canary,
+                modify_index: 0,
+            });
+        }
+    }
+
+    /// Derives the client status, persists the record, and queues an update when it changed.
+    async fn publish(&mut self) {
+        self.observe_health();
+        if !self.slots.is_empty() {
+            let (status, description) = client_status(self.slots.values().map(|s| &s.record.state));
+            self.client_status = status.into();
+            self.client_description = description.into();
+        }
+        let update = AllocClientUpdate {
+            id: self.alloc_id(),
+            client_status: self.client_status.clone(),
+            client_description: self.client_description.clone(),
+            task_states: self
+                .slots
+                .iter()
+                .map(|(n, s)| (n.clone(), s.record.state.clone()))
+                .collect(),
+            deployment_status: self.deployment_status.clone(),
+            modify_time: now_unix_ns(),
+        };
+        let changed = {
+            let mut last = self.status.lock().expect("status lock");
+            let changed = last.client_status != update.client_status
+                || last.client_description != update.client_description
+                || last.task_states != update.task_states
+                || last.deployment_status != update.deployment_status;
+            if changed {
+                *last = update.clone();
+            }
+            changed
+        };
+        if !changed {
+            return;
+        }
+        self.persist().await;
+        let _ = self.ctx.updates.send(update).await;
+    }
+
+    fn record(&self) -> AllocRecord {
+        AllocRecord {
+            version: STATE_VERSION,
+            alloc: (**self.alloc.borrow()).clone(),
+            client_status: self.client_status.clone(),
+            client_description: self.client_description.clone(),
+            tasks: self
+                .slots
+                .iter()
+                .map(|(n, s)| (n.clone(), s.record.clone()))
+                .collect(),
+        }
+    }
+
+    async fn persist(&self) {
+        let record = self.record();
+        let db = self.ctx.state.clone();
+        let result = tokio::task::spawn_blocking(move || db.put(&record)).await;
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!(alloc_id = %self.alloc_id(), error = %e, "cannot persist allocation state")
+            }
+            Err(e) => {
+                tracing::error!(alloc_id = %self.alloc_id(), error = %e, "persisting allocation state panicked")
+            }
+        }
+    }
+
+    /// Client shutdown: task runners end without touching their tasks; the state is saved.
+    async fn detach(mut self) {
+        let mut joins = Vec::new();
+        for slot in self.slots.values_mut() {
+            if let Some(runner) = slot.runner.take() {
+                let _ = runner.cmds.try_send(TaskCommand::Detach);
+                joins.push(runner.join);
+            }
+        }
+        let all = async {
+            for j in joins.iter_mut() {
+                let _ = j.await;
+            }
+        };
+        if tokio::time::timeout(SHUTDOWN_GRACE, all).await.is_err() {
+            joins.iter().for_each(JoinHandle::abort);
+        }
+        // Changes the runners made while detaching; the rest is on disk already. (A record
+        // is written only when something changed, so a new client on the same data dir is
+        // not overwritten by this one's leftovers.)
+        let mut changed = false;
+        while let Ok(report) = self.reports.try_recv() {
+            if let Some(slot) = self.slots.get_mut(&report.name) {
+                slot.record = report.record;
+                changed = true;
+            }
+        }
+        if changed {
+            self.persist().await;
+        }
+    }
+
+    /// The allocation is gone from the servers and its tasks are dead: remove every trace.
+    async fn cleanup(self) {
+        let id = self.alloc_id();
+        let dir = self.dir.clone();
+        let db = self.ctx.state.clone();
+        let result = tokio::task::spawn_blocking(move || {
+            dir.destroy()?;
+            db.delete(&id)
+        })
+        .await;
+        if let Ok(Err(e)) = result {
+            tracing::warn!(alloc_id = %self.alloc_id(), error = %e, "cannot remove the allocation's files");
+        }
+    }
+}
+
+/// Sleeps until `at`; forever when `None`.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn slots_of(record: &AllocRecord) -> BTreeMap<String, Slot> {
+    let Some((_, group)) = find_group(&record.alloc) else {
+        return BTreeMap::new();
+    };
+    group
+        .tasks
+        .iter()
+        .map(|task| {
+            let record = record
+                .tasks
+                .get(&task.name)
+                .cloned()
+                .unwrap_or_else(|| TaskRecord {
+                    state: TaskState {
+                        state: TASK_STATE_PENDING.into(),
+                        ..TaskState::default()
+                    },
+                    handle: None,
+                });
+            let slot = Slot {
+                role: Role::of(task),
+                leader: task.leader,
+                record,
+                runner: None,
+            };
+            (task.name.clone(), slot)
+        })
+        .collect()
+}
+
+/// Nomad's `getClientStatus`: any failed task fails the allocation; otherwise running beats
+/// pending beats complete.
+pub(crate) fn client_status<'a>(
+    states: impl Iterator<Item = &'a TaskState>,
+) -> (&'static str, &'static str) {
+    let (mut pending, mut running, mut dead, mut failed) = (false, false, false, false);
+    for s in states {
+        match s.state.as_str() {
+            TASK_STATE_RUNNING => running = true,
+            TASK_STATE_DEAD if s.failed => failed = true,
+            TASK_STATE_DEAD => dead = true,
+            _ => pending = true,
+        }
+    }
+    if failed {
+        (ALLOC_CLIENT_STATUS_FAILED, "Failed tasks")
+    } else if running {
+        (ALLOC_CLIENT_STATUS_RUNNING, "Tasks are running")
+    } else if pending {
+        (ALLOC_CLIENT_STATUS_PENDING, "No tasks have started")
+    } else if dead {
+        (ALLOC_CLIENT_STATUS_COMPLETE, "All tasks have completed")
+    } else {
+        (ALLOC_CLIENT_STATUS_PENDING, "No tasks have started")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(state: &str, failed: bool) -> TaskState {
+        TaskState {
+            state: state.into(),
+            failed,
+            ..TaskState::default()
+        }
+    }
+
+    #[test]
+    fn client_status_follows_nomad() {
+        let rows: [(&[TaskState], &str); 5] = [
+            (&[st("pending", false)], "pending"),
+            (&[st("running", false), st("pending", false)], "running"),
+            (&[st("dead", false), st("dead", false)], "complete"),
+            (&[st("dead", true), st("running", false)], "failed"),
+            (&[st("dead", false), st("pending", false)], "pending"),
+        ];
+        for (states, want) in rows {
+            assert_eq!(client_status(states.iter()).0, want, "{states:?}");
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! Following the servers' view of this node's allocations (Nomad's `watchAllocations` and
+//! `runAllocs`): a blocking `Node.GetClientAllocs` query in a loop, and a diff of each answer
+//! against the alloc runners: new allocations get a runner, changed ones an update (a stop is
+//! an update whose desired status is `stop` or `evict`), vanished ones are destroyed.
+
+use crate::alloc_runner::{AllocCommand, AllocRunner, AllocRunnerHandle};
+use crate::conn::ServerConn;
+use crate::context::shutting_down;
+use crate::context::RunnerContext;
+use crate::identity::NodeIdentity;
+use crate::limits::ALLOC_QUERY_IDLE_DELAY;
+use crate::rng::{Backoff, Rng};
+use model::alloc::Allocation;
+use model::wire::{AllocClientUpdate, NodeClientAllocsRequest};
+use rpc::ErrorCode;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::task::JoinHandle;
+
+/// The alloc runners of this node.
+pub(crate) struct Runners {
+    ctx: Arc<RunnerContext>,
+    /// Runners by allocation ID. Never held across `.await`.
+    map: Mutex<BTreeMap<String, AllocRunnerHandle>>,
+    /// Runners told to destroy their allocation, still finishing. Never held across `.await`.
+    retired: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Runners {
+    pub fn new(ctx: Arc<RunnerContext>) -> Runners {
+        Runners {
+            ctx,
+            map: Mutex::new(BTreeMap::new()),
+            retired: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Adds a runner recovered from the client's state.
+    pub fn insert(&self, id: String, handle: AllocRunnerHandle) {
+        self.map.lock().expect("runners lock").insert(id, handle);
+    }
+
+    pub fn ids(&self) -> Vec<String> {
+        self.map
+            .lock()
+            .expect("runners lock")
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    pub fn status(&self, id: &str) -> Option<AllocClientUpdate> {
+        let map = self.map.lock().expect("runners lock");
+        let handle = map.get(id)?;
+        let status = handle.status.lock().expect("status lock").clone();
+        Some(status)
+    }
+
+    /// The latest status of every allocation.
+    pub fn statuses(&self) -> Vec<AllocClientUpdate> {
+        let map = self.map.lock().expect("runners lock");
+        map.values()
+            .map(|h| h.status.lock().expect("status lock").clone())
+            .collect()
+    }
+
+    /// Every runner's task, live and retired, for shutdown to wait on.
+    pub fn take_joins(&self) -> Vec<JoinHandle<()>> {
+        let mut joins: Vec<JoinHandle<()>> =
+            std::mem::take(&mut *self.retired.lock().expect("retired lock"));
+        let mut map = self.map.lock().expect("runners lock");
+        joins.extend(std::mem::take(&mut *map).into_values().map(|h| h.join));
+        joins
+    }
+
+    /// Brings the runners in line with the servers' allocations for this node.
+    pub async fn reconcile(&self, allocs: Vec<Allocation>) {
+        let mut sends: Vec<(mpsc::Sender<AllocCommand>, AllocCommand)> = Vec::new();
+        {
+            let mut map = self.map.lock().expect("runners lock");
+            let mut seen = BTreeSet::new();
+            for alloc in allocs {
+                seen.insert(alloc.id.clone());
+                match map.get_mut(&alloc.id) {
+                    Some(h) if h.alloc_modify_index != alloc.alloc_modify_index => {
+                        h.alloc_modify_index = alloc.alloc_modify_index;
+                        sends.push((h.cmds.clone(), AllocCommand::Update(Box::new(alloc))));
+                    }
+                    Some(_) => {}
+                    None if alloc.is_terminal() => {}
+                    None => {
+                        tracing::info!(alloc_id = %alloc.id, "new allocation");
+                        let id = alloc.id.clone();
+                        map.insert(id, AllocRunner::spawn_new(Arc::clone(&self.ctx), alloc));
+                    }
+                }
+            }
+            let gone: Vec<String> = map
+                .keys()
+                .filter(|id| !seen.contains(*id))
+                .cloned()
+                .collect();
+            let mut retired = self.retired.lock().expect("retired lock");
+            retired.retain(|j| !j.is_finished());
+            for id in gone {
+                if let Some(h) = map.remove(&id) {
+                    sends.push((h.cmds.clone(), AllocCommand::Destroy));
+                    retired.push(h.join);
+                }
+            }
+        }
+        for (tx, cmd) in sends {
+            // A closed channel means the runner already ended (client shutdown).
+            let _ = tx.send(cmd).await;
+        }
+    }
+}
+
+pub(crate) struct AllocSync {
+    pub conn: Arc<dyn ServerConn>,
+    pub identity: NodeIdentity,
+    pub wait: Duration,
+    pub runners: Arc<Runners>,
+    pub registered: watch::Receiver<bool>,
+    pub reregister: Arc<Notify>,
+    pub shutdown: watch::Receiver<bool>,
+    pub rng: Rng,
+}
+
+impl AllocSync {
+    pub async fn run(mut self) {
+        let mut shutdown = self.shutdown.clone();
+        let mut backoff = Backoff::new(self.rng.clone());
+        let mut index: u64 = 0;
+        loop {
+            tokio::select! {
+                up = registered(&mut self.registered) => if !up { return },
+                () = shutting_down(&mut shutdown) => return,
+            }
+            let req = NodeClientAllocsRequest {
+                node_id: self.identity.id.clone(),
+                secret_id: self.identity.secret_id.clone(),
+                min_index: index,
+                wait: model::Duration::from(self.wait),
+            };
+            let result = tokio::select! {
+                r = self.conn.get_client_allocs(req) => r,
+                () = shutting_down(&mut shutdown) => return,
+            };
+            let pause = match result {
+                Ok(resp) => {
+                    backoff.reset();
+                    let advanced = resp.index != index;
+                    index = resp.index;
+                    self.runners.reconcile(resp.allocs).await;
+                    (!advanced).then_some(ALLOC_QUERY_IDLE_DELAY)
+                }
+                Err(e) => {
+                    if e.code == ErrorCode::NotFound {
+                        self.reregister.notify_one();
+                    }
+                    let delay = backoff.next_delay();
+                    tracing::warn!(error = %e, retry_in = ?delay, "cannot query the node's allocations");
+                    Some(delay)
+                }
+            };
+            if let Some(pause) = pause {
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => {}
+                    () = shutting_down(&mut shutdown) => return,
+                }
+            }
+        }
+    }
+}
+
+/// Resolves with `true` once the node is registered, `false` if the node loop is gone.
+async fn registered(rx: &mut watch::Receiver<bool>) -> bool {
+    rx.wait_for(|up| *up).await.is_ok()
+}

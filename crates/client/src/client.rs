@@ -1,0 +1,251 @@
+//! [`Client`]: starting the node agent (identity, fingerprint, recovery of allocations from
+//! the durable state, then the loops) and shutting it down.
+//!
+//! Shutdown protocol: (1) the shutdown signal goes out (`watch`, once); (2) the node, alloc
+//! sync and update loops return at their next await; (3) every alloc runner tells its task
+//! runners to detach, waits for them, saves its state and returns; (4) `shutdown` waits up to
+//! [`SHUTDOWN_GRACE`] for all of that, then aborts what is left. Tasks keep running; the next
+//! client on the same data dir reattaches to them. Dropping a `Client` does (1) only.
+
+use crate::alloc_runner::AllocRunner;
+use crate::alloc_sync::{AllocSync, Runners};
+use crate::config::ClientConfig;
+use crate::conn::ServerConn;
+use crate::context::{RunnerContext, SharedNode};
+use crate::error::ClientError;
+use crate::fingerprint::{build_node, HostFacts};
+use crate::identity::{self, NodeIdentity};
+use crate::limits::{ALLOC_UPDATE_QUEUE_CAPACITY, SHUTDOWN_GRACE};
+use crate::node_loop::NodeLoop;
+use crate::persist::create_dir;
+use crate::rng::Rng;
+use crate::state_db::StateDb;
+use crate::time::now_rfc3339;
+use crate::updater::Updater;
+use model::node::Node;
+use model::wire::AllocClientUpdate;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::task::JoinHandle;
+
+/// A running client: registered (or trying to be), heartbeating, running its allocations.
+pub struct Client {
+    identity: NodeIdentity,
+    cfg: ClientConfig,
+    node: SharedNode,
+    runners: Arc<Runners>,
+    registered: watch::Receiver<bool>,
+    /// Sent `true` once, on shutdown or drop.
+    shutdown: watch::Sender<bool>,
+    loops: Vec<JoinHandle<()>>,
+}
+
+impl Client {
+    /// Starts the client: identity (made once, kept in the data dir), fingerprint, recovery of
+    /// the allocations in the durable state (reattaching to their running tasks), then
+    /// registration, heartbeats, allocation sync and status updates in the background. Returns
+    /// without waiting for the servers: tasks run whether or not they are reachable.
+    pub async fn start(
+        cfg: ClientConfig,
+        conn: Arc<dyn ServerConn>,
+        drivers: Vec<Arc<dyn drivers::Driver>>,
+    ) -> Result<Client, ClientError> {
+        cfg.validate()?;
+        let client_dir = cfg.client_dir();
+        create_dir(&client_dir)?;
+        create_dir(&cfg.alloc_root())?;
+        let identity = identity::load_or_create(&client_dir)?;
+        let by_name = drivers_by_name(&drivers)?;
+        let node = SharedNode::new(fingerprint(&cfg, &identity, &drivers).await);
+        let state = StateDb::open(&client_dir)?;
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let (updates_tx, updates_rx) = mpsc::channel(ALLOC_UPDATE_QUEUE_CAPACITY);
+        let ctx = Arc::new(RunnerContext {
+            drivers: by_name,
+            node: node.clone(),
+            region: cfg.region.clone(),
+            alloc_root: cfg.alloc_root(),
+            state: state.clone(),
+            updates: updates_tx,
+            host_env: host_env(&cfg),
+            shutdown: shutdown_rx.clone(),
+        });
+        let runners = Arc::new(Runners::new(Arc::clone(&ctx)));
+        recover(&state, &ctx, &runners).await?;
+        let (registered_tx, registered) = watch::channel(false);
+        let reregister = Arc::new(Notify::new());
+        let mut seed = Rng::from_entropy();
+        let loops = vec![
+            tokio::spawn(
+                NodeLoop {
+                    conn: Arc::clone(&conn),
+                    node: node.clone(),
+                    identity: identity.clone(),
+                    drivers,
+                    registered: registered_tx,
+                    reregister: Arc::clone(&reregister),
+                    shutdown: shutdown_rx.clone(),
+                    rng: Rng::new(seed.next_u64()),
+                }
+                .run(),
+            ),
+            tokio::spawn(
+                AllocSync {
+                    conn: Arc::clone(&conn),
+                    identity: identity.clone(),
+                    wait: cfg.timing.alloc_query_wait,
+                    runners: Arc::clone(&runners),
+                    registered: registered.clone(),
+                    reregister,
+                    shutdown: shutdown_rx.clone(),
+                    rng: Rng::new(seed.next_u64()),
+                }
+                .run(),
+            ),
+            tokio::spawn(
+                Updater {
+                    conn,
+                    identity: identity.clone(),
+                    interval: cfg.timing.alloc_update_interval,
+                    updates: updates_rx,
+                    registered: registered.clone(),
+                    runners: Arc::clone(&runners),
+                    shutdown: shutdown_rx,
+                }
+                .run(),
+            ),
+        ];
+        tracing::info!(node_id = %identity.id, data_dir = %cfg.data_dir.display(), "client started");
+        Ok(Client {
+            identity,
+            cfg,
+            node,
+            runners,
+            registered,
+            shutdown,
+            loops,
+        })
+    }
+
+    /// The node's ID (kept in `<data_dir>/client/node-id.json`).
+    pub fn node_id(&self) -> &str {
+        &self.identity.id
+    }
+
+    /// The node as fingerprinted, with its current status (`initializing` until the first
+    /// heartbeat is answered, then `ready`).
+    pub fn node(&self) -> Node {
+        (*self.node.get()).clone()
+    }
+
+    /// Whether the servers know the node now.
+    pub fn is_registered(&self) -> bool {
+        *self.registered.borrow()
+    }
+
+    /// The allocations this client runs (or keeps until the servers forget them).
+    pub fn alloc_ids(&self) -> Vec<String> {
+        self.runners.ids()
+    }
+
+    /// An allocation's status as last reported to the servers.
+    pub fn alloc_status(&self, alloc_id: &str) -> Option<AllocClientUpdate> {
+        self.runners.status(alloc_id)
+    }
+
+    /// `<data_dir>/alloc/<alloc_id>`: the allocation's directory (logs in `alloc/logs`).
+    pub fn alloc_dir(&self, alloc_id: &str) -> PathBuf {
+        self.cfg.alloc_root().join(alloc_id)
+    }
+
+    pub fn config(&self) -> &ClientConfig {
+        &self.cfg
+    }
+
+    /// Stops the client and leaves its tasks running (Nomad's behaviour on a plain stop); see
+    /// the module docs for the protocol.
+    pub async fn shutdown(mut self) {
+        self.shutdown.send_replace(true);
+        let mut joins = std::mem::take(&mut self.loops);
+        joins.extend(self.runners.take_joins());
+        let all = async {
+            for j in joins.iter_mut() {
+                let _ = j.await;
+            }
+        };
+        if tokio::time::timeout(SHUTDOWN_GRACE, all).await.is_err() {
+            tracing::warn!("client loops did not stop in time; aborting them");
+            joins.iter().for_each(JoinHandle::abort);
+        }
+        tracing::info!(node_id = %self.identity.id, "client stopped; tasks left running");
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.shutdown.send_replace(true);
+    }
+}
+
+fn drivers_by_name(
+    drivers: &[Arc<dyn drivers::Driver>],
+) -> Result<BTreeMap<String, Arc<dyn drivers::Driver>>, ClientError> {
+    let mut map = BTreeMap::new();
+    for d in drivers {
+        if map.insert(d.name().to_string(), Arc::clone(d)).is_some() {
+            return Err(ClientError::Config(format!(
+                "two drivers are named {:?}",
+                d.name()
+            )));
+        }
+    }
+    Ok(map)
+}
+
+/// Reads the host (blocking, off the async threads) and builds the node.
+async fn fingerprint(
+    cfg: &ClientConfig,
+    identity: &NodeIdentity,
+    drivers: &[Arc<dyn drivers::Driver>],
+) -> Node {
+    let data_dir = cfg.data_dir.clone();
+    let facts = tokio::task::spawn_blocking(move || HostFacts::read(&data_dir))
+        .await
+        .expect("fingerprinting the host panicked");
+    let fps: Vec<(String, drivers::Fingerprint)> = drivers
+        .iter()
+        .map(|d| (d.name().to_string(), d.fingerprint()))
+        .collect();
+    build_node(identity, cfg, &facts, &fps, &now_rfc3339())
+}
+
+/// The client's own environment less the denylist: what tasks of host drivers inherit.
+fn host_env(cfg: &ClientConfig) -> BTreeMap<String, String> {
+    let deny = cfg.env_denylist();
+    std::env::vars()
+        .filter(|(k, _)| !deny.iter().any(|d| d == k))
+        .collect()
+}
+
+/// Starts a runner for every allocation in the durable state; running tasks are reattached.
+async fn recover(
+    state: &StateDb,
+    ctx: &Arc<RunnerContext>,
+    runners: &Runners,
+) -> Result<(), ClientError> {
+    let db = state.clone();
+    let (records, damaged) = tokio::task::spawn_blocking(move || db.load_all())
+        .await
+        .expect("reading the client state panicked")?;
+    for e in damaged {
+        tracing::error!(error = %e, "an allocation's state is damaged; its tasks cannot be reattached");
+    }
+    for record in records {
+        tracing::info!(alloc_id = %record.alloc.id, "recovering allocation");
+        let id = record.alloc.id.clone();
+        runners.insert(id, AllocRunner::spawn_recovered(Arc::clone(ctx), record));
+    }
+    Ok(())
+}

@@ -1,0 +1,270 @@
+//! How the client reaches the servers: the [`ServerConn`] trait (four calls, Nomad's names and
+//! bodies from `model::wire`) and [`RpcServerConn`], its implementation over `rpc`.
+//!
+//! The trait is small so tests can put an in-memory server behind it
+//! ([`crate::testing::FakeServer`]). Retries live in the client's loops, not here: one call is
+//! one pass over the known servers.
+
+use crate::limits::{ALLOC_QUERY_DEADLINE_MARGIN, SERVER_CALL_TIMEOUT};
+use model::wire::{
+    methods, NodeClientAllocsRequest, NodeClientAllocsResponse, NodeRegisterRequest,
+    NodeUpdateAllocRequest, NodeUpdateResponse, NodeUpdateStatusRequest,
+};
+use rpc::{ErrorCode, RpcError};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The future every [`ServerConn`] call returns.
+pub type ConnFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, RpcError>> + Send + 'a>>;
+
+/// The client's calls to the servers.
+///
+/// Errors carry rpc's codes: `NotFound` from `UpdateStatus` or `GetClientAllocs` means the
+/// servers do not know this node (a server lost its state) and the client registers again;
+/// `Unavailable`, `Timeout` and `NoLeader` are retried later.
+pub trait ServerConn: Send + Sync + 'static {
+    /// `Node.Register`.
+    fn register(&self, req: NodeRegisterRequest) -> ConnFuture<'_, NodeUpdateResponse>;
+    /// `Node.UpdateStatus` (the heartbeat).
+    fn update_status(&self, req: NodeUpdateStatusRequest) -> ConnFuture<'_, NodeUpdateResponse>;
+    /// `Node.GetClientAllocs`: a blocking query, answering when the node's allocations changed
+    /// after `MinQueryIndex` or when `MaxQueryTime` passed.
+    fn get_client_allocs(
+        &self,
+        req: NodeClientAllocsRequest,
+    ) -> ConnFuture<'_, NodeClientAllocsResponse>;
+    /// `Node.UpdateAlloc`: a batch of allocation status updates.
+    fn update_allocs(&self, req: NodeUpdateAllocRequest) -> ConnFuture<'_, ()>;
+}
+
+/// Whether a failed call may succeed on another server.
+pub(crate) fn is_failover(err: &RpcError) -> bool {
+    matches!(
+        err.code,
+        ErrorCode::Unavailable | ErrorCode::Timeout | ErrorCode::NoLeader
+    )
+}
+
+/// [`ServerConn`] over `rpc`: tries each known server in turn, starting with the last one that
+/// answered, and learns the servers' addresses from the `Servers` of every node update answer.
+pub struct RpcServerConn {
+    rpc: rpc::Client,
+    /// The known servers and which one answered last. Never held across `.await`.
+    servers: Mutex<ServerList>,
+}
+
+#[derive(Debug, Default)]
+struct ServerList {
+    addrs: Vec<String>,
+    preferred: usize,
+}
+
+impl RpcServerConn {
+    /// `servers`: the rpc addresses to start with (the agent's `servers` / `retry_join`).
+    pub fn new(rpc: rpc::Client, servers: Vec<String>) -> RpcServerConn {
+        RpcServerConn {
+            rpc,
+            servers: Mutex::new(ServerList {
+                addrs: dedup(servers),
+                preferred: 0,
+            }),
+        }
+    }
+
+    /// The servers known now, the preferred one first.
+    pub fn servers(&self) -> Vec<String> {
+        let list = self.servers.lock().expect("servers lock");
+        let n = list.addrs.len();
+        (0..n)
+            .map(|i| list.addrs[(list.preferred + i) % n].clone())
+            .collect()
+    }
+
+    /// Replaces the known servers with those a server listed, keeping the preferred one first
+    /// when it is among them. An empty list changes nothing.
+    fn learn(&self, servers: &[String]) {
+        if servers.is_empty() {
+            return;
+        }
+        let mut list = self.servers.lock().expect("servers lock");
+        let current = list.addrs.get(list.preferred).cloned();
+        let mut addrs = dedup(servers.to_vec());
+        if let Some(pos) = current.and_then(|c| addrs.iter().position(|a| *a == c)) {
+            addrs.swap(0, pos);
+        }
+        list.addrs = addrs;
+        list.preferred = 0;
+    }
+
+    async fn call<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        method: &str,
+        req: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, RpcError> {
+        let body = serde_json::to_value(req)
+            .map_err(|e| RpcError::bad_request(format!("{method}: encoding request: {e}")))?;
+        let order = self.servers();
+        let mut last = RpcError::unavailable(format!("{method}: no servers are known"));
+        for addr in order {
+            match self
+                .rpc
+                .call_raw_timeout(&addr, method, body.clone(), timeout)
+                .await
+            {
+                Ok(value) => {
+                    self.prefer(&addr);
+                    return serde_json::from_value(value).map_err(|e| {
+                        RpcError::internal(format!("{method}: undecodable answer from {addr}: {e}"))
+                    });
+                }
+                Err(e) if is_failover(&e) => {
+                    tracing::debug!(%addr, %method, error = %e, "server call failed; trying the next server");
+                    last = e;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last)
+    }
+
+    fn prefer(&self, addr: &str) {
+        let mut list = self.servers.lock().expect("servers lock");
+        if let Some(pos) = list.addrs.iter().position(|a| a == addr) {
+            list.preferred = pos;
+        }
+    }
+
+    async fn node_update<Req: Serialize>(
+        &self,
+        method: &str,
+        req: &Req,
+    ) -> Result<NodeUpdateResponse, RpcError> {
+        let resp: NodeUpdateResponse = self.call(method, req, SERVER_CALL_TIMEOUT).await?;
+        self.learn(&resp.servers);
+        Ok(resp)
+    }
+}
+
+fn dedup(addrs: Vec<String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(addrs.len());
+    for a in addrs {
+        if !a.is_empty() && !out.contains(&a) {
+            out.push(a);
+        }
+    }
+    out
+}
+
+impl ServerConn for RpcServerConn {
+    fn register(&self, req: NodeRegisterRequest) -> ConnFuture<'_, NodeUpdateResponse> {
+        Box::pin(async move { self.node_update(methods::NODE_REGISTER, &req).await })
+    }
+
+    fn update_status(&self, req: NodeUpdateStatusRequest) -> ConnFuture<'_, NodeUpdateResponse> {
+        Box::pin(async move { self.node_update(methods::NODE_UPDATE_STATUS, &req).await })
+    }
+
+    fn get_client_allocs(
+        &self,
+        req: NodeClientAllocsRequest,
+    ) -> ConnFuture<'_, NodeClientAllocsResponse> {
+        Box::pin(async move {
+            let wait = Duration::from_nanos(u64::try_from(req.wait.as_nanos()).unwrap_or(0));
+            let deadline = wait + ALLOC_QUERY_DEADLINE_MARGIN;
+            self.call(methods::NODE_GET_CLIENT_ALLOCS, &req, deadline)
+                .await
+        })
+    }
+
+    fn update_allocs(&self, req: NodeUpdateAllocRequest) -> ConnFuture<'_, ()> {
+        Box::pin(async move {
+            let _: serde_json::Value = self
+                .call(methods::NODE_UPDATE_ALLOC, &req, SERVER_CALL_TIMEOUT)
+                .await?;
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rpc::{BoxFuture, Handler};
+    use serde_json::{json, Value};
+    use std::sync::Arc;
+
+    /// A server that answers `Node.Register` with a TTL and a server list.
+    struct Answering {
+        servers: Vec<String>,
+    }
+
+    impl Handler for Answering {
+        fn handle(
+            &self,
+            method: String,
+            _body: Value,
+        ) -> BoxFuture<'static, Result<Value, RpcError>> {
+            let servers = self.servers.clone();
+            Box::pin(async move {
+                match method.as_str() {
+                    methods::NODE_REGISTER => Ok(
+                        json!({"HeartbeatTTL": 1_000_000_000u64, "Servers": servers, "Index": 7}),
+                    ),
+                    _ => Err(RpcError::not_found(format!("no method {method}"))),
+                }
+            })
+        }
+    }
+
+    async fn serve_one(servers: Vec<String>) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(rpc::serve(
+            listener,
+            Arc::new(Answering { servers }),
+            std::future::pending::<()>(),
+        ));
+        addr
+    }
+
+    async fn dead_addr() -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().to_string()
+    }
+
+    #[tokio::test]
+    async fn fails_over_to_a_live_server_and_learns_the_others() {
+        let dead = dead_addr().await;
+        let other = "127.0.0.1:1".to_string();
+        let live = serve_one(vec![dead_addr().await, other.clone()]).await;
+        let conn = RpcServerConn::new(
+            rpc::Client::new(Duration::from_secs(2)),
+            vec![dead.clone(), live.clone()],
+        );
+        let resp = conn
+            .register(NodeRegisterRequest::default())
+            .await
+            .expect("the second server answers");
+        assert_eq!(resp.index, 7);
+        let known = conn.servers();
+        assert!(known.contains(&other), "{known:?}");
+        assert!(!known.contains(&dead), "{known:?}");
+    }
+
+    #[tokio::test]
+    async fn a_non_failover_error_is_returned_at_once() {
+        let live = serve_one(vec![]).await;
+        let conn = RpcServerConn::new(rpc::Client::new(Duration::from_secs(2)), vec![live.clone()]);
+        let err = conn
+            .update_allocs(NodeUpdateAllocRequest::default())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, ErrorCode::NotFound);
+        assert_eq!(conn.servers(), vec![live]);
+    }
+}

@@ -1,0 +1,63 @@
+//! The Caravan client: the node agent that runs allocations.
+//!
+//! **Owns:** the node's identity and fingerprint (CPU, memory, disk, network, kernel and OS,
+//! drivers, host volumes, meta); registering and heartbeating with the servers; following the
+//! node's allocations with a blocking query; alloc and task runners (alloc directory, task
+//! environment and interpolation, lifecycle hooks, restart policy, kill timeout and signal,
+//! task events as Nomad names them); batching status updates back to the servers; and its own
+//! durable state, so that after a restart it reattaches to the tasks it started.
+//!
+//! **Never does:** scheduling (it runs what the servers placed on it, nothing else), changing
+//! cluster state other than through the four node rpc calls of [`ServerConn`], or running a
+//! process itself — every task goes through a [`drivers::Driver`].
+//!
+//! **Invariants:** task supervision never waits on the servers: unreachable servers delay
+//! registration and status updates (retried with bounded backoff), never a task; a task's
+//! driver handle is persisted (temp file, fsync, rename) after every start, and a client
+//! started on the same data dir reattaches to it through `Driver::recover` instead of starting
+//! it again; stopping the client (or dropping it) leaves tasks running.
+//!
+//! Layout: [`Client`] (`client.rs`) starts three loops — `node_loop` (register, heartbeat),
+//! `alloc_sync` (blocking query, diff against runners), `updater` (batched `Node.UpdateAlloc`) —
+//! and one `alloc_runner` per allocation, which runs one `task_runner` per task and tracks
+//! deployment health (`health`). Pure parts: `fingerprint::build_node`, `taskenv`, `restart`,
+//! `health`, `alloc_runner::client_status`. Limits and fixed timings: [`limits`].
+
+mod alloc_runner;
+mod alloc_sync;
+mod allocdir;
+mod client;
+mod config;
+mod conn;
+mod context;
+mod error;
+mod events;
+mod fingerprint;
+mod health;
+mod identity;
+pub mod limits;
+mod node_loop;
+mod persist;
+mod restart;
+mod rng;
+mod state_db;
+mod task_runner;
+mod taskenv;
+pub mod testing;
+mod time;
+mod updater;
+
+pub use allocdir::AllocDir;
+pub use client::Client;
+pub use config::{
+    ClientConfig, ClientTiming, ReservedResources, DEFAULT_ENV_DENYLIST, OPTION_ENV_DENYLIST,
+};
+pub use conn::{ConnFuture, RpcServerConn, ServerConn};
+pub use error::ClientError;
+pub use fingerprint::{
+    build_node, computed_class, CpuFacts, DiskFacts, HostFacts, NetFacts, NOMAD_COMPAT_VERSION,
+};
+pub use identity::{NodeIdentity, NODE_ID_FILE};
+pub use restart::{Decision, RestartTracker};
+pub use state_db::{AllocRecord, StateDb, TaskRecord};
+pub use taskenv::{EnvInputs, TaskEnv, TaskPaths};

@@ -1,0 +1,50 @@
+//! Every limit and fixed timing of the client, in one place. Names carry their unit.
+
+use std::time::Duration;
+
+/// First and last delay between two tries of a failed server call (register, heartbeat, alloc
+/// query, alloc updates). Doubles from min to max, with jitter.
+pub const RETRY_DELAY_MIN: Duration = Duration::from_millis(100);
+pub const RETRY_DELAY_MAX: Duration = Duration::from_secs(10);
+
+/// Heartbeats come at about half the TTL the server hands out, never closer than this.
+pub const HEARTBEAT_INTERVAL_MIN: Duration = Duration::from_millis(50);
+/// The heartbeat interval when a server answers without a TTL.
+pub const HEARTBEAT_INTERVAL_DEFAULT: Duration = Duration::from_secs(5);
+/// The most a heartbeat is moved earlier by jitter, in percent of the interval.
+pub const HEARTBEAT_JITTER_PERCENT_MAX: u64 = 20;
+
+/// How much longer than the blocking query's wait the rpc deadline of `Node.GetClientAllocs` is
+/// (the server may add up to wait/16 of jitter, as Nomad's does).
+pub const ALLOC_QUERY_DEADLINE_MARGIN: Duration = Duration::from_secs(10);
+/// When an alloc query answers at once without a newer index (a server that does not block),
+/// the next query waits this long, so a misbehaving server cannot make the client spin.
+pub const ALLOC_QUERY_IDLE_DELAY: Duration = Duration::from_millis(250);
+/// The deadline of every non-blocking server call.
+pub const SERVER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most allocation updates one `Node.UpdateAlloc` call carries.
+pub const ALLOC_UPDATES_PER_CALL_MAX: usize = 256;
+/// Capacity of the channel from alloc runners to the update batcher (it drains continuously,
+/// so this bounds a burst, not an outage).
+pub const ALLOC_UPDATE_QUEUE_CAPACITY: usize = 1024;
+/// Capacity of each alloc runner's command channel and of its task runners' channels.
+pub const RUNNER_QUEUE_CAPACITY: usize = 64;
+
+/// Nomad keeps the last 10 events of a task.
+pub const TASK_EVENTS_MAX: usize = 10;
+/// A task's `kill_timeout` is capped at this (Nomad's client `max_kill_timeout` default).
+pub const KILL_TIMEOUT_MAX: Duration = Duration::from_secs(30);
+/// Restart delays get up to this fraction of the delay added as jitter, in percent (Nomad: 25%).
+pub const RESTART_JITTER_PERCENT: u64 = 25;
+
+/// How long `Client::shutdown` waits for its loops and runners to detach before aborting them.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// A client state file larger than this is refused as damaged rather than read into memory.
+pub const STATE_FILE_BYTES_MAX: u64 = 64 << 20;
+/// The version of the persisted alloc record layout; another version is refused on recovery.
+pub const STATE_VERSION: u32 = 1;
+
+/// How often drivers are fingerprinted again; a change of health re-registers the node.
+pub const DRIVER_FINGERPRINT_PERIOD: Duration = Duration::from_secs(30);

@@ -1,0 +1,211 @@
+//! Keeping the node known to the servers: register (status `initializing`), heartbeat
+//! (`Node.UpdateStatus` with `ready`) at about half the TTL the servers hand out, register again
+//! when a server does not know the node (it lost its state) or when a driver's health changed.
+//!
+//! Failures are retried with bounded backoff forever; this loop never touches tasks, so
+//! unreachable servers never stop task supervision.
+
+use crate::conn::ServerConn;
+use crate::context::shutting_down;
+use crate::context::SharedNode;
+use crate::fingerprint::apply_driver_fingerprints;
+use crate::identity::NodeIdentity;
+use crate::limits::{
+    DRIVER_FINGERPRINT_PERIOD, HEARTBEAT_INTERVAL_DEFAULT, HEARTBEAT_INTERVAL_MIN,
+    HEARTBEAT_JITTER_PERCENT_MAX,
+};
+use crate::rng::{Backoff, Rng};
+use crate::time::now_rfc3339;
+use model::node::NodeStatus;
+use model::wire::{NodeRegisterRequest, NodeUpdateStatusRequest};
+use rpc::ErrorCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+
+pub(crate) struct NodeLoop {
+    pub conn: Arc<dyn ServerConn>,
+    pub node: SharedNode,
+    pub identity: NodeIdentity,
+    pub drivers: Vec<Arc<dyn drivers::Driver>>,
+    /// `true` while the servers know the node; the alloc loops wait on it.
+    pub registered: watch::Sender<bool>,
+    /// Another loop learned that the servers do not know the node.
+    pub reregister: Arc<Notify>,
+    pub shutdown: watch::Receiver<bool>,
+    pub rng: Rng,
+}
+
+/// Why heartbeating stopped.
+enum Stop {
+    Reregister,
+    Shutdown,
+}
+
+impl NodeLoop {
+    pub async fn run(mut self) {
+        let mut backoff = Backoff::new(self.rng.clone());
+        loop {
+            let Some(ttl) = self.register(&mut backoff).await else {
+                return;
+            };
+            self.registered.send_replace(true);
+            let stop = self.heartbeat(ttl, &mut backoff).await;
+            self.registered.send_replace(false);
+            if let Stop::Shutdown = stop {
+                return;
+            }
+        }
+    }
+
+    /// Registers until it works; `None` on shutdown.
+    async fn register(&mut self, backoff: &mut Backoff) -> Option<Duration> {
+        let mut shutdown = self.shutdown.clone();
+        loop {
+            let mut node = (*self.node.get()).clone();
+            node.status = NodeStatus::Initializing.as_str().into();
+            let req = NodeRegisterRequest { node };
+            let result = tokio::select! {
+                r = self.conn.register(req) => r,
+                () = shutting_down(&mut shutdown) => return None,
+            };
+            let delay = match result {
+                Ok(resp) => {
+                    tracing::info!(node_id = %self.identity.id, "node registered");
+                    backoff.reset();
+                    return Some(to_std(resp.heartbeat_ttl));
+                }
+                Err(e) => {
+                    let delay = backoff.next_delay();
+                    tracing::warn!(error = %e, retry_in = ?delay, "cannot register the node");
+                    delay
+                }
+            };
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = shutting_down(&mut shutdown) => return None,
+            }
+        }
+    }
+
+    async fn heartbeat(&mut self, mut ttl: Duration, backoff: &mut Backoff) -> Stop {
+        let mut shutdown = self.shutdown.clone();
+        let reregister = Arc::clone(&self.reregister);
+        let mut fingerprint = tokio::time::interval(DRIVER_FINGERPRINT_PERIOD);
+        fingerprint.tick().await;
+        let mut next = Instant::now();
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(next) => {}
+                () = reregister.notified() => return Stop::Reregister,
+                _ = fingerprint.tick() => {
+                    if self.refresh_drivers() {
+                        return Stop::Reregister;
+                    }
+                    continue;
+                }
+                () = shutting_down(&mut shutdown) => return Stop::Shutdown,
+            }
+            let req = NodeUpdateStatusRequest {
+                node_id: self.identity.id.clone(),
+                secret_id: self.identity.secret_id.clone(),
+                status: NodeStatus::Ready.as_str().into(),
+            };
+            let result = tokio::select! {
+                r = self.conn.update_status(req) => r,
+                () = shutting_down(&mut shutdown) => return Stop::Shutdown,
+            };
+            match result {
+                Ok(resp) => {
+                    backoff.reset();
+                    if self.node.get().status != NodeStatus::Ready.as_str() {
+                        self.node
+                            .update(|n| n.status = NodeStatus::Ready.as_str().into());
+                    }
+                    ttl = to_std(resp.heartbeat_ttl);
+                    next = Instant::now() + self.interval(ttl);
+                }
+                Err(e) if e.code == ErrorCode::NotFound => {
+                    tracing::info!("the servers do not know this node; registering again");
+                    return Stop::Reregister;
+                }
+                Err(e) => {
+                    let delay = backoff.next_delay().min(self.interval(ttl));
+                    tracing::warn!(error = %e, retry_in = ?delay, "heartbeat failed");
+                    next = Instant::now() + delay;
+                }
+            }
+        }
+    }
+
+    /// About half the TTL, moved earlier by up to [`HEARTBEAT_JITTER_PERCENT_MAX`] percent.
+    fn interval(&mut self, ttl: Duration) -> Duration {
+        heartbeat_interval(ttl, &mut self.rng)
+    }
+
+    /// Fingerprints the drivers again; returns whether the node changed.
+    fn refresh_drivers(&self) -> bool {
+        let fps: Vec<(String, drivers::Fingerprint)> = self
+            .drivers
+            .iter()
+            .map(|d| (d.name().to_string(), d.fingerprint()))
+            .collect();
+        let current = self.node.get();
+        let changed = fps
+            .iter()
+            .any(|(name, fp)| match current.drivers.get(name) {
+                None => fp.detected,
+                Some(info) => {
+                    info.healthy != fp.healthy
+                        || info.detected != fp.detected
+                        || info.health_description != fp.health_description
+                        || info.attributes != fp.attributes
+                }
+            });
+        if changed {
+            tracing::info!("driver fingerprints changed; updating the node");
+            self.node
+                .update(|n| apply_driver_fingerprints(n, &fps, &now_rfc3339()));
+        }
+        changed
+    }
+}
+
+pub(crate) fn heartbeat_interval(ttl: Duration, rng: &mut Rng) -> Duration {
+    if ttl.is_zero() {
+        return HEARTBEAT_INTERVAL_DEFAULT;
+    }
+    let half = ttl / 2;
+    let jitter = rng.below(half * u32::try_from(HEARTBEAT_JITTER_PERCENT_MAX).unwrap_or(0) / 100);
+    (half - jitter).max(HEARTBEAT_INTERVAL_MIN)
+}
+
+fn to_std(d: model::Duration) -> Duration {
+    Duration::from_nanos(u64::try_from(d.as_nanos()).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heartbeats_come_at_about_half_the_ttl() {
+        let mut rng = Rng::new(3);
+        for _ in 0..100 {
+            let d = heartbeat_interval(Duration::from_secs(10), &mut rng);
+            assert!(
+                d <= Duration::from_secs(5) && d >= Duration::from_secs(4),
+                "{d:?}"
+            );
+        }
+        assert_eq!(
+            heartbeat_interval(Duration::from_millis(10), &mut rng),
+            HEARTBEAT_INTERVAL_MIN
+        );
+        assert_eq!(
+            heartbeat_interval(Duration::ZERO, &mut rng),
+            HEARTBEAT_INTERVAL_DEFAULT
+        );
+    }
+}

@@ -1,0 +1,466 @@
+//! One task's life on this node (Nomad's `TaskRunner`): build its directory and environment,
+//! start it through its driver, wait for it, apply the restart policy, and stop it with its
+//! `kill_timeout` and `kill_signal` when told.
+//!
+//! A task runner owns its [`TaskRecord`] and sends a copy to its alloc runner after every
+//! change; the alloc runner persists it. On [`TaskCommand::Detach`] (client shutdown), or when
+//! its alloc runner is gone, it returns without touching the task: the task keeps running and
+//! the next client reattaches to it from the persisted handle.
+
+use crate::allocdir::AllocDir;
+use crate::context::{find_task, RunnerContext};
+use crate::events;
+use crate::limits::{KILL_TIMEOUT_MAX, RUNNER_QUEUE_CAPACITY};
+use crate::restart::{Decision, RestartTracker};
+use crate::rng::Rng;
+use crate::state_db::TaskRecord;
+use crate::taskenv::{EnvInputs, TaskEnv, TaskPaths};
+use drivers::{
+    Driver, DriverError, ExitResult, FsIsolation, TaskConfig, TaskHandle, TaskResources,
+};
+use model::alloc::{
+    Allocation, TaskEvent, TASK_STATE_DEAD, TASK_STATE_PENDING, TASK_STATE_RUNNING,
+};
+use model::job::JobType;
+use model::Task;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+/// What an alloc runner tells a task runner.
+#[derive(Debug)]
+pub(crate) enum TaskCommand {
+    /// Stop the task and end; `event` (why: a sibling failed, the leader died) is recorded first.
+    Kill { event: Option<Box<TaskEvent>> },
+    /// End without touching the task (client shutdown).
+    Detach,
+}
+
+/// A task runner's state after a change.
+#[derive(Debug)]
+pub(crate) struct TaskReport {
+    pub name: String,
+    pub record: TaskRecord,
+}
+
+pub(crate) struct TaskRunnerHandle {
+    pub cmds: mpsc::Sender<TaskCommand>,
+    pub join: JoinHandle<()>,
+}
+
+pub(crate) struct TaskRunner {
+    ctx: Arc<RunnerContext>,
+    name: String,
+    /// The newest allocation from the servers (restarts use the newest job and resources).
+    alloc: watch::Receiver<Arc<Allocation>>,
+    dir: AllocDir,
+    record: TaskRecord,
+    tracker: RestartTracker,
+    cmds: mpsc::Receiver<TaskCommand>,
+    reports: mpsc::Sender<TaskReport>,
+    rng: Rng,
+    /// The task directory was built and "Task Setup" recorded.
+    set_up: bool,
+}
+
+/// Where the runner goes next.
+enum Step {
+    Start,
+    Wait {
+        driver: Arc<dyn Driver>,
+        task_id: String,
+    },
+    Decide(Decision),
+    Done,
+}
+
+/// How waiting on a running task ended.
+enum WaitEnd {
+    Exited(ExitResult),
+    Kill(Option<Box<TaskEvent>>),
+    Detach,
+}
+
+impl TaskRunner {
+    /// Spawns the runner. `recover`: reattach to this handle's task instead of starting one.
+    pub fn spawn(
+        ctx: Arc<RunnerContext>,
+        name: String,
+        alloc: watch::Receiver<Arc<Allocation>>,
+        dir: AllocDir,
+        record: TaskRecord,
+        reports: mpsc::Sender<TaskReport>,
+        recover: Option<TaskHandle>,
+    ) -> TaskRunnerHandle {
+        let (cmd_tx, cmd_rx) = mpsc::channel(RUNNER_QUEUE_CAPACITY);
+        let tracker = {
+            let a = alloc.borrow();
+            let job_type = a
+                .job
+                .as_deref()
+                .and_then(|j| j.job_type.as_deref())
+                .and_then(JobType::parse)
+                .unwrap_or_default();
+            let task = find_task(&a, &name).map(|(_, _, t)| t);
+            RestartTracker::new(
+                task.and_then(|t| t.restart_policy.as_ref()),
+                job_type,
+                task.and_then(|t| t.lifecycle.as_ref()),
+            )
+        };
+        let runner = TaskRunner {
+            ctx,
+            set_up: recover.is_some(),
+            name,
+            alloc,
+            dir,
+            record,
+            tracker,
+            cmds: cmd_rx,
+            reports,
+            rng: Rng::from_entropy(),
+        };
+        let join = tokio::spawn(runner.run(recover));
+        TaskRunnerHandle { cmds: cmd_tx, join }
+    }
+
+    async fn run(mut self, recover: Option<TaskHandle>) {
+        let mut step = match recover {
+            Some(handle) => self.reattach(handle).await,
+            None => Step::Start,
+        };
+        loop {
+            step = match step {
+                Step::Start => self.start().await,
+                Step::Wait { driver, task_id } => self.wait(driver, task_id).await,
+                Step::Decide(decision) => self.apply(decision).await,
+                Step::Done => return,
+            };
+        }
+    }
+
+    async fn report(&self) {
+        let report = TaskReport {
+            name: self.name.clone(),
+            record: self.record.clone(),
+        };
+        // The alloc runner is gone only when the client is going away; nothing to tell then.
+        let _ = self.reports.send(report).await;
+    }
+
+    fn push(&mut self, e: TaskEvent) {
+        events::push(&mut self.record.state, e);
+    }
+
+    fn driver(&self, name: &str) -> Option<Arc<dyn Driver>> {
+        self.ctx.drivers.get(name).cloned()
+    }
+
+    /// A command that arrived while the runner was not listening (starting, setting up).
+    fn pending_command(&mut self) -> Option<TaskCommand> {
+        match self.cmds.try_recv() {
+            Ok(cmd) => Some(cmd),
+            Err(mpsc::error::TryRecvError::Empty) => None,
+            Err(mpsc::error::TryRecvError::Disconnected) => Some(TaskCommand::Detach),
+        }
+    }
+
+    async fn reattach(&mut self, handle: TaskHandle) -> Step {
+        let Some(driver) = self.driver(&handle.driver) else {
+            let msg = format!(
+                "cannot reattach: no driver {:?} on this node",
+                handle.driver
+            );
+            return self.lost_task(&msg).await;
+        };
+        match driver.recover(&handle).await {
+            Ok(()) => {
+                tracing::info!(task = %self.name, task_id = %handle.task_id, pid = ?handle.pid, "reattached to task");
+                Step::Wait {
+                    driver,
+                    task_id: handle.task_id,
+                }
+            }
+            Err(e) => self.lost_task(&format!("cannot reattach: {e}")).await,
+        }
+    }
+
+    /// The task of a persisted handle cannot be reached: it counts as a failed start.
+    async fn lost_task(&mut self, msg: &str) -> Step {
+        tracing::warn!(task = %self.name, "{msg}");
+        self.record.handle = None;
+        self.push(events::driver_failure(msg));
+        events::transition(&mut self.record.state, TASK_STATE_PENDING);
+        self.report().await;
+        let d = self
+            .tracker
+            .on_start_error(true, Instant::now(), self.rng.next_u64());
+        Step::Decide(d)
+    }
+
+    async fn start(&mut self) -> Step {
+        match self.pending_command() {
+            Some(TaskCommand::Detach) => return Step::Done,
+            Some(TaskCommand::Kill { event }) => return self.killed_while_idle(event).await,
+            None => {}
+        }
+        let alloc = self.alloc.borrow().clone();
+        let Some((_, _, task)) = find_task(&alloc, &self.name) else {
+            return self
+                .setup_failed("the task is not in the allocation's job")
+                .await;
+        };
+        let Some(driver) = self.driver(&task.driver) else {
+            let msg = format!("driver {:?} is not available on this node", task.driver);
+            self.push(events::driver_failure(&msg));
+            let d = self
+                .tracker
+                .on_start_error(false, Instant::now(), self.rng.next_u64());
+            return Step::Decide(d);
+        };
+        if !self.set_up {
+            self.push(events::setup());
+            self.report().await;
+            self.set_up = true;
+        }
+        let cfg = match self.task_config(&alloc, &*driver) {
+            Ok(cfg) => cfg,
+            Err(msg) => return self.setup_failed(&msg).await,
+        };
+        let task_id = cfg.id.clone();
+        match driver.start(cfg).await {
+            Ok(handle) => {
+                tracing::debug!(task = %self.name, %task_id, pid = ?handle.pid, "task started");
+                self.record.handle = Some(handle);
+                events::transition(&mut self.record.state, TASK_STATE_RUNNING);
+                self.push(events::started());
+                self.report().await;
+                Step::Wait { driver, task_id }
+            }
+            Err(e) => self.start_failed(&e).await,
+        }
+    }
+
+    async fn start_failed(&mut self, e: &DriverError) -> Step {
+        tracing::warn!(task = %self.name, error = %e, "task failed to start");
+        self.push(events::driver_failure(&e.to_string()));
+        self.report().await;
+        let d =
+            self.tracker
+                .on_start_error(e.is_recoverable(), Instant::now(), self.rng.next_u64());
+        Step::Decide(d)
+    }
+
+    async fn setup_failed(&mut self, msg: &str) -> Step {
+        tracing::warn!(task = %self.name, "task setup failed: {msg}");
+        self.push(events::setup_failure(msg));
+        events::transition(&mut self.record.state, TASK_STATE_DEAD);
+        self.report().await;
+        Step::Done
+    }
+
+    /// Everything the driver needs to start this task now.
+    fn task_config(&self, alloc: &Allocation, driver: &dyn Driver) -> Result<TaskConfig, String> {
+        let (job, group, task) =
+            find_task(alloc, &self.name).ok_or("the task is not in the allocation's job")?;
+        self.dir.build().map_err(|e| e.to_string())?;
+        let task_dir = self.dir.build_task(&self.name).map_err(|e| e.to_string())?;
+        let isolation = driver.capabilities().fs_isolation;
+        let paths = match isolation {
+            FsIsolation::None => TaskPaths {
+                alloc_dir: self.dir.shared().display().to_string(),
+                task_dir: task_dir.local_dir.display().to_string(),
+                secrets_dir: task_dir.secrets_dir.display().to_string(),
+            },
+            FsIsolation::Chroot | FsIsolation::Image => TaskPaths {
+                alloc_dir: "/alloc".into(),
+                task_dir: "/local".into(),
+                secrets_dir: "/secrets".into(),
+            },
+        };
+        let no_host_env = Default::default();
+        let node = self.ctx.node.get();
+        let env = TaskEnv::build(&EnvInputs {
+            alloc,
+            job,
+            group,
+            task,
+            node: &node,
+            region: &self.ctx.region,
+            paths,
+            host_env: if isolation == FsIsolation::Image {
+                &no_host_env
+            } else {
+                &self.ctx.host_env
+            },
+        });
+        let config: serde_json::Map<String, serde_json::Value> = task
+            .config
+            .iter()
+            .map(|(k, v)| (k.clone(), env.interpolate_json(v)))
+            .collect();
+        let short = uuid::Uuid::new_v4().simple().to_string();
+        Ok(TaskConfig {
+            id: format!("{}/{}/{}", alloc.id, self.name, &short[..8]),
+            alloc_id: alloc.id.clone(),
+            name: self.name.clone(),
+            driver_config: config,
+            env: env.into_env(),
+            user: (!task.user.is_empty()).then(|| task.user.clone()),
+            task_dir,
+            alloc_dir: self.dir.shared(),
+            stdout_path: self.dir.stdout_path(&self.name),
+            stderr_path: self.dir.stderr_path(&self.name),
+            resources: task_resources(alloc, task),
+            kill_signal: task.kill_signal.clone(),
+            kill_timeout: kill_timeout(task),
+        })
+    }
+
+    async fn wait(&mut self, driver: Arc<dyn Driver>, task_id: String) -> Step {
+        let end = tokio::select! {
+            exit = driver.wait(&task_id) => WaitEnd::Exited(exit.unwrap_or_else(|e| ExitResult {
+                exit_code: 0,
+                signal: 0,
+                oom_killed: false,
+                err: Some(format!("waiting on the task failed: {e}")),
+            })),
+            cmd = self.cmds.recv() => match cmd {
+                Some(TaskCommand::Kill { event }) => WaitEnd::Kill(event),
+                Some(TaskCommand::Detach) | None => WaitEnd::Detach,
+            },
+        };
+        match end {
+            WaitEnd::Detach => Step::Done,
+            WaitEnd::Kill(event) => self.kill(&*driver, &task_id, event).await,
+            WaitEnd::Exited(exit) => {
+                tracing::debug!(task = %self.name, %task_id, ?exit, "task exited");
+                self.push(events::terminated(&exit));
+                self.forget(&*driver, &task_id).await;
+                self.report().await;
+                let d =
+                    self.tracker
+                        .on_exit(exit.successful(), Instant::now(), self.rng.next_u64());
+                Step::Decide(d)
+            }
+        }
+    }
+
+    /// Frees what the driver holds for an exited task and drops the handle.
+    async fn forget(&mut self, driver: &dyn Driver, task_id: &str) {
+        if let Err(e) = driver.destroy(task_id, true).await {
+            tracing::warn!(task = %self.name, %task_id, error = %e, "driver could not destroy the task");
+        }
+        self.record.handle = None;
+    }
+
+    async fn kill(
+        &mut self,
+        driver: &dyn Driver,
+        task_id: &str,
+        event: Option<Box<TaskEvent>>,
+    ) -> Step {
+        tracing::debug!(task = %self.name, %task_id, "killing task");
+        if let Some(e) = event {
+            self.push(*e);
+        }
+        let alloc = self.alloc.borrow().clone();
+        let task = find_task(&alloc, &self.name).map(|(_, _, t)| t);
+        let delay = task.map_or(Duration::ZERO, shutdown_delay);
+        if !delay.is_zero() {
+            self.push(events::waiting_shutdown_delay(delay));
+            self.report().await;
+            tokio::time::sleep(delay).await;
+        }
+        let timeout = task.map_or(Duration::from_secs(5), kill_timeout);
+        self.push(events::killing(timeout));
+        self.report().await;
+        let stopped = driver.stop(task_id, timeout, "").await;
+        if let Ok(Ok(exit)) = tokio::time::timeout(timeout, driver.wait(task_id)).await {
+            self.push(events::terminated(&exit));
+        }
+        let error = stopped.err().map(|e| e.to_string());
+        self.push(events::killed(error.as_deref()));
+        self.forget(driver, task_id).await;
+        events::transition(&mut self.record.state, TASK_STATE_DEAD);
+        self.report().await;
+        tracing::debug!(task = %self.name, %task_id, "task killed");
+        Step::Done
+    }
+
+    /// A kill while no process runs (before a start, during a restart delay).
+    async fn killed_while_idle(&mut self, event: Option<Box<TaskEvent>>) -> Step {
+        if let Some(e) = event {
+            self.push(*e);
+        }
+        self.push(events::killed(None));
+        events::transition(&mut self.record.state, TASK_STATE_DEAD);
+        self.report().await;
+        Step::Done
+    }
+
+    async fn apply(&mut self, decision: Decision) -> Step {
+        match decision {
+            Decision::Complete => {
+                events::transition(&mut self.record.state, TASK_STATE_DEAD);
+                self.report().await;
+                Step::Done
+            }
+            Decision::Fail { reason } => {
+                self.push(events::not_restarting(&reason));
+                events::transition(&mut self.record.state, TASK_STATE_DEAD);
+                self.report().await;
+                Step::Done
+            }
+            Decision::Restart { delay, reason } => {
+                self.record.state.restarts += 1;
+                self.record.state.last_restart = Some(crate::time::now_rfc3339());
+                self.push(events::restarting(delay, &reason));
+                events::transition(&mut self.record.state, TASK_STATE_PENDING);
+                self.report().await;
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => Step::Start,
+                    cmd = self.cmds.recv() => match cmd {
+                        Some(TaskCommand::Kill { event }) => self.killed_while_idle(event).await,
+                        Some(TaskCommand::Detach) | None => Step::Done,
+                    },
+                }
+            }
+        }
+    }
+}
+
+/// The resources the scheduler gave the task, or what the task asked for.
+fn task_resources(alloc: &Allocation, task: &Task) -> TaskResources {
+    let to_u64 = |v: i64| u64::try_from(v).unwrap_or(0);
+    if let Some(r) = alloc
+        .allocated_resources
+        .as_ref()
+        .and_then(|r| r.tasks.get(&task.name))
+    {
+        return TaskResources {
+            cpu_mhz: to_u64(r.cpu.cpu_shares),
+            memory_mb: to_u64(r.memory.memory_mb),
+            memory_max_mb: to_u64(r.memory.memory_max_mb),
+        };
+    }
+    let asked = task.resources.clone().unwrap_or_default();
+    TaskResources {
+        cpu_mhz: to_u64(i64::from(asked.cpu.unwrap_or(0))),
+        memory_mb: to_u64(i64::from(asked.memory_mb.unwrap_or(0))),
+        memory_max_mb: to_u64(i64::from(asked.memory_max_mb.unwrap_or(0))),
+    }
+}
+
+/// The task's `kill_timeout` (Nomad's default 5 s), capped at [`KILL_TIMEOUT_MAX`].
+fn kill_timeout(task: &Task) -> Duration {
+    let d = task
+        .kill_timeout
+        .unwrap_or(model::task::DEFAULT_KILL_TIMEOUT);
+    Duration::from_nanos(u64::try_from(d.0).unwrap_or(0)).min(KILL_TIMEOUT_MAX)
+}
+
+fn shutdown_delay(task: &Task) -> Duration {
+    Duration::from_nanos(u64::try_from(task.shutdown_delay.0).unwrap_or(0))
+}
