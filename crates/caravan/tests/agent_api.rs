@@ -494,3 +494,54 @@ fn a_killed_server_keeps_every_acknowledged_job() {
         assert_eq!(job["JobModifyIndex"].as_i64(), Some(*modify_index), "{id}");
     }
 }
+
+#[test]
+fn a_dev_agent_runs_a_raw_exec_job_and_stop_ends_it() {
+    let dir = temp_dir("run");
+    let agent = Agent::start(&dir, &["-dev"]);
+    agent.wait_until("the dev client registered", || {
+        agent
+            .get("/v1/nodes")
+            .ok()
+            .and_then(|v| v.as_array().map(|a| a.len()))
+            == Some(1)
+    });
+    let marker = dir.join("marker");
+    let job = json!({"Job": {"ID": "echo", "Type": "service", "TaskGroups": [{"Name": "g", "Tasks": [{
+        "Name": "t", "Driver": "raw_exec",
+        "Config": {"command": "/bin/sh", "args": ["-c", format!("echo hello-from-${{NOMAD_TASK_NAME}}; touch {}; exec sleep 600", marker.display())]},
+        "Resources": {"CPU": 100, "MemoryMB": 32}
+    }]}]}});
+    let (status, body) = agent.put("/v1/jobs", &job);
+    assert_eq!(status, 200, "{body}");
+    agent.wait_until("the allocation runs", || {
+        agent.get("/v1/job/echo/allocations").ok().is_some_and(|v| {
+            v.as_array()
+                .is_some_and(|a| a.iter().any(|x| x["ClientStatus"] == "running"))
+        })
+    });
+    agent.wait_until("the task ran its command", || marker.exists());
+    let allocs = agent.get("/v1/job/echo/allocations").unwrap();
+    let alloc_id = allocs[0]["ID"].as_str().unwrap().to_string();
+    let full = agent.get(&format!("/v1/allocation/{alloc_id}")).unwrap();
+    let events: Vec<&str> = full["TaskStates"]["t"]["Events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["Type"].as_str())
+        .collect();
+    assert!(events.contains(&"Started"), "{events:?}");
+
+    let out = agent.caravan(&["job", "stop", "echo"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    agent.wait_until("the allocation is stopped and complete", || {
+        agent
+            .get(&format!("/v1/allocation/{alloc_id}"))
+            .ok()
+            .is_some_and(|a| a["DesiredStatus"] == "stop" && a["ClientStatus"] == "complete")
+    });
+}

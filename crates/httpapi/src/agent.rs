@@ -90,8 +90,8 @@ pub async fn agent_self(State(st): State<ApiState>, Query(params): Params) -> Re
                 "leader": st.server.is_leader().to_string(),
                 "leader_addr": st.server.leader_addr().unwrap_or_default(),
                 "known_regions": "1",
-                // The scheduler is not built yet (issue #4): evaluations stay pending.
-                "schedulers_running": "false",
+                // Whether this server's scheduler workers run (they do on the leader).
+                "schedulers_running": st.server.schedulers_running().to_string(),
             },
             "raft": {
                 "last_index": st.server.state().latest_index().to_string(),

@@ -161,11 +161,12 @@ async fn run_agent(cfg: AgentConfig, dev: bool, client_enabled: bool) -> Result<
     server_cfg.datacenter = datacenter.clone();
     server_cfg.name = name.clone();
     server_cfg.bootstrap_expect = server_cfg_block.bootstrap_expect.unwrap_or(1);
-    server_cfg.rpc_advertise = cfg
-        .advertise
-        .as_ref()
-        .and_then(|a| a.rpc.clone())
-        .or_else(|| (!rpc_addr.ip().is_unspecified()).then(|| rpc_addr.to_string()));
+    if let Some(n) = server_cfg_block.num_schedulers {
+        server_cfg.num_schedulers = n as usize;
+    }
+    // An explicit `advertise { rpc }` wins; otherwise the server advertises the address it bound
+    // (so port 0 works).
+    server_cfg.rpc_advertise = cfg.advertise.as_ref().and_then(|a| a.rpc.clone());
     if server_cfg.bootstrap_expect > 1 {
         bail!("bootstrap_expect = {} needs the multi-server cluster, which is not supported yet; use 1", server_cfg.bootstrap_expect);
     }
@@ -192,9 +193,23 @@ async fn run_agent(cfg: AgentConfig, dev: bool, client_enabled: bool) -> Result<
         &datacenter,
         client_enabled,
     );
-    if client_enabled {
-        println!("    [WARN] client mode is not supported yet: this agent runs the server only, so no task runs");
-    }
+    let node_client = if client_enabled {
+        Some(
+            start_client(
+                &cfg,
+                dev,
+                &data_dir,
+                &name,
+                &region,
+                &datacenter,
+                server.rpc_addr(),
+                http_bound,
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let state = httpapi::ApiState {
         server: server.clone(),
@@ -207,9 +222,73 @@ async fn run_agent(cfg: AgentConfig, dev: bool, client_enabled: bool) -> Result<
     println!("==> Caught signal: shutting down");
     let _ = stop_tx.send(());
     let _ = http.await;
+    if let Some(node_client) = node_client {
+        // Tasks keep running, as with Nomad's client; a restarted client reattaches to them.
+        node_client.shutdown().await;
+    }
     server.shutdown().await;
     println!("==> Shutdown complete");
     Ok(0)
+}
+
+/// Starts this agent's client: it registers with the server over rpc like any remote client would.
+#[allow(clippy::too_many_arguments)]
+async fn start_client(
+    cfg: &AgentConfig,
+    dev: bool,
+    data_dir: &std::path::Path,
+    name: &str,
+    region: &str,
+    dc: &str,
+    server_rpc: &str,
+    http: SocketAddr,
+) -> Result<client::Client> {
+    let block = cfg.client.clone().unwrap_or_default();
+    let mut ccfg = client::ClientConfig::new(data_dir.join("client"));
+    ccfg.node_name = name.to_string();
+    ccfg.region = region.to_string();
+    ccfg.datacenter = dc.to_string();
+    ccfg.node_class = block.node_class.clone().unwrap_or_default();
+    if let Some(pool) = block.node_pool.clone() {
+        ccfg.node_pool = pool;
+    }
+    ccfg.meta = block.meta.clone().unwrap_or_default().into_iter().collect();
+    ccfg.options = block
+        .options
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    ccfg.cpu_total_compute_mhz = block.cpu_total_compute;
+    ccfg.memory_total_mb = block.memory_total_mb;
+    ccfg.http_addr = http.to_string();
+    let raw_exec_enabled = dev || plugin_enabled(cfg, "raw_exec");
+    let drivers: Vec<Arc<dyn drivers::Driver>> = vec![
+        Arc::new(drivers::RawExecDriver::new(drivers::RawExecConfig {
+            enabled: raw_exec_enabled,
+        })),
+        Arc::new(drivers::ExecDriver::new()),
+    ];
+    let mut servers: Vec<String> = block.servers.clone().unwrap_or_default();
+    if !servers.iter().any(|s| s == server_rpc) {
+        servers.insert(0, server_rpc.to_string());
+    }
+    let conn = Arc::new(client::RpcServerConn::new(rpc::Client::default(), servers));
+    client::Client::start(ccfg, conn, drivers)
+        .await
+        .map_err(|e| anyhow::anyhow!("starting the client: {e}"))
+}
+
+/// `plugin "NAME" { config { enabled = true } }`.
+fn plugin_enabled(cfg: &AgentConfig, name: &str) -> bool {
+    cfg.plugin
+        .as_ref()
+        .and_then(|plugins| plugins.get(name))
+        .and_then(|p| p.config.as_ref())
+        .and_then(|c| c.get("enabled"))
+        .is_some_and(|v| {
+            v.as_bool() == Some(true) || v.as_str() == Some("true") || v.as_str() == Some("1")
+        })
 }
 
 async fn wait_for_signal() {
