@@ -2,6 +2,9 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::leader::limits;
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -24,6 +27,14 @@ pub struct ServerConfig {
     pub raft_snapshot_every: u64,
     /// Scheduling workers the leader runs (Nomad's `num_schedulers`); default: the cores.
     pub num_schedulers: usize,
+    /// The heartbeat TTL handed to clients (Nomad's `min_heartbeat_ttl`); default 10 s.
+    pub min_heartbeat_ttl: Duration,
+    /// How long past its TTL the leader waits for a node's heartbeat before marking it down
+    /// (Nomad's `heartbeat_grace`); default 10 s.
+    pub heartbeat_grace: Duration,
+    /// How long a new leader gives every ready node to heartbeat before marking it down (Nomad's
+    /// `failover_heartbeat_ttl`); default 5 min.
+    pub failover_heartbeat_ttl: Duration,
 }
 
 impl ServerConfig {
@@ -41,6 +52,9 @@ impl ServerConfig {
             raft_election_timeout_ms: (1000, 2000),
             raft_snapshot_every: 8192,
             num_schedulers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            min_heartbeat_ttl: limits::DEFAULT_MIN_HEARTBEAT_TTL,
+            heartbeat_grace: limits::DEFAULT_HEARTBEAT_GRACE,
+            failover_heartbeat_ttl: limits::DEFAULT_FAILOVER_HEARTBEAT_TTL,
         }
     }
 }

@@ -14,9 +14,6 @@ use model::JobType;
 use state::{Command, StateSnapshot};
 use std::collections::BTreeMap;
 
-/// The heartbeat TTL the servers ask of clients (Nomad's `MinHeartbeatTTL`).
-pub const HEARTBEAT_TTL: std::time::Duration = std::time::Duration::from_secs(10);
-
 impl Server {
     /// `Node.Register`: stores the node (forwarded to the leader when this server does not lead),
     /// then creates node-update evaluations for its system jobs and the jobs with allocations on it
@@ -45,7 +42,9 @@ impl Server {
         }
         let wants_evals = should_create_node_evals(original.as_deref(), &node);
         let node_id = node.id.clone();
+        let down = node.status_kind() == Some(NodeStatus::Down);
         let resp = self.apply(Command::NodeRegister { node }).await?;
+        self.reset_heartbeat(&node_id, down);
         let mut index = resp.index;
         if wants_evals {
             let snap = self.state().snapshot();
@@ -56,12 +55,84 @@ impl Server {
                 }
             }
         }
-        Ok(NodeUpdateResponse {
-            heartbeat_ttl: model::Duration(HEARTBEAT_TTL.as_nanos() as i64),
+        Ok(self.node_update_response(index))
+    }
+
+    fn node_update_response(&self, index: u64) -> NodeUpdateResponse {
+        NodeUpdateResponse {
+            heartbeat_ttl: model::Duration(heartbeat_ttl_ns(self)),
             servers: self.peers(),
             index,
-        })
+        }
     }
+
+    /// On the leader: restarts the node's heartbeat timer, or stops it for a node that is down.
+    fn reset_heartbeat(&self, node_id: &str, down: bool) {
+        if down {
+            self.leadership().node_forget(node_id);
+        } else {
+            self.leadership()
+                .node_heartbeat(node_id, self.config().min_heartbeat_ttl);
+        }
+    }
+
+    /// On the leader: writes the node's new status and, when the change calls for it (Nomad's
+    /// `ShouldDrainNode` and `nodeStatusTransitionRequiresEval`), the node-update evaluations of its
+    /// jobs in a second entry — so a node written down has its allocations marked lost and
+    /// replaced. Returns the last index written.
+    pub(crate) async fn node_set_status_local(
+        &self,
+        node: &Node,
+        status: &str,
+    ) -> Result<u64, ServerError> {
+        let cmd = Command::NodeUpdateStatus {
+            node_id: node.id.clone(),
+            status: status.to_owned(),
+            updated_at: now_nanos() / 1_000_000_000,
+        };
+        let mut index = self.apply(cmd).await?.index;
+        if status_change_wants_evals(&node.status, status) {
+            let snap = self.state().snapshot();
+            if let Some(stored) = snap.node(&node.id) {
+                let evals = node_evals(&snap, &stored, now_nanos());
+                if !evals.is_empty() {
+                    index = self.apply(Command::EvalUpsert { evals }).await?.index;
+                }
+            }
+        }
+        Ok(index)
+    }
+
+    /// On the leader, when the node's heartbeat deadline passed: writes it down, with evaluations
+    /// for its jobs. Nothing when it is gone or already down.
+    pub(crate) async fn node_mark_down(&self, node_id: &str) -> Result<(), ServerError> {
+        let Some(node) = self.state().snapshot().node(node_id) else {
+            return Ok(());
+        };
+        if node.status_kind() == Some(NodeStatus::Down) {
+            return Ok(());
+        }
+        self.node_set_status_local(&node, NodeStatus::Down.as_str())
+            .await
+            .map(|_| ())
+    }
+}
+
+fn heartbeat_ttl_ns(server: &Server) -> i64 {
+    i64::try_from(server.config().min_heartbeat_ttl.as_nanos()).unwrap_or(i64::MAX)
+}
+
+/// Nomad's `ShouldDrainNode(new)` or `nodeStatusTransitionRequiresEval(new, old)`: a node going down
+/// or disconnected, coming back from down or disconnected, or done initializing.
+fn status_change_wants_evals(old: &str, new: &str) -> bool {
+    use NodeStatus::{Disconnected, Down, Initializing, Ready};
+    let (old, new) = (NodeStatus::parse(old), NodeStatus::parse(new));
+    if old == new {
+        return false;
+    }
+    matches!(new, Some(Down | Disconnected))
+        || old == Some(Disconnected)
+        || (matches!(old, Some(Initializing | Down)) && new == Some(Ready))
 }
 
 /// Nomad's `shouldCreateNodeEval`: a new node, or one whose status changed into ready.
@@ -140,35 +211,31 @@ fn glob_match(pattern: &str, text: &str) -> bool {
 /// What clients call after registering: heartbeats, the blocking query for their allocations, and
 /// reports of how their allocations run.
 impl Server {
-    /// `Node.UpdateStatus`: the heartbeat. An unknown node is `NotFound`, which makes the client
-    /// register again (after a server lost its state); a raft write happens only when the status
-    /// changes.
+    /// `Node.UpdateStatus`: the heartbeat. A follower forwards it to the leader, whose timer it
+    /// resets. An unknown node is `NotFound`, which makes the client register again (after a server
+    /// lost its state); a raft write happens only when the status changes — a down node that
+    /// heartbeats again is written ready (with evaluations for its jobs).
     pub async fn node_update_status(
         &self,
         req: NodeUpdateStatusRequest,
     ) -> Result<NodeUpdateResponse, ServerError> {
-        let node = self.known_node(&req.node_id, &req.secret_id)?;
-        let mut index = self.state().snapshot().table_index(state::Table::Nodes);
-        if node.status != req.status {
-            let cmd = Command::NodeUpdateStatus {
-                node_id: req.node_id.clone(),
-                status: req.status.clone(),
-                updated_at: now_nanos() / 1_000_000_000,
-            };
-            index = match self.forward_target().await? {
-                Some(leader) => {
-                    self.forward::<_, NodeUpdateResponse>(&leader, "Node.UpdateStatus", &req)
-                        .await?
-                        .index
-                }
-                None => self.apply(cmd).await?.index,
-            };
+        if let Some(leader) = self.forward_target().await? {
+            return self.forward(&leader, "Node.UpdateStatus", &req).await;
         }
-        Ok(NodeUpdateResponse {
-            heartbeat_ttl: model::Duration(HEARTBEAT_TTL.as_nanos() as i64),
-            servers: self.peers(),
-            index,
-        })
+        let node = self.known_node(&req.node_id, &req.secret_id)?;
+        let was_down = node.status_kind() == Some(NodeStatus::Down);
+        let status = match req.status.as_str() {
+            "" if was_down => NodeStatus::Ready.as_str(),
+            "" => node.status.as_str(),
+            s => s,
+        };
+        let down = NodeStatus::parse(status) == Some(NodeStatus::Down);
+        self.reset_heartbeat(&node.id, down);
+        let mut index = self.state().snapshot().table_index(state::Table::Nodes);
+        if node.status != status {
+            index = self.node_set_status_local(&node, status).await?;
+        }
+        Ok(self.node_update_response(index))
     }
 
     /// `Node.GetClientAllocs`: every allocation on the node (with its job), answered once the
@@ -297,5 +364,17 @@ mod tests {
             ..n.clone()
         };
         assert!(should_create_node_evals(Some(&down), &n));
+    }
+
+    #[test]
+    fn status_changes_that_evaluate_the_nodes_jobs() {
+        assert!(status_change_wants_evals("ready", "down"));
+        assert!(status_change_wants_evals("down", "ready"));
+        assert!(status_change_wants_evals("initializing", "ready"));
+        assert!(status_change_wants_evals("ready", "disconnected"));
+        assert!(status_change_wants_evals("disconnected", "ready"));
+        assert!(!status_change_wants_evals("ready", "ready"));
+        assert!(!status_change_wants_evals("down", "down"));
+        assert!(!status_change_wants_evals("ready", "initializing"));
     }
 }

@@ -75,3 +75,17 @@ pub const LEADERSHIP_POLL: Duration = Duration::from_millis(50);
 pub const LEADER_CATCH_UP: Duration = Duration::from_secs(10);
 /// How long stopping the leader's loops waits for them to finish before aborting them.
 pub const LEADER_STOP_WAIT: Duration = Duration::from_secs(5);
+
+// ----- heartbeats -----
+
+/// The heartbeat TTL handed to clients by default (Nomad's `min_heartbeat_ttl`).
+pub const DEFAULT_MIN_HEARTBEAT_TTL: Duration = Duration::from_secs(10);
+/// Added to a node's TTL before it is marked down, by default (Nomad's `heartbeat_grace`).
+pub const DEFAULT_HEARTBEAT_GRACE: Duration = Duration::from_secs(10);
+/// How long a new leader gives every ready node to heartbeat, by default (Nomad's
+/// `failover_heartbeat_ttl`).
+pub const DEFAULT_FAILOVER_HEARTBEAT_TTL: Duration = Duration::from_secs(5 * 60);
+/// The wait before a failed down write is tried again.
+pub const HEARTBEAT_RETRY_NS: i64 = SECOND_NS;
+/// The longest the heartbeat task sleeps between looks at its deadlines.
+pub const HEARTBEAT_TICK_MAX: Duration = Duration::from_millis(500);

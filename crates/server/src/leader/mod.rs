@@ -1,8 +1,9 @@
-//! The leader's loops: eval broker, state follower, plan applier, scheduling workers.
+//! The leader's loops: eval broker, state follower, plan applier, scheduling workers, heartbeat
+//! timers.
 //!
 //! Each loop is an engine — a synchronous `handle(event, now) -> commands` core that tests drive
-//! directly (`broker.rs`, `plan_apply.rs`, `follow.rs`) — and a thin async task that feeds it and
-//! executes its commands (`tasks.rs`). `worker.rs` runs the scheduler; `view.rs` shows it a state
+//! directly (`broker.rs`, `plan_apply.rs`, `follow.rs`, `heartbeat.rs`) — and a thin async task
+//! that feeds it and executes its commands (`tasks.rs`). `worker.rs` runs the scheduler; `view.rs` shows it a state
 //! snapshot. Limits and timings live in `limits.rs`.
 //!
 //! Lifecycle (the supervisor, below): raft offers no leadership notification, so the supervisor
@@ -15,7 +16,8 @@
 
 mod broker;
 mod follow;
-mod limits;
+mod heartbeat;
+pub(crate) mod limits;
 mod plan_apply;
 mod tasks;
 #[cfg(test)]
@@ -52,6 +54,8 @@ pub(crate) struct Leadership {
     alive: watch::Sender<bool>,
     /// The running broker, for status queries. Never held across `.await`.
     broker: Mutex<Option<tasks::BrokerHandle>>,
+    /// The heartbeat timers while this server leads; `None` otherwise. Never held across `.await`.
+    heartbeats: Mutex<Option<heartbeat::Heartbeats>>,
 }
 
 impl Default for Leadership {
@@ -60,6 +64,7 @@ impl Default for Leadership {
             running: AtomicBool::new(false),
             alive: watch::Sender::new(false),
             broker: Mutex::new(None),
+            heartbeats: Mutex::new(None),
         }
     }
 }
@@ -75,6 +80,50 @@ impl Leadership {
         let wait = alive.wait_for(|a| !*a);
         let bound = limits::LEADER_STOP_WAIT + limits::LEADERSHIP_POLL * 2;
         let _ = tokio::time::timeout(bound, wait).await;
+    }
+
+    /// Restarts the node's heartbeat timer (it heartbeated or registered and was handed `ttl`); a
+    /// no-op when this server does not lead.
+    pub(crate) fn node_heartbeat(&self, node_id: &str, ttl: std::time::Duration) {
+        let event = heartbeat::Event::NodeHeartbeat {
+            node_id: node_id.to_owned(),
+            ttl_ns: i64::try_from(ttl.as_nanos()).unwrap_or(i64::MAX),
+        };
+        self.heartbeat_event(event);
+    }
+
+    /// Stops the node's heartbeat timer (it is down).
+    pub(crate) fn node_forget(&self, node_id: &str) {
+        self.heartbeat_event(heartbeat::Event::Forget {
+            node_id: node_id.to_owned(),
+        });
+    }
+
+    /// Hands the heartbeat engine an event that yields no commands (only ticks do).
+    fn heartbeat_event(&self, event: heartbeat::Event) {
+        let mut guard = self.heartbeats.lock().expect("heartbeat lock");
+        if let Some(engine) = guard.as_mut() {
+            let commands = engine.handle(event, crate::endpoints::now_nanos());
+            debug_assert!(commands.is_empty());
+        }
+    }
+
+    /// Ticks the heartbeat engine: the nodes whose deadline passed, and the next deadline. `None`
+    /// when this server does not lead.
+    fn heartbeat_tick(&self, now: i64) -> Option<(Vec<String>, Option<i64>)> {
+        let mut guard = self.heartbeats.lock().expect("heartbeat lock");
+        let engine = guard.as_mut()?;
+        let down = engine
+            .handle(heartbeat::Event::Tick, now)
+            .into_iter()
+            .map(|heartbeat::Command::MarkDown { node_id }| node_id)
+            .collect();
+        Some((down, engine.next_deadline()))
+    }
+
+    /// Marking the node down failed; its timer runs again, briefly.
+    fn heartbeat_mark_down_failed(&self, node_id: String) {
+        self.heartbeat_event(heartbeat::Event::MarkDownFailed { node_id });
     }
 
     /// The running broker's counts; `None` when this server does not lead.
@@ -161,6 +210,31 @@ impl LeaderLoops {
             tasks.spawn(worker::run(ctx.clone(), i));
         }
         let leadership = server.leadership();
+        {
+            // The snapshot is read under the lock, so a node registered before it has a failover
+            // timer and one registered after it gets its timer from its own heartbeat.
+            let mut guard = leadership.heartbeats.lock().expect("heartbeat lock");
+            let cfg = server.config();
+            let mut engine = heartbeat::Heartbeats::new(heartbeat::Timing {
+                grace_ns: duration_ns(cfg.heartbeat_grace),
+                failover_ns: duration_ns(cfg.failover_heartbeat_ttl),
+                retry_ns: limits::HEARTBEAT_RETRY_NS,
+            });
+            let nodes = server
+                .state()
+                .snapshot()
+                .nodes("")
+                .iter()
+                .filter(|n| n.status_kind() == Some(model::node::NodeStatus::Ready))
+                .map(|n| n.id.clone())
+                .collect();
+            engine.handle(
+                heartbeat::Event::LeaderGained { nodes },
+                crate::endpoints::now_nanos(),
+            );
+            *guard = Some(engine);
+        }
+        tasks.spawn(tasks::heartbeat_task(server.clone(), stop_rx.clone()));
         *leadership.broker.lock().expect("broker lock") = Some(broker);
         leadership.running.store(true, Ordering::SeqCst);
         tracing::info!(workers, "leader loops started");
@@ -174,6 +248,9 @@ impl LeaderLoops {
         let leadership = server.leadership();
         leadership.running.store(false, Ordering::SeqCst);
         *leadership.broker.lock().expect("broker lock") = None;
+        if let Some(mut engine) = leadership.heartbeats.lock().expect("heartbeat lock").take() {
+            engine.handle(heartbeat::Event::LeaderLost, crate::endpoints::now_nanos());
+        }
         let _ = self.stop.send(true);
         let joined = tokio::time::timeout(limits::LEADER_STOP_WAIT, async {
             while self.tasks.join_next().await.is_some() {}
@@ -186,4 +263,8 @@ impl LeaderLoops {
         leadership.alive.send_replace(false);
         tracing::info!("leader loops stopped");
     }
+}
+
+fn duration_ns(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
 }

@@ -10,7 +10,7 @@ use super::broker::{self, BrokerError, BrokerStats, EvalBroker, WaiterId};
 use super::follow::Follower;
 use super::limits::{
     BROKER_REQUESTS_MAX, BROKER_TICK_MAX, BROKER_WRITE_EVALS_MAX, FOLLOW_EMPTY_POLL, FOLLOW_WAIT,
-    PLAN_QUEUE_MAX,
+    HEARTBEAT_TICK_MAX, PLAN_QUEUE_MAX,
 };
 use super::plan_apply::{self, evaluate_plan, PlanApplier, PlanError, PlanId, PlanSubmission};
 use crate::endpoints::now_nanos;
@@ -334,6 +334,41 @@ pub(crate) async fn follow_task(
             if !broker.event(event).await {
                 return;
             }
+        }
+    }
+}
+
+// ----- heartbeats -----
+
+/// Ticks the heartbeat engine (held by [`super::Leadership`], which the endpoints feed) at its next
+/// deadline, at most [`HEARTBEAT_TICK_MAX`] apart, and writes down the nodes whose deadline passed —
+/// with their node-update evaluations — one at a time.
+pub(crate) async fn heartbeat_task(server: Server, mut stop: watch::Receiver<bool>) {
+    loop {
+        let Some((down, next)) = server.leadership().heartbeat_tick(now_nanos()) else {
+            return;
+        };
+        for node_id in down {
+            if *stop.borrow() {
+                return;
+            }
+            match server.node_mark_down(&node_id).await {
+                Ok(()) => tracing::info!(node_id, "node missed its heartbeats; marked down"),
+                Err(e) => {
+                    tracing::warn!(node_id, error = %e, "marking a node down failed");
+                    server.leadership().heartbeat_mark_down_failed(node_id);
+                }
+            }
+        }
+        let wait = match next {
+            Some(due) => {
+                Duration::from_nanos(u64::try_from(due.saturating_sub(now_nanos())).unwrap_or(0))
+            }
+            None => HEARTBEAT_TICK_MAX,
+        };
+        tokio::select! {
+            () = stopped(&mut stop) => return,
+            () = tokio::time::sleep(wait.min(HEARTBEAT_TICK_MAX)) => {}
         }
     }
 }

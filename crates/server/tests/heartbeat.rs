@@ -1,0 +1,214 @@
+//! Heartbeat expiry on a real single-server cluster: a node that stops heartbeating is marked down
+//! after its TTL plus the grace, its allocation is lost and replaced on a node that still
+//! heartbeats, and it becomes ready again when it heartbeats again. Waits are deadlines on blocking
+//! queries, never blind sleeps.
+
+use model::node::{DriverInfo, Node, NodeCpuResources, NodeMemoryResources, NodeResources};
+use model::wire::NodeUpdateStatusRequest;
+use model::{Job, Resources, Task, TaskGroup};
+use server::{JobRegisterRequest, Server, ServerConfig};
+use state::{StateSnapshot, Table};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let dir =
+            std::env::temp_dir().join(format!("caravan-server-hb-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn node(id: &str) -> Node {
+    let mut n = Node {
+        id: id.into(),
+        secret_id: format!("secret-{id}"),
+        name: format!("node-{id}"),
+        datacenter: "dc1".into(),
+        status: "ready".into(),
+        computed_class: "v1:hb".into(),
+        node_resources: Some(NodeResources {
+            cpu: NodeCpuResources {
+                cpu_shares: 2000,
+                ..NodeCpuResources::default()
+            },
+            memory: NodeMemoryResources { memory_mb: 2048 },
+            ..NodeResources::default()
+        }),
+        ..Node::default()
+    };
+    n.node_resources.as_mut().unwrap().disk.disk_mb = 100_000;
+    n.drivers.insert(
+        "raw_exec".into(),
+        DriverInfo {
+            detected: true,
+            healthy: true,
+            ..DriverInfo::default()
+        },
+    );
+    n
+}
+
+fn job(id: &str) -> Job {
+    Job {
+        id: id.into(),
+        datacenters: vec!["dc1".into()],
+        task_groups: vec![TaskGroup {
+            name: "web".into(),
+            count: Some(1),
+            tasks: vec![Task {
+                name: "server".into(),
+                driver: "raw_exec".into(),
+                config: [("command".to_string(), serde_json::json!("/bin/sleep"))].into(),
+                resources: Some(Resources {
+                    cpu: Some(100),
+                    memory_mb: Some(64),
+                    ..Resources::default()
+                }),
+                ..Task::default()
+            }],
+            ..TaskGroup::default()
+        }],
+        ..Job::default()
+    }
+}
+
+async fn wait_until(
+    server: &Server,
+    what: &str,
+    done: impl Fn(&StateSnapshot) -> bool,
+) -> StateSnapshot {
+    let deadline = Instant::now() + DEADLINE;
+    let tables = [Table::Evals, Table::Allocs, Table::Nodes];
+    let mut snap = server.state().snapshot();
+    loop {
+        if done(&snap) {
+            return snap;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting until {what}: {snap:?}"
+        );
+        let index = snap.max_table_index(&tables).max(1);
+        snap = server.state().wait_for(&tables, index, deadline).await;
+    }
+}
+
+fn node_status(snap: &StateSnapshot, id: &str) -> String {
+    snap.node(id).map(|n| n.status.clone()).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_stops_heartbeating_is_marked_down_and_its_alloc_replaced() {
+    let dir = TempDir::new("expiry");
+    let mut cfg = ServerConfig::new(dir.0.join("server"), "127.0.0.1:0".parse().unwrap());
+    cfg.raft_heartbeat_ms = 50;
+    cfg.raft_election_timeout_ms = (150, 300);
+    cfg.num_schedulers = 2;
+    cfg.min_heartbeat_ttl = Duration::from_millis(400);
+    cfg.heartbeat_grace = Duration::from_millis(400);
+    cfg.failover_heartbeat_ttl = Duration::from_secs(2);
+    let server = Server::start(cfg).await.expect("server starts");
+    let deadline = Instant::now() + DEADLINE;
+    while !server.schedulers_running() {
+        assert!(Instant::now() < deadline, "the leader loops never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    for id in ["a", "b"] {
+        let resp = server.node_register(node(id)).await.unwrap();
+        assert_eq!(resp.heartbeat_ttl.0, 400_000_000, "the configured TTL");
+    }
+    // The test's clients: every node in `alive` heartbeats every 100 ms.
+    let alive: Arc<Mutex<BTreeSet<String>>> =
+        Arc::new(Mutex::new(["a", "b"].map(String::from).into()));
+    let beating = {
+        let (server, alive) = (server.clone(), alive.clone());
+        tokio::spawn(async move {
+            loop {
+                let ids: Vec<String> = alive.lock().unwrap().iter().cloned().collect();
+                for id in ids {
+                    let req = NodeUpdateStatusRequest {
+                        node_id: id.clone(),
+                        secret_id: format!("secret-{id}"),
+                        status: "ready".into(),
+                    };
+                    let resp = server.node_update_status(req).await.expect("heartbeat");
+                    assert_eq!(resp.heartbeat_ttl.0, 400_000_000);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+
+    server
+        .job_register(JobRegisterRequest {
+            job: job("web"),
+            enforce_index: false,
+            job_modify_index: 0,
+            preserve_counts: false,
+            eval_priority: 0,
+        })
+        .await
+        .expect("job registers");
+    let snap = wait_until(&server, "the job is placed", |s| {
+        s.allocs_by_job("default", "web").len() == 1
+    })
+    .await;
+    let first = snap.allocs_by_job("default", "web")[0].clone();
+    let (silent, survivor) = if first.node_id == "a" {
+        ("a", "b")
+    } else {
+        ("b", "a")
+    };
+    // Both heartbeat past a TTL plus grace: neither is marked down.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let snap = server.state().snapshot();
+    assert_eq!(node_status(&snap, "a"), "ready");
+    assert_eq!(node_status(&snap, "b"), "ready");
+
+    alive.lock().unwrap().remove(silent);
+    let snap = wait_until(
+        &server,
+        "the silent node is down and its allocation replaced",
+        |s| {
+            let allocs = s.allocs_by_job("default", "web");
+            node_status(s, silent) == "down"
+                && allocs
+                    .iter()
+                    .any(|a| a.id == first.id && a.client_status == "lost")
+                && allocs.iter().any(|a| {
+                    a.node_id == survivor
+                        && a.desired_status == "run"
+                        && matches!(a.client_status.as_str(), "pending" | "running")
+                })
+        },
+    )
+    .await;
+    assert_eq!(node_status(&snap, survivor), "ready");
+
+    // The silent node heartbeats again: it is ready again.
+    alive.lock().unwrap().insert(silent.to_owned());
+    wait_until(&server, "the node is ready again", |s| {
+        node_status(s, silent) == "ready"
+    })
+    .await;
+
+    beating.abort();
+    server.shutdown().await;
+}
