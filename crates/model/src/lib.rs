@@ -25,6 +25,7 @@ pub mod summary;
 pub mod task;
 #[cfg(test)]
 mod testutil;
+pub mod time;
 pub mod validate;
 pub mod version;
 pub mod wire;
