@@ -234,6 +234,21 @@ impl Client {
         Ok((decode(&body, &url)?, query_meta(&headers)))
     }
 
+    /// A GET whose answer is not JSON (file contents, plain logs): the body as text.
+    pub(crate) async fn get_text(
+        &self,
+        segments: &[&str],
+        params: &[(&'static str, String)],
+    ) -> Result<String> {
+        let mut pairs: Vec<(&'static str, String)> = params.to_vec();
+        self.place(&mut pairs, None, None);
+        let url = self.url(segments, &pairs);
+        let (body, _) = self
+            .send(self.http.get(url.clone()), &url, self.config.timeout)
+            .await?;
+        Ok(body)
+    }
+
     /// A write (PUT, POST or DELETE) with an optional JSON body; the index comes from `X-Nomad-Index`.
     pub(crate) async fn write<B: Serialize + ?Sized, T: DeserializeOwned>(
         &self,

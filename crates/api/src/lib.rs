@@ -22,6 +22,7 @@ mod client;
 mod error;
 mod evals;
 mod jobs;
+mod nodes;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod types;
@@ -31,10 +32,11 @@ pub use client::{
     DEFAULT_ADDRESS, REQUEST_TIMEOUT_DEFAULT, RESPONSE_BYTES_MAX,
 };
 pub use error::{ApiError, Error, Result};
+pub use nodes::LogOptions;
 pub use types::{
-    AgentHealth, AgentHealthResponse, AgentMember, JobDeregisterResponse, JobDiff, JobListStub,
-    JobSubmission, JobValidateResponse, JobVersionsResponse, RegisterOptions, RegisterResponse,
-    ServerMembers,
+    AgentHealth, AgentHealthResponse, AgentMember, AllocFileInfo, JobDeregisterResponse, JobDiff,
+    JobListStub, JobSubmission, JobValidateResponse, JobVersionsResponse, RegisterOptions,
+    RegisterResponse, ServerMembers,
 };
 
 #[cfg(test)]

@@ -396,3 +396,73 @@ fn addresses_are_normalized_and_unusable_ones_refused() {
         assert!(matches!(err, Error::Address { .. }), "{bad}: {err:?}");
     }
 }
+
+#[tokio::test]
+async fn nodes_allocations_and_alloc_files() {
+    let agent = FakeAgent::start();
+    agent.on(
+        "GET",
+        "/v1/nodes",
+        Canned::json(r#"[{"ID":"n1","Name":"dev","Status":"ready"}]"#).index(3),
+    );
+    agent.on(
+        "GET",
+        "/v1/node/n1",
+        Canned::json(r#"{"ID":"n1","Name":"dev"}"#),
+    );
+    agent.on(
+        "GET",
+        "/v1/node/n1/allocations",
+        Canned::json(r#"[{"ID":"a1","ClientStatus":"running"}]"#),
+    );
+    agent.on("GET", "/v1/allocations", Canned::json(r#"[{"ID":"a1"}]"#));
+    agent.on(
+        "GET",
+        "/v1/allocation/a1",
+        Canned::json(r#"{"ID":"a1","TaskGroup":"g"}"#),
+    );
+    agent.on("GET", "/v1/client/fs/logs/a1", Canned::json("hello\n"));
+    agent.on("GET", "/v1/client/fs/cat/a1", Canned::json("file body"));
+    agent.on(
+        "GET",
+        "/v1/client/fs/ls/a1",
+        Canned::json(r#"[{"Name":"t.stdout.0","IsDir":false,"Size":6,"FileMode":"-rw-r--r--","ModTime":"2026-01-01T00:00:00Z"}]"#),
+    );
+    let c = client(&agent);
+    let q = QueryOptions::default();
+    let (nodes, meta) = c.list_nodes(&q).await.unwrap();
+    assert_eq!((nodes[0].id.as_str(), meta.last_index), ("n1", 3));
+    assert_eq!(c.get_node("n1", &q).await.unwrap().0.name, "dev");
+    assert_eq!(
+        c.node_allocations("n1", &q).await.unwrap().0[0].client_status,
+        "running"
+    );
+    assert_eq!(c.list_allocations(&q).await.unwrap().0[0].id, "a1");
+    assert_eq!(c.get_allocation("a1", &q).await.unwrap().0.task_group, "g");
+    let logs = c
+        .alloc_logs(
+            "a1",
+            "t",
+            &crate::LogOptions {
+                stderr: true,
+                offset: 10,
+                from_end: true,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(logs, "hello\n");
+    let req = &agent.requests()[5];
+    assert_eq!(req.param("task").as_deref(), Some("t"));
+    assert_eq!(req.param("type").as_deref(), Some("stderr"));
+    assert_eq!(req.param("origin").as_deref(), Some("end"));
+    assert_eq!(req.param("offset").as_deref(), Some("10"));
+    assert_eq!(req.param("plain").as_deref(), Some("true"));
+    assert_eq!(c.alloc_fs_cat("a1", "x/y").await.unwrap(), "file body");
+    assert_eq!(agent.requests()[6].param("path").as_deref(), Some("x/y"));
+    let entries = c.alloc_fs_ls("a1", "alloc/logs").await.unwrap();
+    assert_eq!(
+        (entries[0].name.as_str(), entries[0].size),
+        ("t.stdout.0", 6)
+    );
+}

@@ -244,3 +244,23 @@ pub struct FieldDiff {
     #[serde(rename = "Annotations")]
     pub annotations: Vec<String>,
 }
+
+/// An entry of `GET /v1/client/fs/ls/:alloc_id` (Nomad's `AllocFileInfo`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AllocFileInfo {
+    #[serde(rename = "Name")]
+    pub name: String,
+    #[serde(rename = "IsDir")]
+    pub is_dir: bool,
+    #[serde(rename = "Size")]
+    pub size: u64,
+    /// `-rw-r--r--`, `drwxr-xr-x`.
+    #[serde(rename = "FileMode")]
+    pub file_mode: String,
+    /// RFC 3339.
+    #[serde(rename = "ModTime")]
+    pub mod_time: String,
+    #[serde(rename = "ContentType")]
+    pub content_type: String,
+}

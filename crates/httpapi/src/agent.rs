@@ -81,7 +81,7 @@ pub async fn agent_self(State(st): State<ApiState>, Query(params): Params) -> Re
     let member = me
         .map(|m| member_json(&st, &m))
         .unwrap_or(serde_json::Value::Null);
-    let body = json!({
+    let mut body = json!({
         "config": st.agent.config,
         "member": member,
         "stats": {
@@ -99,6 +99,9 @@ pub async fn agent_self(State(st): State<ApiState>, Query(params): Params) -> Re
             },
         },
     });
+    if let Some(client) = &st.client {
+        body["stats"]["client"] = json!({ "node_id": client.node_id() });
+    }
     reply::plain(&body, pretty(params))
 }
 

@@ -9,6 +9,7 @@
 mod agent;
 mod error;
 mod evals;
+mod fs;
 mod jobs;
 mod nodes;
 mod query;
@@ -17,7 +18,10 @@ mod reply;
 use axum::routing::{any, get};
 use axum::Router;
 use server::Server;
+use std::path::PathBuf;
 use std::sync::Arc;
+
+pub use fs::AllocFileInfo;
 
 /// What the agent tells the API about itself (for `/v1/agent/*` and `/v1/regions`).
 #[derive(Debug, Clone)]
@@ -30,11 +34,23 @@ pub struct AgentInfo {
     pub config: serde_json::Value,
 }
 
+/// The client running in this agent's process, as the `/v1/client/*` endpoints need it. The agent
+/// implements it over its client, so this crate does not depend on the client crate.
+pub trait LocalClient: Send + Sync {
+    /// The directory of an allocation this client knows (`<dir>/alloc/logs/<task>.stdout.0`...), or
+    /// `None` when it has no such allocation.
+    fn alloc_dir(&self, alloc_id: &str) -> Option<PathBuf>;
+    /// The node ID the client registered as (`stats.client.node_id` of `/v1/agent/self`).
+    fn node_id(&self) -> String;
+}
+
 /// Shared by every handler.
 #[derive(Clone)]
 pub struct ApiState {
     pub server: Server,
     pub agent: Arc<AgentInfo>,
+    /// This agent's own client; `None` on a server-only agent (the `/v1/client/*` paths answer 501).
+    pub client: Option<Arc<dyn LocalClient>>,
 }
 
 /// The router for every implemented `/v1` path; unknown paths get Nomad's empty 404.
@@ -50,6 +66,9 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/node/{*rest}", any(nodes::node))
         .route("/v1/allocations", get(nodes::list_allocs))
         .route("/v1/allocation/{*rest}", any(nodes::alloc))
+        .route("/v1/client/fs/logs/{alloc_id}", get(fs::logs))
+        .route("/v1/client/fs/cat/{alloc_id}", get(fs::cat))
+        .route("/v1/client/fs/ls/{alloc_id}", get(fs::ls))
         .route("/v1/status/leader", get(agent::leader))
         .route("/v1/status/peers", get(agent::peers))
         .route("/v1/regions", get(agent::regions))

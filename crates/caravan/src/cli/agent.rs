@@ -164,6 +164,12 @@ async fn run_agent(cfg: AgentConfig, dev: bool, client_enabled: bool) -> Result<
     if let Some(n) = server_cfg_block.num_schedulers {
         server_cfg.num_schedulers = n as usize;
     }
+    if let Some(grace) = server_cfg_block.heartbeat_grace {
+        server_cfg.heartbeat_grace = grace;
+    }
+    if let Some(ttl) = server_cfg_block.min_heartbeat_ttl {
+        server_cfg.min_heartbeat_ttl = ttl;
+    }
     // An explicit `advertise { rpc }` wins; otherwise the server advertises the address it bound
     // (so port 0 works).
     server_cfg.rpc_advertise = cfg.advertise.as_ref().and_then(|a| a.rpc.clone());
@@ -210,10 +216,14 @@ async fn run_agent(cfg: AgentConfig, dev: bool, client_enabled: bool) -> Result<
     } else {
         None
     };
+    let node_client = node_client.map(Arc::new);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let state = httpapi::ApiState {
         server: server.clone(),
         agent: Arc::new(info),
+        client: node_client
+            .clone()
+            .map(|c| Arc::new(LocalClientHandle(c)) as Arc<dyn httpapi::LocalClient>),
     };
     let http = tokio::spawn(httpapi::serve(listener, state, async move {
         let _ = stop_rx.await;
@@ -223,12 +233,28 @@ async fn run_agent(cfg: AgentConfig, dev: bool, client_enabled: bool) -> Result<
     let _ = stop_tx.send(());
     let _ = http.await;
     if let Some(node_client) = node_client {
-        // Tasks keep running, as with Nomad's client; a restarted client reattaches to them.
-        node_client.shutdown().await;
+        // Tasks keep running, as with Nomad's client; a restarted client reattaches to them. The HTTP
+        // API has stopped, so this is the last handle (dropping a client stops it too).
+        if let Ok(node_client) = Arc::try_unwrap(node_client) {
+            node_client.shutdown().await;
+        }
     }
     server.shutdown().await;
     println!("==> Shutdown complete");
     Ok(0)
+}
+
+/// The HTTP API's view of this agent's client (for `/v1/client/fs/*`).
+struct LocalClientHandle(Arc<client::Client>);
+
+impl httpapi::LocalClient for LocalClientHandle {
+    fn alloc_dir(&self, alloc_id: &str) -> Option<PathBuf> {
+        Some(self.0.alloc_dir(alloc_id))
+    }
+
+    fn node_id(&self) -> String {
+        self.0.node_id().to_string()
+    }
 }
 
 /// Starts this agent's client: it registers with the server over rpc like any remote client would.

@@ -4,12 +4,14 @@
 //! `NOMAD_NAMESPACE`) and exit as Nomad's do: 0 success, 1 error, 2 placement failures.
 
 mod agent;
+mod alloc;
 mod connect;
 mod diff;
 mod eval;
 mod job;
 mod job_status;
 mod monitor;
+mod node;
 mod output;
 mod server;
 
@@ -37,6 +39,12 @@ enum Command {
     /// Work with evaluations: status
     #[command(subcommand)]
     Eval(eval::EvalCommand),
+    /// Work with allocations: status, logs, fs
+    #[command(subcommand)]
+    Alloc(alloc::AllocCommand),
+    /// Work with client nodes: status
+    #[command(subcommand)]
+    Node(node::NodeCommand),
     /// Work with servers: members
     #[command(subcommand)]
     Server(server::ServerCommand),
@@ -59,6 +67,8 @@ pub fn run(args: Vec<OsString>) -> i32 {
         Command::Agent(args) => agent::run(args),
         Command::Job(cmd) => job::run(cmd),
         Command::Eval(cmd) => Ok(eval::run(cmd)),
+        Command::Alloc(cmd) => Ok(alloc::run(cmd)),
+        Command::Node(cmd) => Ok(node::run(cmd)),
         Command::Server(cmd) => Ok(server::run(cmd)),
         Command::Status(args) => Ok(job_status::status(args)),
         Command::Version => {

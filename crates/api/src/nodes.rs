@@ -1,0 +1,100 @@
+//! `/v1/nodes`, `/v1/node/:id[/allocations]`, `/v1/allocations`, `/v1/allocation/:id`, and the
+//! client file endpoints `/v1/client/fs/{logs,cat,ls}/:alloc_id`.
+
+use crate::client::{Client, QueryMeta, QueryOptions};
+use crate::error::Result;
+use crate::types::AllocFileInfo;
+use model::{AllocListStub, Allocation, Node, NodeListStub};
+
+/// Which log of a task, and where to start reading it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogOptions {
+    /// `stderr` instead of `stdout`.
+    pub stderr: bool,
+    /// Bytes to skip: from the start, or with `from_end`, the number of bytes to read from the end.
+    pub offset: u64,
+    pub from_end: bool,
+}
+
+impl Client {
+    /// `GET /v1/nodes` (with `q.prefix`: those whose ID starts with it).
+    pub async fn list_nodes(&self, q: &QueryOptions) -> Result<(Vec<NodeListStub>, QueryMeta)> {
+        self.query(&["v1", "nodes"], &[], q).await
+    }
+
+    /// `GET /v1/node/:id`.
+    pub async fn get_node(&self, id: &str, q: &QueryOptions) -> Result<(Node, QueryMeta)> {
+        self.query(&["v1", "node", id], &[], q).await
+    }
+
+    /// `GET /v1/node/:id/allocations`: full allocations, as Nomad answers this one.
+    pub async fn node_allocations(
+        &self,
+        id: &str,
+        q: &QueryOptions,
+    ) -> Result<(Vec<Allocation>, QueryMeta)> {
+        self.query(&["v1", "node", id, "allocations"], &[], q).await
+    }
+
+    /// `GET /v1/allocations` (with `q.prefix`: those whose ID starts with it).
+    pub async fn list_allocations(
+        &self,
+        q: &QueryOptions,
+    ) -> Result<(Vec<AllocListStub>, QueryMeta)> {
+        self.query(&["v1", "allocations"], &[], q).await
+    }
+
+    /// `GET /v1/allocation/:id`.
+    pub async fn get_allocation(
+        &self,
+        id: &str,
+        q: &QueryOptions,
+    ) -> Result<(Allocation, QueryMeta)> {
+        self.query(&["v1", "allocation", id], &[], q).await
+    }
+
+    /// `GET /v1/client/fs/logs/:alloc_id?plain=true`: a task's log as text (not followed).
+    pub async fn alloc_logs(
+        &self,
+        alloc_id: &str,
+        task: &str,
+        opts: &LogOptions,
+    ) -> Result<String> {
+        let params = [
+            ("task", task.to_string()),
+            (
+                "type",
+                if opts.stderr { "stderr" } else { "stdout" }.to_string(),
+            ),
+            ("offset", opts.offset.to_string()),
+            (
+                "origin",
+                if opts.from_end { "end" } else { "start" }.to_string(),
+            ),
+            ("plain", "true".to_string()),
+        ];
+        self.get_text(&["v1", "client", "fs", "logs", alloc_id], &params)
+            .await
+    }
+
+    /// `GET /v1/client/fs/cat/:alloc_id?path=`: a file of the allocation's directory.
+    pub async fn alloc_fs_cat(&self, alloc_id: &str, path: &str) -> Result<String> {
+        self.get_text(
+            &["v1", "client", "fs", "cat", alloc_id],
+            &[("path", path.to_string())],
+        )
+        .await
+    }
+
+    /// `GET /v1/client/fs/ls/:alloc_id?path=`: the entries of a directory of the allocation.
+    pub async fn alloc_fs_ls(&self, alloc_id: &str, path: &str) -> Result<Vec<AllocFileInfo>> {
+        let (entries, _) = self
+            .query(
+                &["v1", "client", "fs", "ls", alloc_id],
+                &[("path", path.to_string())],
+                &QueryOptions::default(),
+            )
+            .await?;
+        Ok(entries)
+    }
+}

@@ -1,0 +1,202 @@
+//! `caravan node status`: the client nodes the servers know, or one node in detail.
+
+use super::connect::{block_on, fail, ApiFlags};
+use super::job_status::alloc_table;
+use super::output::{format_kv, format_list, json_pretty, row, short_id};
+use api::QueryOptions;
+use clap::{Args, Subcommand};
+use model::{AllocListStub, Allocation, Node, NodeListStub};
+
+#[derive(Subcommand)]
+pub enum NodeCommand {
+    /// List client nodes, or show one node's status
+    Status(StatusArgs),
+}
+
+#[derive(Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// The node of the agent at -address
+    #[arg(long = "self")]
+    this: bool,
+    /// Full IDs
+    #[arg(long)]
+    verbose: bool,
+    /// Print as JSON
+    #[arg(long)]
+    json: bool,
+    /// A node ID or ID prefix
+    node: Option<String>,
+}
+
+pub fn run(cmd: NodeCommand) -> i32 {
+    match cmd {
+        NodeCommand::Status(args) => status(args),
+    }
+}
+
+fn status(args: StatusArgs) -> i32 {
+    let client = match args.api.client() {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return 1;
+        }
+    };
+    block_on(async {
+        let prefix = if args.this {
+            let me = match client.agent_self().await {
+                Ok(v) => v,
+                Err(e) => return fail("Error querying agent info", &e),
+            };
+            match me["stats"]["client"]["node_id"].as_str() {
+                Some(id) if !id.is_empty() => id.to_string(),
+                _ => {
+                    eprintln!(
+                        "Error determining local node ID: the agent at {} runs no client",
+                        client.address()
+                    );
+                    return 1;
+                }
+            }
+        } else if let Some(id) = args.node.as_deref() {
+            id.trim().to_string()
+        } else {
+            let nodes = match client.list_nodes(&QueryOptions::default()).await {
+                Ok((nodes, _)) => nodes,
+                Err(e) => return fail("Error querying node status", &e),
+            };
+            if args.json {
+                println!("{}", json_pretty(&nodes));
+            } else if nodes.is_empty() {
+                println!("No nodes registered");
+            } else {
+                println!("{}", node_list(&nodes, args.verbose));
+            }
+            return 0;
+        };
+        if prefix.chars().count() == 1 {
+            eprintln!("Identifier must contain at least two characters.");
+            return 1;
+        }
+        let mut nodes = match client.list_nodes(&QueryOptions::with_prefix(&prefix)).await {
+            Ok((nodes, _)) => nodes,
+            Err(e) => return fail("Error querying node info", &e),
+        };
+        nodes.retain(|n| n.id.starts_with(&prefix));
+        let id = match nodes.as_slice() {
+            [] => {
+                eprintln!("No node(s) with prefix {prefix:?} found");
+                return 1;
+            }
+            [one] => one.id.clone(),
+            many => match many.iter().find(|n| n.id == prefix) {
+                Some(n) => n.id.clone(),
+                None => {
+                    eprintln!(
+                        "Prefix matched multiple nodes\n\n{}",
+                        node_list(many, args.verbose)
+                    );
+                    return 1;
+                }
+            },
+        };
+        let q = QueryOptions::default();
+        let node = match client.get_node(&id, &q).await {
+            Ok((n, _)) => n,
+            Err(e) => return fail("Error querying node info", &e),
+        };
+        if args.json {
+            println!("{}", json_pretty(&node));
+            return 0;
+        }
+        let allocs = match client.node_allocations(&id, &q).await {
+            Ok((a, _)) => a,
+            Err(e) => return fail("Error querying node allocations", &e),
+        };
+        println!("{}", node_text(&node, &allocs, args.verbose));
+        0
+    })
+}
+
+/// Nomad's node list: `ID Node Pool DC Name Class Drain Eligibility Status`.
+pub fn node_list(nodes: &[NodeListStub], verbose: bool) -> String {
+    let mut rows = vec![row![
+        "ID",
+        "Node Pool",
+        "DC",
+        "Name",
+        "Class",
+        "Drain",
+        "Eligibility",
+        "Status"
+    ]];
+    for n in nodes {
+        rows.push(row![
+            short_id(&n.id, verbose),
+            n.node_pool,
+            n.datacenter,
+            n.name,
+            n.node_class,
+            n.drain,
+            n.scheduling_eligibility,
+            n.status
+        ]);
+    }
+    format_list(&rows)
+}
+
+/// Nomad's one-node block: the node's fields, its drivers, and its allocations.
+pub fn node_text(n: &Node, allocs: &[Allocation], verbose: bool) -> String {
+    let drivers: Vec<&str> = n
+        .drivers
+        .iter()
+        .filter(|(_, d)| d.detected && d.healthy)
+        .map(|(name, _)| name.as_str())
+        .collect();
+    let mut out = format_kv(&[
+        ("ID", short_id(&n.id, verbose).to_string()),
+        ("Name", n.name.clone()),
+        ("Node Pool", n.node_pool.clone()),
+        ("Class", n.node_class.clone()),
+        ("DC", n.datacenter.clone()),
+        ("Drain", n.drain.to_string()),
+        ("Eligibility", n.scheduling_eligibility.clone()),
+        ("Status", n.status.clone()),
+        ("Driver Status", drivers.join(",")),
+    ]);
+    out.push_str("\n\nDrivers\n");
+    let mut rows = vec![row!["Driver", "Detected", "Healthy", "Message"]];
+    for (name, d) in &n.drivers {
+        rows.push(row![name, d.detected, d.healthy, d.health_description]);
+    }
+    out.push_str(&format_list(&rows));
+    out.push_str("\n\nAllocations\n");
+    let stubs: Vec<AllocListStub> = allocs.iter().map(|a| a.stub(false)).collect();
+    out.push_str(&alloc_table(&stubs, verbose));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_nodes_in_nomads_columns() {
+        let n = NodeListStub {
+            id: "f7b5ba97-0000-0000-0000-000000000000".into(),
+            node_pool: "default".into(),
+            datacenter: "dc1".into(),
+            name: "dev".into(),
+            scheduling_eligibility: "eligible".into(),
+            status: "ready".into(),
+            ..NodeListStub::default()
+        };
+        assert_eq!(
+            node_list(&[n], false),
+            "ID        Node Pool  DC   Name  Class   Drain  Eligibility  Status\n\
+             f7b5ba97  default    dc1  dev   <none>  false  eligible     ready"
+        );
+    }
+}

@@ -1,0 +1,198 @@
+//! Shared by the integration tests that start real `caravan agent` processes on loopback with free
+//! ports: the agent handle, a minimal HTTP client, and waits with deadlines (never blind sleeps).
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// An HTTP response: status, body, lower-cased headers.
+pub type Reply = (u16, String, Vec<(String, String)>);
+
+pub const START_DEADLINE: Duration = Duration::from_secs(90);
+
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_caravan"))
+}
+
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("caravan-agent-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A running agent; killed (SIGKILL) when dropped.
+pub struct Agent {
+    child: Child,
+    pub http: String,
+}
+
+impl Agent {
+    /// Starts `caravan agent <args>` with a config that binds loopback on free ports, and waits until
+    /// its API answers with a leader.
+    pub fn start(dir: &Path, args: &[&str]) -> Agent {
+        let cfg = dir.join("agent.hcl");
+        std::fs::write(
+            &cfg,
+            "bind_addr = \"127.0.0.1\"\nports {\n  http = 0\n  rpc = 0\n}\nlog_level = \"WARN\"\n",
+        )
+        .unwrap();
+        let mut child = Command::new(bin())
+            .arg("agent")
+            .args(args)
+            .arg("-config")
+            .arg(&cfg)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("caravan agent starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("HTTP: [").nth(1) {
+                    let _ = tx.send(rest.split(']').next().unwrap_or_default().to_string());
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(START_DEADLINE)
+            .expect("the agent printed its HTTP address");
+        let agent = Agent {
+            child,
+            http: format!("http://{addr}"),
+        };
+        agent.wait_until("a leader", || {
+            agent
+                .get("/v1/status/leader")
+                .ok()
+                .is_some_and(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+        });
+        agent
+    }
+
+    pub fn wait_until(&self, what: &str, mut cond: impl FnMut() -> bool) {
+        let deadline = Instant::now() + START_DEADLINE;
+        while !cond() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn request(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Reply, String> {
+        http(
+            method,
+            &format!("{}{}", self.http, path),
+            body.map(|b| b.to_string()),
+        )
+    }
+
+    pub fn get(&self, path: &str) -> Result<Value, String> {
+        let (status, body, _) = self.request("GET", path, None)?;
+        if status != 200 {
+            return Err(format!("{status}: {body}"));
+        }
+        serde_json::from_str(&body).map_err(|e| e.to_string())
+    }
+
+    pub fn put(&self, path: &str, body: &Value) -> (u16, String) {
+        let (status, body, _) = self.request("PUT", path, Some(body)).expect("request sent");
+        (status, body)
+    }
+
+    pub fn caravan(&self, args: &[&str]) -> std::process::Output {
+        Command::new(bin())
+            .args(args)
+            .env("NOMAD_ADDR", &self.http)
+            .output()
+            .expect("caravan runs")
+    }
+
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Agent {
+    /// Status and body of a request; panics when it cannot be sent.
+    pub fn raw(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, String) {
+        let (status, body, _) = self.request(method, path, body).expect("request sent");
+        (status, body)
+    }
+
+    /// Runs `caravan ARGS` against this agent: exit code, stdout, stderr.
+    pub fn run(&self, args: &[&str]) -> (i32, String, String) {
+        let out = self.caravan(args);
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A minimal HTTP/1.1 client over std (one request per connection), enough for tests.
+pub fn http(method: &str, url: &str, body: Option<String>) -> Result<Reply, String> {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").ok_or("http only")?;
+    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let mut stream = std::net::TcpStream::connect(host).map_err(|e| e.to_string())?;
+    stream.set_read_timeout(Some(Duration::from_secs(400))).ok();
+    let body = body.unwrap_or_default();
+    write!(stream, "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, payload) = text.split_once("\r\n\r\n").ok_or("no header end")?;
+    let mut lines = head.lines();
+    let status: u16 = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .ok_or("bad status line")?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+    let payload = if chunked {
+        dechunk(payload)
+    } else {
+        payload.to_string()
+    };
+    Ok((status, payload, headers))
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+pub fn header(headers: &[(String, String)], name: &str) -> Option<String> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
+}
