@@ -164,7 +164,10 @@ impl Server {
 
     /// The leader's rpc address, when one is known.
     pub fn leader_addr(&self) -> Option<String> {
-        self.inner.raft.leader().map(|(_, addr)| addr)
+        self.inner
+            .raft
+            .leader()
+            .map(|(id, addr)| self.current_addr(id, addr))
     }
 
     /// Milliseconds since this server last heard from the leader (0 on the leader itself).
@@ -181,8 +184,18 @@ impl Server {
             .raft
             .members()
             .into_iter()
-            .map(|(_, addr)| addr)
+            .map(|(id, addr)| self.current_addr(id, addr))
             .collect()
+    }
+
+    /// A member's rpc address; for this server, the address it serves on now. Raft's membership
+    /// keeps the address a server had when it joined, which is stale after a restart on another port.
+    fn current_addr(&self, id: u64, recorded: String) -> String {
+        if id == self.inner.node_id {
+            self.inner.rpc_addr.clone()
+        } else {
+            recorded
+        }
     }
 
     pub fn members(&self) -> Vec<Member> {
@@ -197,7 +210,7 @@ impl Server {
                 } else {
                     format!("server-{id}.{}", self.inner.cfg.region)
                 },
-                addr,
+                addr: self.current_addr(id, addr),
                 raft_id: id,
                 leader: Some(id) == leader,
             })

@@ -1,0 +1,148 @@
+//! The client under faults, with real agent processes: a client killed with SIGKILL comes back to the
+//! same running task, and a task that keeps failing is rescheduled as its job asks.
+
+mod common;
+
+use common::{temp_dir, Agent};
+use serde_json::{json, Value};
+
+fn alloc_of(agent: &Agent, job: &str) -> Option<Value> {
+    agent
+        .get(&format!("/v1/job/{job}/allocations"))
+        .ok()?
+        .as_array()?
+        .first()
+        .cloned()
+}
+
+fn pid_alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Regression guard for the client's durable state: after SIGKILL and restart the task was neither
+/// restarted nor lost.
+#[test]
+fn a_client_killed_with_sigkill_reattaches_to_the_same_running_task() {
+    let dir = temp_dir("reattach");
+    let data = dir.join("data").display().to_string();
+    let pid_file = dir.join("task.pid");
+    let agent = Agent::start(&dir, &["-dev", "-data-dir", &data]);
+    agent.wait_until("the dev client registered", || {
+        agent
+            .get("/v1/nodes")
+            .ok()
+            .and_then(|v| v.as_array().map(Vec::len))
+            == Some(1)
+    });
+    let job = json!({"Job": {"ID": "sleeper", "Type": "service", "TaskGroups": [{"Name": "g", "Tasks": [{
+        "Name": "t", "Driver": "raw_exec",
+        "Config": {"command": "/bin/sh", "args": ["-c", format!("echo $$ > {}; exec sleep 600", pid_file.display())]},
+        "Resources": {"CPU": 50, "MemoryMB": 16}
+    }]}]}});
+    let (status, body) = agent.put("/v1/jobs", &job);
+    assert_eq!(status, 200, "{body}");
+    agent.wait_until("the task runs and wrote its pid", || {
+        alloc_of(&agent, "sleeper").is_some_and(|a| a["ClientStatus"] == "running")
+            && std::fs::read_to_string(&pid_file).is_ok_and(|s| s.trim().parse::<u32>().is_ok())
+    });
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let alloc_id = alloc_of(&agent, "sleeper").unwrap()["ID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    agent.kill();
+    assert!(pid_alive(pid), "the task must outlive its client");
+
+    let agent = Agent::start(&dir, &["-dev", "-data-dir", &data]);
+    agent.wait_until(
+        "the client reports the same allocation running again",
+        || {
+            agent
+                .get(&format!("/v1/allocation/{alloc_id}"))
+                .ok()
+                .is_some_and(|a| a["ClientStatus"] == "running" && a["NodeID"].is_string())
+        },
+    );
+    assert!(pid_alive(pid), "the task is still the same process");
+    let now: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(now, pid, "the task was started again");
+    let alloc = agent.get(&format!("/v1/allocation/{alloc_id}")).unwrap();
+    let started = alloc["TaskStates"]["t"]["Events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["Type"] == "Started")
+        .count();
+    assert_eq!(started, 1, "{alloc}");
+    assert_eq!(
+        alloc_of(&agent, "sleeper").map(|a| a["ID"].clone()),
+        Some(json!(alloc_id)),
+        "no replacement allocation"
+    );
+
+    let out = agent.caravan(&["job", "stop", "sleeper"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    agent.wait_until("the task is gone", || !pid_alive(pid));
+}
+
+#[test]
+fn a_task_that_keeps_failing_fails_its_allocation_and_is_rescheduled() {
+    let dir = temp_dir("reschedule");
+    let data = dir.join("data").display().to_string();
+    let agent = Agent::start(&dir, &["-dev", "-data-dir", &data]);
+    agent.wait_until("the dev client registered", || {
+        agent
+            .get("/v1/nodes")
+            .ok()
+            .and_then(|v| v.as_array().map(Vec::len))
+            == Some(1)
+    });
+    let job = json!({"Job": {"ID": "flaky", "Type": "batch", "TaskGroups": [{
+        "Name": "g",
+        "RestartPolicy": {"Attempts": 1, "Interval": 3_600_000_000_000_i64, "Delay": 100_000_000, "Mode": "fail"},
+        "ReschedulePolicy": {"Attempts": 1, "Interval": 3_600_000_000_000_i64, "Delay": 1_000_000_000, "DelayFunction": "constant", "Unlimited": false},
+        "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": "/bin/sh", "args": ["-c", "exit 3"]}, "Resources": {"CPU": 50, "MemoryMB": 16}}]
+    }]}});
+    let (status, body) = agent.put("/v1/jobs", &job);
+    assert_eq!(status, 200, "{body}");
+    agent.wait_until("a replacement allocation follows the failed one", || {
+        let Ok(allocs) = agent.get("/v1/job/flaky/allocations") else {
+            return false;
+        };
+        let allocs = allocs.as_array().cloned().unwrap_or_default();
+        let failed = allocs.iter().find(|a| a["ClientStatus"] == "failed");
+        failed.is_some_and(|f| {
+            allocs
+                .iter()
+                .any(|a| a["ID"] != f["ID"] && a["Name"] == f["Name"])
+        })
+    });
+    let allocs = agent.get("/v1/job/flaky/allocations").unwrap();
+    let first = allocs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["ClientStatus"] == "failed")
+        .unwrap()
+        .clone();
+    let first_full = agent
+        .get(&format!("/v1/allocation/{}", first["ID"].as_str().unwrap()))
+        .unwrap();
+    assert_eq!(
+        first_full["TaskStates"]["t"]["Restarts"], 1,
+        "restarted once per its policy before failing"
+    );
+}
