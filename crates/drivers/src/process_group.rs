@@ -53,34 +53,34 @@ impl TaskGroup {
     }
 
     /// Sends `signal` to the whole group, and to descendants that left it. Processes already
-    /// gone are not an error.
-    pub fn signal(&self, signal: Signal) -> std::io::Result<()> {
+    /// gone are not an error. Returns the escaped descendants (pid, start ticks): once their parent
+    /// dies they are no longer found through the tree, so callers wait for them by identity.
+    pub fn signal(&self, signal: Signal) -> std::io::Result<Vec<(u32, u64)>> {
         if !self.is_ours() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         // Found before the group is signalled: once their parents die, they cannot be.
-        let escaped: Vec<u32> = self
+        let escaped: Vec<(u32, u64)> = self
             .members()
             .iter()
             .filter(|p| p.pgrp != self.pgid())
-            .map(|p| p.pid)
+            .map(|p| (p.pid, p.start_ticks))
             .collect();
         match killpg(to_pid(self.pgid()), signal) {
             Ok(()) | Err(Errno::ESRCH) => {}
             Err(e) => return Err(e.into()),
         }
-        for pid in escaped {
-            let _ = kill(to_pid(pid), signal);
-        }
-        Ok(())
+        signal_escaped(&escaped, signal);
+        Ok(escaped)
     }
 
-    /// Polls until no process of the task lives or `limit` passes; true if they all ended.
-    pub async fn wait_dead(&self, limit: Duration) -> bool {
+    /// Polls until no process of the task lives — group members and the `escaped` descendants a
+    /// signal found — or `limit` passes; true if they all ended.
+    pub async fn wait_dead(&self, limit: Duration, escaped: &[(u32, u64)]) -> bool {
         let deadline = Instant::now() + limit;
         let mut delay = PROC_POLL_DELAY_MIN;
         loop {
-            if !self.alive() {
+            if !self.alive() && !escaped.iter().any(|e| escaped_alive(*e)) {
                 return true;
             }
             let now = Instant::now();
@@ -99,6 +99,20 @@ impl TaskGroup {
     }
 }
 
+/// Whether an escaped descendant still runs (same start time: a recycled pid is someone else).
+fn escaped_alive((pid, start_ticks): (u32, u64)) -> bool {
+    procfs::read_stat(pid).is_some_and(|s| s.start_ticks == start_ticks && !s.is_dead())
+}
+
+/// Signals escaped descendants that are still the processes that were found.
+pub(crate) fn signal_escaped(escaped: &[(u32, u64)], signal: Signal) {
+    for e in escaped {
+        if escaped_alive(*e) {
+            let _ = kill(to_pid(e.0), signal);
+        }
+    }
+}
+
 pub(crate) fn to_pid(pid: u32) -> Pid {
     Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX))
 }
@@ -110,7 +124,7 @@ pub(crate) struct CpuSample {
     pub cpu_seconds: f64,
 }
 
-fn measure(
+pub(crate) fn measure(
     processes: &[ProcStat],
     leader_start_ticks: u64,
     previous: Option<CpuSample>,

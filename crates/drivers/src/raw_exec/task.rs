@@ -162,12 +162,12 @@ impl RawTask {
         let id = &self.config.id;
         let group = self.group();
         if group.alive() {
-            group
+            let escaped = group
                 .signal(signal)
                 .map_err(|e| DriverError::io(id, "sending the kill signal", e))?;
-            if !group.wait_dead(timeout).await {
+            if !group.wait_dead(timeout, &escaped).await {
                 tracing::debug!(task_id = %id, ?timeout, "kill timeout passed; sending SIGKILL");
-                self.kill_tree_and_wait().await?;
+                self.kill_tree_and_wait_with(&escaped).await?;
             }
         }
         self.await_exit_record().await
@@ -175,12 +175,19 @@ impl RawTask {
 
     /// SIGKILLs the whole tree and waits for it to end.
     pub async fn kill_tree_and_wait(&self) -> Result<(), DriverError> {
+        self.kill_tree_and_wait_with(&[]).await
+    }
+
+    /// SIGKILLs the whole tree and the escaped descendants an earlier signal found, and waits.
+    async fn kill_tree_and_wait_with(&self, earlier: &[(u32, u64)]) -> Result<(), DriverError> {
         let id = &self.config.id;
         let group = self.group();
-        group
+        let mut escaped = group
             .signal(Signal::SIGKILL)
             .map_err(|e| DriverError::io(id, "sending SIGKILL", e))?;
-        if group.wait_dead(KILL_REAP_TIMEOUT).await {
+        crate::process_group::signal_escaped(earlier, Signal::SIGKILL);
+        escaped.extend_from_slice(earlier);
+        if group.wait_dead(KILL_REAP_TIMEOUT, &escaped).await {
             Ok(())
         } else {
             Err(DriverError::Timeout {
