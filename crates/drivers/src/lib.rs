@@ -1,7 +1,7 @@
 //! Task drivers: the [`Driver`] trait the client runs tasks through, and the drivers Caravan
 //! ships — `raw_exec` (host processes), `mock_driver` (timers, for tests) and `exec` (Linux
-//! isolation; its cgroup and namespace/chroot building blocks are here, starting tasks is not
-//! wired yet).
+//! isolation: cgroups, namespaces and a chroot, set up by a single-threaded helper process,
+//! `caravan executor`, that then runs the task).
 //!
 //! **Owns:** starting, signalling, stopping, measuring and reattaching to the processes of one
 //! node's tasks; detecting which drivers this host can offer (fingerprints).

@@ -30,3 +30,7 @@ pub const MOCK_REPEAT_MAX: u64 = 1_000_000;
 
 /// How long removing a cgroup retries while its last processes are being reaped.
 pub const CGROUP_REMOVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the exec driver waits for its helper to report that the task started (building the
+/// chroot included).
+pub const EXECUTOR_START_TIMEOUT: Duration = Duration::from_secs(30);

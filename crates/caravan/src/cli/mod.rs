@@ -8,6 +8,7 @@ mod alloc;
 mod connect;
 mod diff;
 mod eval;
+mod executor;
 mod job;
 mod job_status;
 mod monitor;
@@ -52,6 +53,9 @@ enum Command {
     Status(job_status::StatusArgs),
     /// Print the version
     Version,
+    /// The exec driver's per-task helper (internal)
+    #[command(hide = true)]
+    Executor(executor::ExecutorArgs),
 }
 
 /// Runs the CLI on `args` (including the program name) and returns the exit code.
@@ -71,6 +75,7 @@ pub fn run(args: Vec<OsString>) -> i32 {
         Command::Node(cmd) => Ok(node::run(cmd)),
         Command::Server(cmd) => Ok(server::run(cmd)),
         Command::Status(args) => Ok(job_status::status(args)),
+        Command::Executor(args) => Ok(executor::run(args)),
         Command::Version => {
             println!("Caravan v{}", env!("CARGO_PKG_VERSION"));
             Ok(0)

@@ -201,6 +201,25 @@ impl Cgroup {
         }
     }
 
+    /// The cgroup `<parent>/<name>` without creating anything (to reattach after a restart).
+    pub fn at(layout: &CgroupLayout, parent: &str, name: &str) -> io::Result<Cgroup> {
+        check_component(parent)?;
+        check_component(name)?;
+        Ok(match layout {
+            CgroupLayout::V2 { root } => Cgroup {
+                version: CgroupVersion::V2,
+                dirs: vec![root.join(parent).join(name)],
+            },
+            CgroupLayout::V1 { memory, cpu } => Cgroup {
+                version: CgroupVersion::V1,
+                dirs: std::iter::once(memory)
+                    .chain(cpu.iter())
+                    .map(|mount| mount.join(parent).join(name))
+                    .collect(),
+            },
+        })
+    }
+
     pub fn version(&self) -> CgroupVersion {
         self.version
     }

@@ -1,34 +1,74 @@
 //! `exec`: Linux isolation — new PID, mount, IPC and UTS namespaces, a chroot of the host paths
 //! in `chroot_env`, cgroup limits for memory (hard) and CPU weight.
 //!
-//! Built so far: the building blocks, [`cgroup`] (v1 and v2) and [`isolation`] (namespaces,
-//! chroot). Not wired yet: setting them up needs a single-threaded helper process that the
-//! client starts per task (`caravan executor`), because namespaces and mounts must not be
-//! changed from inside the client's multi-threaded runtime. Until then [`ExecDriver`] reports
-//! itself unhealthy and `start` fails with [`DriverError::NotSupported`].
+//! The driver never isolates from inside the client's multi-threaded runtime: per task it
+//! starts a single-threaded helper process, `<caravan> executor <spec.json>` ([`executor`]),
+//! which joins the task's cgroup, unshares the namespaces, builds the chroot and runs the task as
+//! PID 1 of its PID namespace. The driver watches the helper (whose exit mirrors the task's),
+//! reads OOM kills from the cgroup, and stops tasks through the cgroup, which holds every
+//! process the task started.
+//!
+//! Not built yet: `exec` into a running task (answers NotSupported); per-task `chroot_env`
+//! from the client config (Nomad's defaults are used).
 
 pub mod cgroup;
+pub mod executor;
 pub mod isolation;
 
 use crate::driver::{
     Capabilities, Driver, DriverFuture, ExecResult, ExitResult, Fingerprint, FsIsolation,
-    TaskConfig, TaskHandle, TaskStats, TaskStatus,
+    TaskConfig, TaskHandle, TaskState, TaskStats, TaskStatus, TASK_HANDLE_VERSION,
 };
 use crate::error::DriverError;
-use std::time::Duration;
+use crate::exit_cell::ExitCell;
+use crate::limits::{
+    EXECUTOR_START_TIMEOUT, KILL_REAP_TIMEOUT, PROC_POLL_DELAY_MAX, PROC_POLL_DELAY_MIN,
+    STOP_POLL_DELAY_MAX,
+};
+use crate::process_group::CpuSample;
+use crate::procfs::ProcIdentity;
+use crate::raw_exec::spawn::RawExecTaskConfig;
+use crate::raw_exec::task::{exit_from_status, unknown_exit};
+use crate::signal::{parse_signal, DEFAULT_KILL_SIGNAL};
+use crate::table::TaskTable;
+use cgroup::{Cgroup, CgroupLayout};
+use executor::{ExecutorReport, ExecutorSpec};
+use nix::sys::signal::Signal;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncBufReadExt;
 
 /// The driver's name in job files.
 pub const NAME: &str = "exec";
 
-const NOT_WIRED: &str = "exec driver: not supported yet: starting isolated tasks needs the \
-                         `caravan executor` helper, which is not built; use raw_exec";
+/// The cgroup (under each controller's root) that holds one child cgroup per exec task.
+pub const CGROUP_PARENT: &str = "caravan";
 
-#[derive(Debug, Default)]
-pub struct ExecDriver {}
+/// The helper's subcommand: `<helper> executor <spec.json>`.
+pub const EXECUTOR_SUBCOMMAND: &str = "executor";
 
-impl ExecDriver {
-    pub fn new() -> ExecDriver {
-        ExecDriver {}
+pub struct ExecDriver {
+    /// The program started as the helper; `None`: this process's own executable.
+    helper: Option<PathBuf>,
+    tasks: TaskTable<ExecTask>,
+}
+
+impl Default for ExecDriver {
+    fn default() -> ExecDriver {
+        ExecDriver::new()
+    }
+}
+
+impl std::fmt::Debug for ExecDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecDriver")
+            .field("helper", &self.helper)
+            .finish_non_exhaustive()
     }
 }
 
@@ -37,14 +77,467 @@ fn host_problem() -> Option<&'static str> {
     if !nix::unistd::geteuid().is_root() {
         return Some("exec driver must run as root");
     }
-    if cgroup::CgroupLayout::detect().is_none() {
+    if CgroupLayout::detect().is_none() {
         return Some("no cgroup memory controller is mounted");
     }
     None
 }
 
-fn not_found(task_id: &str) -> DriverError {
-    DriverError::TaskNotFound(task_id.to_string())
+/// A task id as one cgroup directory name.
+fn cgroup_name(task_id: &str) -> String {
+    task_id
+        .chars()
+        .map(|c| {
+            if c == '/' || c.is_whitespace() {
+                '-'
+            } else {
+                c
+            }
+        })
+        .collect::<String>()
+        .trim_start_matches('.')
+        .to_string()
+}
+
+/// The driver-private part of the persisted handle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct ExecState {
+    /// The helper process; its exit is the task's.
+    helper: ProcIdentity,
+    /// The task's main process (PID 1 of its namespace) as the host sees it.
+    task_pid: u32,
+    cgroup_name: String,
+}
+
+struct ExecTask {
+    config: TaskConfig,
+    state: ExecState,
+    cgroup: Cgroup,
+    started_at_unix_ns: i64,
+    recovered: bool,
+    exit: ExitCell,
+    cpu_sample: Mutex<Option<CpuSample>>,
+}
+
+impl ExecDriver {
+    /// The driver, starting helpers from this process's own executable (`caravan`).
+    pub fn new() -> ExecDriver {
+        ExecDriver {
+            helper: None,
+            tasks: TaskTable::new(),
+        }
+    }
+
+    /// The driver, starting `helper executor <spec>` (tests use their own binary).
+    pub fn new_with_helper(helper: impl Into<PathBuf>) -> ExecDriver {
+        ExecDriver {
+            helper: Some(helper.into()),
+            tasks: TaskTable::new(),
+        }
+    }
+
+    fn helper_path(&self, task_id: &str) -> Result<PathBuf, DriverError> {
+        match &self.helper {
+            Some(path) => Ok(path.clone()),
+            None => std::env::current_exe()
+                .map_err(|e| DriverError::io(task_id, "finding the executor binary", e)),
+        }
+    }
+
+    async fn start_task(&self, cfg: TaskConfig) -> Result<TaskHandle, DriverError> {
+        if let Some(problem) = host_problem() {
+            return Err(DriverError::NotSupported(format!("exec driver: {problem}")));
+        }
+        if self.tasks.contains(&cfg.id) {
+            return Err(DriverError::TaskExists(cfg.id));
+        }
+        let raw = RawExecTaskConfig::parse(&cfg.driver_config).map_err(|e| match e {
+            DriverError::InvalidConfig { message, .. } => DriverError::invalid(NAME, message),
+            other => other,
+        })?;
+        let start_err = |message: String, recoverable: bool| DriverError::Start {
+            task_id: cfg.id.clone(),
+            message,
+            recoverable,
+        };
+        let layout = CgroupLayout::detect()
+            .ok_or_else(|| start_err("no cgroup memory controller".into(), false))?;
+        let name = cgroup_name(&cfg.id);
+        let cgroup = Cgroup::create(&layout, CGROUP_PARENT, &name)
+            .map_err(|e| start_err(format!("creating the cgroup: {e}"), true))?;
+        let spec = ExecutorSpec {
+            task_id: cfg.id.clone(),
+            command: raw.command,
+            args: raw.args,
+            env: cfg.env.clone(),
+            work_dir: raw.work_dir,
+            user: cfg.user.clone(),
+            hostname: cfg.name.clone(),
+            task_dir: cfg.task_dir.dir.clone(),
+            alloc_dir: cfg.alloc_dir.clone(),
+            chroot_env: isolation::default_chroot_env(),
+            stdout_path: cfg.stdout_path.clone(),
+            stderr_path: cfg.stderr_path.clone(),
+            cgroup_parent: CGROUP_PARENT.to_string(),
+            cgroup_name: name.clone(),
+            resources: cfg.resources,
+        };
+        let started = self.spawn_helper(&cfg.id, &spec).await;
+        let (child, report) = match started {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = destroy_cgroup(cgroup).await;
+                return Err(e);
+            }
+        };
+        let helper = child.id().and_then(ProcIdentity::of);
+        let (Some(task_pid), Some(helper)) = (report.pid, helper) else {
+            let mut child = child;
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            let _ = destroy_cgroup(cgroup).await;
+            let why = report
+                .error
+                .unwrap_or_else(|| "the executor ended without starting the task".into());
+            return Err(start_err(why, false));
+        };
+        let task = Arc::new(ExecTask {
+            config: cfg,
+            state: ExecState {
+                helper,
+                task_pid,
+                cgroup_name: name,
+            },
+            cgroup,
+            started_at_unix_ns: crate::now_unix_ns(),
+            recovered: false,
+            exit: ExitCell::new(),
+            cpu_sample: Mutex::new(None),
+        });
+        task.watch_child(child);
+        if let Err(e) = self.tasks.insert(&task.config.id, Arc::clone(&task)) {
+            let _ = task.kill_all_and_wait().await;
+            return Err(e);
+        }
+        tracing::debug!(task_id = %task.config.id, pid = task_pid, "exec task started");
+        Ok(handle_of(&task))
+    }
+
+    /// Writes the spec (mode 0600, outside the task's chroot), starts the helper, and reads its
+    /// one-line report.
+    async fn spawn_helper(
+        &self,
+        task_id: &str,
+        spec: &ExecutorSpec,
+    ) -> Result<(tokio::process::Child, ExecutorReport), DriverError> {
+        let helper = self.helper_path(task_id)?;
+        let spec_path = std::env::temp_dir().join(format!(
+            "caravan-executor-{}-{}.json",
+            std::process::id(),
+            cgroup_name(task_id)
+        ));
+        let text = serde_json::to_vec(spec).expect("executor spec serialises");
+        {
+            use std::io::Write;
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&spec_path)
+                .map_err(|e| DriverError::io(task_id, "writing the executor spec", e))?;
+            file.write_all(&text)
+                .map_err(|e| DriverError::io(task_id, "writing the executor spec", e))?;
+        }
+        let mut child = tokio::process::Command::new(&helper)
+            .arg(EXECUTOR_SUBCOMMAND)
+            .arg(&spec_path)
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(false)
+            .spawn()
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&spec_path);
+                DriverError::Start {
+                    task_id: task_id.to_string(),
+                    message: format!("running the executor {}: {e}", helper.display()),
+                    recoverable: false,
+                }
+            })?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut line = String::new();
+        let read = tokio::time::timeout(EXECUTOR_START_TIMEOUT, async {
+            tokio::io::BufReader::new(stdout).read_line(&mut line).await
+        })
+        .await;
+        let _ = std::fs::remove_file(&spec_path);
+        let report = match read {
+            Ok(Ok(_)) => serde_json::from_str(line.trim()).unwrap_or(ExecutorReport {
+                pid: None,
+                error: Some(format!("the executor said {:?}", line.trim())),
+            }),
+            Ok(Err(e)) => ExecutorReport {
+                pid: None,
+                error: Some(format!("reading the executor's report: {e}")),
+            },
+            Err(_) => ExecutorReport {
+                pid: None,
+                error: Some(format!(
+                    "the executor did not report within {EXECUTOR_START_TIMEOUT:?}"
+                )),
+            },
+        };
+        Ok((child, report))
+    }
+
+    async fn stop_task(
+        &self,
+        task_id: &str,
+        timeout: Duration,
+        signal: &str,
+    ) -> Result<(), DriverError> {
+        let task = self.tasks.get(task_id)?;
+        let signal = if signal.is_empty() {
+            task.config.kill_signal.as_str()
+        } else {
+            signal
+        };
+        let signal = parse_signal(signal, DEFAULT_KILL_SIGNAL)?;
+        task.stop(signal, timeout).await
+    }
+
+    async fn destroy_task(&self, task_id: &str, force: bool) -> Result<(), DriverError> {
+        let task = self.tasks.get(task_id)?;
+        if !task.exit.has_exited() && !force {
+            return Err(DriverError::StillRunning(task_id.to_string()));
+        }
+        task.kill_all_and_wait().await?;
+        destroy_cgroup(task.cgroup.clone())
+            .await
+            .map_err(|e| DriverError::io(task_id, "removing the cgroup", e))?;
+        task.exit.set(unknown_exit());
+        self.tasks.remove(task_id);
+        Ok(())
+    }
+
+    fn recover_task(&self, handle: &TaskHandle) -> Result<(), DriverError> {
+        let id = &handle.task_id;
+        handle.check_for(NAME)?;
+        if self.tasks.contains(id) {
+            return Ok(());
+        }
+        let refuse = |message: String| DriverError::Recover {
+            task_id: id.clone(),
+            message,
+        };
+        let state: ExecState = serde_json::from_value(handle.state.clone())
+            .map_err(|e| refuse(format!("driver state: {e}")))?;
+        let layout = CgroupLayout::detect().ok_or_else(|| refuse("no cgroup memory".into()))?;
+        let cgroup = Cgroup::at(&layout, CGROUP_PARENT, &state.cgroup_name)
+            .map_err(|e| refuse(e.to_string()))?;
+        let task = Arc::new(ExecTask {
+            config: handle.config.clone(),
+            state,
+            cgroup,
+            started_at_unix_ns: handle.started_at_unix_ns,
+            recovered: true,
+            exit: ExitCell::new(),
+            cpu_sample: Mutex::new(None),
+        });
+        if task.state.helper.is_alive() {
+            task.watch_recovered();
+        } else {
+            task.exit.set(task.recovered_exit());
+        }
+        self.tasks.insert(id, task)?;
+        Ok(())
+    }
+}
+
+/// Kills what is left in the cgroup and removes it, off the runtime's threads.
+async fn destroy_cgroup(cgroup: Cgroup) -> std::io::Result<()> {
+    tokio::task::spawn_blocking(move || match cgroup.destroy() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    })
+    .await
+    .map_err(std::io::Error::other)?
+}
+
+fn handle_of(task: &ExecTask) -> TaskHandle {
+    TaskHandle {
+        version: TASK_HANDLE_VERSION,
+        task_id: task.config.id.clone(),
+        driver: NAME.to_string(),
+        config: task.config.clone(),
+        pid: Some(task.state.task_pid),
+        started_at_unix_ns: task.started_at_unix_ns,
+        state: serde_json::to_value(&task.state).expect("exec state serialises"),
+    }
+}
+
+impl ExecTask {
+    fn oom_killed(&self) -> bool {
+        self.cgroup.oom_kill_count().unwrap_or(0) > 0
+    }
+
+    /// The cgroup's processes other than the helper (signals go to the task, not the helper).
+    fn task_pids(&self) -> Vec<u32> {
+        self.cgroup
+            .pids()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|pid| *pid != self.state.helper.pid)
+            .collect()
+    }
+
+    fn cgroup_empty(&self) -> bool {
+        self.cgroup.pids().map(|p| p.is_empty()).unwrap_or(true)
+    }
+
+    fn recovered_exit(&self) -> ExitResult {
+        ExitResult {
+            oom_killed: self.oom_killed(),
+            ..unknown_exit()
+        }
+    }
+
+    /// Records the helper's exit (the task's) when it comes, with the cgroup's OOM verdict, and
+    /// kills whatever the task left behind.
+    fn watch_child(self: &Arc<Self>, mut child: tokio::process::Child) {
+        let task = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut result = match child.wait().await {
+                Ok(status) => exit_from_status(status),
+                Err(e) => ExitResult {
+                    exit_code: -1,
+                    err: Some(format!("waiting for the executor failed: {e}")),
+                    ..Default::default()
+                },
+            };
+            result.oom_killed = task.oom_killed();
+            let cgroup = task.cgroup.clone();
+            let _ = tokio::task::spawn_blocking(move || cgroup.kill_all()).await;
+            tracing::debug!(task_id = %task.config.id, ?result, "exec task exited");
+            task.exit.set(result);
+        });
+    }
+
+    /// Polls the recovered helper until it is gone (its status is lost: it is not our child).
+    fn watch_recovered(self: &Arc<Self>) {
+        let weak: Weak<ExecTask> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut delay = PROC_POLL_DELAY_MIN;
+            loop {
+                let Some(task) = weak.upgrade() else { return };
+                if task.exit.has_exited() {
+                    return;
+                }
+                if !task.state.helper.is_alive() {
+                    task.exit.set(task.recovered_exit());
+                    return;
+                }
+                drop(task);
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(PROC_POLL_DELAY_MAX);
+            }
+        });
+    }
+
+    fn status(&self) -> TaskStatus {
+        let exited = self.exit.get();
+        TaskStatus {
+            task_id: self.config.id.clone(),
+            name: self.config.name.clone(),
+            state: if exited.is_some() {
+                TaskState::Exited
+            } else {
+                TaskState::Running
+            },
+            pid: Some(self.state.task_pid),
+            started_at_unix_ns: self.started_at_unix_ns,
+            completed_at_unix_ns: exited.as_ref().map(|e| e.at_unix_ns),
+            exit_result: exited.map(|e| e.result),
+        }
+    }
+
+    fn signal_main(&self, signal: Signal) -> Result<(), DriverError> {
+        let pid = self.state.task_pid;
+        if self.exit.has_exited() || !self.cgroup.pids().unwrap_or_default().contains(&pid) {
+            return Err(DriverError::NotRunning(self.config.id.clone()));
+        }
+        nix::sys::signal::kill(crate::process_group::to_pid(pid), signal).map_err(|e| {
+            DriverError::Signal {
+                task_id: self.config.id.clone(),
+                signal: signal.to_string(),
+                message: e.to_string(),
+            }
+        })
+    }
+
+    /// Sends `signal` to every task process in the cgroup, waits up to `timeout`, then SIGKILLs
+    /// the whole cgroup. PID 1 of a namespace ignores signals it has no handler for, except
+    /// SIGKILL: a task that does not handle `signal` ends at the timeout.
+    async fn stop(&self, signal: Signal, timeout: Duration) -> Result<(), DriverError> {
+        if !self.exit.has_exited() {
+            for pid in self.task_pids() {
+                let _ = nix::sys::signal::kill(crate::process_group::to_pid(pid), signal);
+            }
+            let deadline = Instant::now() + timeout;
+            let mut delay = PROC_POLL_DELAY_MIN;
+            while !self.exit.has_exited() && !self.cgroup_empty() && Instant::now() < deadline {
+                let left = deadline.saturating_duration_since(Instant::now());
+                tokio::time::sleep(delay.min(left)).await;
+                delay = (delay * 2).min(STOP_POLL_DELAY_MAX);
+            }
+            if !self.exit.has_exited() {
+                self.kill_all_and_wait().await?;
+            }
+        }
+        if self.recovered && !self.state.helper.is_alive() {
+            self.exit.set(self.recovered_exit());
+        }
+        match self.exit.wait_timeout(KILL_REAP_TIMEOUT).await {
+            Some(_) => Ok(()),
+            None => Err(DriverError::Timeout {
+                task_id: self.config.id.clone(),
+                what: "reaping the executor",
+                limit: KILL_REAP_TIMEOUT,
+            }),
+        }
+    }
+
+    /// SIGKILLs every process of the cgroup (the helper too) until it is empty.
+    async fn kill_all_and_wait(&self) -> Result<(), DriverError> {
+        let cgroup = self.cgroup.clone();
+        let done = tokio::task::spawn_blocking(move || match cgroup.kill_all() {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        })
+        .await
+        .map_err(std::io::Error::other)
+        .and_then(|r| r);
+        done.map_err(|e| DriverError::io(&self.config.id, "killing the task's cgroup", e))
+    }
+
+    fn stats(&self) -> Result<TaskStats, DriverError> {
+        if self.exit.has_exited() {
+            return Err(DriverError::NotRunning(self.config.id.clone()));
+        }
+        let processes: Vec<_> = self
+            .task_pids()
+            .into_iter()
+            .filter_map(crate::procfs::read_stat)
+            .collect();
+        let start_ticks = crate::procfs::read_stat(self.state.task_pid)
+            .map_or(self.state.helper.start_ticks, |p| p.start_ticks);
+        let mut sample = self.cpu_sample.lock().unwrap_or_else(|e| e.into_inner());
+        let (stats, next) = crate::process_group::measure(&processes, start_ticks, *sample);
+        *sample = Some(next);
+        Ok(stats)
+    }
 }
 
 impl Driver for ExecDriver {
@@ -55,50 +548,63 @@ impl Driver for ExecDriver {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             send_signals: true,
-            exec: true,
+            exec: false,
             fs_isolation: FsIsolation::Chroot,
         }
     }
 
-    /// Undetected where the host cannot isolate; otherwise detected but unhealthy until the
-    /// executor helper exists, so no exec task is placed here.
+    /// Healthy (`driver.exec = "1"`) where the host can isolate: root and a memory cgroup.
     fn fingerprint(&self) -> Fingerprint {
         match host_problem() {
             Some(problem) => Fingerprint::undetected(problem),
-            None => Fingerprint::unhealthy(NOT_WIRED),
+            None => Fingerprint::healthy(NAME, BTreeMap::new()),
         }
     }
 
-    fn start(&self, _cfg: TaskConfig) -> DriverFuture<'_, TaskHandle> {
-        Box::pin(async { Err(DriverError::NotSupported(NOT_WIRED.to_string())) })
+    fn start(&self, cfg: TaskConfig) -> DriverFuture<'_, TaskHandle> {
+        Box::pin(self.start_task(cfg))
     }
 
     fn wait<'a>(&'a self, task_id: &'a str) -> DriverFuture<'a, ExitResult> {
-        Box::pin(async move { Err(not_found(task_id)) })
+        Box::pin(async move {
+            let task = self.tasks.get(task_id)?;
+            Ok(task.exit.wait().await.result)
+        })
     }
 
-    fn stop<'a>(&'a self, task_id: &'a str, _: Duration, _: &'a str) -> DriverFuture<'a, ()> {
-        Box::pin(async move { Err(not_found(task_id)) })
+    fn stop<'a>(
+        &'a self,
+        task_id: &'a str,
+        timeout: Duration,
+        signal: &'a str,
+    ) -> DriverFuture<'a, ()> {
+        Box::pin(self.stop_task(task_id, timeout, signal))
     }
 
-    fn destroy<'a>(&'a self, task_id: &'a str, _force: bool) -> DriverFuture<'a, ()> {
-        Box::pin(async move { Err(not_found(task_id)) })
+    fn destroy<'a>(&'a self, task_id: &'a str, force: bool) -> DriverFuture<'a, ()> {
+        Box::pin(self.destroy_task(task_id, force))
     }
 
-    fn signal<'a>(&'a self, task_id: &'a str, _signal: &'a str) -> DriverFuture<'a, ()> {
-        Box::pin(async move { Err(not_found(task_id)) })
+    fn signal<'a>(&'a self, task_id: &'a str, signal: &'a str) -> DriverFuture<'a, ()> {
+        Box::pin(async move {
+            let task = self.tasks.get(task_id)?;
+            if signal.trim().is_empty() {
+                return Err(DriverError::UnknownSignal(String::new()));
+            }
+            task.signal_main(parse_signal(signal, DEFAULT_KILL_SIGNAL)?)
+        })
     }
 
     fn inspect<'a>(&'a self, task_id: &'a str) -> DriverFuture<'a, TaskStatus> {
-        Box::pin(async move { Err(not_found(task_id)) })
+        Box::pin(async move { Ok(self.tasks.get(task_id)?.status()) })
     }
 
     fn stats<'a>(&'a self, task_id: &'a str) -> DriverFuture<'a, TaskStats> {
-        Box::pin(async move { Err(not_found(task_id)) })
+        Box::pin(async move { self.tasks.get(task_id)?.stats() })
     }
 
-    fn recover<'a>(&'a self, _handle: &'a TaskHandle) -> DriverFuture<'a, ()> {
-        Box::pin(async { Err(DriverError::NotSupported(NOT_WIRED.to_string())) })
+    fn recover<'a>(&'a self, handle: &'a TaskHandle) -> DriverFuture<'a, ()> {
+        Box::pin(async move { self.recover_task(handle) })
     }
 
     fn exec<'a>(
@@ -107,7 +613,12 @@ impl Driver for ExecDriver {
         _cmd: &'a [String],
         _timeout: Duration,
     ) -> DriverFuture<'a, ExecResult> {
-        Box::pin(async move { Err(not_found(task_id)) })
+        Box::pin(async move {
+            self.tasks.get(task_id)?;
+            Err(DriverError::NotSupported(
+                "exec driver: running commands inside an exec task is not supported yet".into(),
+            ))
+        })
     }
 }
 
@@ -117,21 +628,40 @@ mod tests {
     use crate::testing::{task_config, TestDir};
 
     #[tokio::test]
-    async fn start_says_not_supported_and_fingerprint_is_never_healthy() {
-        let driver = ExecDriver::new();
-        let dir = TestDir::new("exec-stub");
+    async fn a_config_without_command_is_refused_before_anything_starts() {
+        if host_problem().is_some() {
+            println!("skipped: {}", host_problem().unwrap_or_default());
+            return;
+        }
+        let driver = ExecDriver::new_with_helper("/nonexistent-helper");
+        let dir = TestDir::new("exec-bad");
+        let cfg = task_config(dir.path(), "t1", serde_json::json!({"args": ["x"]}));
+        let err = driver.start(cfg).await.unwrap_err();
+        assert!(err.to_string().contains("command is required"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_missing_helper_fails_the_start_and_leaves_no_cgroup() {
+        if host_problem().is_some() {
+            return;
+        }
+        let driver = ExecDriver::new_with_helper("/nonexistent-helper");
+        let dir = TestDir::new("exec-nohelper");
         let cfg = task_config(
             dir.path(),
-            "t1",
+            "exec-unit-nohelper",
             serde_json::json!({"command": "/bin/true"}),
         );
         let err = driver.start(cfg).await.unwrap_err();
-        assert!(matches!(err, DriverError::NotSupported(_)), "{err}");
-        assert!(err
-            .to_string()
-            .starts_with("exec driver: not supported yet"));
-        let fp = driver.fingerprint();
-        assert!(!fp.healthy);
-        assert!(!fp.attributes.contains_key("driver.exec"));
+        assert!(matches!(err, DriverError::Start { .. }), "{err}");
+        let layout = CgroupLayout::detect().unwrap();
+        let cg = Cgroup::at(&layout, CGROUP_PARENT, "exec-unit-nohelper").unwrap();
+        assert!(cg.dirs().iter().all(|d| !d.exists()));
+    }
+
+    #[test]
+    fn cgroup_names_have_no_slashes() {
+        assert_eq!(cgroup_name("a/b c"), "a-b-c");
+        assert_eq!(cgroup_name("..x"), "x");
     }
 }

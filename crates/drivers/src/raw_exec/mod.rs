@@ -4,8 +4,8 @@
 //! Off unless the client config enables it (`plugin "raw_exec" { config { enabled = true } }`,
 //! or `-dev`): a disabled raw_exec is undetected and refuses to start tasks.
 
-mod spawn;
-mod task;
+pub(crate) mod spawn;
+pub(crate) mod task;
 
 use crate::driver::{
     Capabilities, Driver, DriverFuture, ExecResult, ExitResult, Fingerprint, FsIsolation,

@@ -1,0 +1,231 @@
+//! The exec driver for real: tasks started through the executor helper, isolated in namespaces,
+//! a chroot and a cgroup.
+//!
+//! No test harness (`harness = false`): this binary is also the helper. The driver is built
+//! with `ExecDriver::new_with_helper(<this binary>)`, so it runs `<this binary> executor
+//! <spec>`, which `main` hands to the single-threaded helper before any runtime starts. Where
+//! the host cannot isolate (not root, no memory cgroup), each test says why and passes.
+
+use drivers::exec::cgroup::{Cgroup, CgroupLayout};
+use drivers::exec::{executor, ExecDriver, CGROUP_PARENT, EXECUTOR_SUBCOMMAND};
+use drivers::testing::{task_config, TestDir};
+use drivers::{Driver, TaskConfig, TaskState};
+use std::future::Future;
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+type TestFn = fn(ExecDriver) -> Pin<Box<dyn Future<Output = Result<(), String>>>>;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(EXECUTOR_SUBCOMMAND) {
+        let code = executor::run(std::path::Path::new(&args[2]));
+        std::process::exit(code);
+    }
+    let fp = ExecDriver::new().fingerprint();
+    if !fp.healthy {
+        println!("exec: skipped: {}", fp.health_description);
+        return ExitCode::SUCCESS;
+    }
+    let tests: [(&str, TestFn); 5] = [
+        ("fingerprint_is_healthy", |d| {
+            Box::pin(fingerprint_is_healthy(d))
+        }),
+        ("task_is_pid_1_and_sees_no_host_processes", |d| {
+            Box::pin(task_is_pid_1(d))
+        }),
+        ("memory_hog_is_oom_killed", |d| {
+            Box::pin(memory_hog_is_oom_killed(d))
+        }),
+        ("stop_ends_the_task_within_kill_timeout", |d| {
+            Box::pin(stop_ends_the_task(d))
+        }),
+        ("bad_command_fails_the_start", |d| {
+            Box::pin(bad_command_fails(d))
+        }),
+    ];
+    let filter = args.iter().skip(1).find(|a| !a.starts_with('-')).cloned();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let exe = std::env::current_exe().expect("current exe");
+    let (mut passed, mut failed) = (0, 0);
+    for (name, test) in tests {
+        if filter.as_deref().is_some_and(|f| !name.contains(f)) {
+            continue;
+        }
+        let driver = ExecDriver::new_with_helper(&exe);
+        match runtime.block_on(test(driver)) {
+            Ok(()) => {
+                println!("test {name} ... ok");
+                passed += 1;
+            }
+            Err(e) => {
+                println!("test {name} ... FAILED: {e}");
+                failed += 1;
+            }
+        }
+    }
+    println!("exec: {passed} passed; {failed} failed");
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn config(dir: &TestDir, id: &str, script: &str) -> TaskConfig {
+    task_config(
+        dir.path(),
+        id,
+        serde_json::json!({"command": "/bin/sh", "args": ["-c", script]}),
+    )
+}
+
+fn unique(label: &str) -> String {
+    format!("exec-it-{label}-{}", std::process::id())
+}
+
+fn cgroup_of(id: &str) -> Cgroup {
+    Cgroup::at(&CgroupLayout::detect().unwrap(), CGROUP_PARENT, id).unwrap()
+}
+
+async fn fingerprint_is_healthy(driver: ExecDriver) -> Result<(), String> {
+    let fp = driver.fingerprint();
+    if fp.healthy && fp.attributes.get("driver.exec").map(String::as_str) == Some("1") {
+        Ok(())
+    } else {
+        Err(format!("{fp:?}"))
+    }
+}
+
+async fn task_is_pid_1(driver: ExecDriver) -> Result<(), String> {
+    let dir = TestDir::new("exec-pid1");
+    let id = unique("pid1");
+    let cfg = config(
+        &dir,
+        &id,
+        "echo $$; ls /proc | grep -c '^[0-9]'; hostname || true",
+    );
+    let stdout_path = cfg.stdout_path.clone();
+    driver.start(cfg).await.map_err(|e| e.to_string())?;
+    let exit = tokio::time::timeout(Duration::from_secs(20), driver.wait(&id))
+        .await
+        .map_err(|_| "the task did not exit".to_string())?
+        .map_err(|e| e.to_string())?;
+    let out = std::fs::read_to_string(&stdout_path).unwrap_or_default();
+    let stderr = std::fs::read_to_string(dir.path().join("stderr.log")).unwrap_or_default();
+    if !exit.successful() {
+        return Err(format!("exit {exit:?}; stdout {out:?}; stderr {stderr:?}"));
+    }
+    let lines: Vec<&str> = out.lines().collect();
+    if lines.first() != Some(&"1") {
+        return Err(format!("the task is not PID 1: {out:?}"));
+    }
+    let procs: usize = lines
+        .get(1)
+        .and_then(|n| n.trim().parse().ok())
+        .ok_or(format!("no process count: {out:?}"))?;
+    if procs > 5 {
+        return Err(format!("the task sees {procs} processes: {out:?}"));
+    }
+    println!("  the task saw: pid {}, {procs} processes", lines[0]);
+    let cgroup = cgroup_of(&id);
+    if cgroup.dirs().iter().any(|d| !d.exists()) {
+        return Err("the cgroup should exist until destroy".into());
+    }
+    driver
+        .destroy(&id, false)
+        .await
+        .map_err(|e| e.to_string())?;
+    if let Some(d) = cgroup.dirs().iter().find(|d| d.exists()) {
+        return Err(format!("{} left after destroy", d.display()));
+    }
+    Ok(())
+}
+
+async fn memory_hog_is_oom_killed(driver: ExecDriver) -> Result<(), String> {
+    let dir = TestDir::new("exec-oom");
+    let id = unique("oom");
+    let mut cfg = config(
+        &dir,
+        &id,
+        "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo done",
+    );
+    cfg.resources.memory_mb = 32;
+    driver.start(cfg).await.map_err(|e| e.to_string())?;
+    let exit = tokio::time::timeout(Duration::from_secs(60), driver.wait(&id))
+        .await
+        .map_err(|_| "the task did not exit".to_string())?
+        .map_err(|e| e.to_string())?;
+    driver.destroy(&id, true).await.map_err(|e| e.to_string())?;
+    if exit.oom_killed {
+        println!("  exit: {exit:?}");
+        Ok(())
+    } else {
+        Err(format!("not reported as OOM-killed: {exit:?}"))
+    }
+}
+
+async fn stop_ends_the_task(driver: ExecDriver) -> Result<(), String> {
+    let dir = TestDir::new("exec-stop");
+    let id = unique("stop");
+    let mut cfg = config(&dir, &id, "sleep 1000; sleep 1000");
+    cfg.kill_timeout = Duration::from_secs(1);
+    driver.start(cfg).await.map_err(|e| e.to_string())?;
+    let status = driver.inspect(&id).await.map_err(|e| e.to_string())?;
+    if status.state != TaskState::Running {
+        return Err(format!("not running after start: {status:?}"));
+    }
+    if driver.destroy(&id, false).await.is_ok() {
+        return Err("destroy of a running task without force succeeded".into());
+    }
+    let begun = Instant::now();
+    driver
+        .stop(&id, Duration::from_secs(1), "SIGTERM")
+        .await
+        .map_err(|e| e.to_string())?;
+    let took = begun.elapsed();
+    if took > Duration::from_secs(3) {
+        return Err(format!("stop took {took:?}"));
+    }
+    let status = driver.inspect(&id).await.map_err(|e| e.to_string())?;
+    if status.state != TaskState::Exited {
+        return Err(format!("not exited after stop: {status:?}"));
+    }
+    let cgroup = cgroup_of(&id);
+    if !cgroup.pids().unwrap_or_default().is_empty() {
+        return Err("processes left in the cgroup after stop".into());
+    }
+    driver
+        .destroy(&id, false)
+        .await
+        .map_err(|e| e.to_string())?;
+    if cgroup.dirs().iter().any(|d| d.exists()) {
+        return Err("cgroup left after destroy".into());
+    }
+    Ok(())
+}
+
+async fn bad_command_fails(driver: ExecDriver) -> Result<(), String> {
+    let dir = TestDir::new("exec-bad");
+    let id = unique("bad");
+    let cfg = task_config(
+        dir.path(),
+        &id,
+        serde_json::json!({"command": "/no/such/program"}),
+    );
+    match driver.start(cfg).await {
+        Ok(_) => Err("start of a missing program succeeded".into()),
+        Err(e) if e.to_string().contains("/no/such/program") => {
+            if cgroup_of(&id).dirs().iter().any(|d| d.exists()) {
+                return Err("cgroup left after a failed start".into());
+            }
+            Ok(())
+        }
+        Err(e) => Err(format!("unexpected error: {e}")),
+    }
+}
