@@ -305,57 +305,36 @@ async fn versions(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response,
 }
 
 async fn summary(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response, ApiError> {
-    let tables = [Table::JobSummaries];
-    let snap = q.block(st.server.state(), &tables).await;
-    let summary = snap
-        .job_summary(&q.namespace, id)
-        .ok_or_else(|| ApiError::not_found("job not found"))?;
-    Ok(reply::read(
-        &*summary,
-        index_of(&snap, &tables),
-        &st.server,
-        q.pretty,
-    ))
+    blocking_read(st, q, &[Table::JobSummaries], |snap| {
+        snap.job_summary(&q.namespace, id)
+            .ok_or_else(|| ApiError::not_found("job not found"))
+    })
+    .await
 }
 
 async fn evaluations(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response, ApiError> {
-    let tables = [Table::Evals];
-    let snap = q.block(st.server.state(), &tables).await;
-    let evals = snap.evals_by_job(&q.namespace, id);
-    Ok(reply::read(
-        &evals,
-        index_of(&snap, &tables),
-        &st.server,
-        q.pretty,
-    ))
+    blocking_read(st, q, &[Table::Evals], |snap| {
+        Ok(snap.evals_by_job(&q.namespace, id))
+    })
+    .await
 }
 
 async fn allocations(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response, ApiError> {
-    let tables = [Table::Allocs];
-    let snap = q.block(st.server.state(), &tables).await;
-    let stubs: Vec<_> = snap
-        .allocs_by_job(&q.namespace, id)
-        .iter()
-        .map(|a| a.stub(false))
-        .collect();
-    Ok(reply::read(
-        &stubs,
-        index_of(&snap, &tables),
-        &st.server,
-        q.pretty,
-    ))
+    blocking_read(st, q, &[Table::Allocs], |snap| {
+        Ok(snap
+            .allocs_by_job(&q.namespace, id)
+            .iter()
+            .map(|a| a.stub(false))
+            .collect::<Vec<_>>())
+    })
+    .await
 }
 
 async fn deployments(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response, ApiError> {
-    let tables = [Table::Deployments];
-    let snap = q.block(st.server.state(), &tables).await;
-    let list = snap.deployments_by_job(&q.namespace, id);
-    Ok(reply::read(
-        &list,
-        index_of(&snap, &tables),
-        &st.server,
-        q.pretty,
-    ))
+    blocking_read(st, q, &[Table::Deployments], |snap| {
+        Ok(snap.deployments_by_job(&q.namespace, id))
+    })
+    .await
 }
 
 /// The job's most recent deployment, or `null` when it has none (as Nomad answers).
@@ -364,12 +343,25 @@ async fn latest_deployment(
     id: &str,
     q: &QueryOptions,
 ) -> Result<Response, ApiError> {
-    let tables = [Table::Deployments];
-    let snap = q.block(st.server.state(), &tables).await;
-    let latest = snap.latest_deployment_by_job(&q.namespace, id);
+    blocking_read(st, q, &[Table::Deployments], |snap| {
+        Ok(snap.latest_deployment_by_job(&q.namespace, id))
+    })
+    .await
+}
+
+/// A blocking read of `tables`: waits as the query asks, then answers `read(snapshot)` with the
+/// tables' index in the headers.
+async fn blocking_read<T: Serialize>(
+    st: &ApiState,
+    q: &QueryOptions,
+    tables: &[Table],
+    read: impl FnOnce(&state::StateSnapshot) -> Result<T, ApiError>,
+) -> Result<Response, ApiError> {
+    let snap = q.block(st.server.state(), tables).await;
+    let value = read(&snap)?;
     Ok(reply::read(
-        &latest,
-        index_of(&snap, &tables),
+        &value,
+        index_of(&snap, tables),
         &st.server,
         q.pretty,
     ))
