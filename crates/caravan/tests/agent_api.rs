@@ -53,7 +53,9 @@ fn minimal_job(id: &str, command: &str) -> Value {
 #[test]
 fn job_run_registers_every_fixture_and_inspect_returns_it() {
     let dir = temp_dir("fixtures");
-    let agent = Agent::start(&dir, &["-dev"]);
+    // A server without a client: nothing here needs tasks to run (and none may outlive the test).
+    let data = dir.join("data").display().to_string();
+    let agent = Agent::start(&dir, &["-server", "-data-dir", &data]);
     let mut count = 0;
     let mut paths: Vec<PathBuf> = std::fs::read_dir(fixtures_dir())
         .unwrap()
@@ -119,7 +121,9 @@ fn job_run_registers_every_fixture_and_inspect_returns_it() {
 #[test]
 fn a_changed_job_is_a_new_version_and_an_unchanged_one_only_a_new_evaluation() {
     let dir = temp_dir("versions");
-    let agent = Agent::start(&dir, &["-dev"]);
+    // A server without a client: nothing here needs tasks to run (and none may outlive the test).
+    let data = dir.join("data").display().to_string();
+    let agent = Agent::start(&dir, &["-server", "-data-dir", &data]);
     let (status, body) = agent.put("/v1/jobs", &minimal_job("v", "/bin/true"));
     assert_eq!(status, 200, "{body}");
     let first: Value = serde_json::from_str(&body).unwrap();
@@ -174,7 +178,9 @@ fn a_changed_job_is_a_new_version_and_an_unchanged_one_only_a_new_evaluation() {
 #[test]
 fn a_blocking_list_returns_when_a_job_is_registered() {
     let dir = temp_dir("blocking");
-    let agent = Agent::start(&dir, &["-dev"]);
+    // A server without a client: nothing here needs tasks to run (and none may outlive the test).
+    let data = dir.join("data").display().to_string();
+    let agent = Agent::start(&dir, &["-server", "-data-dir", &data]);
     let (_, _, headers) = agent.request("GET", "/v1/jobs", None).unwrap();
     let index: u64 = header(&headers, "x-nomad-index").unwrap().parse().unwrap();
     let url = format!("{}/v1/jobs?index={index}&wait=300s", agent.http);
@@ -202,7 +208,9 @@ fn a_blocking_list_returns_when_a_job_is_registered() {
 #[test]
 fn job_json_round_trips_and_parse_canonicalizes_on_request() {
     let dir = temp_dir("json");
-    let agent = Agent::start(&dir, &["-dev"]);
+    // A server without a client: nothing here needs tasks to run (and none may outlive the test).
+    let data = dir.join("data").display().to_string();
+    let agent = Agent::start(&dir, &["-server", "-data-dir", &data]);
     let hcl = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/example.nomad.hcl"),
     )
@@ -256,7 +264,9 @@ fn job_json_round_trips_and_parse_canonicalizes_on_request() {
 #[test]
 fn errors_are_plain_text_with_nomads_codes() {
     let dir = temp_dir("errors");
-    let agent = Agent::start(&dir, &["-dev"]);
+    // A server without a client, so the node and allocation lists are empty.
+    let data = dir.join("data").display().to_string();
+    let agent = Agent::start(&dir, &["-server", "-data-dir", &data]);
     let (status, body, headers) = agent.request("GET", "/v1/job/nope", None).unwrap();
     assert_eq!((status, body.as_str()), (404, "job not found"));
     assert!(header(&headers, "content-type")
