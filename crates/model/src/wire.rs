@@ -5,6 +5,7 @@
 use crate::job::Job;
 use crate::summary::JobSummary;
 use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
 use std::collections::BTreeMap;
 
 /// The answer to a register and to `POST /v1/job/:id/evaluate` (Nomad's JobRegisterResponse).
@@ -227,6 +228,72 @@ pub struct NodeUpdateAllocRequest {
     pub secret_id: String,
     #[serde(rename = "Allocs")]
     pub allocs: Vec<AllocClientUpdate>,
+}
+
+/// The answer to the deployment actions (promote, fail, pause, allocation health) and carried by
+/// them (Nomad's `DeploymentUpdateResponse`).
+#[skip_serializing_none]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DeploymentUpdateResponse {
+    #[serde(rename = "EvalID")]
+    pub eval_id: String,
+    #[serde(rename = "EvalCreateIndex")]
+    pub eval_create_index: u64,
+    #[serde(rename = "DeploymentModifyIndex")]
+    pub deployment_modify_index: u64,
+    /// Set when the action rolled the job back.
+    #[serde(rename = "RevertedJobVersion")]
+    pub reverted_job_version: Option<u64>,
+    #[serde(rename = "Index")]
+    pub index: u64,
+}
+
+/// `PUT /v1/deployment/promote/:id`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DeploymentPromoteRequest {
+    #[serde(rename = "DeploymentID")]
+    pub deployment_id: String,
+    #[serde(rename = "All")]
+    pub all: bool,
+    #[serde(rename = "Groups")]
+    pub groups: Option<Vec<String>>,
+}
+
+/// `PUT /v1/deployment/pause/:id`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DeploymentPauseRequest {
+    #[serde(rename = "DeploymentID")]
+    pub deployment_id: String,
+    #[serde(rename = "Pause")]
+    pub pause: bool,
+}
+
+/// `PUT /v1/deployment/allocation-health/:id`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DeploymentAllocHealthRequest {
+    #[serde(rename = "DeploymentID")]
+    pub deployment_id: String,
+    #[serde(rename = "HealthyAllocationIDs")]
+    pub healthy_allocation_ids: Option<Vec<String>>,
+    #[serde(rename = "UnhealthyAllocationIDs")]
+    pub unhealthy_allocation_ids: Option<Vec<String>>,
+}
+
+/// `PUT /v1/job/:id/revert`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobRevertRequest {
+    #[serde(rename = "JobID")]
+    pub job_id: String,
+    #[serde(rename = "JobVersion")]
+    pub job_version: u64,
+    /// Revert only if the job's current version is this one.
+    #[serde(rename = "EnforcePriorVersion")]
+    pub enforce_prior_version: Option<u64>,
 }
 
 /// rpc method names between clients and servers (Nomad's).

@@ -39,6 +39,21 @@ impl rpc::Handler for RpcHandler {
                     })
                     .await
                 }
+                crate::endpoints::deployment::DEPLOYMENT_ACTION => {
+                    call(body, |req| async move {
+                        server.deployment_action_local(req).await
+                    })
+                    .await
+                }
+                crate::endpoints::deployment::JOB_REVERT => {
+                    call(
+                        body,
+                        |req: (String, model::wire::JobRevertRequest)| async move {
+                            server.job_revert_local(&req.0, req.1).await
+                        },
+                    )
+                    .await
+                }
                 // Clients call these on any server; each forwards to the leader where it must.
                 "Node.Register" => {
                     call(body, |req: model::wire::NodeRegisterRequest| async move {

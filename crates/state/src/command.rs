@@ -125,6 +125,36 @@ pub enum Command {
         allocs: Vec<model::wire::AllocClientUpdate>,
         evals: Vec<Evaluation>,
     },
+    /// A deployment's status changes (pause, resume, fail — by a user or the deployment watcher),
+    /// with the job to roll back to when it fails with `auto_revert`, and the evaluation that
+    /// follows (Nomad's `DeploymentStatusUpdateRequest`). The job is registered as a new version.
+    DeploymentStatus {
+        update: DeploymentStatusUpdate,
+        job: Option<Job>,
+        eval: Option<Evaluation>,
+        /// Unix nanoseconds: the reverted job's submit time.
+        submit_time: i64,
+    },
+    /// Promotes the canaries of some (or `all`) task groups of a deployment; fails unless each
+    /// group's canaries are healthy (Nomad's `ApplyDeploymentPromoteRequest`).
+    DeploymentPromote {
+        deployment_id: String,
+        all: bool,
+        groups: Vec<String>,
+        eval: Option<Evaluation>,
+    },
+    /// Sets the deployment health of allocations by hand (`/v1/deployment/allocation-health`),
+    /// with an optional status change and revert, as [`Command::DeploymentStatus`].
+    DeploymentAllocHealth {
+        deployment_id: String,
+        healthy: Vec<String>,
+        unhealthy: Vec<String>,
+        /// Unix nanoseconds: when health was decided.
+        timestamp: i64,
+        update: Option<DeploymentStatusUpdate>,
+        job: Option<Job>,
+        eval: Option<Evaluation>,
+    },
 }
 
 /// One allocation a plan stops (Nomad's `AllocationDiff` for stopped and preempted allocations):
@@ -161,6 +191,9 @@ impl Command {
             Command::DeploymentUpsert { .. } => "DeploymentUpsert",
             Command::PlanApply { .. } => "PlanApply",
             Command::AllocClientUpdate { .. } => "AllocClientUpdate",
+            Command::DeploymentStatus { .. } => "DeploymentStatus",
+            Command::DeploymentPromote { .. } => "DeploymentPromote",
+            Command::DeploymentAllocHealth { .. } => "DeploymentAllocHealth",
         }
     }
 }

@@ -1,8 +1,11 @@
 //! Server endpoints, one module per resource. Each public endpoint forwards to the leader when this
 //! server does not lead; its `_local` twin runs on the leader.
 
+pub mod deployment;
 pub mod job;
 pub mod node; // #4: Node.Register
+
+pub(crate) use job::{needs_eval, new_eval};
 
 /// Now, in Unix nanoseconds: the server stamps times before the raft entry, never inside the FSM.
 pub(crate) fn now_nanos() -> i64 {

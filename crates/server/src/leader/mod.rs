@@ -15,6 +15,7 @@
 //! evaluation is in state, and the next leader starts from there.
 
 mod broker;
+pub(crate) mod deploy;
 mod follow;
 mod heartbeat;
 pub(crate) mod limits;
@@ -235,6 +236,7 @@ impl LeaderLoops {
             *guard = Some(engine);
         }
         tasks.spawn(tasks::heartbeat_task(server.clone(), stop_rx.clone()));
+        tasks.spawn(deploy::run(server.clone(), stop_rx.clone()));
         *leadership.broker.lock().expect("broker lock") = Some(broker);
         leadership.running.store(true, Ordering::SeqCst);
         tracing::info!(workers, "leader loops started");

@@ -202,7 +202,7 @@ fn deployment_deltas(alloc: &Allocation, existing: Option<&Allocation>) -> Deplo
 
 /// Nomad's `updateDeploymentWithAlloc`: a placement or a health report updates the counters,
 /// canaries and progress deadline of the allocation's deployment.
-fn update_deployment_with_alloc(
+pub(super) fn update_deployment_with_alloc(
     tx: &mut Txn,
     alloc: &mut Allocation,
     existing: Option<&Allocation>,

@@ -200,5 +200,35 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
             }
             Ok(plain)
         }
+        Command::DeploymentStatus {
+            update,
+            job,
+            eval,
+            submit_time,
+        } => deployments::status(tx, update, job.as_ref(), eval.as_ref(), *submit_time),
+        Command::DeploymentPromote {
+            deployment_id,
+            all,
+            groups,
+            eval,
+        } => deployments::promote(tx, deployment_id, *all, groups, eval.as_ref()),
+        Command::DeploymentAllocHealth {
+            deployment_id,
+            healthy,
+            unhealthy,
+            timestamp,
+            update,
+            job,
+            eval,
+        } => deployments::alloc_health(
+            tx,
+            deployment_id,
+            healthy,
+            unhealthy,
+            *timestamp,
+            update.as_ref(),
+            job.as_ref(),
+            eval.as_ref(),
+        ),
     }
 }
