@@ -19,6 +19,7 @@
 
 mod agent;
 mod client;
+mod deployments;
 mod error;
 mod evals;
 mod jobs;

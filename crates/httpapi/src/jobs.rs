@@ -45,10 +45,9 @@ pub async fn job(
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-const NOT_BUILT: [&str; 10] = [
+const NOT_BUILT: [&str; 9] = [
     "plan",
     "dispatch",
-    "revert",
     "stable",
     "scale",
     "periodic/force",
@@ -74,6 +73,7 @@ async fn route_job(
         ("deployments", true),
         ("deployment", true),
         ("evaluate", false),
+        ("revert", false),
     ] {
         if let Some(id) = rest.strip_suffix(&format!("/{suffix}")) {
             let allowed = if get_only {
@@ -91,6 +91,7 @@ async fn route_job(
                 "allocations" => allocations(st, id, &q).await,
                 "deployments" => deployments(st, id, &q).await,
                 "deployment" => latest_deployment(st, id, &q).await,
+                "revert" => revert(st, id, &q, body).await,
                 _ => evaluate(st, id, &q).await,
             };
         }
@@ -230,35 +231,29 @@ async fn register(
             eval_priority: req.eval_priority,
         })
         .await?;
+    // The body carries the write's index (its `Index` field) as Nomad's does: once, since a
+    // second "Index" key makes strict JSON decoders refuse the answer.
     let index = resp.index;
-    Ok(reply::write(
-        &RegisterReply {
-            inner: resp,
-            meta: WriteMeta { index },
-        },
-        index,
-        q.pretty,
-    ))
-}
-
-/// Nomad's write responses carry the write's index in the body too.
-#[derive(Serialize)]
-struct WriteMeta {
-    #[serde(rename = "Index")]
-    index: u64,
-}
-
-#[derive(Serialize)]
-struct RegisterReply {
-    #[serde(flatten)]
-    inner: model::wire::JobRegisterResponse,
-    #[serde(flatten)]
-    meta: WriteMeta,
+    Ok(reply::write(&resp, index, q.pretty))
 }
 
 async fn deregister(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response, ApiError> {
     let purge = q.flag("purge")?;
     let resp = st.server.job_deregister(&q.namespace, id, purge).await?;
+    let index = resp.index;
+    Ok(reply::write(&resp, index, q.pretty))
+}
+
+/// `PUT /v1/job/:id/revert` with `{"JobVersion", "EnforcePriorVersion"}`.
+async fn revert(
+    st: &ApiState,
+    id: &str,
+    q: &QueryOptions,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let mut req: model::wire::JobRevertRequest = decode(body)?;
+    id.clone_into(&mut req.job_id);
+    let resp = st.server.job_revert(&q.namespace, req).await?;
     let index = resp.index;
     Ok(reply::write(&resp, index, q.pretty))
 }

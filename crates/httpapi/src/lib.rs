@@ -7,6 +7,7 @@
 //! Invariant: every error is plain text with Nomad's status code; every success is 200.
 
 mod agent;
+mod deployments;
 mod error;
 mod evals;
 mod fs;
@@ -60,6 +61,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/jobs/parse", any(jobs::parse))
         .route("/v1/validate/job", any(jobs::validate))
         .route("/v1/job/{*rest}", any(jobs::job))
+        .route("/v1/deployments", get(deployments::list))
+        .route("/v1/deployment/{*rest}", any(deployments::deployment))
         .route("/v1/evaluations", get(evals::list))
         .route("/v1/evaluation/{*rest}", get(evals::eval))
         .route("/v1/nodes", get(nodes::list_nodes))

@@ -155,8 +155,11 @@ impl<'v> Builder<'v> {
         let mut a = alloc.clone();
         a.job = Some(Box::new((**job).clone()));
         a.eval_id.clone_from(&self.eval.id);
-        if !self.deployment_id.is_empty() {
+        // Moving to another deployment starts its health over (Nomad's computeJobAllocs): the
+        // new deployment counts the allocation only once the client finds it healthy again.
+        if !self.deployment_id.is_empty() && a.deployment_id != self.deployment_id {
             a.deployment_id.clone_from(&self.deployment_id);
+            a.deployment_status = None;
         }
         a.modify_time = self.now;
         self.plan.push_alloc(a);

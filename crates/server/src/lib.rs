@@ -16,6 +16,7 @@ mod leader; // #4: the leader's loops (eval broker, plan applier, workers)
 mod server;
 
 pub use config::ServerConfig;
+pub use endpoints::deployment::DeploymentAction;
 pub use endpoints::job::JobRegisterRequest;
 pub use error::ServerError;
 pub use leader::{evaluate_plan, seed_from, BrokerStats, Evaluated, PlanSubmission, SnapshotView};

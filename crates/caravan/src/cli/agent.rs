@@ -289,12 +289,17 @@ async fn start_client(
     ccfg.memory_total_mb = block.memory_total_mb;
     ccfg.http_addr = http.to_string();
     let raw_exec_enabled = dev || plugin_enabled(cfg, "raw_exec");
-    let drivers: Vec<Arc<dyn drivers::Driver>> = vec![
+    let mut drivers: Vec<Arc<dyn drivers::Driver>> = vec![
         Arc::new(drivers::RawExecDriver::new(drivers::RawExecConfig {
             enabled: raw_exec_enabled,
         })),
         Arc::new(drivers::ExecDriver::new()),
     ];
+    // The mock driver (tests, demos): tasks that only pretend to run, only when asked for with
+    // `plugin "mock_driver" { config { enabled = true } }`.
+    if plugin_enabled(cfg, "mock_driver") {
+        drivers.push(Arc::new(drivers::MockDriver::new()));
+    }
     let mut servers: Vec<String> = block.servers.clone().unwrap_or_default();
     if !servers.iter().any(|s| s == server_rpc) {
         servers.insert(0, server_rpc.to_string());

@@ -26,6 +26,10 @@ pub enum JobCommand {
     History(HistoryArgs),
     /// Stop a job and watch the evaluation that stops its allocations
     Stop(StopArgs),
+    /// Promote the canaries of a job's latest deployment
+    Promote(super::deployment::JobPromoteArgs),
+    /// Register an earlier version of a job again
+    Revert(super::deployment::JobRevertArgs),
 }
 
 #[derive(Args)]
@@ -113,6 +117,8 @@ pub fn run(cmd: JobCommand) -> Result<i32> {
         JobCommand::Inspect(args) => Ok(job_status::inspect(args)),
         JobCommand::History(args) => Ok(job_status::history(args)),
         JobCommand::Stop(args) => Ok(stop(args)),
+        JobCommand::Promote(args) => Ok(super::deployment::job_promote(args)),
+        JobCommand::Revert(args) => Ok(super::deployment::job_revert(args)),
     }
 }
 

@@ -6,6 +6,7 @@
 mod agent;
 mod alloc;
 mod connect;
+mod deployment;
 mod diff;
 mod eval;
 mod executor;
@@ -34,9 +35,12 @@ struct Cli {
 enum Command {
     /// Run a Caravan agent (server, client, or both with -dev)
     Agent(agent::AgentArgs),
-    /// Work with jobs: init, validate, run, status, inspect, history, stop
+    /// Work with jobs: init, validate, run, status, inspect, history, stop, promote, revert
     #[command(subcommand)]
     Job(job::JobCommand),
+    /// Work with deployments: list, status, promote, fail, pause, resume
+    #[command(subcommand)]
+    Deployment(deployment::DeploymentCommand),
     /// Work with evaluations: status
     #[command(subcommand)]
     Eval(eval::EvalCommand),
@@ -70,6 +74,7 @@ pub fn run(args: Vec<OsString>) -> i32 {
     let result = match cli.command {
         Command::Agent(args) => agent::run(args),
         Command::Job(cmd) => job::run(cmd),
+        Command::Deployment(cmd) => Ok(deployment::run(cmd)),
         Command::Eval(cmd) => Ok(eval::run(cmd)),
         Command::Alloc(cmd) => Ok(alloc::run(cmd)),
         Command::Node(cmd) => Ok(node::run(cmd)),

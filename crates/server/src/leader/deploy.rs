@@ -10,8 +10,9 @@
 //!
 //! The decisions are a pure function of a state snapshot and the time ([`Watcher::tick`]); the
 //! loop ([`run`]) only applies them. Everything the watcher knows is in state, so a new leader
-//! starts from scratch: its first tick creates one evaluation per running deployment, which costs
-//! nothing when there is nothing to do and restarts any rollout the old leader left mid-way.
+//! starts from scratch: its first tick creates one evaluation per running deployment that has
+//! health reported, which costs nothing when there is nothing to do and restarts any rollout the
+//! old leader left mid-way.
 
 use crate::endpoints::{new_eval, now_nanos};
 use crate::server::Server;
@@ -171,10 +172,16 @@ impl Watcher {
             });
         }
         let progress = Progress::of(d);
-        if self.seen.get(&d.id) == Some(&progress) {
+        let before = self.seen.insert(d.id.clone(), progress.clone());
+        let changed = match before {
+            Some(before) => before != progress,
+            // First sight (a new leader, a new deployment): only health already reported can have
+            // left work undone; the placements themselves came with the evaluation that made it.
+            None => progress.healthy + progress.unhealthy + progress.promoted as i64 > 0,
+        };
+        if !changed {
             return None;
         }
-        self.seen.insert(d.id.clone(), progress);
         Some(Command::EvalUpsert {
             evals: vec![watcher_eval(job, d, now)],
         })
