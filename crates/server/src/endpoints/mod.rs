@@ -2,6 +2,7 @@
 //! server does not lead; its `_local` twin runs on the leader.
 
 pub mod job;
+pub mod launch;
 pub mod node; // #4: Node.Register
 
 /// Now, in Unix nanoseconds: the server stamps times before the raft entry, never inside the FSM.
