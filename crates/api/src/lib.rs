@@ -22,6 +22,7 @@ mod client;
 mod error;
 mod evals;
 mod jobs;
+mod launch;
 mod nodes;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -45,13 +45,11 @@ pub async fn job(
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-const NOT_BUILT: [&str; 10] = [
+const NOT_BUILT: [&str; 8] = [
     "plan",
-    "dispatch",
     "revert",
     "stable",
     "scale",
-    "periodic/force",
     "submission",
     "services",
     "action",
@@ -74,6 +72,8 @@ async fn route_job(
         ("deployments", true),
         ("deployment", true),
         ("evaluate", false),
+        ("dispatch", false),
+        ("periodic/force", false),
     ] {
         if let Some(id) = rest.strip_suffix(&format!("/{suffix}")) {
             let allowed = if get_only {
@@ -91,6 +91,8 @@ async fn route_job(
                 "allocations" => allocations(st, id, &q).await,
                 "deployments" => deployments(st, id, &q).await,
                 "deployment" => latest_deployment(st, id, &q).await,
+                "dispatch" => crate::launch::dispatch(st, id, &q, body).await,
+                "periodic/force" => crate::launch::periodic_force(st, id, &q).await,
                 _ => evaluate(st, id, &q).await,
             };
         }

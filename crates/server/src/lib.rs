@@ -8,7 +8,7 @@
 //! here, before the entry, so every server applies the same bytes to the same result.
 
 mod config;
-mod cron;
+pub mod cron;
 mod endpoints;
 mod error;
 mod fsm;

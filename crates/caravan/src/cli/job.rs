@@ -26,6 +26,11 @@ pub enum JobCommand {
     History(HistoryArgs),
     /// Stop a job and watch the evaluation that stops its allocations
     Stop(StopArgs),
+    /// Run a parameterized job once, with an input and metadata
+    Dispatch(super::job_launch::DispatchArgs),
+    /// Work with periodic jobs: force
+    #[command(subcommand)]
+    Periodic(super::job_launch::PeriodicCommand),
 }
 
 #[derive(Args)]
@@ -113,6 +118,8 @@ pub fn run(cmd: JobCommand) -> Result<i32> {
         JobCommand::Inspect(args) => Ok(job_status::inspect(args)),
         JobCommand::History(args) => Ok(job_status::history(args)),
         JobCommand::Stop(args) => Ok(stop(args)),
+        JobCommand::Dispatch(args) => Ok(super::job_launch::dispatch(args)),
+        JobCommand::Periodic(cmd) => Ok(super::job_launch::periodic(cmd)),
     }
 }
 
