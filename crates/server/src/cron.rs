@@ -131,10 +131,12 @@ mod tests {
         Schedule::parse(&cfg).expect("valid schedule")
     }
 
+    /// (specs, time zone, after, expected next)
+    type Row<'a> = (&'a [&'a str], Option<&'a str>, i64, Option<i64>);
+
     #[test]
     fn next_launch_rows() {
-        // (specs, time zone, after, expected next)
-        let rows: &[(&[&str], Option<&str>, i64, Option<i64>)] = &[
+        let rows: &[Row] = &[
             (&["*/15 * * * *"], None, NOON, Some(NOON + 15 * 60)),
             (&["*/15 * * * *"], None, NOON + 1, Some(NOON + 15 * 60)),
             // Six fields: seconds first.

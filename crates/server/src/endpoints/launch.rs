@@ -339,11 +339,20 @@ mod tests {
         assert_eq!(child.id, "batch/dispatch-nightly-1-abcdef01");
     }
 
+    /// (payload rule, required, optional, payload, meta, expected in the error)
+    type Row<'a> = (
+        &'a str,
+        &'a [&'a str],
+        &'a [&'a str],
+        &'a [u8],
+        &'a [(&'a str, &'a str)],
+        &'a str,
+    );
+
     #[test]
     fn dispatch_refusals_say_what_is_wrong() {
-        // (payload rule, required, optional, payload, meta, expected in the error)
         let too_big = vec![b'x'; DISPATCH_PAYLOAD_BYTES_MAX + 1];
-        let rows: Vec<(&str, &[&str], &[&str], &[u8], &[(&str, &str)], &str)> = vec![
+        let rows: Vec<Row> = vec![
             ("optional", &["a"], &[], b"", &[], "required meta keys: a"),
             (
                 "optional",
