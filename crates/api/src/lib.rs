@@ -23,6 +23,7 @@ mod deployments;
 mod error;
 mod evals;
 mod jobs;
+mod launch;
 mod nodes;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

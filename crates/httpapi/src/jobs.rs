@@ -45,12 +45,10 @@ pub async fn job(
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-const NOT_BUILT: [&str; 9] = [
+const NOT_BUILT: [&str; 7] = [
     "plan",
-    "dispatch",
     "stable",
     "scale",
-    "periodic/force",
     "submission",
     "services",
     "action",
@@ -74,6 +72,8 @@ async fn route_job(
         ("deployment", true),
         ("evaluate", false),
         ("revert", false),
+        ("dispatch", false),
+        ("periodic/force", false),
     ] {
         if let Some(id) = rest.strip_suffix(&format!("/{suffix}")) {
             let allowed = if get_only {
@@ -92,6 +92,8 @@ async fn route_job(
                 "deployments" => deployments(st, id, &q).await,
                 "deployment" => latest_deployment(st, id, &q).await,
                 "revert" => revert(st, id, &q, body).await,
+                "dispatch" => crate::launch::dispatch(st, id, &q, body).await,
+                "periodic/force" => crate::launch::periodic_force(st, id, &q).await,
                 _ => evaluate(st, id, &q).await,
             };
         }

@@ -12,6 +12,7 @@ mod error;
 mod evals;
 mod fs;
 mod jobs;
+mod launch;
 mod nodes;
 mod query;
 mod reply;

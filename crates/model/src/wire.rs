@@ -25,6 +25,50 @@ pub struct JobRegisterResponse {
     pub index: u64,
 }
 
+/// The body of `POST /v1/job/:id/dispatch` (Nomad's JobDispatchRequest).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobDispatchRequest {
+    #[serde(rename = "JobID")]
+    pub job_id: String,
+    /// The input, base64 as Go encodes `[]byte`; empty for none.
+    #[serde(rename = "Payload")]
+    pub payload: Option<String>,
+    #[serde(rename = "Meta")]
+    pub meta: BTreeMap<String, String>,
+    /// Put into the child's ID: `<parent>/dispatch-<template>-<unix seconds>-<8 hex>`.
+    #[serde(rename = "IdPrefixTemplate")]
+    pub id_prefix_template: String,
+}
+
+/// The answer to `POST /v1/job/:id/dispatch`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobDispatchResponse {
+    #[serde(rename = "DispatchedJobID")]
+    pub dispatched_job_id: String,
+    #[serde(rename = "EvalID")]
+    pub eval_id: String,
+    #[serde(rename = "EvalCreateIndex")]
+    pub eval_create_index: u64,
+    #[serde(rename = "JobCreateIndex")]
+    pub job_create_index: u64,
+    #[serde(rename = "Index")]
+    pub index: u64,
+}
+
+/// The answer to `POST /v1/job/:id/periodic/force`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PeriodicForceResponse {
+    #[serde(rename = "EvalID")]
+    pub eval_id: String,
+    #[serde(rename = "EvalCreateIndex")]
+    pub eval_create_index: u64,
+    #[serde(rename = "Index")]
+    pub index: u64,
+}
+
 /// The answer to `DELETE /v1/job/:id`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]

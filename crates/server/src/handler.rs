@@ -54,6 +54,21 @@ impl rpc::Handler for RpcHandler {
                     )
                     .await
                 }
+                "Job.Dispatch" => {
+                    call(
+                        body,
+                        |req: (String, model::wire::JobDispatchRequest)| async move {
+                            server.job_dispatch_local(&req.0, req.1).await
+                        },
+                    )
+                    .await
+                }
+                "Periodic.Force" => {
+                    call(body, |req: (String, String)| async move {
+                        server.periodic_force_local(&req.0, &req.1).await
+                    })
+                    .await
+                }
                 // Clients call these on any server; each forwards to the leader where it must.
                 "Node.Register" => {
                     call(body, |req: model::wire::NodeRegisterRequest| async move {

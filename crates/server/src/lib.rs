@@ -8,6 +8,7 @@
 //! here, before the entry, so every server applies the same bytes to the same result.
 
 mod config;
+pub mod cron;
 mod endpoints;
 mod error;
 mod fsm;

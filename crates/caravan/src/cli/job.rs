@@ -30,6 +30,11 @@ pub enum JobCommand {
     Promote(super::deployment::JobPromoteArgs),
     /// Register an earlier version of a job again
     Revert(super::deployment::JobRevertArgs),
+    /// Run a parameterized job once, with an input and metadata
+    Dispatch(super::job_launch::DispatchArgs),
+    /// Work with periodic jobs: force
+    #[command(subcommand)]
+    Periodic(super::job_launch::PeriodicCommand),
 }
 
 #[derive(Args)]
@@ -119,6 +124,8 @@ pub fn run(cmd: JobCommand) -> Result<i32> {
         JobCommand::Stop(args) => Ok(stop(args)),
         JobCommand::Promote(args) => Ok(super::deployment::job_promote(args)),
         JobCommand::Revert(args) => Ok(super::deployment::job_revert(args)),
+        JobCommand::Dispatch(args) => Ok(super::job_launch::dispatch(args)),
+        JobCommand::Periodic(cmd) => Ok(super::job_launch::periodic(cmd)),
     }
 }
 

@@ -123,7 +123,7 @@ async fn one(client: &Client, prefix: &str, args: &StatusArgs) -> i32 {
             Err(msg) => eprint_code(&msg),
         };
     }
-    println!("{}", basic_info(&job));
+    println!("{}", basic_info(&job, now_nanos()));
     if args.short {
         return 0;
     }
@@ -146,10 +146,10 @@ async fn one(client: &Client, prefix: &str, args: &StatusArgs) -> i32 {
     }
 }
 
-/// The job's `ID = …` block.
-fn basic_info(job: &Job) -> String {
+/// The job's `ID = …` block; a periodic job's next launch is counted from `now` (Unix nanoseconds).
+fn basic_info(job: &Job, now: i64) -> String {
     let status = status_text(job.status.as_deref().unwrap_or(""), job.stop);
-    format_kv(&[
+    let mut pairs = vec![
         ("ID", job.id.clone()),
         ("Name", job.name.clone()),
         ("Submit Date", format_time(job.submit_time.unwrap_or(0))),
@@ -161,7 +161,27 @@ fn basic_info(job: &Job) -> String {
         ("Status", status),
         ("Periodic", is_periodic(job).to_string()),
         ("Parameterized", is_parameterized(job).to_string()),
-    ])
+    ];
+    if let Some(next) = next_periodic_launch(job, now) {
+        pairs.push(("Next Periodic Launch", next));
+    }
+    format_kv(&pairs)
+}
+
+/// Nomad's "Next Periodic Launch" line, for a periodic job that is not parameterized.
+fn next_periodic_launch(job: &Job, now: i64) -> Option<String> {
+    let cfg = job.periodic.as_ref().filter(|_| !is_parameterized(job))?;
+    if job.stop {
+        return Some("none (job stopped)".into());
+    }
+    let schedule = server::cron::Schedule::parse(cfg).ok()?;
+    let next_s = schedule.next_after(now.div_euclid(1_000_000_000))?;
+    let next = next_s.saturating_mul(1_000_000_000);
+    Some(format!(
+        "{} ({})",
+        format_time(next),
+        pretty_time_diff(next, now)
+    ))
 }
 
 fn is_periodic(job: &Job) -> bool {
@@ -714,7 +734,7 @@ mod tests {
             ..Job::default()
         };
         assert_eq!(
-            basic_info(&job),
+            basic_info(&job, 0),
             "ID            = example\n\
              Name          = example\n\
              Submit Date   = 2026-11-30T05:20:01Z\n\
@@ -727,6 +747,28 @@ mod tests {
              Periodic      = false\n\
              Parameterized = false"
         );
+    }
+
+    #[test]
+    fn a_periodic_job_shows_its_next_launch() {
+        let mut job = Job {
+            id: "report".into(),
+            periodic: Some(model::PeriodicConfig {
+                specs: vec!["*/15 * * * *".into()],
+                ..model::PeriodicConfig::default()
+            }),
+            ..Job::default()
+        };
+        // 2026-11-30T05:20:01Z: the next quarter hour is 05:30, 9m59s later.
+        let now = 1_796_016_001_000_000_000;
+        let text = basic_info(&job, now);
+        assert!(
+            text.ends_with("Next Periodic Launch = 2026-11-30T05:30:00Z (9m59s from now)"),
+            "{text}"
+        );
+        job.stop = true;
+        let text = basic_info(&job, now);
+        assert!(text.ends_with("= none (job stopped)"), "{text}");
     }
 
     #[test]

@@ -27,7 +27,10 @@ pub struct JobRegisterRequest {
 /// Canonicalizes and validates a submitted job; the message lists every problem, as Nomad's does.
 pub fn prepare_job(job: &mut Job) -> Result<(), ServerError> {
     job.canonicalize();
-    job.validate()
+    let mut errs = job.validate().err().unwrap_or_default();
+    // Cron specs and time zones need the cron and tz tables, which the model does not carry.
+    crate::cron::check_job(job, &mut errs);
+    errs.into_result()
         .map_err(|errs| ServerError::bad_request(errs.to_string().trim_end().to_string()))
 }
 

@@ -3,6 +3,7 @@
 
 pub mod deployment;
 pub mod job;
+pub mod launch;
 pub mod node; // #4: Node.Register
 
 pub(crate) use job::{needs_eval, new_eval};

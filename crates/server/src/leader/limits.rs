@@ -67,6 +67,15 @@ pub const SNAPSHOT_WAIT: Duration = Duration::from_secs(5);
 /// Workers at most, whatever the configuration asks.
 pub const WORKERS_MAX: usize = 256;
 
+// ----- periodic launcher -----
+
+/// The longest the periodic launcher waits without a look at state, so a clock step is noticed.
+pub const PERIODIC_WAIT_MAX: Duration = Duration::from_secs(5);
+/// How often the launcher looks at a store that has applied no job yet (waits never block on index 0).
+pub const PERIODIC_EMPTY_POLL: Duration = Duration::from_millis(100);
+/// The wait after a failed launch before trying again.
+pub const PERIODIC_RETRY: Duration = Duration::from_secs(1);
+
 // ----- leadership -----
 
 /// How often the supervisor looks at raft's leadership (raft offers no change notification).

@@ -1,5 +1,5 @@
 //! The leader's loops: eval broker, state follower, plan applier, scheduling workers, heartbeat
-//! timers.
+//! timers, the periodic launcher.
 //!
 //! Each loop is an engine — a synchronous `handle(event, now) -> commands` core that tests drive
 //! directly (`broker.rs`, `plan_apply.rs`, `follow.rs`, `heartbeat.rs`) — and a thin async task
@@ -19,6 +19,7 @@ pub(crate) mod deploy;
 mod follow;
 mod heartbeat;
 pub(crate) mod limits;
+pub(crate) mod periodic;
 mod plan_apply;
 mod tasks;
 #[cfg(test)]
@@ -237,6 +238,8 @@ impl LeaderLoops {
         }
         tasks.spawn(tasks::heartbeat_task(server.clone(), stop_rx.clone()));
         tasks.spawn(deploy::run(server.clone(), stop_rx.clone()));
+        // Rebuilt from state: each job's last launch is its newest child.
+        tasks.spawn(periodic::periodic_task(server.clone(), stop_rx.clone()));
         *leadership.broker.lock().expect("broker lock") = Some(broker);
         leadership.running.store(true, Ordering::SeqCst);
         tracing::info!(workers, "leader loops started");
