@@ -307,7 +307,7 @@ async fn versions_allocations_and_validate() {
     let q = QueryOptions::default();
     let (v, _) = c.job_versions("web", true, &q).await.unwrap();
     assert_eq!(v.versions.len(), 2);
-    assert_eq!(v.diffs[0].diff_type, "Edited");
+    assert_eq!(v.diffs[0].diff_type, model::diff::DiffType::Edited);
     assert_eq!(agent.requests()[0].param("diffs").as_deref(), Some("true"));
     let (allocs, _) = c.job_allocations("web", true, &q).await.unwrap();
     assert_eq!(allocs[0].client_status, "running");

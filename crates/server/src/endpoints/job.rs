@@ -32,7 +32,7 @@ pub fn prepare_job(job: &mut Job) -> Result<(), ServerError> {
 }
 
 /// Periodic and parameterized jobs are templates: registering them creates no evaluation.
-fn needs_eval(job: &Job) -> bool {
+pub(crate) fn needs_eval(job: &Job) -> bool {
     if job.dispatched {
         return true;
     }
@@ -43,7 +43,7 @@ fn needs_eval(job: &Job) -> bool {
     !periodic && job.parameterized.is_none()
 }
 
-fn new_eval(job: &Job, trigger: &str, priority: i32, now: i64) -> Evaluation {
+pub(crate) fn new_eval(job: &Job, trigger: &str, priority: i32, now: i64) -> Evaluation {
     Evaluation {
         id: new_id(),
         namespace: job

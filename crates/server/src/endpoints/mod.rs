@@ -2,7 +2,8 @@
 //! server does not lead; its `_local` twin runs on the leader.
 
 pub mod job;
-pub mod node; // #4: Node.Register
+pub mod node;
+pub mod plan; // #4: Node.Register
 
 /// Now, in Unix nanoseconds: the server stamps times before the raft entry, never inside the FSM.
 pub(crate) fn now_nanos() -> i64 {
