@@ -3,6 +3,7 @@
 //! type decodes with Go's case-insensitive key matching (through `model::json`).
 
 pub use model::diff::{DiffType, FieldDiff, JobDiff, ObjectDiff, TaskDiff, TaskGroupDiff};
+pub use model::wire::JobPlanResponse;
 pub use model::wire::{
     JobDeregisterResponse, JobListStub, JobRegisterResponse as RegisterResponse,
     JobValidateResponse,
@@ -70,6 +71,17 @@ pub struct JobVersionsResponse {
     pub diffs: Vec<JobDiff>,
     #[serde(rename = "Index")]
     pub index: u64,
+}
+
+/// The body of `POST /v1/job/:id/plan`.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobPlanRequest<'a> {
+    #[serde(rename = "Job")]
+    pub job: &'a Job,
+    #[serde(rename = "Diff")]
+    pub diff: bool,
+    #[serde(rename = "PolicyOverride")]
+    pub policy_override: bool,
 }
 
 /// The body of `POST /v1/validate/job`.
