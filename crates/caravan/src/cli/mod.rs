@@ -10,6 +10,7 @@ mod diff;
 mod eval;
 mod executor;
 mod job;
+mod job_plan;
 mod job_status;
 mod monitor;
 mod node;
@@ -34,7 +35,7 @@ struct Cli {
 enum Command {
     /// Run a Caravan agent (server, client, or both with -dev)
     Agent(agent::AgentArgs),
-    /// Work with jobs: init, validate, run, status, inspect, history, stop
+    /// Work with jobs: init, validate, run, plan, status, inspect, history, stop
     #[command(subcommand)]
     Job(job::JobCommand),
     /// Work with evaluations: status
