@@ -718,7 +718,7 @@ pub const FORCES_DESTROY: &str = "forces destroy";
 pub const FORCES_IN_PLACE: &str = "forces in-place update";
 pub const FORCES_DESTRUCTIVE: &str = "forces create/destroy update";
 
-/// Nomad's `scheduler.Annotate`: each group's planned updates, `create`/`destroy` on a changed
+/// Nomad's `scheduler.Annotate`: each group's planned updates, `forces create`/`forces destroy` on a changed
 /// `Count`, and on each changed task whether it forces an in-place or a destructive update.
 pub fn annotate(diff: &mut JobDiff, annotations: Option<&PlanAnnotations>) {
     for tg in &mut diff.task_groups {
@@ -740,8 +740,8 @@ pub fn annotate(diff: &mut JobDiff, annotations: Option<&PlanAnnotations>) {
         if let Some(count) = tg.fields.iter_mut().find(|f| f.name == "Count") {
             let num = |s: &str| s.parse::<i64>().unwrap_or(0);
             match num(&count.old).cmp(&num(&count.new)) {
-                std::cmp::Ordering::Less => count.annotations.push(UPDATE_CREATE.into()),
-                std::cmp::Ordering::Greater => count.annotations.push(UPDATE_DESTROY.into()),
+                std::cmp::Ordering::Less => count.annotations.push(FORCES_CREATE.into()),
+                std::cmp::Ordering::Greater => count.annotations.push(FORCES_DESTROY.into()),
                 std::cmp::Ordering::Equal => {}
             }
         }

@@ -111,7 +111,7 @@ fn a_count_change_is_an_edited_field_annotated_create_or_destroy() {
     );
     annotate(&mut d, Some(&ann));
     let tg = &d.task_groups[0];
-    assert_eq!(field(&tg.fields, "Count").annotations, vec!["create"]);
+    assert_eq!(field(&tg.fields, "Count").annotations, vec![FORCES_CREATE]);
     assert_eq!(tg.updates.get("create"), Some(&2));
     assert_eq!(tg.updates.get("ignore"), Some(&1));
     assert!(

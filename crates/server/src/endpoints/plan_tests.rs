@@ -60,7 +60,7 @@ fn an_unchanged_job_is_ignored_and_a_count_change_places_more() {
         .find(|f| f.name == "Count")
         .expect("Count");
     assert_eq!((count.old.as_str(), count.new.as_str()), ("1", "3"));
-    assert_eq!(count.annotations, vec!["create"]);
+    assert_eq!(count.annotations, vec![model::diff::FORCES_CREATE]);
 }
 
 #[test]
