@@ -123,7 +123,7 @@ fn a_count_change_is_an_edited_field_annotated_create_or_destroy() {
     annotate(&mut d, None);
     assert_eq!(
         field(&d.task_groups[0].fields, "Count").annotations,
-        vec!["destroy"]
+        vec![FORCES_DESTROY]
     );
 }
 

@@ -1,10 +1,7 @@
 use super::*;
 use model::diff::DiffType;
 
-#[path = "../leader/testkit.rs"]
-#[allow(dead_code)]
-mod testkit;
-use testkit::{alloc, job, node, Cluster};
+use crate::leader::testkit::{alloc, job, node, Cluster};
 
 fn planned(c: &Cluster, job: &Job) -> JobPlanResponse {
     let mut job = job.clone();

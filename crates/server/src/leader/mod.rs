@@ -21,7 +21,7 @@ pub(crate) mod limits;
 mod plan_apply;
 mod tasks;
 #[cfg(test)]
-mod testkit;
+pub(crate) mod testkit;
 mod view;
 mod worker;
 
