@@ -3,9 +3,9 @@
 use crate::client::{Client, QueryMeta, QueryOptions, WriteOptions};
 use crate::error::Result;
 use crate::types::{
-    EvalOptions, JobDeregisterResponse, JobEvaluateRequest, JobListStub, JobRegisterRequest,
-    JobValidateRequest, JobValidateResponse, JobVersionsResponse, JobsParseRequest,
-    RegisterOptions, RegisterResponse,
+    EvalOptions, JobDeregisterResponse, JobEvaluateRequest, JobListStub, JobPlanRequest,
+    JobPlanResponse, JobRegisterRequest, JobValidateRequest, JobValidateResponse,
+    JobVersionsResponse, JobsParseRequest, RegisterOptions, RegisterResponse,
 };
 use model::{AllocListStub, Deployment, Evaluation, Job, JobSummary};
 use reqwest::Method;
@@ -29,6 +29,34 @@ impl Client {
         };
         let (mut resp, meta): (RegisterResponse, _) = self
             .write(Method::POST, &["v1", "jobs"], &[], Some(&body), w)
+            .await?;
+        if resp.index == 0 {
+            resp.index = meta.last_index;
+        }
+        Ok(resp)
+    }
+
+    /// `POST /v1/job/:id/plan`: what registering `job` would do (a dry run of the scheduler that
+    /// changes nothing); with `diff`, the change from the current job.
+    pub async fn plan_job(
+        &self,
+        job: &Job,
+        diff: bool,
+        w: &WriteOptions,
+    ) -> Result<JobPlanResponse> {
+        let body = JobPlanRequest {
+            job,
+            diff,
+            policy_override: false,
+        };
+        let (mut resp, meta): (JobPlanResponse, _) = self
+            .write(
+                Method::POST,
+                &["v1", "job", &job.id, "plan"],
+                &[],
+                Some(&body),
+                w,
+            )
             .await?;
         if resp.index == 0 {
             resp.index = meta.last_index;

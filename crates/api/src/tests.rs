@@ -307,7 +307,7 @@ async fn versions_allocations_and_validate() {
     let q = QueryOptions::default();
     let (v, _) = c.job_versions("web", true, &q).await.unwrap();
     assert_eq!(v.versions.len(), 2);
-    assert_eq!(v.diffs[0].diff_type, "Edited");
+    assert_eq!(v.diffs[0].diff_type, model::diff::DiffType::Edited);
     assert_eq!(agent.requests()[0].param("diffs").as_deref(), Some("true"));
     let (allocs, _) = c.job_allocations("web", true, &q).await.unwrap();
     assert_eq!(allocs[0].client_status, "running");
@@ -464,5 +464,41 @@ async fn nodes_allocations_and_alloc_files() {
     assert_eq!(
         (entries[0].name.as_str(), entries[0].size),
         ("t.stdout.0", 6)
+    );
+}
+
+#[tokio::test]
+async fn plan_sends_the_job_and_decodes_nomads_answer() {
+    let agent = FakeAgent::start();
+    agent.on(
+        "POST",
+        "/v1/job/web/plan",
+        Canned::json(
+            r#"{"Annotations":{"DesiredTGUpdates":{"api":{"Place":2,"Ignore":0}},"PreemptedAllocs":null},
+                "FailedTGAllocs":null,"JobModifyIndex":7,"CreatedEvals":null,
+                "Diff":{"Type":"Edited","ID":"web","Fields":null,"Objects":null,"TaskGroups":[
+                  {"Type":"Edited","Name":"api","Fields":[{"Type":"Edited","Name":"Count","Old":"1","New":"3","Annotations":["create"]}],
+                   "Objects":null,"Tasks":null,"Updates":{"create":2}}]},
+                "NextPeriodicLaunch":"0001-01-01T00:00:00Z","Warnings":"","Index":7}"#,
+        ),
+    );
+    let job = model::Job {
+        id: "web".into(),
+        ..model::Job::default()
+    };
+    let resp = client(&agent)
+        .plan_job(&job, true, &WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(resp.job_modify_index, 7);
+    let ann = resp.annotations.unwrap();
+    assert_eq!(ann.desired_tg_updates["api"].place, 2);
+    let diff = resp.diff.unwrap();
+    assert_eq!(diff.task_groups[0].fields[0].annotations, vec!["create"]);
+    assert_eq!(diff.task_groups[0].updates["create"], 2);
+    let sent = agent.requests()[0].json();
+    assert_eq!(
+        (sent["Job"]["ID"].as_str(), sent["Diff"].as_bool()),
+        (Some("web"), Some(true))
     );
 }

@@ -2,6 +2,8 @@
 //! bodies of writes, their answers, list stubs, agent answers and job diffs. Keys are Nomad's; every
 //! type decodes with Go's case-insensitive key matching (through `model::json`).
 
+pub use model::diff::{DiffType, FieldDiff, JobDiff, ObjectDiff, TaskDiff, TaskGroupDiff};
+pub use model::wire::JobPlanResponse;
 pub use model::wire::{
     JobDeregisterResponse, JobListStub, JobRegisterResponse as RegisterResponse,
     JobValidateResponse,
@@ -69,6 +71,17 @@ pub struct JobVersionsResponse {
     pub diffs: Vec<JobDiff>,
     #[serde(rename = "Index")]
     pub index: u64,
+}
+
+/// The body of `POST /v1/job/:id/plan`.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobPlanRequest<'a> {
+    #[serde(rename = "Job")]
+    pub job: &'a Job,
+    #[serde(rename = "Diff")]
+    pub diff: bool,
+    #[serde(rename = "PolicyOverride")]
+    pub policy_override: bool,
 }
 
 /// The body of `POST /v1/validate/job`.
@@ -166,83 +179,6 @@ pub struct AgentHealth {
     pub ok: bool,
     #[serde(rename = "message")]
     pub message: String,
-}
-
-/// What changed between two versions of a job. `Type` is `Added`, `Deleted`, `Edited` or `None`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct JobDiff {
-    #[serde(rename = "Type")]
-    pub diff_type: String,
-    #[serde(rename = "ID")]
-    pub id: String,
-    #[serde(rename = "Fields")]
-    pub fields: Vec<FieldDiff>,
-    #[serde(rename = "Objects")]
-    pub objects: Vec<ObjectDiff>,
-    #[serde(rename = "TaskGroups")]
-    pub task_groups: Vec<TaskGroupDiff>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct TaskGroupDiff {
-    #[serde(rename = "Type")]
-    pub diff_type: String,
-    #[serde(rename = "Name")]
-    pub name: String,
-    #[serde(rename = "Fields")]
-    pub fields: Vec<FieldDiff>,
-    #[serde(rename = "Objects")]
-    pub objects: Vec<ObjectDiff>,
-    #[serde(rename = "Tasks")]
-    pub tasks: Vec<TaskDiff>,
-    /// Update kind (`create`, `destroy`, `in-place update`, …) → count; filled by plans.
-    #[serde(rename = "Updates")]
-    pub updates: BTreeMap<String, u64>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct TaskDiff {
-    #[serde(rename = "Type")]
-    pub diff_type: String,
-    #[serde(rename = "Name")]
-    pub name: String,
-    #[serde(rename = "Fields")]
-    pub fields: Vec<FieldDiff>,
-    #[serde(rename = "Objects")]
-    pub objects: Vec<ObjectDiff>,
-    #[serde(rename = "Annotations")]
-    pub annotations: Vec<String>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct ObjectDiff {
-    #[serde(rename = "Type")]
-    pub diff_type: String,
-    #[serde(rename = "Name")]
-    pub name: String,
-    #[serde(rename = "Fields")]
-    pub fields: Vec<FieldDiff>,
-    #[serde(rename = "Objects")]
-    pub objects: Vec<ObjectDiff>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct FieldDiff {
-    #[serde(rename = "Type")]
-    pub diff_type: String,
-    #[serde(rename = "Name")]
-    pub name: String,
-    #[serde(rename = "Old")]
-    pub old: String,
-    #[serde(rename = "New")]
-    pub new: String,
-    #[serde(rename = "Annotations")]
-    pub annotations: Vec<String>,
 }
 
 /// An entry of `GET /v1/client/fs/ls/:alloc_id` (Nomad's `AllocFileInfo`).

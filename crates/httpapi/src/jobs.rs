@@ -8,10 +8,11 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
+use model::diff::JobDiff;
 use model::wire::{JobListStub, JobValidateResponse};
 use model::Job;
 use serde::{Deserialize, Serialize};
-use server::JobRegisterRequest;
+use server::{JobPlanRequest, JobRegisterRequest};
 use state::Table;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -45,8 +46,7 @@ pub async fn job(
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-const NOT_BUILT: [&str; 7] = [
-    "plan",
+const NOT_BUILT: [&str; 6] = [
     "stable",
     "scale",
     "submission",
@@ -74,6 +74,7 @@ async fn route_job(
         ("revert", false),
         ("dispatch", false),
         ("periodic/force", false),
+        ("plan", false),
     ] {
         if let Some(id) = rest.strip_suffix(&format!("/{suffix}")) {
             let allowed = if get_only {
@@ -94,6 +95,7 @@ async fn route_job(
                 "revert" => revert(st, id, &q, body).await,
                 "dispatch" => crate::launch::dispatch(st, id, &q, body).await,
                 "periodic/force" => crate::launch::periodic_force(st, id, &q).await,
+                "plan" => plan(st, id, &q, body).await,
                 _ => evaluate(st, id, &q).await,
             };
         }
@@ -271,7 +273,7 @@ struct VersionsReply {
     #[serde(rename = "Versions")]
     versions: Vec<Arc<Job>>,
     #[serde(rename = "Diffs")]
-    diffs: Option<()>,
+    diffs: Option<Vec<JobDiff>>,
     #[serde(rename = "Index")]
     index: u64,
     #[serde(rename = "KnownLeader")]
@@ -290,15 +292,90 @@ async fn versions(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response,
         return Err(ApiError::not_found("job versions not found"));
     }
     let index = index_of(&snap, &tables);
+    let diffs = if q.flag("diffs")? {
+        Some(version_diffs(&versions)?)
+    } else {
+        None
+    };
     let reply = VersionsReply {
         versions,
-        diffs: None,
+        diffs,
         index,
         known_leader: st.server.leader_addr().is_some(),
         last_contact: st.server.last_contact_ms(),
         next_token: String::new(),
     };
     Ok(reply::read(&reply, index, &st.server, q.pretty))
+}
+
+/// `Diffs[i]` is the change from `versions[i+1]` to `versions[i]` (newest first), as Nomad's.
+fn version_diffs(versions: &[Arc<Job>]) -> Result<Vec<JobDiff>, ApiError> {
+    versions
+        .windows(2)
+        .map(|pair| {
+            model::diff::job_diff(Some(&pair[1]), Some(&pair[0]), true).map_err(|e| ApiError {
+                status: axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                message: format!("failed to create job diff: {e}"),
+            })
+        })
+        .collect()
+}
+
+/// The body of `PUT /v1/job/:id/plan`.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct PlanBody {
+    #[serde(rename = "Job")]
+    job: Option<Job>,
+    #[serde(rename = "Diff")]
+    diff: bool,
+    #[serde(rename = "PolicyOverride")]
+    policy_override: bool,
+}
+
+/// `PUT /v1/job/:id/plan`: a dry run of registering the job.
+async fn plan(
+    st: &ApiState,
+    id: &str,
+    q: &QueryOptions,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let req: PlanBody = decode(body)?;
+    let mut job = req
+        .job
+        .ok_or_else(|| ApiError::bad_request("Job must be specified"))?;
+    if job.id.is_empty() {
+        return Err(ApiError::bad_request("Job ID hasn't been provided"));
+    }
+    if id != job.id {
+        return Err(ApiError::bad_request("Job ID does not match"));
+    }
+    // Sentinel policies do not exist here, so PolicyOverride changes nothing.
+    let _ = req.policy_override;
+    let namespace = q
+        .params
+        .get("namespace")
+        .filter(|s| !s.is_empty())
+        .cloned()
+        .or_else(|| job.namespace.clone().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| DEFAULT_NAMESPACE.into());
+    job.namespace = Some(namespace);
+    if job
+        .region
+        .as_deref()
+        .is_none_or(|r| r.is_empty() || r == "global")
+    {
+        job.region = Some(st.agent.region.clone());
+    }
+    let resp = st
+        .server
+        .job_plan(JobPlanRequest {
+            job,
+            diff: req.diff,
+        })
+        .await?;
+    let index = resp.index;
+    Ok(reply::write(&resp, index, q.pretty))
 }
 
 async fn summary(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response, ApiError> {

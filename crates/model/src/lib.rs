@@ -11,6 +11,7 @@ pub mod alloc;
 pub mod constraint;
 pub mod csi;
 pub mod deployment;
+pub mod diff;
 pub mod duration;
 pub mod eval;
 pub mod group;

@@ -347,3 +347,32 @@ pub mod methods {
     pub const NODE_GET_CLIENT_ALLOCS: &str = "Node.GetClientAllocs";
     pub const NODE_UPDATE_ALLOC: &str = "Node.UpdateAlloc";
 }
+
+/// The answer to `POST /v1/job/:id/plan` (Nomad's JobPlanResponse): what registering the job would
+/// do, from a scheduler run that changes nothing.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobPlanResponse {
+    /// Task group → what would happen to its allocations.
+    #[serde(rename = "Annotations")]
+    pub annotations: Option<crate::plan::PlanAnnotations>,
+    /// Task group → why some of its allocations could not be placed.
+    #[serde(rename = "FailedTGAllocs")]
+    pub failed_tg_allocs: BTreeMap<String, crate::alloc::AllocMetric>,
+    /// The current job's JobModifyIndex (0 when the job does not exist): `job run -check-index`.
+    #[serde(rename = "JobModifyIndex")]
+    pub job_modify_index: u64,
+    /// Evaluations the scheduler would create (blocked, delayed follow-ups).
+    #[serde(rename = "CreatedEvals")]
+    pub created_evals: Vec<crate::eval::Evaluation>,
+    /// With `Diff`: the change from the current job, annotated with the planned updates.
+    #[serde(rename = "Diff")]
+    pub diff: Option<crate::diff::JobDiff>,
+    /// RFC 3339; Go's zero time when the job is not periodic.
+    #[serde(rename = "NextPeriodicLaunch")]
+    pub next_periodic_launch: String,
+    #[serde(rename = "Warnings")]
+    pub warnings: String,
+    #[serde(rename = "Index")]
+    pub index: u64,
+}

@@ -27,6 +27,9 @@ impl rpc::Handler for RpcHandler {
                     )
                     .await
                 }
+                "Job.Plan" => {
+                    call(body, |req| async move { server.job_plan_local(req).await }).await
+                }
                 "Job.Deregister" => {
                     call(body, |req: (String, String, bool)| async move {
                         server.job_deregister_local(&req.0, &req.1, req.2).await

@@ -1,15 +1,15 @@
 //! Job diffs as Nomad's CLI prints them (`job history -p`, later `job plan`): `+`, `-` and `+/-`
 //! markers, nested objects in braces, names and values aligned. No colors.
 
-use api::types::{FieldDiff, JobDiff, ObjectDiff, TaskDiff, TaskGroupDiff};
+use api::types::{DiffType, FieldDiff, JobDiff, ObjectDiff, TaskDiff, TaskGroupDiff};
 
 /// The marker of a diff type and its width.
-fn marker(diff_type: &str) -> (&'static str, usize) {
+fn marker(diff_type: DiffType) -> (&'static str, usize) {
     match diff_type {
-        "Added" => ("+ ", 2),
-        "Deleted" => ("- ", 2),
-        "Edited" => ("+/- ", 4),
-        _ => ("", 0),
+        DiffType::Added => ("+ ", 2),
+        DiffType::Deleted => ("- ", 2),
+        DiffType::Edited => ("+/- ", 4),
+        DiffType::None => ("", 0),
     }
 }
 
@@ -19,12 +19,12 @@ fn spaces(n: usize) -> String {
 
 /// The whole job; with `verbose`, added and deleted groups and tasks are expanded too.
 pub fn format_job_diff(job: &JobDiff, verbose: bool) -> String {
-    let mut out = format!("{}Job: {:?}\n", marker(&job.diff_type).0, job.id);
+    let mut out = format!("{}Job: {:?}\n", marker(job.diff_type).0, job.id);
     let (longest_field, mut longest_marker) = longest(&job.fields, &job.objects);
     for tg in &job.task_groups {
-        longest_marker = longest_marker.max(marker(&tg.diff_type).1);
+        longest_marker = longest_marker.max(marker(tg.diff_type).1);
     }
-    if job.diff_type == "Edited" || verbose {
+    if job.diff_type == DiffType::Edited || verbose {
         let fo = aligned(&job.fields, &job.objects, 0, longest_field, longest_marker);
         if !fo.is_empty() {
             out += &fo;
@@ -32,7 +32,7 @@ pub fn format_job_diff(job: &JobDiff, verbose: bool) -> String {
         }
     }
     for tg in &job.task_groups {
-        let prefix = longest_marker - marker(&tg.diff_type).1;
+        let prefix = longest_marker - marker(tg.diff_type).1;
         out += &format_group(tg, prefix, verbose);
         out.push('\n');
     }
@@ -42,7 +42,7 @@ pub fn format_job_diff(job: &JobDiff, verbose: bool) -> String {
 fn format_group(tg: &TaskGroupDiff, tg_prefix: usize, verbose: bool) -> String {
     let mut out = format!(
         "{}{}Task Group: {:?}",
-        marker(&tg.diff_type).0,
+        marker(tg.diff_type).0,
         spaces(tg_prefix),
         tg.name
     );
@@ -58,10 +58,10 @@ fn format_group(tg: &TaskGroupDiff, tg_prefix: usize, verbose: bool) -> String {
     }
     let (longest_field, mut longest_marker) = longest(&tg.fields, &tg.objects);
     for task in &tg.tasks {
-        longest_marker = longest_marker.max(marker(&task.diff_type).1);
+        longest_marker = longest_marker.max(marker(task.diff_type).1);
     }
     let sub = tg_prefix + 2;
-    if tg.diff_type == "Edited" || verbose {
+    if tg.diff_type == DiffType::Edited || verbose {
         let fo = aligned(&tg.fields, &tg.objects, sub, longest_field, longest_marker);
         if !fo.is_empty() {
             out += &fo;
@@ -69,7 +69,7 @@ fn format_group(tg: &TaskGroupDiff, tg_prefix: usize, verbose: bool) -> String {
         }
     }
     for task in &tg.tasks {
-        let prefix = longest_marker - marker(&task.diff_type).1;
+        let prefix = longest_marker - marker(task.diff_type).1;
         out += &format_task(task, sub, prefix, verbose);
         out.push('\n');
     }
@@ -80,15 +80,15 @@ fn format_task(task: &TaskDiff, start: usize, task_prefix: usize, verbose: bool)
     let mut out = format!(
         "{}{}{}Task: {:?}",
         spaces(start),
-        marker(&task.diff_type).0,
+        marker(task.diff_type).0,
         spaces(task_prefix),
         task.name
     );
     if !task.annotations.is_empty() {
         out += &format!(" ({})", task.annotations.join(", "));
     }
-    let collapsed = matches!(task.diff_type.as_str(), "Added" | "Deleted") && !verbose;
-    if task.diff_type == "None" || collapsed {
+    let collapsed = matches!(task.diff_type, DiffType::Added | DiffType::Deleted) && !verbose;
+    if task.diff_type == DiffType::None || collapsed {
         return out;
     }
     out.push('\n');
@@ -103,7 +103,7 @@ fn format_task(task: &TaskDiff, start: usize, task_prefix: usize, verbose: bool)
 }
 
 fn format_object(diff: &ObjectDiff, start: usize, key_prefix: usize) -> String {
-    let (m, m_len) = marker(&diff.diff_type);
+    let (m, m_len) = marker(diff.diff_type);
     let mut out = format!(
         "{}{m}{}{} {{\n",
         spaces(start),
@@ -125,14 +125,14 @@ fn format_field(diff: &FieldDiff, start: usize, key_prefix: usize, value_prefix:
     let mut out = format!(
         "{}{}{}{}: {}",
         spaces(start),
-        marker(&diff.diff_type).0,
+        marker(diff.diff_type).0,
         spaces(key_prefix),
         diff.name,
         spaces(value_prefix)
     );
-    out += &match diff.diff_type.as_str() {
-        "Deleted" => format!("{:?}", diff.old),
-        "Edited" => format!("{:?} => {:?}", diff.old, diff.new),
+    out += &match diff.diff_type {
+        DiffType::Deleted => format!("{:?}", diff.old),
+        DiffType::Edited => format!("{:?} => {:?}", diff.old, diff.new),
         _ => format!("{:?}", diff.new),
     };
     if !diff.annotations.is_empty() {
@@ -150,7 +150,7 @@ fn aligned(
 ) -> String {
     let mut out = String::new();
     for (i, f) in fields.iter().enumerate() {
-        let key_prefix = longest_marker - marker(&f.diff_type).1;
+        let key_prefix = longest_marker - marker(f.diff_type).1;
         let value_prefix = longest_field - f.name.len();
         out += &format_field(f, start, key_prefix, value_prefix);
         if i + 1 != fields.len() || !objects.is_empty() {
@@ -158,7 +158,7 @@ fn aligned(
         }
     }
     for (i, o) in objects.iter().enumerate() {
-        let key_prefix = longest_marker - marker(&o.diff_type).1;
+        let key_prefix = longest_marker - marker(o.diff_type).1;
         out += &format_object(o, start, key_prefix);
         if i + 1 != objects.len() {
             out.push('\n');
@@ -172,8 +172,8 @@ fn longest(fields: &[FieldDiff], objects: &[ObjectDiff]) -> (usize, usize) {
     let field = fields.iter().map(|f| f.name.len()).max().unwrap_or(0);
     let markers = fields
         .iter()
-        .map(|f| marker(&f.diff_type).1)
-        .chain(objects.iter().map(|o| marker(&o.diff_type).1));
+        .map(|f| marker(f.diff_type).1)
+        .chain(objects.iter().map(|o| marker(o.diff_type).1));
     (field, markers.max().unwrap_or(0))
 }
 

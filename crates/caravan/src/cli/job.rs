@@ -1,6 +1,7 @@
 //! `caravan job …`: init, validate, run, stop here; status, inspect and history in `job_status`.
 
 use super::connect::{block_on, describe, fail, ApiFlags};
+use super::job_plan::{self, PlanArgs};
 use super::job_status::{self, job_by_prefix, HistoryArgs, InspectArgs, StatusArgs};
 use super::monitor::Monitor;
 use super::output::json_pretty;
@@ -18,6 +19,8 @@ pub enum JobCommand {
     Validate(ValidateArgs),
     /// Submit a job and watch its evaluation (-output: only print the job as API JSON)
     Run(RunArgs),
+    /// Show what submitting a job would change, without changing anything (a scheduler dry run)
+    Plan(PlanArgs),
     /// Show a job's status, or list every job
     Status(StatusArgs),
     /// Print a job as JSON ({"Job": …})
@@ -50,7 +53,7 @@ pub struct InitArgs {
 #[derive(Args)]
 pub struct FileArgs {
     /// The job file (HCL2), or - for standard input
-    file: PathBuf,
+    pub(super) file: PathBuf,
     /// Set a variable: -var name=value (repeatable)
     #[arg(long = "var", value_name = "NAME=VALUE")]
     vars: Vec<String>,
@@ -118,6 +121,7 @@ pub fn run(cmd: JobCommand) -> Result<i32> {
         JobCommand::Init(args) => init(args),
         JobCommand::Validate(args) => validate(args),
         JobCommand::Run(args) => run_job(args),
+        JobCommand::Plan(args) => Ok(job_plan::plan(args)),
         JobCommand::Status(args) => Ok(job_status::status(args)),
         JobCommand::Inspect(args) => Ok(job_status::inspect(args)),
         JobCommand::History(args) => Ok(job_status::history(args)),
@@ -185,7 +189,10 @@ fn validate(args: ValidateArgs) -> Result<i32> {
 }
 
 /// The job canonicalized and validated here, or every problem located in the file.
-fn check_offline(job: &JobSource, file: &FileArgs) -> Result<model::Job, jobspec::Diagnostics> {
+pub(super) fn check_offline(
+    job: &JobSource,
+    file: &FileArgs,
+) -> Result<model::Job, jobspec::Diagnostics> {
     match job {
         JobSource::Hcl(parsed) => parsed.validate(),
         JobSource::Json(job) => {
@@ -211,7 +218,7 @@ fn check_offline(job: &JobSource, file: &FileArgs) -> Result<model::Job, jobspec
 
 /// Where a job's requests go: its own namespace and region when it names them (as Nomad's CLI
 /// forces), else the flags' and environment's.
-fn job_placement(job: &model::Job) -> WriteOptions {
+pub(super) fn job_placement(job: &model::Job) -> WriteOptions {
     WriteOptions {
         namespace: job.namespace.clone().filter(|n| !n.is_empty()),
         region: job.region.clone().filter(|r| !r.is_empty()),
@@ -367,13 +374,13 @@ fn confirm_stop(id: &str) -> Option<i32> {
 }
 
 /// A job file as read: the job (or why it could not be read) and its text.
-struct Loaded {
-    job: JobSource,
+pub(super) struct Loaded {
+    pub(super) job: JobSource,
     /// The file's text, kept for the registration's `Submission`.
     source: String,
 }
 
-enum JobSource {
+pub(super) enum JobSource {
     Hcl(Box<ParsedJob>),
     Json(Box<model::Job>),
     Failed(jobspec::Diagnostics),
@@ -407,7 +414,7 @@ impl Loaded {
     }
 }
 
-fn load(args: &FileArgs) -> Result<Loaded> {
+pub(super) fn load(args: &FileArgs) -> Result<Loaded> {
     let opts = ParseOptions {
         vars: args.vars.clone(),
         var_files: args.var_files.clone(),

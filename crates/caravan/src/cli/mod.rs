@@ -12,6 +12,7 @@ mod eval;
 mod executor;
 mod job;
 mod job_launch;
+mod job_plan;
 mod job_status;
 mod monitor;
 mod node;
@@ -36,8 +37,8 @@ struct Cli {
 enum Command {
     /// Run a Caravan agent (server, client, or both with -dev)
     Agent(agent::AgentArgs),
-    /// Work with jobs: init, validate, run, status, inspect, history, stop, promote, revert,
-    /// dispatch, periodic force
+    /// Work with jobs: init, validate, run, plan, status, inspect, history, stop, promote,
+    /// revert, dispatch, periodic force
     #[command(subcommand)]
     Job(job::JobCommand),
     /// Work with deployments: list, status, promote, fail, pause, resume

@@ -4,7 +4,8 @@
 pub mod deployment;
 pub mod job;
 pub mod launch;
-pub mod node; // #4: Node.Register
+pub mod node;
+pub mod plan;
 
 pub(crate) use job::{needs_eval, new_eval};
 

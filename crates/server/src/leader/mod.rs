@@ -23,7 +23,7 @@ pub(crate) mod periodic;
 mod plan_apply;
 mod tasks;
 #[cfg(test)]
-mod testkit;
+pub(crate) mod testkit;
 mod view;
 mod worker;
 

@@ -103,7 +103,7 @@ fn finish(
 }
 
 /// Nomad's `Job.SpecChanged`: equal after copying the server-set fields over.
-fn spec_changed(old: &Job, new: &Job) -> bool {
+pub fn spec_changed(old: &Job, new: &Job) -> bool {
     let mut c = new.clone();
     c.namespace.clone_from(&old.namespace);
     c.status.clone_from(&old.status);
