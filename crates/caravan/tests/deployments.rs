@@ -282,3 +282,35 @@ fn a_failing_version_fails_its_deployment_and_auto_revert_restores_the_stable_on
     assert_eq!(d["StatusDescription"], "Deployment marked as failed");
     stop(&agent, "rev");
 }
+
+#[test]
+fn a_failing_canary_is_rolled_back_without_touching_the_stable_allocations() {
+    let agent = dev_agent("deploy-canary-revert");
+    register(&agent, &job("cr", 2, 0, update(1, 1, false, true), false));
+    wait_deployment(&agent, "cr", 0, "successful");
+    let stable: Vec<String> = running(&agent, "cr")
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(stable.len(), 2);
+
+    register(&agent, &job("cr", 2, 1, update(1, 1, false, true), true));
+    let d = wait_deployment(&agent, "cr", 1, "failed");
+    assert_eq!(
+        d["StatusDescription"],
+        "Failed due to unhealthy allocations - rolling back to job version 0"
+    );
+    assert_eq!(d["TaskGroups"]["g"]["Promoted"], false);
+    assert_eq!(agent.get("/v1/job/cr").unwrap()["Version"], 2);
+    // The stable allocations kept running: only the canary was ever replaced.
+    wait_running_version(&agent, "cr", 2, 2);
+    let mut now: Vec<String> = running(&agent, "cr")
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    now.sort();
+    let mut stable = stable;
+    stable.sort();
+    assert_eq!(now, stable, "the same allocations, updated in place");
+    stop(&agent, "cr");
+}
