@@ -398,6 +398,7 @@ mod tests {
             device_type: "gpu".into(),
             name: None,
             count: 1,
+            constraints: Vec::new(),
         }];
         let gpus = NodeDeviceResource {
             vendor: "nvidia".into(),

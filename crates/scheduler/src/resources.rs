@@ -264,6 +264,8 @@ pub(crate) struct DeviceAsk {
     pub(crate) device_type: String,
     pub(crate) name: Option<String>,
     pub(crate) count: u64,
+    /// The request's `constraint` blocks as (attribute, operator, value), checked per device group.
+    pub(crate) constraints: Vec<(String, String, String)>,
 }
 
 impl DeviceAsk {
@@ -280,6 +282,11 @@ impl DeviceAsk {
             device_type: device_type.to_string(),
             name: name.map(str::to_string),
             count: d.count.unwrap_or(1),
+            constraints: d
+                .constraints
+                .iter()
+                .map(|c| (c.l_target.clone(), c.operand.clone(), c.r_target.clone()))
+                .collect(),
         }
     }
 
@@ -287,6 +294,10 @@ impl DeviceAsk {
         d.device_type == self.device_type
             && self.vendor.as_ref().is_none_or(|v| *v == d.vendor)
             && self.name.as_ref().is_none_or(|n| *n == d.name)
+            && self
+                .constraints
+                .iter()
+                .all(|(l, op, r)| crate::feasible::device::holds(l, op, r, d))
     }
 
     /// Healthy instances of matching device groups on the node, ignoring who holds them.

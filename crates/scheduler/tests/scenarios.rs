@@ -901,3 +901,81 @@ fn batch_failures_use_up_their_attempts() {
     fail(&mut v, &replacement.name, 10);
     check(&v, &eval(&j), "eval complete");
 }
+
+fn gpus(model: &str, memory_gib: i64, ids: &[&str]) -> model::node::NodeDeviceResource {
+    model::node::NodeDeviceResource {
+        vendor: "nvidia".into(),
+        device_type: "gpu".into(),
+        name: model.into(),
+        instances: ids
+            .iter()
+            .map(|id| model::node::NodeDevice {
+                id: (*id).into(),
+                healthy: true,
+                ..model::node::NodeDevice::default()
+            })
+            .collect(),
+        attributes: [(
+            "memory".to_string(),
+            serde_json::json!({"Int": memory_gib, "Unit": "GiB"}),
+        )]
+        .into(),
+    }
+}
+
+#[test]
+fn device_constraints_pick_the_device_groups_whose_attributes_match() {
+    let mut v = cluster(3);
+    v.update_node("n1", |n| {
+        n.node_resources
+            .get_or_insert_with(Default::default)
+            .devices = vec![gpus("T4", 16, &["g1"])];
+    });
+    v.update_node("n2", |n| {
+        n.node_resources
+            .get_or_insert_with(Default::default)
+            .devices = vec![gpus("K80", 4, &["a"]), gpus("A100", 80, &["b"])];
+    });
+    let mut j = job("train", "service", 2);
+    let task = &mut j.task_groups[0].tasks[0];
+    task.resources.get_or_insert_with(Default::default).devices =
+        vec![model::resources::RequestedDevice {
+            name: "nvidia/gpu".into(),
+            count: Some(1),
+            constraints: vec![Constraint::new("${device.attr.memory}", ">=", "8 GiB")],
+            ..Default::default()
+        }];
+    let j = run_and_apply(&mut v, j);
+    let mut given: Vec<(String, Vec<String>)> = live(&v)
+        .iter()
+        .map(|a| {
+            let r = a.allocated_resources.as_ref().unwrap();
+            let d = &r.tasks.values().next().unwrap().devices[0];
+            (
+                a.node_id.clone(),
+                vec![d.name.clone(), d.device_ids.join(",")],
+            )
+        })
+        .collect();
+    given.sort();
+    // The K80 (4 GiB) never qualifies; each node gives its one big GPU; n3 has none.
+    assert_eq!(
+        given,
+        [
+            ("n1".to_string(), vec!["T4".to_string(), "g1".to_string()]),
+            ("n2".to_string(), vec!["A100".to_string(), "b".to_string()]),
+        ]
+    );
+    // A third copy finds no GPU with enough memory left anywhere: the failure says devices.
+    let mut more = (*j).clone();
+    more.task_groups[0].count = Some(3);
+    let more = v.upsert_job(more);
+    let outcome = schedule(&v, &eval(&more), NOW, SEED).expect("schedules");
+    let m = &outcome.eval.failed_tg_allocs["web"];
+    assert_eq!(m.coalesced_failures + 1, 1, "{m:?}");
+    assert!(
+        m.constraint_filtered.contains_key("missing devices")
+            || m.dimension_exhausted.contains_key("devices"),
+        "{m:?}"
+    );
+}

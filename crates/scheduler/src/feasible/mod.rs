@@ -7,6 +7,7 @@
 //! on other placements and live in [`distinct`].
 
 pub(crate) mod constraint;
+pub(crate) mod device;
 pub(crate) mod distinct;
 pub(crate) mod version;
 
