@@ -5,7 +5,7 @@
 //! Following (`follow=true`) and forwarding to another node's client are not built yet.
 
 use crate::error::ApiError;
-use crate::ApiState;
+use crate::{ApiState, LocalClient};
 use axum::extract::{Path as UrlPath, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -94,6 +94,35 @@ fn confine_existing(root: &Path, rel: &str) -> Result<PathBuf, ApiError> {
     Ok(path)
 }
 
+/// Where an agent finds an allocation's directory: a server agent checks the allocation exists
+/// first; a client-only agent ([`crate::forward`]) only looks on its own client.
+pub(crate) trait AllocRoots {
+    fn alloc_root(&self, alloc_id: &str) -> Result<PathBuf, ApiError>;
+}
+
+impl AllocRoots for ApiState {
+    fn alloc_root(&self, alloc_id: &str) -> Result<PathBuf, ApiError> {
+        alloc_root(self, alloc_id)
+    }
+}
+
+/// The allocation's directory on `client`.
+pub(crate) fn local_alloc_root(
+    client: &dyn LocalClient,
+    alloc_id: &str,
+) -> Result<PathBuf, ApiError> {
+    let alloc_id = alloc_id.trim_matches('/');
+    if alloc_id.is_empty() || alloc_id.contains('/') {
+        return Err(ApiError::not_found("alloc not found"));
+    }
+    match client.alloc_dir(alloc_id) {
+        Some(dir) if dir.is_dir() => Ok(dir),
+        _ => Err(ApiError::not_found(
+            "alloc not found on this agent's client (forwarding to other clients is not supported yet)",
+        )),
+    }
+}
+
 /// The allocation's directory on this agent's client, after checking the client and the allocation.
 fn alloc_root(st: &ApiState, alloc_id: &str) -> Result<PathBuf, ApiError> {
     let client = st.client.as_ref().ok_or_else(|| {
@@ -166,12 +195,12 @@ pub async fn ls(
     ls_inner(&st, &alloc_id, &params).unwrap_or_else(IntoResponse::into_response)
 }
 
-fn ls_inner(
-    st: &ApiState,
+pub(crate) fn ls_inner(
+    st: &dyn AllocRoots,
     alloc_id: &str,
     params: &HashMap<String, String>,
 ) -> Result<Response, ApiError> {
-    let root = alloc_root(st, alloc_id)?;
+    let root = st.alloc_root(alloc_id)?;
     let rel = params.get("path").map_or("/", String::as_str);
     Ok(json(&list_dir(&root, rel)?))
 }
@@ -258,12 +287,12 @@ pub async fn cat(
     cat_inner(&st, &alloc_id, &params).unwrap_or_else(IntoResponse::into_response)
 }
 
-fn cat_inner(
-    st: &ApiState,
+pub(crate) fn cat_inner(
+    st: &dyn AllocRoots,
     alloc_id: &str,
     params: &HashMap<String, String>,
 ) -> Result<Response, ApiError> {
-    let root = alloc_root(st, alloc_id)?;
+    let root = st.alloc_root(alloc_id)?;
     let rel = params
         .get("path")
         .filter(|p| !p.is_empty())
@@ -291,8 +320,8 @@ pub async fn logs(
     logs_inner(&st, &alloc_id, &params).unwrap_or_else(IntoResponse::into_response)
 }
 
-fn logs_inner(
-    st: &ApiState,
+pub(crate) fn logs_inner(
+    st: &dyn AllocRoots,
     alloc_id: &str,
     params: &HashMap<String, String>,
 ) -> Result<Response, ApiError> {
@@ -322,7 +351,7 @@ fn logs_inner(
             "following logs (follow=true) is not supported yet",
         ));
     }
-    let root = alloc_root(st, alloc_id)?;
+    let root = st.alloc_root(alloc_id)?;
     if task.contains('/') || task.contains("..") {
         return Err(ApiError::bad_request(format!("invalid task name {task:?}")));
     }

@@ -10,6 +10,7 @@ mod agent;
 mod deployments;
 mod error;
 mod evals;
+pub mod forward;
 mod fs;
 mod jobs;
 mod launch;
@@ -83,13 +84,30 @@ pub fn router(state: ApiState) -> Router {
         .with_state(state)
 }
 
-/// Serves the API on `listener` until `shutdown` resolves.
+/// Serves the API on `listener` until `shutdown` resolves; requests that client-only agents forward
+/// to this server run through the same router.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: ApiState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
+    let server = state.server.clone();
+    let app = router(state);
+    server.set_http_handler(Arc::new(forward::RouterHandler {
+        router: app.clone(),
+    }));
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Serves a client-only agent's API ([`forward::client_agent_router`]) until `shutdown` resolves.
+pub async fn serve_client_agent(
+    listener: tokio::net::TcpListener,
+    state: forward::ClientAgentState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, forward::client_agent_router(state))
         .with_graceful_shutdown(shutdown)
         .await
 }

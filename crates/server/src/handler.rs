@@ -72,6 +72,9 @@ impl rpc::Handler for RpcHandler {
                     })
                     .await
                 }
+                crate::http_forward::AGENT_HTTP => {
+                    call(body, |req| async move { server.http_forwarded(req).await }).await
+                }
                 // Clients call these on any server; each forwards to the leader where it must.
                 "Node.Register" => {
                     call(body, |req: model::wire::NodeRegisterRequest| async move {

@@ -13,6 +13,7 @@ mod endpoints;
 mod error;
 mod fsm;
 mod handler;
+pub mod http_forward;
 mod leader; // #4: the leader's loops (eval broker, plan applier, workers)
 mod server;
 

@@ -37,6 +37,8 @@ struct Inner {
     shutdown: watch::Sender<bool>,
     /// #4: the leader loops' state (`leader::supervise` starts and stops them).
     leadership: crate::leader::Leadership,
+    /// The HTTP API that requests forwarded by client-only agents run through.
+    http: std::sync::OnceLock<Arc<dyn crate::http_forward::HttpHandler>>,
 }
 
 /// A server as `/v1/agent/members` and `server members` show it.
@@ -103,6 +105,7 @@ impl Server {
                 node_id,
                 shutdown,
                 leadership: crate::leader::Leadership::default(),
+                http: std::sync::OnceLock::new(),
             }),
         };
         let handler = Arc::new(RpcHandler {
@@ -120,6 +123,12 @@ impl Server {
             server.catch_up(STARTUP_CATCH_UP).await;
         }
         Ok(server)
+    }
+
+    pub(crate) fn http_handler_cell(
+        &self,
+    ) -> &std::sync::OnceLock<Arc<dyn crate::http_forward::HttpHandler>> {
+        &self.inner.http
     }
 
     pub fn config(&self) -> &ServerConfig {

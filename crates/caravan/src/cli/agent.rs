@@ -111,11 +111,8 @@ pub fn run(args: AgentArgs) -> Result<i32> {
     init_logging(cfg.log_level.as_deref().unwrap_or("INFO"));
     let server_enabled = cfg.server.as_ref().and_then(|s| s.enabled).unwrap_or(false);
     let client_enabled = cfg.client.as_ref().and_then(|c| c.enabled).unwrap_or(false);
-    if !server_enabled {
-        if client_enabled {
-            bail!("the client is not supported yet (it is being built); run a server with -server or -dev");
-        }
-        bail!("neither server nor client mode is enabled: use -dev, -server, or a config with server {{ enabled = true }}");
+    if !server_enabled && !client_enabled {
+        bail!("neither server nor client mode is enabled: use -dev, -server, -client, or a config with server {{ enabled = true }} or client {{ enabled = true }}");
     }
     if cfg.acl.as_ref().and_then(|a| a.enabled).unwrap_or(false) {
         bail!("ACLs are not supported yet: remove -acl-enabled (or acl {{ enabled = true }}) to run without them");
@@ -124,7 +121,88 @@ pub fn run(args: AgentArgs) -> Result<i32> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    if !server_enabled {
+        return runtime.block_on(run_client_agent(cfg, args.dev));
+    }
     runtime.block_on(run_agent(cfg, args.dev, client_enabled))
+}
+
+/// A client-only agent: runs tasks for the servers in `client { servers }`; its HTTP API answers
+/// the client paths itself and forwards everything else to a server.
+async fn run_client_agent(cfg: AgentConfig, dev: bool) -> Result<i32> {
+    let (data_dir, _temp) = data_dir(&cfg, dev)?;
+    let servers: Vec<String> = cfg
+        .client
+        .as_ref()
+        .and_then(|c| c.servers.clone())
+        .unwrap_or_default();
+    if servers.is_empty() {
+        bail!("a client-only agent needs servers to register with: set client {{ servers = [\"host:4647\"] }} or pass -servers host:4647");
+    }
+    let ports = cfg.ports.clone().unwrap_or_default();
+    let addresses = cfg.addresses.clone().unwrap_or_default();
+    let http_addr = listen_addr(&cfg, addresses.http.as_ref(), ports.http.unwrap_or(4646))?;
+    let region = cfg.region.clone().unwrap_or_else(|| "global".into());
+    let datacenter = cfg.datacenter.clone().unwrap_or_else(|| "dc1".into());
+    let name = cfg.name.clone().unwrap_or_else(hostname);
+    let listener = tokio::net::TcpListener::bind(http_addr)
+        .await
+        .with_context(|| format!("binding the HTTP API to {http_addr}"))?;
+    let http_bound = listener.local_addr()?;
+    print_banner(&cfg, http_bound, None, &region, &datacenter, true);
+    let (node_client, conn) = start_client(
+        &cfg,
+        dev,
+        &data_dir,
+        &name,
+        &region,
+        &datacenter,
+        servers,
+        http_bound,
+    )
+    .await?;
+    let node_client = Arc::new(node_client);
+    let state = httpapi::forward::ClientAgentState {
+        client: Arc::new(LocalClientHandle(node_client.clone())),
+        servers: Arc::new(ConnServers(conn)),
+        rpc: rpc::Client::default(),
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let http = tokio::spawn(httpapi::serve_client_agent(listener, state, async move {
+        let _ = stop_rx.await;
+    }));
+    wait_for_signal().await;
+    println!("==> Caught signal: shutting down");
+    let _ = stop_tx.send(());
+    let _ = http.await;
+    if let Ok(node_client) = Arc::try_unwrap(node_client) {
+        node_client.shutdown().await;
+    }
+    println!("==> Shutdown complete");
+    Ok(0)
+}
+
+/// The servers a client-only agent forwards API requests to: the ones its client knows.
+struct ConnServers(Arc<client::RpcServerConn>);
+
+impl httpapi::forward::ServerPicker for ConnServers {
+    fn servers(&self) -> Vec<String> {
+        self.0.servers()
+    }
+}
+
+/// The agent's data dir; a `-dev` agent without one gets a temporary dir, removed when it stops.
+fn data_dir(cfg: &AgentConfig, dev: bool) -> Result<(PathBuf, Option<TempDir>)> {
+    match cfg.data_dir.as_deref() {
+        Some(dir) => Ok((PathBuf::from(dir), None)),
+        None if dev => {
+            let dir = std::env::temp_dir().join(format!("caravan-dev-{}", std::process::id()));
+            Ok((dir.clone(), Some(TempDir(dir))))
+        }
+        None => {
+            bail!("an agent needs a data directory: set data_dir in the config or pass -data-dir")
+        }
+    }
 }
 
 /// Holds a `-dev` agent's temporary data dir; removes it when the agent stops.
@@ -137,16 +215,7 @@ impl Drop for TempDir {
 }
 
 async fn run_agent(cfg: AgentConfig, dev: bool, client_enabled: bool) -> Result<i32> {
-    let (data_dir, _temp) = match cfg.data_dir.as_deref() {
-        Some(dir) => (PathBuf::from(dir), None),
-        None if dev => {
-            let dir = std::env::temp_dir().join(format!("caravan-dev-{}", std::process::id()));
-            (dir.clone(), Some(TempDir(dir)))
-        }
-        None => {
-            bail!("a server needs a data directory: set data_dir in the config or pass -data-dir")
-        }
-    };
+    let (data_dir, _temp) = data_dir(&cfg, dev)?;
     let ports = cfg.ports.clone().unwrap_or_default();
     let addresses = cfg.addresses.clone().unwrap_or_default();
     let http_addr = listen_addr(&cfg, addresses.http.as_ref(), ports.http.unwrap_or(4646))?;
@@ -194,12 +263,20 @@ async fn run_agent(cfg: AgentConfig, dev: bool, client_enabled: bool) -> Result<
     print_banner(
         &cfg,
         http_bound,
-        server.rpc_addr(),
+        Some(server.rpc_addr()),
         &region,
         &datacenter,
         client_enabled,
     );
     let node_client = if client_enabled {
+        let mut servers: Vec<String> = cfg
+            .client
+            .as_ref()
+            .and_then(|c| c.servers.clone())
+            .unwrap_or_default();
+        if !servers.iter().any(|s| s == server.rpc_addr()) {
+            servers.insert(0, server.rpc_addr().to_string());
+        }
         Some(
             start_client(
                 &cfg,
@@ -208,10 +285,11 @@ async fn run_agent(cfg: AgentConfig, dev: bool, client_enabled: bool) -> Result<
                 &name,
                 &region,
                 &datacenter,
-                server.rpc_addr(),
+                servers,
                 http_bound,
             )
-            .await?,
+            .await?
+            .0,
         )
     } else {
         None
@@ -266,9 +344,9 @@ async fn start_client(
     name: &str,
     region: &str,
     dc: &str,
-    server_rpc: &str,
+    servers: Vec<String>,
     http: SocketAddr,
-) -> Result<client::Client> {
+) -> Result<(client::Client, Arc<client::RpcServerConn>)> {
     let block = cfg.client.clone().unwrap_or_default();
     let mut ccfg = client::ClientConfig::new(data_dir.join("client"));
     ccfg.node_name = name.to_string();
@@ -300,14 +378,11 @@ async fn start_client(
     if plugin_enabled(cfg, "mock_driver") {
         drivers.push(Arc::new(drivers::MockDriver::new()));
     }
-    let mut servers: Vec<String> = block.servers.clone().unwrap_or_default();
-    if !servers.iter().any(|s| s == server_rpc) {
-        servers.insert(0, server_rpc.to_string());
-    }
     let conn = Arc::new(client::RpcServerConn::new(rpc::Client::default(), servers));
-    client::Client::start(ccfg, conn, drivers)
+    let client = client::Client::start(ccfg, conn.clone(), drivers)
         .await
-        .map_err(|e| anyhow::anyhow!("starting the client: {e}"))
+        .map_err(|e| anyhow::anyhow!("starting the client: {e}"))?;
+    Ok((client, conn))
 }
 
 /// `plugin "NAME" { config { enabled = true } }`.
@@ -346,22 +421,29 @@ async fn wait_for_signal() {
 fn print_banner(
     cfg: &AgentConfig,
     http: SocketAddr,
-    rpc: &str,
+    rpc: Option<&str>,
     region: &str,
     dc: &str,
     client: bool,
 ) {
     println!("==> Caravan agent configuration:\n");
+    let (advertise, bind) = match rpc {
+        Some(rpc) => (
+            format!("HTTP: {http}; RPC: {rpc}"),
+            format!("HTTP: [{http}]; RPC: {rpc}"),
+        ),
+        None => (format!("HTTP: {http}"), format!("HTTP: [{http}]")),
+    };
     let rows = [
-        ("Advertise Addrs", format!("HTTP: {http}; RPC: {rpc}")),
-        ("Bind Addrs", format!("HTTP: [{http}]; RPC: {rpc}")),
+        ("Advertise Addrs", advertise),
+        ("Bind Addrs", bind),
         ("Client", client.to_string()),
         (
             "Log Level",
             cfg.log_level.clone().unwrap_or_else(|| "INFO".into()),
         ),
         ("Region", format!("{region} (DC: {dc})")),
-        ("Server", "true".into()),
+        ("Server", rpc.is_some().to_string()),
         ("Version", env!("CARGO_PKG_VERSION").into()),
     ];
     for (k, v) in rows {

@@ -1,0 +1,156 @@
+//! Client-only agents against a server agent, all real processes on loopback with free ports: two
+//! clients register through `-servers`, their HTTP APIs forward to the server, and when one client
+//! dies its node is marked down after TTL + grace and its allocation is replaced on the other.
+//! Mock-driver tasks only, so nothing outlives the agents. Every wait has a deadline.
+
+mod common;
+
+use common::{temp_dir, Agent};
+use serde_json::{json, Value};
+
+const MOCK: &str = "plugin \"mock_driver\" {\n  config {\n    enabled = true\n  }\n}\n";
+
+fn server(name: &str) -> (Agent, String) {
+    let dir = temp_dir(name);
+    let data = dir.join("data").display().to_string();
+    let extra = dir.join("server.hcl");
+    // Short heartbeats, so a lost client is noticed in seconds.
+    std::fs::write(
+        &extra,
+        "server {\n  heartbeat_grace = \"1s\"\n  min_heartbeat_ttl = \"1s\"\n}\n",
+    )
+    .unwrap();
+    let extra = extra.display().to_string();
+    let agent = Agent::start(&dir, &["-server", "-data-dir", &data, "-config", &extra]);
+    let rpc = agent
+        .get("/v1/status/leader")
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .expect("the server's rpc address");
+    (agent, rpc)
+}
+
+fn client(name: &str, servers: &str) -> Agent {
+    let dir = temp_dir(name);
+    let data = dir.join("data").display().to_string();
+    let mock = dir.join("mock.hcl");
+    std::fs::write(&mock, MOCK).unwrap();
+    let mock = mock.display().to_string();
+    Agent::start(
+        &dir,
+        &[
+            "-client",
+            "-servers",
+            servers,
+            "-node",
+            name,
+            "-data-dir",
+            &data,
+            "-config",
+            &mock,
+        ],
+    )
+}
+
+fn nodes(agent: &Agent) -> Vec<Value> {
+    agent
+        .get("/v1/nodes")
+        .ok()
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_lost_client_is_marked_down_and_its_allocation_replaced_on_the_other() {
+    let (server, rpc) = server("clients-server");
+    let c1 = client("clients-c1", &rpc);
+    let c2 = client("clients-c2", &rpc);
+    server.wait_until("both clients ready", || {
+        let n = nodes(&server);
+        n.len() == 2 && n.iter().all(|x| x["Status"] == "ready")
+    });
+    // A client agent's API forwards to the server: it sees the same cluster.
+    assert_eq!(nodes(&c1).len(), 2);
+
+    let job = json!({"Job": {"ID": "one", "Type": "service", "TaskGroups": [{
+        "Name": "g", "Count": 1,
+        "Tasks": [{"Name": "t", "Driver": "mock_driver", "Config": {"run_for": "10m"},
+                   "Resources": {"CPU": 20, "MemoryMB": 16}}]
+    }]}});
+    // Submitted through a client agent, forwarded to the server.
+    let (status, body) = c2.put("/v1/jobs", &job);
+    assert_eq!(status, 200, "{body}");
+    let mut first = Value::Null;
+    server.wait_until("the allocation runs", || {
+        let allocs = server.get("/v1/job/one/allocations").unwrap_or(Value::Null);
+        first = allocs
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|a| a["ClientStatus"] == "running")
+            .cloned()
+            .unwrap_or(Value::Null);
+        !first.is_null()
+    });
+    let lost_node = first["NodeID"].as_str().unwrap().to_string();
+    let node_name = |id: &str| {
+        nodes(&server)
+            .into_iter()
+            .find(|n| n["ID"] == id)
+            .and_then(|n| n["Name"].as_str().map(String::from))
+            .unwrap_or_default()
+    };
+    let (doomed, survivor) = if node_name(&lost_node) == "clients-c1" {
+        (c1, c2)
+    } else {
+        (c2, c1)
+    };
+    // The client's own API serves the allocation's files.
+    let (status, _) = doomed.raw(
+        "GET",
+        &format!(
+            "/v1/client/fs/ls/{}?path=/alloc",
+            first["ID"].as_str().unwrap()
+        ),
+        None,
+    );
+    assert_eq!(status, 200);
+
+    doomed.kill();
+    server.wait_until("the dead client's node is down", || {
+        nodes(&server)
+            .iter()
+            .any(|n| n["ID"] == lost_node.as_str() && n["Status"] == "down")
+    });
+    server.wait_until(
+        "the allocation is lost and replaced on the other client",
+        || {
+            let allocs = server.get("/v1/job/one/allocations").unwrap_or(Value::Null);
+            let list = allocs.as_array().cloned().unwrap_or_default();
+            let old_lost = list
+                .iter()
+                .any(|a| a["ID"] == first["ID"] && a["ClientStatus"] == "lost");
+            let replaced = list.iter().any(|a| {
+                a["ID"] != first["ID"]
+                    && a["ClientStatus"] == "running"
+                    && a["NodeID"] != lost_node.as_str()
+            });
+            old_lost && replaced
+        },
+    );
+    let (code, _, err) = survivor.run(&["job", "stop", "-detach", "one"]);
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn a_client_without_servers_is_refused_with_what_to_set() {
+    let dir = temp_dir("clients-noservers");
+    let out = std::process::Command::new(common::bin())
+        .args(["agent", "-client", "-data-dir"])
+        .arg(dir.join("data"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("-servers"), "{err}");
+}

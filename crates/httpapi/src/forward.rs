@@ -1,0 +1,195 @@
+//! A client-only agent's HTTP API (Nomad's client agents forward API calls to the servers): the
+//! `/v1/client/fs/*` paths answer from this agent's own client; every other request goes to a
+//! server over rpc ([`server::http_forward`]) and its answer comes back unchanged. And the other
+//! half: [`RouterHandler`], which runs forwarded requests through a server agent's own router.
+
+use crate::error::ApiError;
+use crate::fs::{self, AllocRoots};
+use crate::LocalClient;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::{HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use futures::future::BoxFuture;
+use server::http_forward::{HttpForwardRequest, HttpForwardResponse, HttpHandler, AGENT_HTTP};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tower::ServiceExt;
+
+/// The largest body forwarded either way.
+const BODY_BYTES_MAX: usize = 64 << 20;
+/// The rpc deadline of a forwarded request: a blocking query may wait up to Nomad's 10-minute
+/// maximum, plus slack.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(11 * 60);
+/// Headers that travel with a forwarded request (the rest are hop-by-hop or ours to set).
+const FORWARDED_HEADERS: [&str; 3] = ["x-nomad-token", "content-type", "x-nomad-csi-secrets"];
+
+/// Where a client-only agent sends what it does not answer itself.
+pub trait ServerPicker: Send + Sync {
+    /// The servers' rpc addresses, the one to try first first.
+    fn servers(&self) -> Vec<String>;
+}
+
+#[derive(Clone)]
+pub struct ClientAgentState {
+    pub client: Arc<dyn LocalClient>,
+    pub servers: Arc<dyn ServerPicker>,
+    pub rpc: rpc::Client,
+}
+
+impl AllocRoots for ClientAgentState {
+    fn alloc_root(&self, alloc_id: &str) -> Result<PathBuf, ApiError> {
+        fs::local_alloc_root(&*self.client, alloc_id)
+    }
+}
+
+type Params = Query<HashMap<String, String>>;
+
+/// The router of a client-only agent.
+pub fn client_agent_router(state: ClientAgentState) -> Router {
+    Router::new()
+        .route("/v1/client/fs/logs/{alloc_id}", get(logs))
+        .route("/v1/client/fs/cat/{alloc_id}", get(cat))
+        .route("/v1/client/fs/ls/{alloc_id}", get(ls))
+        .fallback(forward)
+        .with_state(state)
+}
+
+async fn logs(
+    State(st): State<ClientAgentState>,
+    UrlPath(alloc_id): UrlPath<String>,
+    Query(params): Params,
+) -> Response {
+    fs::logs_inner(&st, &alloc_id, &params).unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn cat(
+    State(st): State<ClientAgentState>,
+    UrlPath(alloc_id): UrlPath<String>,
+    Query(params): Params,
+) -> Response {
+    fs::cat_inner(&st, &alloc_id, &params).unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn ls(
+    State(st): State<ClientAgentState>,
+    UrlPath(alloc_id): UrlPath<String>,
+    Query(params): Params,
+) -> Response {
+    fs::ls_inner(&st, &alloc_id, &params).unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Sends the request to the first server that answers; a server that cannot be reached is skipped,
+/// an answer (even an error status) is final.
+async fn forward(State(st): State<ClientAgentState>, req: Request<Body>) -> Response {
+    let (parts, body) = req.into_parts();
+    let body = match axum::body::to_bytes(body, BODY_BYTES_MAX).await {
+        Ok(b) => b,
+        Err(e) => {
+            return ApiError::bad_request(format!("reading the request body: {e}")).into_response()
+        }
+    };
+    let uri = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| parts.uri.path().to_string(), |p| p.as_str().to_string());
+    let headers = parts
+        .headers
+        .iter()
+        .filter(|(k, _)| FORWARDED_HEADERS.contains(&k.as_str()))
+        .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+        .collect();
+    let fwd = HttpForwardRequest::new(parts.method.as_str(), &uri, headers, &body);
+    let payload = match serde_json::to_value(&fwd) {
+        Ok(v) => v,
+        Err(e) => {
+            return ApiError {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                message: format!("encoding a forwarded request: {e}"),
+            }
+            .into_response()
+        }
+    };
+    let servers = st.servers.servers();
+    let mut last_error = String::from("no servers are known");
+    for addr in &servers {
+        match st
+            .rpc
+            .call_raw_timeout(addr, AGENT_HTTP, payload.clone(), FORWARD_TIMEOUT)
+            .await
+        {
+            Ok(v) => match serde_json::from_value::<HttpForwardResponse>(v) {
+                Ok(resp) => return into_response(&resp),
+                Err(e) => last_error = format!("{addr} answered something undecodable: {e}"),
+            },
+            Err(e) => last_error = format!("{addr}: {e}"),
+        }
+    }
+    ApiError {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        message: format!("No servers reachable to forward the request to ({last_error})"),
+    }
+    .into_response()
+}
+
+fn into_response(resp: &HttpForwardResponse) -> Response {
+    let mut out = Response::new(Body::from(resp.body_bytes()));
+    *out.status_mut() = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    for (k, v) in &resp.headers {
+        if let (Ok(k), Ok(v)) = (HeaderName::try_from(k.as_str()), HeaderValue::from_str(v)) {
+            out.headers_mut().append(k, v);
+        }
+    }
+    out
+}
+
+/// Runs forwarded requests through a server agent's router.
+pub struct RouterHandler {
+    pub router: Router,
+}
+
+impl HttpHandler for RouterHandler {
+    fn handle(&self, req: HttpForwardRequest) -> BoxFuture<'static, HttpForwardResponse> {
+        let router = self.router.clone();
+        Box::pin(async move {
+            let fail = |status: u16, msg: String| {
+                HttpForwardResponse::new(status, Vec::new(), msg.as_bytes())
+            };
+            let body = match req.body_bytes() {
+                Ok(b) => b,
+                Err(e) => return fail(400, e.to_string()),
+            };
+            let Ok(method) = Method::from_bytes(req.method.as_bytes()) else {
+                return fail(400, format!("invalid method {:?}", req.method));
+            };
+            let Ok(uri) = req.uri.parse::<Uri>() else {
+                return fail(400, format!("invalid path {:?}", req.uri));
+            };
+            let mut builder = Request::builder().method(method).uri(uri);
+            for (k, v) in &req.headers {
+                builder = builder.header(k.as_str(), v.as_str());
+            }
+            let Ok(request) = builder.body(Body::from(Bytes::from(body))) else {
+                return fail(400, "invalid forwarded request".into());
+            };
+            let response = match router.oneshot(request).await {
+                Ok(r) => r,
+                Err(e) => match e {},
+            };
+            let (parts, body) = response.into_parts();
+            let bytes = axum::body::to_bytes(body, BODY_BYTES_MAX)
+                .await
+                .unwrap_or_default();
+            let headers = parts
+                .headers
+                .iter()
+                .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+                .collect();
+            HttpForwardResponse::new(parts.status.as_u16(), headers, &bytes)
+        })
+    }
+}
