@@ -25,6 +25,7 @@ mod evals;
 mod jobs;
 mod launch;
 mod nodes;
+pub mod operator;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod types;

@@ -147,6 +147,65 @@ fn into_response(resp: &HttpForwardResponse) -> Response {
     out
 }
 
+/// The read paths a follower forwards to the leader unless `?stale` (Nomad's default consistency);
+/// the agent's own paths (`/v1/agent`, `/v1/status`, `/v1/client`, `/v1/regions`) stay local.
+fn forwards_reads(path: &str) -> bool {
+    [
+        "/v1/job",
+        "/v1/eval",
+        "/v1/alloc",
+        "/v1/node",
+        "/v1/deployment",
+        "/v1/operator",
+    ]
+    .iter()
+    .any(|p| path.starts_with(p))
+}
+
+/// Middleware of a server agent's router: reads on a follower go to the leader.
+pub(crate) async fn reads_to_leader(
+    State(st): State<crate::ApiState>,
+    req: Request<Body>,
+    next: axum::middleware::Next,
+) -> Response {
+    let stale = req.uri().query().is_some_and(|q| {
+        q.split('&')
+            .any(|kv| kv == "stale" || kv.starts_with("stale="))
+    });
+    let eligible = req.method() == Method::GET
+        && forwards_reads(req.uri().path())
+        && !stale
+        && !req
+            .headers()
+            .contains_key(server::http_forward::FORWARDED_HEADER)
+        && !st.server.is_leader()
+        && st.server.leader_addr().is_some();
+    if !eligible {
+        return next.run(req).await;
+    }
+    let uri = req
+        .uri()
+        .path_and_query()
+        .map_or_else(|| req.uri().path().to_string(), |p| p.as_str().to_string());
+    let mut headers: Vec<(String, String)> = req
+        .headers()
+        .iter()
+        .filter(|(k, _)| FORWARDED_HEADERS.contains(&k.as_str()))
+        .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+        .collect();
+    headers.push((server::http_forward::FORWARDED_HEADER.into(), "1".into()));
+    let fwd = HttpForwardRequest::new("GET", &uri, headers, &[]);
+    match st.server.http_to_leader(&fwd).await {
+        Ok(Some(resp)) => into_response(&resp),
+        // No leader after all, or it did not answer: serve what this server has.
+        Ok(None) => next.run(req).await,
+        Err(e) => {
+            tracing::debug!(error = %e, "forwarding a read to the leader failed; answering locally");
+            next.run(req).await
+        }
+    }
+}
+
 /// Runs forwarded requests through a server agent's router.
 pub struct RouterHandler {
     pub router: Router,

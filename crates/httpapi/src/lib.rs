@@ -15,6 +15,7 @@ mod fs;
 mod jobs;
 mod launch;
 mod nodes;
+mod operator;
 mod query;
 mod reply;
 
@@ -80,7 +81,17 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/agent/self", get(agent::agent_self))
         .route("/v1/agent/health", get(agent::health))
         .route("/v1/agent/members", get(agent::members))
+        .route("/v1/agent/join", any(operator::join))
+        .route(
+            "/v1/operator/raft/configuration",
+            get(operator::configuration),
+        )
+        .route("/v1/operator/raft/peer", any(operator::remove_peer))
         .fallback(reply::not_found_empty)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            forward::reads_to_leader,
+        ))
         .with_state(state)
 }
 

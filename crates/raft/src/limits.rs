@@ -32,3 +32,6 @@ pub const LOGS_KEPT_BEHIND_SNAPSHOT_MIN: u64 = 64;
 
 /// How long `RaftNode::write` waits for its entry to commit and apply.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a membership change (a learner catching up, then its promotion) may take.
+pub const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(60);

@@ -1,8 +1,8 @@
 //! `RaftNode`: one server's raft, opened on a data dir and reached by peers through `rpc`.
 
 use crate::limits::{
-    APPEND_ENTRIES_MAX, ENTRY_BYTES_MAX, LOGS_KEPT_BEHIND_SNAPSHOT_MIN, SNAPSHOT_INSTALL_TIMEOUT,
-    WRITE_TIMEOUT,
+    APPEND_ENTRIES_MAX, ENTRY_BYTES_MAX, LOGS_KEPT_BEHIND_SNAPSHOT_MIN, MEMBERSHIP_TIMEOUT,
+    SNAPSHOT_INSTALL_TIMEOUT, WRITE_TIMEOUT,
 };
 use crate::log_store::LogStore;
 use crate::network::{Addressed, Network, SnapshotChunk, APPEND_ENTRIES, SNAPSHOT, VOTE};
@@ -218,6 +218,78 @@ impl RaftNode {
             }
             Err(openraft::errors::RaftError::Fatal(f)) => Err(from_fatal(f)),
         }
+    }
+
+    /// Whether this node belongs to a cluster (bootstrapped, or joined by a leader).
+    pub async fn is_initialized(&self) -> Result<bool, RaftError> {
+        self.inner.raft.is_initialized().await.map_err(from_fatal)
+    }
+
+    /// On the leader: adds node `id` at `addr` as a voter — first as a learner that catches up
+    /// (blocking until it has), then promoted. Adding a voter already present only updates nothing.
+    pub async fn add_voter(&self, id: u64, addr: &str) -> Result<(), RaftError> {
+        let voters: Vec<u64> =
+            self.with_metrics(|m| m.membership_config.membership().voter_ids().collect());
+        if voters.contains(&id) {
+            return Ok(());
+        }
+        let added = tokio::time::timeout(
+            MEMBERSHIP_TIMEOUT,
+            self.inner.raft.add_learner(id, BasicNode::new(addr), true),
+        )
+        .await
+        .map_err(|_| RaftError::Timeout)?;
+        match added {
+            Ok(_) => {}
+            Err(openraft::errors::RaftError::APIError(e)) => return Err(self.write_error(e)),
+            Err(openraft::errors::RaftError::Fatal(f)) => return Err(from_fatal(f)),
+        }
+        let ids = std::collections::BTreeSet::from([id]);
+        self.change(openraft::ChangeMembers::AddVoterIds(ids)).await
+    }
+
+    /// On the leader: removes node `id` from the cluster (voter or learner).
+    pub async fn remove_member(&self, id: u64) -> Result<(), RaftError> {
+        let (voter, known) = self.with_metrics(|m| {
+            let membership = m.membership_config.membership();
+            (
+                membership.voter_ids().any(|v| v == id),
+                membership.get_node(&id).is_some(),
+            )
+        });
+        if !known {
+            return Err(RaftError::Bootstrap(format!(
+                "node {id} is not a member of the cluster"
+            )));
+        }
+        let ids = std::collections::BTreeSet::from([id]);
+        if voter {
+            self.change(openraft::ChangeMembers::RemoveVoters(ids.clone()))
+                .await?;
+        }
+        self.change(openraft::ChangeMembers::RemoveNodes(ids)).await
+    }
+
+    async fn change(
+        &self,
+        change: openraft::ChangeMembers<u64, BasicNode>,
+    ) -> Result<(), RaftError> {
+        let changed = tokio::time::timeout(
+            MEMBERSHIP_TIMEOUT,
+            self.inner.raft.change_membership(change, false),
+        )
+        .await
+        .map_err(|_| RaftError::Timeout)?;
+        match changed {
+            Ok(_) => Ok(()),
+            Err(openraft::errors::RaftError::APIError(e)) => Err(self.write_error(e)),
+            Err(openraft::errors::RaftError::Fatal(f)) => Err(from_fatal(f)),
+        }
+    }
+
+    /// The voters' ids.
+    pub fn voters(&self) -> Vec<u64> {
+        self.with_metrics(|m| m.membership_config.membership().voter_ids().collect())
     }
 
     /// Appends `payload` to the log and waits until it is committed and applied here. Returns

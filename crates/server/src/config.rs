@@ -20,6 +20,8 @@ pub struct ServerConfig {
     pub rpc_advertise: Option<String>,
     /// Servers to wait for before bootstrapping; 1 bootstraps alone (`-dev`).
     pub bootstrap_expect: u32,
+    /// Other servers' rpc addresses to join (`server_join { retry_join }`); a bare host gets :4647.
+    pub retry_join: Vec<String>,
     /// Raft timing, in milliseconds.
     pub raft_heartbeat_ms: u64,
     pub raft_election_timeout_ms: (u64, u64),
@@ -48,6 +50,7 @@ impl ServerConfig {
             rpc_bind,
             rpc_advertise: None,
             bootstrap_expect: 1,
+            retry_join: Vec::new(),
             raft_heartbeat_ms: 250,
             raft_election_timeout_ms: (1000, 2000),
             raft_snapshot_every: 8192,

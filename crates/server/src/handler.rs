@@ -72,6 +72,23 @@ impl rpc::Handler for RpcHandler {
                     })
                     .await
                 }
+                crate::join::SERVER_INFO => {
+                    call(body, |()| async move { server.server_info().await }).await
+                }
+                crate::join::SERVER_JOIN => {
+                    call(
+                        body,
+                        |req| async move { server.server_join_request(req).await },
+                    )
+                    .await
+                }
+                crate::join::SERVER_REMOVE => {
+                    call(
+                        body,
+                        |id: u64| async move { server.server_remove(id).await },
+                    )
+                    .await
+                }
                 crate::http_forward::AGENT_HTTP => {
                     call(body, |req| async move { server.http_forwarded(req).await }).await
                 }

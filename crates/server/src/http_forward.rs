@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 pub const AGENT_HTTP: &str = "Agent.Http";
+/// The header a server sets on a request it forwards to the leader, so it is never forwarded again.
+pub const FORWARDED_HEADER: &str = "x-caravan-forwarded";
+/// A forwarded read may be a blocking query (up to 10 minutes), plus slack.
+const READ_FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(11 * 60);
 
 /// One HTTP request, as forwarded.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -74,6 +78,28 @@ impl Server {
     /// Installs the HTTP API forwarded requests run through; the first call wins.
     pub fn set_http_handler(&self, handler: Arc<dyn HttpHandler>) {
         let _ = self.http_handler_cell().set(handler);
+    }
+
+    /// Sends an HTTP request to the leader's API over rpc; `None` when this server leads or no
+    /// leader is known (the caller answers locally).
+    pub async fn http_to_leader(
+        &self,
+        req: &HttpForwardRequest,
+    ) -> Result<Option<HttpForwardResponse>, ServerError> {
+        if self.is_leader() {
+            return Ok(None);
+        }
+        let Some(leader) = self.leader_addr() else {
+            return Ok(None);
+        };
+        let body = serde_json::to_value(req).map_err(|e| ServerError::internal(e.to_string()))?;
+        let v = self
+            .rpc_client()
+            .call_raw_timeout(&leader, AGENT_HTTP, body, READ_FORWARD_TIMEOUT)
+            .await?;
+        serde_json::from_value(v)
+            .map(Some)
+            .map_err(|e| ServerError::internal(format!("undecodable answer from {leader}: {e}")))
     }
 
     pub(crate) async fn http_forwarded(

@@ -14,6 +14,7 @@ mod error;
 mod fsm;
 mod handler;
 pub mod http_forward;
+pub mod join;
 mod leader; // #4: the leader's loops (eval broker, plan applier, workers)
 mod server;
 

@@ -39,6 +39,8 @@ struct Inner {
     leadership: crate::leader::Leadership,
     /// The HTTP API that requests forwarded by client-only agents run through.
     http: std::sync::OnceLock<Arc<dyn crate::http_forward::HttpHandler>>,
+    /// Other servers' rpc addresses the join loop talks to (`retry_join`, `server join`).
+    join_addrs: std::sync::Mutex<Vec<String>>,
 }
 
 /// A server as `/v1/agent/members` and `server members` show it.
@@ -106,6 +108,7 @@ impl Server {
                 shutdown,
                 leadership: crate::leader::Leadership::default(),
                 http: std::sync::OnceLock::new(),
+                join_addrs: std::sync::Mutex::new(Vec::new()),
             }),
         };
         let handler = Arc::new(RpcHandler {
@@ -117,9 +120,26 @@ impl Server {
             server.clone(),
             server.inner.shutdown.subscribe(),
         ));
+        {
+            let own = server.inner.rpc_addr.clone();
+            let mut addrs = server.join_addrs().lock().expect("join addrs lock");
+            for a in &server.inner.cfg.retry_join {
+                let a = crate::join::with_port(a);
+                if a != own && !addrs.contains(&a) {
+                    addrs.push(a);
+                }
+            }
+        }
+        tokio::spawn(crate::join::join_loop(
+            server.clone(),
+            server.inner.shutdown.subscribe(),
+        ));
         if server.inner.cfg.bootstrap_expect <= 1 {
             let members = BTreeMap::from([(node_id, server.inner.rpc_addr.clone())]);
             server.inner.raft.bootstrap(members).await?;
+            server.catch_up(STARTUP_CATCH_UP).await;
+        } else if server.inner.raft.is_initialized().await.unwrap_or(false) {
+            // A member restarting: serve reads once its log is applied again.
             server.catch_up(STARTUP_CATCH_UP).await;
         }
         Ok(server)
@@ -129,6 +149,18 @@ impl Server {
         &self,
     ) -> &std::sync::OnceLock<Arc<dyn crate::http_forward::HttpHandler>> {
         &self.inner.http
+    }
+
+    pub(crate) fn node_id(&self) -> u64 {
+        self.inner.node_id
+    }
+
+    pub(crate) fn rpc_client(&self) -> &rpc::Client {
+        &self.inner.rpc_client
+    }
+
+    pub(crate) fn join_addrs(&self) -> &std::sync::Mutex<Vec<String>> {
+        &self.inner.join_addrs
     }
 
     pub fn config(&self) -> &ServerConfig {
@@ -185,6 +217,11 @@ impl Server {
             return 0;
         }
         self.inner.raft.last_contact_ms().unwrap_or(0)
+    }
+
+    /// The voters' raft ids.
+    pub fn voters(&self) -> Vec<u64> {
+        self.inner.raft.voters()
     }
 
     /// The raft peers' rpc addresses.

@@ -42,6 +42,9 @@ pub struct AgentArgs {
     /// The number of servers to wait for before bootstrapping
     #[arg(long = "bootstrap-expect", value_name = "N")]
     pub bootstrap_expect: Option<u32>,
+    /// Another server's rpc address to join (repeatable; retried until it answers)
+    #[arg(long = "retry-join", value_name = "ADDR")]
+    pub retry_join: Vec<String>,
     /// Log level: TRACE, DEBUG, INFO, WARN, ERROR
     #[arg(long = "log-level", value_name = "LEVEL")]
     pub log_level: Option<String>,
@@ -64,10 +67,14 @@ fn resolve(args: &AgentArgs) -> Result<AgentConfig> {
         log_level: args.log_level.clone(),
         ..AgentConfig::default()
     };
-    if args.server || args.bootstrap_expect.is_some() {
+    if args.server || args.bootstrap_expect.is_some() || !args.retry_join.is_empty() {
         flags.server = Some(jobspec::agent::ServerConfig {
             enabled: args.server.then_some(true),
             bootstrap_expect: args.bootstrap_expect,
+            server_join: (!args.retry_join.is_empty()).then(|| jobspec::agent::ServerJoin {
+                retry_join: Some(args.retry_join.clone()),
+                ..Default::default()
+            }),
             ..Default::default()
         });
     }
@@ -242,8 +249,25 @@ async fn run_agent(cfg: AgentConfig, dev: bool, client_enabled: bool) -> Result<
     // An explicit `advertise { rpc }` wins; otherwise the server advertises the address it bound
     // (so port 0 works).
     server_cfg.rpc_advertise = cfg.advertise.as_ref().and_then(|a| a.rpc.clone());
-    if server_cfg.bootstrap_expect > 1 {
-        bail!("bootstrap_expect = {} needs the multi-server cluster, which is not supported yet; use 1", server_cfg.bootstrap_expect);
+    // Where the other servers are: `server_join { retry_join }`, its older spelling
+    // `retry_join`, `start_join`, and `-retry-join`.
+    let join_block = server_cfg_block.server_join.clone().unwrap_or_default();
+    server_cfg.retry_join = [
+        join_block.retry_join.clone(),
+        join_block.start_join.clone(),
+        server_cfg_block.retry_join.clone(),
+        server_cfg_block.start_join.clone(),
+    ]
+    .into_iter()
+    .flatten()
+    .flatten()
+    .collect();
+    if server_cfg.bootstrap_expect > 1 && server_cfg.retry_join.is_empty() {
+        println!(
+            "==> bootstrap_expect = {}: waiting for other servers; join them with `caravan server join ADDR` \
+             or list them in server_join {{ retry_join = [...] }}",
+            server_cfg.bootstrap_expect
+        );
     }
 
     let server = server::Server::start(server_cfg)

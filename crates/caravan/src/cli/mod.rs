@@ -16,6 +16,7 @@ mod job_plan;
 mod job_status;
 mod monitor;
 mod node;
+mod operator;
 mod output;
 mod server;
 
@@ -53,7 +54,10 @@ enum Command {
     /// Work with client nodes: status
     #[command(subcommand)]
     Node(node::NodeCommand),
-    /// Work with servers: members
+    /// Operate the cluster: raft list-peers, raft remove-peer
+    #[command(subcommand)]
+    Operator(operator::OperatorCommand),
+    /// Work with servers: members, join
     #[command(subcommand)]
     Server(server::ServerCommand),
     /// List jobs, or show one job's status (like `job status`)
@@ -82,6 +86,7 @@ pub fn run(args: Vec<OsString>) -> i32 {
         Command::Alloc(cmd) => Ok(alloc::run(cmd)),
         Command::Node(cmd) => Ok(node::run(cmd)),
         Command::Server(cmd) => Ok(server::run(cmd)),
+        Command::Operator(cmd) => Ok(operator::run(cmd)),
         Command::Status(args) => Ok(job_status::status(args)),
         Command::Executor(args) => Ok(executor::run(args)),
         Command::Version => {

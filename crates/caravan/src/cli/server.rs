@@ -10,6 +10,17 @@ use std::collections::{BTreeMap, BTreeSet};
 pub enum ServerCommand {
     /// List the servers and their state
     Members(MembersArgs),
+    /// Join this agent's server to other servers (rpc addresses, host[:port])
+    Join(JoinArgs),
+}
+
+#[derive(Args)]
+pub struct JoinArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// Servers' rpc addresses
+    #[arg(required = true)]
+    addresses: Vec<String>,
 }
 
 #[derive(Args)]
@@ -27,7 +38,34 @@ pub struct MembersArgs {
 pub fn run(cmd: ServerCommand) -> i32 {
     match cmd {
         ServerCommand::Members(args) => members(args),
+        ServerCommand::Join(args) => join(args),
     }
+}
+
+/// Nomad's `server join`: "Joined N servers successfully", exit 1 when none joined.
+fn join(args: JoinArgs) -> i32 {
+    let client = match args.api.client() {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return 1;
+        }
+    };
+    block_on(async {
+        match client.agent_join(&args.addresses).await {
+            Ok(r) => {
+                if !r.error.is_empty() {
+                    eprintln!("Error joining: {}", r.error);
+                }
+                if r.num_joined == 0 {
+                    return 1;
+                }
+                println!("Joined {} servers successfully", r.num_joined);
+                0
+            }
+            Err(e) => fail("Error joining", &e),
+        }
+    })
 }
 
 fn members(args: MembersArgs) -> i32 {

@@ -29,12 +29,27 @@ pub fn temp_dir(name: &str) -> PathBuf {
 pub struct Agent {
     child: Child,
     pub http: String,
+    /// The server's rpc address (empty for a client-only agent).
+    pub rpc: String,
 }
 
 impl Agent {
     /// Starts `caravan agent <args>` with a config that binds loopback on free ports, and waits until
     /// its API answers with a leader.
     pub fn start(dir: &Path, args: &[&str]) -> Agent {
+        let agent = Agent::spawn(dir, args);
+        agent.wait_until("a leader", || {
+            agent
+                .get("/v1/status/leader")
+                .ok()
+                .is_some_and(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+        });
+        agent
+    }
+
+    /// Starts `caravan agent <args>` and returns once it printed its addresses (a server waiting
+    /// for others has no leader yet).
+    pub fn spawn(dir: &Path, args: &[&str]) -> Agent {
         let cfg = dir.join("agent.hcl");
         std::fs::write(
             &cfg,
@@ -43,9 +58,9 @@ impl Agent {
         .unwrap();
         let mut child = Command::new(bin())
             .arg("agent")
-            .args(args)
             .arg("-config")
             .arg(&cfg)
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -53,26 +68,27 @@ impl Agent {
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
+            let mut rpc = String::new();
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.contains("Advertise Addrs") {
+                    if let Some(r) = line.split("RPC: ").nth(1) {
+                        rpc = r.trim().to_string();
+                    }
+                }
                 if let Some(rest) = line.split("HTTP: [").nth(1) {
-                    let _ = tx.send(rest.split(']').next().unwrap_or_default().to_string());
+                    let http = rest.split(']').next().unwrap_or_default().to_string();
+                    let _ = tx.send((http, rpc.clone()));
                 }
             }
         });
-        let addr = rx
+        let (addr, rpc) = rx
             .recv_timeout(START_DEADLINE)
             .expect("the agent printed its HTTP address");
-        let agent = Agent {
+        Agent {
             child,
             http: format!("http://{addr}"),
-        };
-        agent.wait_until("a leader", || {
-            agent
-                .get("/v1/status/leader")
-                .ok()
-                .is_some_and(|v| v.as_str().is_some_and(|s| !s.is_empty()))
-        });
-        agent
+            rpc,
+        }
     }
 
     pub fn wait_until(&self, what: &str, mut cond: impl FnMut() -> bool) {

@@ -1,0 +1,91 @@
+//! `PUT /v1/agent/join`, `/v1/operator/raft/*`: forming and changing the cluster of servers.
+
+use crate::client::{Client, QueryOptions, WriteOptions};
+use crate::error::Result;
+use reqwest::Method;
+use serde::{Deserialize, Serialize};
+
+/// `PUT /v1/agent/join`'s answer.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct JoinResponse {
+    pub num_joined: usize,
+    pub error: String,
+}
+
+/// One server of `/v1/operator/raft/configuration`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RaftServer {
+    #[serde(rename = "ID")]
+    pub id: String,
+    #[serde(rename = "Node")]
+    pub node: String,
+    #[serde(rename = "Address")]
+    pub address: String,
+    #[serde(rename = "Leader")]
+    pub leader: bool,
+    #[serde(rename = "Voter")]
+    pub voter: bool,
+    #[serde(rename = "RaftProtocol")]
+    pub raft_protocol: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RaftConfiguration {
+    #[serde(rename = "Servers")]
+    pub servers: Vec<RaftServer>,
+    #[serde(rename = "Index")]
+    pub index: u64,
+}
+
+impl Client {
+    /// `PUT /v1/agent/join?address=…`: the agent's server joins the servers at `addrs`.
+    pub async fn agent_join(&self, addrs: &[String]) -> Result<JoinResponse> {
+        let params: Vec<(&'static str, String)> =
+            addrs.iter().map(|a| ("address", a.clone())).collect();
+        let (v, _) = self
+            .write::<(), _>(
+                Method::PUT,
+                &["v1", "agent", "join"],
+                &params,
+                None,
+                &WriteOptions::default(),
+            )
+            .await?;
+        Ok(v)
+    }
+
+    /// `GET /v1/operator/raft/configuration`.
+    pub async fn raft_configuration(&self) -> Result<RaftConfiguration> {
+        let (v, _) = self
+            .query(
+                &["v1", "operator", "raft", "configuration"],
+                &[],
+                &QueryOptions::default(),
+            )
+            .await?;
+        Ok(v)
+    }
+
+    /// `DELETE /v1/operator/raft/peer?id=…` (or `?address=…`).
+    pub async fn raft_remove_peer(&self, id: Option<&str>, address: Option<&str>) -> Result<()> {
+        let mut params: Vec<(&'static str, String)> = Vec::new();
+        if let Some(id) = id {
+            params.push(("id", id.to_string()));
+        }
+        if let Some(a) = address {
+            params.push(("address", a.to_string()));
+        }
+        let _: (serde_json::Value, _) = self
+            .write::<(), _>(
+                Method::DELETE,
+                &["v1", "operator", "raft", "peer"],
+                &params,
+                None,
+                &WriteOptions::default(),
+            )
+            .await?;
+        Ok(())
+    }
+}

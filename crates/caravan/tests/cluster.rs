@@ -1,0 +1,156 @@
+//! Three servers as real processes on loopback: they form one cluster with `bootstrap_expect = 3`
+//! and `server join`, followers forward writes and reads, the cluster keeps taking writes after
+//! its leader is killed with SIGKILL, every acknowledged write is on every server, and the killed
+//! server comes back on its address and catches up. Every wait has a deadline.
+
+mod common;
+
+use common::{temp_dir, Agent};
+use serde_json::{json, Value};
+use std::time::Instant;
+
+struct Server {
+    agent: Agent,
+    dir: std::path::PathBuf,
+}
+
+fn spawn_server(name: &str, rpc_port: Option<u16>) -> Server {
+    let dir = temp_dir(name);
+    spawn_in(dir, rpc_port)
+}
+
+fn spawn_in(dir: std::path::PathBuf, rpc_port: Option<u16>) -> Server {
+    let data = dir.join("data").display().to_string();
+    let mut args = vec!["-server", "-bootstrap-expect", "3", "-data-dir", &data];
+    let extra = dir.join("ports.hcl");
+    let extra_s = extra.display().to_string();
+    if let Some(port) = rpc_port {
+        std::fs::write(&extra, format!("ports {{\n  rpc = {port}\n}}\n")).unwrap();
+        args.extend(["-config", &extra_s]);
+    }
+    let agent = Agent::spawn(&dir, &args);
+    Server { agent, dir }
+}
+
+fn leader_of(a: &Agent) -> String {
+    a.get("/v1/status/leader")
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default()
+}
+
+fn job(id: &str) -> Value {
+    json!({"Job": {"ID": id, "Type": "batch", "TaskGroups": [{"Name": "g", "Tasks": [{
+        "Name": "t", "Driver": "raw_exec", "Config": {"command": "/bin/true"}
+    }]}]}})
+}
+
+fn has_job(a: &Agent, id: &str) -> bool {
+    a.get(&format!("/v1/job/{id}?stale=true")).is_ok()
+}
+
+#[test]
+fn three_servers_form_a_cluster_survive_losing_the_leader_and_catch_up() {
+    let mut servers: Vec<Server> = (0..3)
+        .map(|i| spawn_server(&format!("cluster-s{i}"), None))
+        .collect();
+    // Nobody leads before the expected three know each other.
+    assert_eq!(leader_of(&servers[0].agent), "");
+    let others: Vec<String> = servers[1..].iter().map(|s| s.agent.rpc.clone()).collect();
+    let (code, out, err) = servers[0]
+        .agent
+        .run(&["server", "join", &others[0], &others[1]]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("Joined 2 servers successfully"), "{out}");
+    for s in &servers {
+        s.agent.wait_until("the cluster elected a leader", || {
+            !leader_of(&s.agent).is_empty()
+        });
+    }
+    let leader = leader_of(&servers[0].agent);
+    for s in &servers {
+        assert_eq!(leader_of(&s.agent), leader, "one leader for all");
+    }
+    let (code, out, _) = servers[0].agent.run(&["operator", "raft", "list-peers"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        out.lines().filter(|l| l.contains("true")).count(),
+        3,
+        "three voters: {out}"
+    );
+    assert_eq!(
+        out.lines().filter(|l| l.contains("leader")).count(),
+        1,
+        "{out}"
+    );
+
+    // Writes through every server (followers forward them); each acknowledged one is kept.
+    let mut acknowledged = Vec::new();
+    for (i, s) in servers.iter().enumerate() {
+        let id = format!("before-{i}");
+        let (status, body) = s.agent.put("/v1/jobs", &job(&id));
+        assert_eq!(status, 200, "{body}");
+        acknowledged.push(id);
+    }
+    // A read on a follower goes to the leader: it sees the write at once.
+    let follower = servers
+        .iter()
+        .find(|s| s.agent.rpc != leader)
+        .expect("a follower");
+    assert!(follower.agent.get("/v1/job/before-0").is_ok());
+
+    // Kill the leader with SIGKILL; the others elect a new one and take writes again.
+    let at = servers
+        .iter()
+        .position(|s| s.agent.rpc == leader)
+        .expect("the leader is one of ours");
+    let dead = servers.remove(at);
+    let dead_rpc_port: u16 = dead
+        .agent
+        .rpc
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse().ok())
+        .expect("a port");
+    let dead_dir = dead.dir.clone();
+    let killed = Instant::now();
+    dead.agent.kill();
+    let mut n = 0;
+    servers[0]
+        .agent
+        .wait_until("a write accepted after the leader died", || {
+            n += 1;
+            let id = format!("after-{n}");
+            let (status, _) = servers[0].agent.put("/v1/jobs", &job(&id));
+            if status == 200 {
+                acknowledged.push(id);
+            }
+            status == 200
+        });
+    println!(
+        "leader loss to first accepted write: {} ms",
+        killed.elapsed().as_millis()
+    );
+    let new_leader = leader_of(&servers[0].agent);
+    assert_ne!(new_leader, leader);
+    assert_eq!(leader_of(&servers[1].agent), new_leader);
+    for s in &servers {
+        for id in &acknowledged {
+            s.agent.wait_until(&format!("{id} on {}", s.agent.rpc), || {
+                has_job(&s.agent, id)
+            });
+        }
+    }
+
+    // The killed server restarts on its address, rejoins, and catches up on what it missed.
+    let back = spawn_in(dead_dir, Some(dead_rpc_port));
+    back.agent
+        .wait_until("the restarted server knows the leader", || {
+            leader_of(&back.agent) == new_leader
+        });
+    for id in &acknowledged {
+        back.agent
+            .wait_until(&format!("{id} on the restarted server"), || {
+                has_job(&back.agent, id)
+            });
+    }
+}

@@ -1,0 +1,133 @@
+//! `PUT /v1/agent/join`, `/v1/operator/raft/configuration`, `DELETE /v1/operator/raft/peer`.
+
+use crate::error::ApiError;
+use crate::query::QueryOptions;
+use crate::reply;
+use crate::ApiState;
+use axum::extract::{Query, RawQuery, State};
+use axum::http::Method;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use std::collections::HashMap;
+
+type Params = Query<HashMap<String, String>>;
+
+/// `PUT /v1/agent/join?address=A&address=B`: Nomad's `{"num_joined", "error"}`.
+pub async fn join(State(st): State<ApiState>, method: Method, RawQuery(raw): RawQuery) -> Response {
+    if method != Method::PUT && method != Method::POST {
+        return ApiError::invalid_method().into_response();
+    }
+    let addrs: Vec<String> = raw
+        .unwrap_or_default()
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .filter(|(k, _)| *k == "address")
+        .map(|(_, v)| percent_decode(v))
+        .filter(|v| !v.is_empty())
+        .collect();
+    if addrs.is_empty() {
+        return ApiError::bad_request("missing address to join: ?address=HOST:PORT")
+            .into_response();
+    }
+    let (joined, errors) = st.server.join(&addrs).await;
+    reply::plain(
+        &json!({"num_joined": joined, "error": errors.join("; ")}),
+        false,
+    )
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(b) if hex.len() == 2 => {
+                        out.push(b);
+                        i += 3;
+                    }
+                    _ => {
+                        out.push(b'%');
+                        i += 1;
+                    }
+                }
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `GET /v1/operator/raft/configuration`: Nomad's `RaftConfigurationResponse`.
+pub async fn configuration(State(st): State<ApiState>, Query(params): Params) -> Response {
+    let pretty = QueryOptions::parse(params)
+        .map(|q| q.pretty)
+        .unwrap_or(false);
+    let voters = st.server.voters();
+    let servers: Vec<_> = st
+        .server
+        .members()
+        .iter()
+        .map(|m| {
+            json!({
+                "ID": m.raft_id.to_string(),
+                "Node": m.name,
+                "Address": m.addr,
+                "Leader": m.leader,
+                "Voter": voters.contains(&m.raft_id),
+                "RaftProtocol": "3",
+            })
+        })
+        .collect();
+    let index = st.server.state().snapshot().index();
+    reply::plain(&json!({"Servers": servers, "Index": index}), pretty)
+}
+
+/// `DELETE /v1/operator/raft/peer?id=ID` or `?address=HOST:PORT`.
+pub async fn remove_peer(
+    State(st): State<ApiState>,
+    method: Method,
+    Query(params): Params,
+) -> Response {
+    if method != Method::DELETE {
+        return ApiError::invalid_method().into_response();
+    }
+    let id = match (params.get("id"), params.get("address")) {
+        (Some(id), _) if !id.is_empty() => match id.parse::<u64>() {
+            Ok(id) => id,
+            Err(_) => {
+                return ApiError::bad_request(format!("id {id:?} is not a raft server ID"))
+                    .into_response()
+            }
+        },
+        (_, Some(addr)) if !addr.is_empty() => {
+            match st.server.members().iter().find(|m| &m.addr == addr) {
+                Some(m) => m.raft_id,
+                None => {
+                    return ApiError::not_found(format!("no raft peer at address {addr:?}"))
+                        .into_response()
+                }
+            }
+        }
+        _ => {
+            return ApiError::bad_request(
+                "must specify either ?id with the server's ID or ?address with the IP:port",
+            )
+            .into_response()
+        }
+    };
+    match st.server.server_remove(id).await {
+        Ok(()) => reply::plain(&serde_json::Value::Null, false),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}

@@ -1,0 +1,237 @@
+//! Servers finding each other (Nomad's `bootstrap_expect` and `server_join`, over rpc instead of
+//! gossip). Every server runs [`join_loop`] over its join addresses (`retry_join`, `server join`):
+//!
+//! - it asks each address who is there ([`SERVER_INFO`]: raft id, address, whether in a cluster);
+//! - not yet in a cluster, and someone is: it asks them to add it ([`SERVER_JOIN`], which goes to
+//!   the leader, which adds it as a learner, lets it catch up, then makes it a voter);
+//! - in a cluster, and someone at a join address is not: it asks the leader to add them;
+//! - nobody is in a cluster yet, and `bootstrap_expect` servers (itself included) answered: the
+//!   one with the lowest raft id bootstraps the cluster with all of them; the others are joined by
+//!   its leader. Only a server that sees the whole expected set may bootstrap, so two disjoint
+//!   clusters cannot both form from one set of `bootstrap_expect` servers.
+
+use crate::error::ServerError;
+use crate::server::Server;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tokio::sync::watch;
+
+pub const SERVER_INFO: &str = "Server.Info";
+pub const SERVER_JOIN: &str = "Server.Join";
+pub const SERVER_REMOVE: &str = "Server.Remove";
+
+/// How often the join loop looks again.
+const JOIN_INTERVAL: Duration = Duration::from_millis(500);
+/// The deadline of one info or join call.
+const JOIN_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// A membership change can wait for a learner to catch up.
+const JOIN_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// What a server says about itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerInfo {
+    pub id: u64,
+    pub addr: String,
+    pub name: String,
+    pub region: String,
+    /// In a cluster (bootstrapped or joined).
+    pub initialized: bool,
+}
+
+/// A request to add a server to the cluster.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct JoinRequest {
+    pub id: u64,
+    pub addr: String,
+}
+
+/// Adds the default rpc port to a bare host.
+pub fn with_port(addr: &str) -> String {
+    let a = addr.trim();
+    if a.rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        a.to_string()
+    } else {
+        format!("{a}:4647")
+    }
+}
+
+impl Server {
+    pub(crate) async fn server_info(&self) -> Result<ServerInfo, ServerError> {
+        Ok(ServerInfo {
+            id: self.node_id(),
+            addr: self.rpc_addr().to_string(),
+            name: format!("{}.{}", self.config().name, self.config().region),
+            region: self.config().region.clone(),
+            initialized: self.raft().is_initialized().await.unwrap_or(false),
+        })
+    }
+
+    /// Adds server `req` to the cluster (on the leader; forwarded there otherwise).
+    pub async fn server_join_request(&self, req: JoinRequest) -> Result<(), ServerError> {
+        match self.forward_target().await? {
+            Some(leader) => {
+                let body =
+                    serde_json::to_value(&req).map_err(|e| ServerError::internal(e.to_string()))?;
+                self.rpc_client()
+                    .call_raw_timeout(&leader, SERVER_JOIN, body, JOIN_TIMEOUT)
+                    .await?;
+                Ok(())
+            }
+            None => {
+                tracing::info!(id = req.id, addr = %req.addr, "adding a server to the cluster");
+                self.raft()
+                    .add_voter(req.id, &req.addr)
+                    .await
+                    .map_err(ServerError::from)
+            }
+        }
+    }
+
+    /// Removes server `id` from the cluster (`operator raft remove-peer`), on the leader.
+    pub async fn server_remove(&self, id: u64) -> Result<(), ServerError> {
+        match self.forward_target().await? {
+            Some(leader) => self.forward(&leader, SERVER_REMOVE, &id).await,
+            None => {
+                if id == self.node_id() && self.raft().voters().len() > 1 {
+                    tracing::info!("removing the leader itself from the cluster");
+                }
+                self.raft().remove_member(id).await.map_err(|e| match e {
+                    raft::RaftError::Bootstrap(m) => ServerError::not_found(m),
+                    other => ServerError::from(other),
+                })
+            }
+        }
+    }
+
+    /// `server join ADDR…`: remembers the addresses for the join loop and tries each once now;
+    /// returns how many answered.
+    pub async fn join(&self, addrs: &[String]) -> (usize, Vec<String>) {
+        let addrs: Vec<String> = addrs.iter().map(|a| with_port(a)).collect();
+        {
+            let mut known = self.join_addrs().lock().expect("join addrs lock");
+            for a in &addrs {
+                if !known.contains(a) {
+                    known.push(a.clone());
+                }
+            }
+        }
+        let mut joined = 0;
+        let mut errors = Vec::new();
+        for a in &addrs {
+            match self.info_of(a).await {
+                Ok(info) => {
+                    joined += 1;
+                    if let Err(e) = self.settle(&[info]).await {
+                        errors.push(format!("{a}: {e}"));
+                    }
+                }
+                Err(e) => errors.push(format!("{a}: {e}")),
+            }
+        }
+        (joined, errors)
+    }
+
+    async fn info_of(&self, addr: &str) -> Result<ServerInfo, ServerError> {
+        let v = self
+            .rpc_client()
+            .call_raw_timeout(
+                addr,
+                SERVER_INFO,
+                serde_json::Value::Null,
+                JOIN_CALL_TIMEOUT,
+            )
+            .await?;
+        serde_json::from_value(v)
+            .map_err(|e| ServerError::internal(format!("undecodable answer from {addr}: {e}")))
+    }
+
+    /// One step of the join protocol, given what the other servers said.
+    async fn settle(&self, others: &[ServerInfo]) -> Result<(), ServerError> {
+        let me = self.server_info().await?;
+        let others: Vec<&ServerInfo> = others.iter().filter(|o| o.id != me.id).collect();
+        if me.initialized {
+            let members: Vec<u64> = self
+                .raft()
+                .members()
+                .into_iter()
+                .map(|(id, _)| id)
+                .collect();
+            for o in others
+                .iter()
+                .filter(|o| !o.initialized && !members.contains(&o.id))
+            {
+                self.server_join_request(JoinRequest {
+                    id: o.id,
+                    addr: o.addr.clone(),
+                })
+                .await?;
+            }
+            return Ok(());
+        }
+        if let Some(member) = others.iter().find(|o| o.initialized) {
+            let body = serde_json::to_value(JoinRequest {
+                id: me.id,
+                addr: me.addr.clone(),
+            })
+            .map_err(|e| ServerError::internal(e.to_string()))?;
+            self.rpc_client()
+                .call_raw_timeout(&member.addr, SERVER_JOIN, body, JOIN_TIMEOUT)
+                .await?;
+            return Ok(());
+        }
+        let expect = self.config().bootstrap_expect.max(1) as usize;
+        let mut set: BTreeMap<u64, String> =
+            others.iter().map(|o| (o.id, o.addr.clone())).collect();
+        set.insert(me.id, me.addr.clone());
+        if set.len() >= expect && set.keys().next() == Some(&me.id) {
+            tracing::info!(servers = set.len(), "bootstrapping the cluster");
+            self.raft()
+                .bootstrap(set)
+                .await
+                .map_err(ServerError::from)?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs the join protocol every [`JOIN_INTERVAL`] until shutdown.
+pub(crate) async fn join_loop(server: Server, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        let addrs = server.join_addrs().lock().expect("join addrs lock").clone();
+        if !addrs.is_empty() {
+            let mut infos = Vec::new();
+            for a in &addrs {
+                match server.info_of(a).await {
+                    Ok(info) => infos.push(info),
+                    Err(e) => tracing::debug!(addr = %a, error = %e, "join: no answer"),
+                }
+            }
+            if let Err(e) = server.settle(&infos).await {
+                tracing::debug!(error = %e, "join: not yet");
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(JOIN_INTERVAL) => {}
+            changed = shutdown.changed() => {
+                if changed.is_err() || *shutdown.borrow() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_hosts_get_the_rpc_port() {
+        assert_eq!(with_port("10.0.0.1"), "10.0.0.1:4647");
+        assert_eq!(with_port(" 10.0.0.1:9000 "), "10.0.0.1:9000");
+        assert_eq!(with_port("server-1"), "server-1:4647");
+    }
+}
