@@ -83,9 +83,10 @@ pub(crate) fn tick(snap: &StateSnapshot, now: i64) -> Tick {
     for d in &draining {
         let allocs = snap.allocs_by_node(&d.node.id);
         let markable = |a: &&Arc<Allocation>| {
-            !a.is_terminal()
-                && !a.desired_transition.should_migrate()
-                && !(d.ignore_system && is_system(a))
+            let skipped = a.is_terminal()
+                || a.desired_transition.should_migrate()
+                || (d.ignore_system && is_system(a));
+            !skipped
         };
         if d.deadlined {
             for a in allocs.iter().filter(markable) {
