@@ -1,10 +1,16 @@
 //! `/v1/nodes`, `/v1/node/:id[/allocations]`, `/v1/allocations`, `/v1/allocation/:id`, and the
-//! client file endpoints `/v1/client/fs/{logs,cat,ls}/:alloc_id`.
+//! client file endpoints `/v1/client/fs/{logs,cat,ls}/:alloc_id`; the node writes
+//! `/v1/node/:id/{drain,eligibility,evaluate}`.
 
-use crate::client::{Client, QueryMeta, QueryOptions};
+use crate::client::{Client, QueryMeta, QueryOptions, WriteOptions};
 use crate::error::Result;
 use crate::types::AllocFileInfo;
+use model::wire::{
+    DrainSpec, NodeUpdateDrainRequest, NodeUpdateEligibilityRequest, NodeWriteResponse,
+};
 use model::{AllocListStub, Allocation, Node, NodeListStub};
+use reqwest::Method;
+use std::collections::BTreeMap;
 
 /// Which log of a task, and where to start reading it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,6 +40,60 @@ impl Client {
         q: &QueryOptions,
     ) -> Result<(Vec<Allocation>, QueryMeta)> {
         self.query(&["v1", "node", id, "allocations"], &[], q).await
+    }
+
+    /// `POST /v1/node/:id/drain`: `Some(spec)` starts (or changes) the node's drain, `None` ends it
+    /// (with `mark_eligible`, making the node eligible again).
+    pub async fn update_node_drain(
+        &self,
+        id: &str,
+        spec: Option<DrainSpec>,
+        mark_eligible: bool,
+        meta: BTreeMap<String, String>,
+        w: &WriteOptions,
+    ) -> Result<NodeWriteResponse> {
+        let body = NodeUpdateDrainRequest {
+            node_id: id.to_owned(),
+            drain_spec: spec,
+            mark_eligible,
+            meta,
+        };
+        self.node_write(id, "drain", Some(&body), w).await
+    }
+
+    /// `POST /v1/node/:id/eligibility`: `eligible` or `ineligible`.
+    pub async fn update_node_eligibility(
+        &self,
+        id: &str,
+        eligible: bool,
+        w: &WriteOptions,
+    ) -> Result<NodeWriteResponse> {
+        let body = NodeUpdateEligibilityRequest {
+            node_id: id.to_owned(),
+            eligibility: if eligible { "eligible" } else { "ineligible" }.into(),
+        };
+        self.node_write(id, "eligibility", Some(&body), w).await
+    }
+
+    /// `POST /v1/node/:id/evaluate`: evaluations of the node's jobs.
+    pub async fn evaluate_node(&self, id: &str, w: &WriteOptions) -> Result<NodeWriteResponse> {
+        self.node_write::<()>(id, "evaluate", None, w).await
+    }
+
+    async fn node_write<B: serde::Serialize>(
+        &self,
+        id: &str,
+        action: &str,
+        body: Option<&B>,
+        w: &WriteOptions,
+    ) -> Result<NodeWriteResponse> {
+        let (mut resp, meta): (NodeWriteResponse, _) = self
+            .write(Method::POST, &["v1", "node", id, action], &[], body, w)
+            .await?;
+        if resp.index == 0 {
+            resp.index = meta.last_index;
+        }
+        Ok(resp)
     }
 
     /// `GET /v1/allocations` (with `q.prefix`: those whose ID starts with it).

@@ -1,10 +1,12 @@
 //! `/v1/nodes`, `/v1/node/:id[/allocations]`, `/v1/allocations`, `/v1/allocation/:id`: reads of the
-//! nodes and allocations the servers know. Node writes (drain, eligibility) are not built yet.
+//! nodes and allocations the servers know, and the operators' node writes: `/v1/node/:id/drain`,
+//! `/eligibility`, `/evaluate` (purge and meta are not built yet).
 
 use crate::error::ApiError;
 use crate::query::{index_of, QueryOptions};
 use crate::reply;
 use crate::ApiState;
+use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -42,14 +44,15 @@ async fn list_nodes_inner(
     ))
 }
 
-/// `/v1/node/<id>` and `/v1/node/<id>/allocations`; the write actions answer "not supported yet".
+/// `/v1/node/<id>`, `/v1/node/<id>/allocations` and the write actions.
 pub async fn node(
     State(st): State<ApiState>,
     method: Method,
     Path(rest): Path<String>,
     Query(params): Params,
+    body: Bytes,
 ) -> Response {
-    node_inner(&st, method, &rest, params)
+    node_inner(&st, method, &rest, params, &body)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
@@ -59,9 +62,33 @@ async fn node_inner(
     method: Method,
     rest: &str,
     params: HashMap<String, String>,
+    body: &[u8],
 ) -> Result<Response, ApiError> {
     let q = QueryOptions::parse(params)?;
-    if let Some(action) = ["drain", "eligibility", "evaluate", "purge", "meta"]
+    for action in ["drain", "eligibility", "evaluate"] {
+        let Some(id) = rest.strip_suffix(&format!("/{action}")) else {
+            continue;
+        };
+        if method != Method::PUT && method != Method::POST {
+            return Err(ApiError::invalid_method());
+        }
+        let resp = match action {
+            "drain" => {
+                let mut req: model::wire::NodeUpdateDrainRequest = decode_or_default(body)?;
+                id.clone_into(&mut req.node_id);
+                st.server.node_update_drain(req).await?
+            }
+            "eligibility" => {
+                let mut req: model::wire::NodeUpdateEligibilityRequest = crate::jobs::decode(body)?;
+                id.clone_into(&mut req.node_id);
+                st.server.node_update_eligibility(req).await?
+            }
+            _ => st.server.node_evaluate(id.to_owned()).await?,
+        };
+        let index = resp.index;
+        return Ok(reply::write(&resp, index, q.pretty));
+    }
+    if let Some(action) = ["purge", "meta"]
         .iter()
         .find(|a| rest.ends_with(&format!("/{a}")))
     {
@@ -174,4 +201,12 @@ async fn alloc_inner(
         &st.server,
         q.pretty,
     ))
+}
+
+/// An empty body reads as the request's defaults (a drain body may be left out to disable it).
+fn decode_or_default<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    crate::jobs::decode(body)
 }

@@ -312,6 +312,39 @@ pub struct DrainStrategy {
     pub started_at: Option<String>,
 }
 
+/// [`DrainMetadata::status`] values.
+pub const DRAIN_STATUS_DRAINING: &str = "draining";
+pub const DRAIN_STATUS_COMPLETE: &str = "complete";
+pub const DRAIN_STATUS_CANCELED: &str = "canceled";
+
+/// Node event subsystems and messages of drains and eligibility changes (Nomad's wording).
+pub const NODE_EVENT_SUBSYSTEM_DRAIN: &str = "Drain";
+pub const NODE_EVENT_SUBSYSTEM_CLUSTER: &str = "Cluster";
+pub const NODE_EVENT_DRAIN_SET: &str = "Node drain strategy set";
+pub const NODE_EVENT_DRAIN_UPDATED: &str = "Node drain stategy updated";
+pub const NODE_EVENT_DRAIN_DISABLED: &str = "Node drain disabled";
+pub const NODE_EVENT_DRAIN_COMPLETE: &str = "Node drain complete";
+/// The detail key a drain completed by its deadline carries.
+pub const NODE_EVENT_DRAIN_DEADLINED: &str = "deadline_reached";
+pub const NODE_EVENT_ELIGIBLE: &str = "Node marked as eligible for scheduling";
+pub const NODE_EVENT_INELIGIBLE: &str = "Node marked as ineligible for scheduling";
+
+impl DrainStrategy {
+    /// When the drain stops waiting and migrates everything left (Unix nanoseconds): `Some(i64::MIN)`
+    /// for a forced drain (negative deadline), `None` for a drain without a deadline.
+    pub fn force_deadline_nanos(&self) -> Option<i64> {
+        if self.deadline.0 < 0 {
+            return Some(i64::MIN);
+        }
+        if self.deadline.0 == 0 {
+            return None;
+        }
+        self.force_deadline
+            .as_deref()
+            .and_then(crate::time::parse_unix_nanos)
+    }
+}
+
 /// The record of the node's last drain.
 #[skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

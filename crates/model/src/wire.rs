@@ -376,3 +376,59 @@ pub struct JobPlanResponse {
     #[serde(rename = "Index")]
     pub index: u64,
 }
+
+/// What `POST /v1/node/:id/drain` asks for (Nomad's api `DrainSpec`): `null` disables the drain.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DrainSpec {
+    /// Nanoseconds: after this the remaining allocations are migrated at once; 0 means no deadline,
+    /// negative forces the drain now.
+    #[serde(rename = "Deadline")]
+    pub deadline: crate::Duration,
+    /// Leave system jobs' allocations running.
+    #[serde(rename = "IgnoreSystemJobs")]
+    pub ignore_system_jobs: bool,
+}
+
+/// `Node.UpdateDrain` and the body of `POST /v1/node/:id/drain`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NodeUpdateDrainRequest {
+    #[serde(rename = "NodeID")]
+    pub node_id: String,
+    #[serde(rename = "DrainSpec")]
+    pub drain_spec: Option<DrainSpec>,
+    /// With the drain disabled: make the node eligible again.
+    #[serde(rename = "MarkEligible")]
+    pub mark_eligible: bool,
+    /// Kept in the node's `LastDrain`.
+    #[serde(rename = "Meta")]
+    pub meta: BTreeMap<String, String>,
+}
+
+/// `Node.UpdateEligibility` and the body of `POST /v1/node/:id/eligibility`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NodeUpdateEligibilityRequest {
+    #[serde(rename = "NodeID")]
+    pub node_id: String,
+    /// `eligible` or `ineligible`.
+    #[serde(rename = "Eligibility")]
+    pub eligibility: String,
+}
+
+/// The answer to the node writes (drain, eligibility, evaluate): Nomad's `NodeDrainUpdateResponse`,
+/// `NodeEligibilityUpdateResponse` and, for evaluate, the same fields of `NodeUpdateResponse`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NodeWriteResponse {
+    #[serde(rename = "NodeModifyIndex")]
+    pub node_modify_index: u64,
+    /// The evaluations the write created (the node's jobs, when it became eligible).
+    #[serde(rename = "EvalIDs")]
+    pub eval_ids: Vec<String>,
+    #[serde(rename = "EvalCreateIndex")]
+    pub eval_create_index: u64,
+    #[serde(rename = "Index")]
+    pub index: u64,
+}

@@ -169,7 +169,10 @@ impl System<'_, '_> {
             }
             return true;
         }
-        if node.drain_strategy.is_some() {
+        // A drain that reached its deadline completes (clearing the strategy) before the
+        // scheduler stops what it marked; the node stays ineligible, so the marks still count.
+        let marked = live.iter().any(|a| a.desired_transition.should_migrate());
+        if node.drain_strategy.is_some() || (marked && !crate::feasible::is_ready(node)) {
             for a in live
                 .iter()
                 .filter(|a| a.desired_transition.should_migrate())

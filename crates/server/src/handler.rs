@@ -119,6 +119,24 @@ impl rpc::Handler for RpcHandler {
                     )
                     .await
                 }
+                crate::endpoints::node_drain::NODE_UPDATE_DRAIN => {
+                    call(body, |req| async move {
+                        server.node_update_drain_local(req).await
+                    })
+                    .await
+                }
+                crate::endpoints::node_drain::NODE_UPDATE_ELIGIBILITY => {
+                    call(body, |req| async move {
+                        server.node_update_eligibility_local(req).await
+                    })
+                    .await
+                }
+                crate::endpoints::node_drain::NODE_EVALUATE => {
+                    call(body, |req: String| async move {
+                        server.node_evaluate_local(req).await
+                    })
+                    .await
+                }
                 other => Err(RpcError::bad_request(format!(
                     "unknown rpc method {other:?}"
                 ))),

@@ -155,6 +155,38 @@ pub enum Command {
         job: Option<Job>,
         eval: Option<Evaluation>,
     },
+    /// Merges desired transitions into allocations (`alloc stop` asks for a migration; Nomad's
+    /// `AllocUpdateDesiredTransitionRequest`), with the evaluations that act on them. Unknown IDs
+    /// are skipped; `AllocModifyIndex` stays (the client has nothing new to run).
+    AllocUpdateDesiredTransition {
+        transitions: std::collections::BTreeMap<String, model::alloc::DesiredTransition>,
+        evals: Vec<Evaluation>,
+    },
+    /// Starts, changes or ends a node's drain (Nomad's `NodeUpdateDrainRequest`; the drainer's
+    /// `BatchNodeUpdateDrain` when a drain is done). A strategy makes the node ineligible; ending one
+    /// with `mark_eligible` makes it eligible again. `LastDrain` follows: a new drain starts it, an
+    /// end says `complete` (with `complete`, the drainer) or `canceled` (an operator).
+    NodeUpdateDrain {
+        node_id: String,
+        drain_strategy: Option<model::node::DrainStrategy>,
+        mark_eligible: bool,
+        complete: bool,
+        event: Option<model::node::NodeEvent>,
+        /// Replaces `LastDrain.Meta` when not empty.
+        meta: std::collections::BTreeMap<String, String>,
+        /// Unix seconds.
+        updated_at: i64,
+    },
+    /// Sets a node's scheduling eligibility (Nomad's `NodeUpdateEligibilityRequest`); a draining
+    /// node cannot be made eligible.
+    NodeUpdateEligibility {
+        node_id: String,
+        /// `eligible` or `ineligible`.
+        eligibility: String,
+        event: Option<model::node::NodeEvent>,
+        /// Unix seconds.
+        updated_at: i64,
+    },
 }
 
 /// One allocation a plan stops (Nomad's `AllocationDiff` for stopped and preempted allocations):
@@ -194,6 +226,9 @@ impl Command {
             Command::DeploymentStatus { .. } => "DeploymentStatus",
             Command::DeploymentPromote { .. } => "DeploymentPromote",
             Command::DeploymentAllocHealth { .. } => "DeploymentAllocHealth",
+            Command::AllocUpdateDesiredTransition { .. } => "AllocUpdateDesiredTransition",
+            Command::NodeUpdateDrain { .. } => "NodeUpdateDrain",
+            Command::NodeUpdateEligibility { .. } => "NodeUpdateEligibility",
         }
     }
 }

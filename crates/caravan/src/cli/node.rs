@@ -1,4 +1,8 @@
-//! `caravan node status`: the client nodes the servers know, or one node in detail.
+//! `caravan node status`: the client nodes the servers know, or one node in detail;
+//! `caravan node drain` and `caravan node eligibility` (in `node_drain.rs`).
+
+#[path = "node_drain.rs"]
+mod drain;
 
 use super::connect::{block_on, fail, ApiFlags};
 use super::job_status::alloc_table;
@@ -11,6 +15,10 @@ use model::{AllocListStub, Allocation, Node, NodeListStub};
 pub enum NodeCommand {
     /// List client nodes, or show one node's status
     Status(StatusArgs),
+    /// Toggle drain mode on a node: its allocations migrate elsewhere
+    Drain(drain::DrainArgs),
+    /// Toggle a node's scheduling eligibility
+    Eligibility(drain::EligibilityArgs),
 }
 
 #[derive(Args)]
@@ -33,6 +41,8 @@ pub struct StatusArgs {
 pub fn run(cmd: NodeCommand) -> i32 {
     match cmd {
         NodeCommand::Status(args) => status(args),
+        NodeCommand::Drain(args) => drain::drain(args),
+        NodeCommand::Eligibility(args) => drain::eligibility(args),
     }
 }
 
@@ -45,24 +55,7 @@ fn status(args: StatusArgs) -> i32 {
         }
     };
     block_on(async {
-        let prefix = if args.this {
-            let me = match client.agent_self().await {
-                Ok(v) => v,
-                Err(e) => return fail("Error querying agent info", &e),
-            };
-            match me["stats"]["client"]["node_id"].as_str() {
-                Some(id) if !id.is_empty() => id.to_string(),
-                _ => {
-                    eprintln!(
-                        "Error determining local node ID: the agent at {} runs no client",
-                        client.address()
-                    );
-                    return 1;
-                }
-            }
-        } else if let Some(id) = args.node.as_deref() {
-            id.trim().to_string()
-        } else {
+        if !args.this && args.node.is_none() {
             let nodes = match client.list_nodes(&QueryOptions::default()).await {
                 Ok((nodes, _)) => nodes,
                 Err(e) => return fail("Error querying node status", &e),
@@ -75,32 +68,10 @@ fn status(args: StatusArgs) -> i32 {
                 println!("{}", node_list(&nodes, args.verbose));
             }
             return 0;
-        };
-        if prefix.chars().count() == 1 {
-            eprintln!("Identifier must contain at least two characters.");
-            return 1;
         }
-        let mut nodes = match client.list_nodes(&QueryOptions::with_prefix(&prefix)).await {
-            Ok((nodes, _)) => nodes,
-            Err(e) => return fail("Error querying node info", &e),
-        };
-        nodes.retain(|n| n.id.starts_with(&prefix));
-        let id = match nodes.as_slice() {
-            [] => {
-                eprintln!("No node(s) with prefix {prefix:?} found");
-                return 1;
-            }
-            [one] => one.id.clone(),
-            many => match many.iter().find(|n| n.id == prefix) {
-                Some(n) => n.id.clone(),
-                None => {
-                    eprintln!(
-                        "Prefix matched multiple nodes\n\n{}",
-                        node_list(many, args.verbose)
-                    );
-                    return 1;
-                }
-            },
+        let id = match resolve_node(&client, args.this, args.node.as_deref(), args.verbose).await {
+            Ok(id) => id,
+            Err(code) => return code,
         };
         let q = QueryOptions::default();
         let node = match client.get_node(&id, &q).await {
@@ -118,6 +89,61 @@ fn status(args: StatusArgs) -> i32 {
         println!("{}", node_text(&node, &allocs, args.verbose));
         0
     })
+}
+
+/// The node's full ID: the agent's own with `this` (`-self`), else the one node whose ID starts with
+/// `given`. Errors are printed; `Err` carries the exit code.
+pub(crate) async fn resolve_node(
+    client: &api::Client,
+    this: bool,
+    given: Option<&str>,
+    verbose: bool,
+) -> Result<String, i32> {
+    let prefix = if this {
+        let me = client
+            .agent_self()
+            .await
+            .map_err(|e| fail("Error querying agent info", &e))?;
+        match me["stats"]["client"]["node_id"].as_str() {
+            Some(id) if !id.is_empty() => id.to_string(),
+            _ => {
+                eprintln!(
+                    "Error determining local node ID: the agent at {} runs no client",
+                    client.address()
+                );
+                return Err(1);
+            }
+        }
+    } else {
+        given.unwrap_or_default().trim().to_string()
+    };
+    if prefix.chars().count() < 2 {
+        eprintln!("Identifier must contain at least two characters.");
+        return Err(1);
+    }
+    let mut nodes = client
+        .list_nodes(&QueryOptions::with_prefix(&prefix))
+        .await
+        .map_err(|e| fail("Error querying node info", &e))?
+        .0;
+    nodes.retain(|n| n.id.starts_with(&prefix));
+    match nodes.as_slice() {
+        [] => {
+            eprintln!("No node(s) with prefix {prefix:?} found");
+            Err(1)
+        }
+        [one] => Ok(one.id.clone()),
+        many => match many.iter().find(|n| n.id == prefix) {
+            Some(n) => Ok(n.id.clone()),
+            None => {
+                eprintln!(
+                    "Prefix matched multiple nodes\n\n{}",
+                    node_list(many, verbose)
+                );
+                Err(1)
+            }
+        },
+    }
 }
 
 /// Nomad's node list: `ID Node Pool DC Name Class Drain Eligibility Status`.

@@ -5,6 +5,7 @@ pub mod deployment;
 pub mod job;
 pub mod launch;
 pub mod node;
+pub mod node_drain;
 pub mod plan;
 
 pub(crate) use job::{needs_eval, new_eval};

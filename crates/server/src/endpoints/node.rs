@@ -146,7 +146,7 @@ fn should_create_node_evals(original: Option<&Node>, node: &Node) -> bool {
 
 /// Nomad's `createNodeEvals`: one evaluation per job with allocations on the node, and one per
 /// system or sysbatch job that may run in the node's datacenter and pool.
-fn node_evals(snap: &StateSnapshot, node: &Node, now: i64) -> Vec<Evaluation> {
+pub(super) fn node_evals(snap: &StateSnapshot, node: &Node, now: i64) -> Vec<Evaluation> {
     let mut jobs: BTreeMap<(String, String), std::sync::Arc<model::Job>> = BTreeMap::new();
     for alloc in snap.allocs_by_node(&node.id) {
         if let Some(job) = snap.job(&alloc.namespace, &alloc.job_id) {

@@ -1,5 +1,5 @@
 //! The leader's loops: eval broker, state follower, plan applier, scheduling workers, heartbeat
-//! timers, the periodic launcher.
+//! timers, the periodic launcher, the deployment watcher, the node drainer.
 //!
 //! Each loop is an engine — a synchronous `handle(event, now) -> commands` core that tests drive
 //! directly (`broker.rs`, `plan_apply.rs`, `follow.rs`, `heartbeat.rs`) — and a thin async task
@@ -16,6 +16,7 @@
 
 mod broker;
 pub(crate) mod deploy;
+mod drain;
 mod follow;
 mod heartbeat;
 pub(crate) mod limits;
@@ -238,6 +239,8 @@ impl LeaderLoops {
         }
         tasks.spawn(tasks::heartbeat_task(server.clone(), stop_rx.clone()));
         tasks.spawn(deploy::run(server.clone(), stop_rx.clone()));
+        // Stateless: each tick reads the drains and the marks from state.
+        tasks.spawn(drain::run(server.clone(), stop_rx.clone()));
         // Rebuilt from state: each job's last launch is its newest child.
         tasks.spawn(periodic::periodic_task(server.clone(), stop_rx.clone()));
         *leadership.broker.lock().expect("broker lock") = Some(broker);

@@ -230,5 +230,39 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
             job.as_ref(),
             eval.as_ref(),
         ),
+        Command::AllocUpdateDesiredTransition { transitions, evals } => {
+            allocs::update_desired_transitions(tx, transitions);
+            if !evals.is_empty() {
+                evals::upsert(tx, evals)?;
+            }
+            Ok(plain)
+        }
+        Command::NodeUpdateDrain {
+            node_id,
+            drain_strategy,
+            mark_eligible,
+            complete,
+            event,
+            meta,
+            updated_at,
+        } => nodes::update_drain(
+            tx,
+            node_id,
+            &nodes::DrainUpdate {
+                strategy: drain_strategy.as_ref(),
+                mark_eligible: *mark_eligible,
+                complete: *complete,
+                event: event.as_ref(),
+                meta,
+                updated_at: *updated_at,
+            },
+        )
+        .map(|()| plain),
+        Command::NodeUpdateEligibility {
+            node_id,
+            eligibility,
+            event,
+            updated_at: _,
+        } => nodes::update_eligibility(tx, node_id, eligibility, event.as_ref()).map(|()| plain),
     }
 }

@@ -1,10 +1,15 @@
-//! Nodes (Nomad's `upsertNodeTxn`, `deleteNodeTxn`, `updateNodeStatusTxn`).
+//! Nodes (Nomad's `upsertNodeTxn`, `deleteNodeTxn`, `updateNodeStatusTxn`, `updateNodeDrainImpl`,
+//! `updateNodeEligibilityImpl`).
 
 use super::Txn;
 use crate::error::StateError;
 use crate::limits::NODE_EVENTS_MAX;
 use crate::time::format_unix_secs;
-use model::node::{Node, NodeEvent, NodeStatus};
+use model::node::{
+    DrainMetadata, DrainStrategy, Node, NodeEvent, NodeStatus, SchedulingEligibility,
+    DRAIN_STATUS_CANCELED, DRAIN_STATUS_COMPLETE, DRAIN_STATUS_DRAINING,
+};
+use std::collections::BTreeMap;
 
 const NODE_EVENT_REGISTERED: &str = "Node registered";
 const NODE_EVENT_REREGISTERED: &str = "Node re-registered";
@@ -90,6 +95,99 @@ pub(super) fn update_status(
     node.status = status.into();
     node.status_updated_at = updated_at;
     node.modify_index = tx.index();
+    tx.put_node(node);
+    Ok(())
+}
+
+/// What `NodeUpdateDrain` changes.
+pub(super) struct DrainUpdate<'a> {
+    pub strategy: Option<&'a DrainStrategy>,
+    pub mark_eligible: bool,
+    pub complete: bool,
+    pub event: Option<&'a NodeEvent>,
+    pub meta: &'a BTreeMap<String, String>,
+    pub updated_at: i64,
+}
+
+/// `NodeUpdateDrain` (Nomad's `updateNodeDrainImpl`): the strategy, the eligibility it implies, the
+/// event, and `LastDrain` — started by a new drain, updated by a change, closed by an end. Setting
+/// no strategy on a node that has none changes only the eligibility.
+pub(super) fn update_drain(
+    tx: &mut Txn,
+    node_id: &str,
+    update: &DrainUpdate<'_>,
+) -> Result<(), StateError> {
+    let Some(old) = tx.nodes().get(node_id).cloned() else {
+        return Err(StateError::NotFound(format!("node not found: {node_id}")));
+    };
+    let index = tx.index();
+    let mut node = (*old).clone();
+    if let Some(event) = update.event {
+        append_event(index, &mut node, event.clone());
+    }
+    node.drain_strategy = update.strategy.cloned();
+    node.drain = node.drain_strategy.is_some();
+    if node.drain {
+        node.scheduling_eligibility = SchedulingEligibility::Ineligible.as_str().into();
+    } else if update.mark_eligible {
+        node.scheduling_eligibility = SchedulingEligibility::Eligible.as_str().into();
+    }
+    if old.drain_strategy.is_some() || node.drain {
+        let at = format_unix_secs(update.updated_at);
+        let mut last = match (&old.drain_strategy, &node.last_drain) {
+            (None, _) | (Some(_), None) => DrainMetadata {
+                started_at: Some(at.clone()),
+                meta: update.meta.clone(),
+                ..DrainMetadata::default()
+            },
+            (Some(_), Some(last)) => last.clone(),
+        };
+        last.updated_at = Some(at);
+        if !update.meta.is_empty() {
+            last.meta.clone_from(update.meta);
+        }
+        last.status = match (node.drain, update.complete) {
+            (true, _) => DRAIN_STATUS_DRAINING,
+            (false, true) => DRAIN_STATUS_COMPLETE,
+            (false, false) => DRAIN_STATUS_CANCELED,
+        }
+        .into();
+        node.last_drain = Some(last);
+    }
+    node.modify_index = index;
+    tx.put_node(node);
+    Ok(())
+}
+
+/// `NodeUpdateEligibility` (Nomad's `updateNodeEligibilityImpl`): refuses to make a draining node
+/// eligible.
+pub(super) fn update_eligibility(
+    tx: &mut Txn,
+    node_id: &str,
+    eligibility: &str,
+    event: Option<&NodeEvent>,
+) -> Result<(), StateError> {
+    if SchedulingEligibility::parse(eligibility).is_none() {
+        return Err(StateError::invalid(format!(
+            "Eligibility: unknown scheduling eligibility {eligibility:?}; expected one of {}",
+            SchedulingEligibility::NAMES.join(", ")
+        )));
+    }
+    let Some(old) = tx.nodes().get(node_id).cloned() else {
+        return Err(StateError::NotFound(format!("node not found: {node_id}")));
+    };
+    if old.drain_strategy.is_some() && eligibility == SchedulingEligibility::Eligible.as_str() {
+        return Err(StateError::invalid(
+            "can not set node's scheduling eligibility to eligible while it is draining",
+        ));
+    }
+    let index = tx.index();
+    let mut node = (*old).clone();
+    if let Some(event) = event {
+        append_event(index, &mut node, event.clone());
+    }
+    node.scheduling_eligibility = eligibility.into();
+    node.modify_index = index;
     tx.put_node(node);
     Ok(())
 }
