@@ -143,9 +143,11 @@ impl DockerDriver {
             return Err(DriverError::TaskExists(cfg.id));
         }
         let task_cfg = DockerTaskConfig::parse(&cfg.driver_config)?;
+        // Built first so that what the node refuses fails before any image work.
+        let mut body = container::create_body(&cfg, &task_cfg, &self.config, &task_cfg.image)?;
         let docker = self.client(&cfg.id).await?;
         let image_id = image::ensure_image(docker, &cfg, &task_cfg, &self.config).await?;
-        let body = container::create_body(&cfg, &task_cfg, &self.config, &image_id)?;
+        body.image = Some(image_id.clone());
         let container_id = self.create_container(docker, &cfg, body).await?;
         const STARTING: &str = "starting the container";
         let started = bounded(
