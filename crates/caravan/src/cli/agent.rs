@@ -295,6 +295,10 @@ async fn start_client(
         })),
         Arc::new(drivers::ExecDriver::new()),
     ];
+    // Docker: always registered; without a daemon it fingerprints as undetected.
+    let docker = Arc::new(drivers::DockerDriver::new(docker_plugin_config(cfg)?));
+    docker.spawn_gc();
+    drivers.push(docker);
     // The mock driver (tests, demos): tasks that only pretend to run, only when asked for with
     // `plugin "mock_driver" { config { enabled = true } }`.
     if plugin_enabled(cfg, "mock_driver") {
@@ -308,6 +312,17 @@ async fn start_client(
     client::Client::start(ccfg, conn, drivers)
         .await
         .map_err(|e| anyhow::anyhow!("starting the client: {e}"))
+}
+
+/// `plugin "docker" { config { … } }`, or the defaults without one.
+fn docker_plugin_config(cfg: &AgentConfig) -> Result<drivers::DockerConfig> {
+    let config = cfg
+        .plugin
+        .as_ref()
+        .and_then(|plugins| plugins.get("docker"))
+        .and_then(|p| p.config.clone())
+        .unwrap_or_default();
+    drivers::DockerConfig::from_plugin_config(&config).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// `plugin "NAME" { config { enabled = true } }`.
