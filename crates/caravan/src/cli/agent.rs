@@ -410,3 +410,42 @@ fn init_logging(level: &str) {
         .with_target(false)
         .try_init();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_plugin_config_from_an_agent_file() {
+        let src = r#"
+plugin "docker" {
+  config {
+    allow_privileged = true
+    allow_caps       = ["chown", "net_raw"]
+    volumes {
+      enabled = true
+    }
+    gc {
+      image_delay = "1m"
+      container   = false
+    }
+    pull_activity_timeout = "30s"
+  }
+}
+"#;
+        let cfg = jobspec::agent::parse_str(src, "agent.hcl").unwrap();
+        let docker = docker_plugin_config(&cfg).unwrap();
+        assert!(docker.allow_privileged && docker.volumes_enabled && !docker.gc_container);
+        assert_eq!(docker.allow_caps, ["chown", "net_raw"]);
+        assert_eq!(docker.gc_image_delay, std::time::Duration::from_secs(60));
+        assert_eq!(
+            docker.pull_activity_timeout,
+            std::time::Duration::from_secs(30)
+        );
+        let none = jobspec::agent::parse_str("", "agent.hcl").unwrap();
+        assert_eq!(
+            docker_plugin_config(&none).unwrap(),
+            drivers::DockerConfig::default()
+        );
+    }
+}
