@@ -160,13 +160,19 @@ impl DockerDriver {
             self.remove_container(docker, &cfg.id, &container_id).await;
             return Err(e);
         }
-        let pid = match docker.inspect_container(&container_id, None).await {
-            Ok(c) => c
+        let inspected = bounded(
+            &cfg.id,
+            "inspecting the container",
+            docker.inspect_container(&container_id, None),
+        )
+        .await;
+        let pid = match inspected {
+            Ok(Ok(c)) => c
                 .state
                 .and_then(|s| s.pid)
                 .and_then(|p| u32::try_from(p).ok())
                 .filter(|p| *p > 0),
-            Err(_) => None,
+            _ => None,
         };
         let task = Arc::new(DockerTask {
             config: cfg,
@@ -444,10 +450,11 @@ impl DockerDriver {
         };
         match tokio::time::timeout(timeout, run).await {
             Ok(Ok(result)) => Ok(result),
-            Ok(Err(e)) => Err(DriverError::NotSupported(format!(
-                "exec in container {}: {e}",
-                task.state.container_id
-            ))),
+            Ok(Err(e)) => Err(DriverError::io(
+                task_id,
+                "exec in the container",
+                std::io::Error::other(e),
+            )),
             Err(_) => Err(DriverError::Timeout {
                 task_id: task_id.to_string(),
                 what: "exec",

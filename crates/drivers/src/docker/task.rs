@@ -4,7 +4,8 @@
 use crate::driver::{ExitResult, TaskConfig, TaskState, TaskStats, TaskStatus};
 use crate::exit_cell::ExitCell;
 use crate::limits::{
-    DOCKER_LOG_DRAIN_TIMEOUT, DOCKER_WAIT_RETRY_DELAY_MAX, DOCKER_WAIT_RETRY_DELAY_MIN,
+    DOCKER_CALL_TIMEOUT, DOCKER_LOG_DRAIN_TIMEOUT, DOCKER_WAIT_RETRY_DELAY_MAX,
+    DOCKER_WAIT_RETRY_DELAY_MIN,
 };
 use crate::output::open_output;
 use bollard::container::LogOutput;
@@ -136,7 +137,9 @@ async fn wait_exit(docker: &Docker, id: &str) -> ExitResult {
             Some(Err(e)) => tracing::debug!(container_id = id, error = %e, "container wait failed"),
             None => {}
         }
-        match docker.inspect_container(id, None).await {
+        let inspected =
+            tokio::time::timeout(DOCKER_CALL_TIMEOUT, docker.inspect_container(id, None)).await;
+        match inspected.unwrap_or(Err(bollard::errors::Error::RequestTimeoutError)) {
             Ok(c) if !c.state.as_ref().and_then(|s| s.running).unwrap_or(false) => {
                 return exit_of(docker, id).await;
             }
@@ -161,7 +164,17 @@ fn gone(id: &str) -> ExitResult {
 
 /// Reads the stopped container's exit code and OOM flag.
 pub(crate) async fn exit_of(docker: &Docker, id: &str) -> ExitResult {
-    match docker.inspect_container(id, None).await {
+    let inspected =
+        tokio::time::timeout(DOCKER_CALL_TIMEOUT, docker.inspect_container(id, None)).await;
+    let Ok(inspected) = inspected else {
+        return ExitResult {
+            err: Some(format!(
+                "reading the exit of container {id} timed out after {DOCKER_CALL_TIMEOUT:?}"
+            )),
+            ..ExitResult::default()
+        };
+    };
+    match inspected {
         Ok(c) => {
             let state = c.state.unwrap_or_default();
             ExitResult {
