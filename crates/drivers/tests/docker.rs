@@ -11,8 +11,13 @@ use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
+/// Image GC off: the tests share one image, which must outlive every test (the GC test builds
+/// its own).
 fn driver() -> DockerDriver {
-    DockerDriver::new(DockerConfig::default())
+    DockerDriver::new(DockerConfig {
+        gc_image: false,
+        ..DockerConfig::default()
+    })
 }
 
 /// A task of `image` (the test image unless the config names one) with a per-test alloc id,
@@ -255,9 +260,10 @@ async fn containers_no_task_owns_are_removed() {
     let id = container_id(&driver().start(cfg.clone()).await.unwrap());
     let fresh = DockerDriver::new(DockerConfig {
         dangling_creation_grace: Duration::ZERO,
+        gc_image: false,
         ..DockerConfig::default()
     });
-    let removed = fresh.remove_dangling().await.unwrap();
+    let removed = fresh.remove_dangling_in(Some(&cfg.alloc_id)).await.unwrap();
     assert!(removed.contains(&id), "{removed:?}");
     assert!(!container_exists(&id));
 }
@@ -322,4 +328,80 @@ async fn options_the_node_does_not_allow_are_refused() {
     let err = driver().start(cfg).await.unwrap_err();
     assert!(matches!(err, DriverError::InvalidConfig { .. }), "{err}");
     assert!(err.to_string().contains("allow_privileged"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signals_reach_the_task() {
+    let dir = TestDir::new("docker-signal");
+    let d = driver();
+    let cfg = sh(
+        dir.path(),
+        "signal",
+        "trap 'echo got-usr1' USR1; echo ready; while :; do sleep 0.1; done",
+    );
+    let _c = cleanup(&cfg);
+    d.start(cfg.clone()).await.unwrap();
+    eventually("the task is ready", LIMIT, || {
+        read(&cfg.stdout_path).contains("ready").then_some(())
+    })
+    .await;
+    d.signal(&cfg.id, "SIGUSR1").await.unwrap();
+    eventually("the trap ran", LIMIT, || {
+        read(&cfg.stdout_path).contains("got-usr1").then_some(())
+    })
+    .await;
+    assert!(matches!(
+        d.signal(&cfg.id, "SIGNOPE").await,
+        Err(DriverError::UnknownSignal(_))
+    ));
+    d.stop(&cfg.id, Duration::from_secs(1), "").await.unwrap();
+    d.destroy(&cfg.id, false).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_no_task_uses_is_removed_after_the_delay() {
+    let dir = TestDir::new("docker-gc");
+    // A distinct image (its own id), so removing it cannot touch the shared test image.
+    let tag = format!("caravan-test-gc-{}:1", std::process::id());
+    let source = format!("caravan-gc-source-{}", std::process::id());
+    docker_ok(&["create", "--name", &source, docker_test_image(), "true"]);
+    let committed = Command::new("docker")
+        .args([
+            "commit",
+            "--change",
+            &format!("LABEL caravan.gc={tag}"),
+            &source,
+            &tag,
+        ])
+        .output()
+        .unwrap();
+    let _ = Command::new("docker").args(["rm", "-f", &source]).output();
+    assert!(committed.status.success(), "{committed:?}");
+    let d = DockerDriver::new(DockerConfig {
+        gc_image_delay: Duration::from_millis(300),
+        ..DockerConfig::default()
+    });
+    let cfg = task(dir.path(), "gc", json!({"image": tag, "command": "true"}));
+    let _c = cleanup(&cfg);
+    d.start(cfg.clone()).await.unwrap();
+    assert!(wait(&d, &cfg.id).await.successful());
+    let present = || {
+        Command::new("docker")
+            .args(["image", "inspect", &tag])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    assert!(present(), "kept while a task has it");
+    d.destroy(&cfg.id, false).await.unwrap();
+    eventually("the unused image is removed", LIMIT, || {
+        (!present()).then_some(())
+    })
+    .await;
+    assert!(
+        Command::new("docker")
+            .args(["image", "inspect", docker_test_image()])
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "the shared test image stays"
+    );
 }

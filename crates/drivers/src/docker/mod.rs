@@ -490,12 +490,22 @@ impl DockerDriver {
     /// Call it only after the client has recovered its tasks: a task not yet recovered looks
     /// dangling. [`DockerDriver::spawn_gc`] waits one period before its first pass for that.
     pub async fn remove_dangling(&self) -> Result<Vec<String>, DriverError> {
+        self.remove_dangling_in(None).await
+    }
+
+    /// [`DockerDriver::remove_dangling`], limited to one allocation's containers when
+    /// `alloc_id` is given (tests share a daemon with other runs and must not touch theirs).
+    pub async fn remove_dangling_in(
+        &self,
+        alloc_id: Option<&str>,
+    ) -> Result<Vec<String>, DriverError> {
         const WHO: &str = "dangling containers";
         let docker = self.client(WHO).await?;
-        let filters = HashMap::from([(
-            "label".to_string(),
-            vec![container::LABEL_TASK_ID.to_string()],
-        )]);
+        let mut labels = vec![container::LABEL_TASK_ID.to_string()];
+        if let Some(alloc_id) = alloc_id {
+            labels.push(format!("{}={alloc_id}", container::LABEL_ALLOC_ID));
+        }
+        let filters = HashMap::from([("label".to_string(), labels)]);
         let options = ListContainersOptionsBuilder::new()
             .all(true)
             .filters(&filters)
