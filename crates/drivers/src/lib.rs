@@ -1,7 +1,8 @@
 //! Task drivers: the [`Driver`] trait the client runs tasks through, and the drivers Caravan
-//! ships — `raw_exec` (host processes), `mock_driver` (timers, for tests) and `exec` (Linux
+//! ships — `raw_exec` (host processes), `mock_driver` (timers, for tests), `exec` (Linux
 //! isolation: cgroups, namespaces and a chroot, set up by a single-threaded helper process,
-//! `caravan executor`, that then runs the task).
+//! `caravan executor`, that then runs the task) and `docker` (containers through the Docker
+//! Engine API on a unix socket).
 //!
 //! **Owns:** starting, signalling, stopping, measuring and reattaching to the processes of one
 //! node's tasks; detecting which drivers this host can offer (fingerprints).
@@ -15,6 +16,7 @@
 //! are named by pid *and* start time); `stop` returns only when the task's whole process tree is
 //! gone, or with an error saying it is not.
 
+pub mod docker;
 pub mod driver;
 pub mod error;
 pub mod exec;
@@ -30,6 +32,7 @@ mod output;
 mod process_group;
 mod table;
 
+pub use docker::{config::DockerConfig, DockerDriver};
 pub use driver::{
     Capabilities, Driver, DriverFuture, ExecResult, ExitResult, Fingerprint, FsIsolation,
     TaskConfig, TaskDir, TaskHandle, TaskResources, TaskState, TaskStats, TaskStatus,

@@ -34,3 +34,30 @@ pub const CGROUP_REMOVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the exec driver waits for its helper to report that the task started (building the
 /// chroot included).
 pub const EXECUTOR_START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The docker driver's bound on one ordinary Docker API call (inspect, create, kill, remove).
+pub const DOCKER_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The bollard client's own limit on waiting for a response's headers; calls that legitimately
+/// take longer (loading an image) are bounded by their own limits below it.
+pub const DOCKER_CLIENT_TIMEOUT_S: u64 = 600;
+
+/// How long the docker driver's fingerprint waits for the daemon's `/version`.
+pub const DOCKER_FINGERPRINT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The most bytes of the daemon's `/version` answer the fingerprint reads.
+pub const DOCKER_FINGERPRINT_BYTES_MAX: u64 = 64 * 1024;
+
+/// How long loading an image tarball (`load`) may take.
+pub const DOCKER_LOAD_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// After a container exits, how long its log stream may take to drain into the task's files
+/// before the exit is reported anyway.
+pub const DOCKER_LOG_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// First and last delay between retries of a container wait that lost its connection.
+pub const DOCKER_WAIT_RETRY_DELAY_MIN: Duration = Duration::from_millis(100);
+pub const DOCKER_WAIT_RETRY_DELAY_MAX: Duration = Duration::from_secs(10);
+
+/// Bytes read from an image tarball per chunk sent to the daemon.
+pub const DOCKER_LOAD_CHUNK_BYTES: usize = 1 << 20;

@@ -87,3 +87,85 @@ pub async fn eventually<T>(what: &str, limit: Duration, mut check: impl FnMut() 
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// The image the docker tests run: `caravan-test-busybox:latest`, imported from a root file
+/// system holding the host's static busybox (package busybox-static) and its applet links, so
+/// no registry is needed. Built once per machine (kept when present); panics, failing the test
+/// loudly, when Docker or busybox is missing.
+pub const DOCKER_TEST_IMAGE: &str = "caravan-test-busybox:latest";
+
+pub fn docker_test_image() -> &'static str {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_docker_test_image);
+    DOCKER_TEST_IMAGE
+}
+
+fn build_docker_test_image() {
+    let docker = |args: &[&str]| {
+        std::process::Command::new("docker")
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("the docker tests need the docker CLI and daemon: {e}"))
+    };
+    let version = docker(&["version", "--format", "{{.Server.Version}}"]);
+    assert!(
+        version.status.success(),
+        "the docker tests need a running Docker daemon: {}",
+        String::from_utf8_lossy(&version.stderr)
+    );
+    if docker(&["image", "inspect", DOCKER_TEST_IMAGE])
+        .status
+        .success()
+    {
+        return;
+    }
+    let busybox = Path::new("/bin/busybox");
+    assert!(
+        busybox.exists(),
+        "the docker tests need a static /bin/busybox: apt-get install -y busybox-static"
+    );
+    let root = TestDir::new("docker-rootfs");
+    let bin = root.path().join("rootfs/bin");
+    std::fs::create_dir_all(&bin).expect("create rootfs/bin");
+    for dir in ["tmp", "etc", "proc", "sys", "dev"] {
+        std::fs::create_dir_all(root.path().join("rootfs").join(dir)).expect("create rootfs dir");
+    }
+    std::fs::copy(busybox, bin.join("busybox")).expect("copy busybox");
+    let list = std::process::Command::new(busybox)
+        .arg("--list")
+        .output()
+        .expect("busybox --list");
+    for applet in String::from_utf8_lossy(&list.stdout).lines() {
+        if applet != "busybox" && !applet.is_empty() {
+            let _ = std::os::unix::fs::symlink("busybox", bin.join(applet));
+        }
+    }
+    let tar = root.path().join("rootfs.tar");
+    let status = std::process::Command::new("tar")
+        .arg("-C")
+        .arg(root.path().join("rootfs"))
+        .arg("-cf")
+        .arg(&tar)
+        .arg(".")
+        .status()
+        .expect("run tar");
+    assert!(
+        status.success(),
+        "packing the test image's root file system failed"
+    );
+    let tar_arg = tar.display().to_string();
+    let imported = docker(&[
+        "import",
+        "--change",
+        "ENV PATH=/bin",
+        "--change",
+        "CMD [\"/bin/sh\"]",
+        &tar_arg,
+        DOCKER_TEST_IMAGE,
+    ]);
+    assert!(
+        imported.status.success(),
+        "docker import of the test image failed: {}",
+        String::from_utf8_lossy(&imported.stderr)
+    );
+}

@@ -397,6 +397,10 @@ async fn start_client(
         })),
         Arc::new(drivers::ExecDriver::new()),
     ];
+    // Docker: always registered; without a daemon it fingerprints as undetected.
+    let docker = Arc::new(drivers::DockerDriver::new(docker_plugin_config(cfg)?));
+    docker.spawn_gc();
+    drivers.push(docker);
     // The mock driver (tests, demos): tasks that only pretend to run, only when asked for with
     // `plugin "mock_driver" { config { enabled = true } }`.
     if plugin_enabled(cfg, "mock_driver") {
@@ -407,6 +411,17 @@ async fn start_client(
         .await
         .map_err(|e| anyhow::anyhow!("starting the client: {e}"))?;
     Ok((client, conn))
+}
+
+/// `plugin "docker" { config { … } }`, or the defaults without one.
+fn docker_plugin_config(cfg: &AgentConfig) -> Result<drivers::DockerConfig> {
+    let config = cfg
+        .plugin
+        .as_ref()
+        .and_then(|plugins| plugins.get("docker"))
+        .and_then(|p| p.config.clone())
+        .unwrap_or_default();
+    drivers::DockerConfig::from_plugin_config(&config).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// `plugin "NAME" { config { enabled = true } }`.
@@ -500,4 +515,43 @@ fn init_logging(level: &str) {
         .with_env_filter(filter)
         .with_target(false)
         .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_plugin_config_from_an_agent_file() {
+        let src = r#"
+plugin "docker" {
+  config {
+    allow_privileged = true
+    allow_caps       = ["chown", "net_raw"]
+    volumes {
+      enabled = true
+    }
+    gc {
+      image_delay = "1m"
+      container   = false
+    }
+    pull_activity_timeout = "30s"
+  }
+}
+"#;
+        let cfg = jobspec::agent::parse_str(src, "agent.hcl").unwrap();
+        let docker = docker_plugin_config(&cfg).unwrap();
+        assert!(docker.allow_privileged && docker.volumes_enabled && !docker.gc_container);
+        assert_eq!(docker.allow_caps, ["chown", "net_raw"]);
+        assert_eq!(docker.gc_image_delay, std::time::Duration::from_secs(60));
+        assert_eq!(
+            docker.pull_activity_timeout,
+            std::time::Duration::from_secs(30)
+        );
+        let none = jobspec::agent::parse_str("", "agent.hcl").unwrap();
+        assert_eq!(
+            docker_plugin_config(&none).unwrap(),
+            drivers::DockerConfig::default()
+        );
+    }
 }
