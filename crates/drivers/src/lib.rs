@@ -31,8 +31,8 @@ mod process_group;
 mod table;
 
 pub use driver::{
-    Capabilities, Driver, DriverFuture, ExecResult, ExitResult, Fingerprint, FsIsolation,
-    TaskConfig, TaskDir, TaskHandle, TaskResources, TaskState, TaskStats, TaskStatus,
+    Capabilities, Driver, DriverFuture, ExecResult, ExecStream, ExitResult, Fingerprint,
+    FsIsolation, TaskConfig, TaskDir, TaskHandle, TaskResources, TaskState, TaskStats, TaskStatus,
     TASK_HANDLE_VERSION,
 };
 pub use error::DriverError;

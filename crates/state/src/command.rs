@@ -155,6 +155,13 @@ pub enum Command {
         job: Option<Job>,
         eval: Option<Evaluation>,
     },
+    /// Merges desired transitions into allocations (`alloc stop` asks for a migration; Nomad's
+    /// `AllocUpdateDesiredTransitionRequest`), with the evaluations that act on them. Unknown IDs
+    /// are skipped; `AllocModifyIndex` stays (the client has nothing new to run).
+    AllocUpdateDesiredTransition {
+        transitions: std::collections::BTreeMap<String, model::alloc::DesiredTransition>,
+        evals: Vec<Evaluation>,
+    },
 }
 
 /// One allocation a plan stops (Nomad's `AllocationDiff` for stopped and preempted allocations):
@@ -194,6 +201,7 @@ impl Command {
             Command::DeploymentStatus { .. } => "DeploymentStatus",
             Command::DeploymentPromote { .. } => "DeploymentPromote",
             Command::DeploymentAllocHealth { .. } => "DeploymentAllocHealth",
+            Command::AllocUpdateDesiredTransition { .. } => "AllocUpdateDesiredTransition",
         }
     }
 }

@@ -201,11 +201,14 @@ impl Reconciler<'_> {
                 }
                 continue;
             }
+            // Nomad: "non-terminal allocs that should migrate should always migrate", whatever
+            // their node (a drain marks them, and so does `alloc stop` on a healthy node).
+            if a.desired_transition.should_migrate() {
+                s.migrate.push(a.clone());
+                continue;
+            }
             match node_taint(self.input.nodes, &a.node_id, tolerates) {
                 Taint::Lost => s.lost.push(a.clone()),
-                Taint::Draining if a.desired_transition.should_migrate() => {
-                    s.migrate.push(a.clone());
-                }
                 _ => s.untainted.push(a.clone()),
             }
         }

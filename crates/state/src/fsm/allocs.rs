@@ -100,6 +100,29 @@ pub(super) fn client_update(
     Ok(())
 }
 
+/// `AllocUpdateDesiredTransition` (Nomad's `updateAllocDesiredTransitionTxn`): each transition's set
+/// fields are merged into the allocation; its `ModifyIndex` moves, its `AllocModifyIndex` stays.
+pub(super) fn update_desired_transitions(
+    tx: &mut Txn,
+    transitions: &std::collections::BTreeMap<String, model::alloc::DesiredTransition>,
+) {
+    let index = tx.index();
+    for (id, t) in transitions {
+        let Some(existing) = tx.allocs().get(id).cloned() else {
+            continue;
+        };
+        let mut alloc = (*existing).clone();
+        let d = &mut alloc.desired_transition;
+        d.migrate = t.migrate.or(d.migrate);
+        d.reschedule = t.reschedule.or(d.reschedule);
+        d.force_reschedule = t.force_reschedule.or(d.force_reschedule);
+        d.no_shutdown_delay = t.no_shutdown_delay.or(d.no_shutdown_delay);
+        alloc.modify_index = index;
+        tx.put_alloc(alloc);
+    }
+    tx.touch(Table::Allocs);
+}
+
 /// The allocation this one replaces learns its successor.
 fn link_previous(tx: &mut Txn, alloc: &Allocation) {
     if alloc.previous_allocation.is_empty() {

@@ -230,5 +230,12 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
             job.as_ref(),
             eval.as_ref(),
         ),
+        Command::AllocUpdateDesiredTransition { transitions, evals } => {
+            allocs::update_desired_transitions(tx, transitions);
+            if !evals.is_empty() {
+                evals::upsert(tx, evals)?;
+            }
+            Ok(plain)
+        }
     }
 }
