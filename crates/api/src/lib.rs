@@ -18,6 +18,7 @@
 //! ```
 
 mod agent;
+mod alloc_ops;
 mod client;
 mod deployments;
 mod error;
@@ -34,6 +35,7 @@ pub use client::{
     DEFAULT_ADDRESS, REQUEST_TIMEOUT_DEFAULT, RESPONSE_BYTES_MAX,
 };
 pub use error::{ApiError, Error, Result};
+pub use alloc_ops::LogFollow;
 pub use nodes::LogOptions;
 pub use types::{
     AgentHealth, AgentHealthResponse, AgentMember, AllocFileInfo, JobDeregisterResponse, JobDiff,
