@@ -92,7 +92,11 @@ impl Client {
     /// `GET /v1/client/stats` (Nomad's `HostStats`).
     pub async fn client_stats(&self) -> Result<Value> {
         let (v, _) = self
-            .query(&["v1", "client", "stats"], &[], &crate::QueryOptions::default())
+            .query(
+                &["v1", "client", "stats"],
+                &[],
+                &crate::QueryOptions::default(),
+            )
             .await?;
         Ok(v)
     }

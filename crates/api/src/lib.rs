@@ -30,12 +30,12 @@ mod nodes;
 pub mod testing;
 pub mod types;
 
+pub use alloc_ops::LogFollow;
 pub use client::{
     Client, Config, QueryMeta, QueryOptions, WriteOptions, BLOCKING_WAIT_MAX, CONNECT_TIMEOUT,
     DEFAULT_ADDRESS, REQUEST_TIMEOUT_DEFAULT, RESPONSE_BYTES_MAX,
 };
 pub use error::{ApiError, Error, Result};
-pub use alloc_ops::LogFollow;
 pub use nodes::LogOptions;
 pub use types::{
     AgentHealth, AgentHealthResponse, AgentMember, AllocFileInfo, JobDeregisterResponse, JobDiff,

@@ -40,7 +40,11 @@ impl Client {
     ) -> Result<(), AllocActionError> {
         for (name, access) in self.targets(alloc_id, task)? {
             let signal = signal.to_string();
-            ask(&name, &access, |reply| TaskCommand::Signal { signal, reply }).await?;
+            ask(&name, &access, |reply| TaskCommand::Signal {
+                signal,
+                reply,
+            })
+            .await?;
         }
         Ok(())
     }

@@ -51,7 +51,6 @@ mod updater;
 
 pub use actions::AllocActionError;
 pub use allocdir::AllocDir;
-pub use host_stats::{HostCpuStats, HostDiskStats, HostMemoryStats, HostStats};
 pub use client::Client;
 pub use config::{
     ClientConfig, ClientTiming, ReservedResources, DEFAULT_ENV_DENYLIST, OPTION_ENV_DENYLIST,
@@ -61,6 +60,7 @@ pub use error::ClientError;
 pub use fingerprint::{
     build_node, computed_class, CpuFacts, DiskFacts, HostFacts, NetFacts, NOMAD_COMPAT_VERSION,
 };
+pub use host_stats::{HostCpuStats, HostDiskStats, HostMemoryStats, HostStats};
 pub use identity::{NodeIdentity, NODE_ID_FILE};
 pub use restart::{Decision, RestartTracker};
 pub use state_db::{AllocRecord, StateDb, TaskRecord};

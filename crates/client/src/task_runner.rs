@@ -419,7 +419,10 @@ impl TaskRunner {
         self.forget(&*driver, &task_id).await;
         self.record.state.restarts += 1;
         self.record.state.last_restart = Some(crate::time::now_rfc3339());
-        self.push(events::restarting(Duration::ZERO, events::REASON_USER_RESTART));
+        self.push(events::restarting(
+            Duration::ZERO,
+            events::REASON_USER_RESTART,
+        ));
         events::transition(&mut self.record.state, TASK_STATE_PENDING);
         self.report().await;
         let _ = reply.send(Ok(()));

@@ -336,7 +336,10 @@ fn frame(stream: &str, data: &[u8]) -> Message {
 /// socket goes away (then the session is dropped, which kills the command).
 async fn pump(mut socket: WebSocket, mut session: ExecSession) {
     let mut stdin = session.stdin.take();
-    let (mut out_buf, mut err_buf) = (vec![0u8; EXEC_FRAME_BYTES_MAX], vec![0u8; EXEC_FRAME_BYTES_MAX]);
+    let (mut out_buf, mut err_buf) = (
+        vec![0u8; EXEC_FRAME_BYTES_MAX],
+        vec![0u8; EXEC_FRAME_BYTES_MAX],
+    );
     let (mut out_open, mut err_open) = (true, true);
     loop {
         let msg = tokio::select! {
@@ -377,7 +380,10 @@ async fn pump(mut socket: WebSocket, mut session: ExecSession) {
 
 /// Applies one input frame: stdin data is written, `close` closes stdin; `tty_size` is
 /// accepted and ignored (no terminal yet).
-async fn feed(stdin: &mut Option<std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>>, raw: &[u8]) {
+async fn feed(
+    stdin: &mut Option<std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>>,
+    raw: &[u8],
+) {
     let Ok(input) = serde_json::from_slice::<ExecInput>(raw) else {
         tracing::debug!("exec: ignoring a frame that is not JSON");
         return;
@@ -415,7 +421,10 @@ mod tests {
         let v = alloc_usage(&[("a".to_string(), t.clone()), ("b".to_string(), t)].into());
         assert_eq!(v["ResourceUsage"]["MemoryStats"]["RSS"], 200);
         assert_eq!(v["ResourceUsage"]["CpuStats"]["Percent"], 20.0);
-        assert_eq!(v["Tasks"]["a"]["ResourceUsage"]["CpuStats"]["UserMode"], 7.5);
+        assert_eq!(
+            v["Tasks"]["a"]["ResourceUsage"]["CpuStats"]["UserMode"],
+            7.5
+        );
         assert_eq!(v["Timestamp"], 7);
     }
 }

@@ -51,8 +51,12 @@ pub trait LocalClient: Send + Sync {
     /// The node ID the client registered as (`stats.client.node_id` of `/v1/agent/self`).
     fn node_id(&self) -> String;
     /// Sends `signal` to `task`, or to every running task when `task` is empty.
-    fn signal<'a>(&'a self, alloc_id: &'a str, task: &'a str, signal: &'a str)
-        -> LocalFuture<'a, ()>;
+    fn signal<'a>(
+        &'a self,
+        alloc_id: &'a str,
+        task: &'a str,
+        signal: &'a str,
+    ) -> LocalFuture<'a, ()>;
     /// Restarts `task` in place, or every running task when `task` is empty.
     fn restart<'a>(&'a self, alloc_id: &'a str, task: &'a str) -> LocalFuture<'a, ()>;
     /// The resource usage of each running task.

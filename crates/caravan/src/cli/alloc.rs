@@ -86,7 +86,11 @@ pub fn run(cmd: AllocCommand) -> i32 {
 }
 
 /// The full allocation an ID or prefix names, or the message (and exit code 1) to give.
-pub(super) async fn find_alloc(client: &api::Client, prefix: &str, verbose: bool) -> Result<Allocation, i32> {
+pub(super) async fn find_alloc(
+    client: &api::Client,
+    prefix: &str,
+    verbose: bool,
+) -> Result<Allocation, i32> {
     if prefix.chars().count() == 1 {
         eprintln!("Identifier must contain at least two characters.");
         return Err(1);

@@ -249,7 +249,10 @@ async fn run_exec(url: &str, token: Option<&str>, with_stdin: bool) -> Result<i3
                     .unwrap_or_default()
                     .trim()
                     .to_string();
-                format!("Unexpected response code: {} ({body})", resp.status().as_u16())
+                format!(
+                    "Unexpected response code: {} ({body})",
+                    resp.status().as_u16()
+                )
             }
             other => other.to_string(),
         })?;
