@@ -249,6 +249,51 @@ impl Client {
         Ok(body)
     }
 
+    /// A GET whose body streams for as long as the agent sends it (a followed log): only
+    /// connecting and the response head are time-limited. A non-200 answer is an error.
+    pub(crate) async fn get_stream(
+        &self,
+        segments: &[&str],
+        params: &[(&'static str, String)],
+    ) -> Result<reqwest::Response> {
+        let mut pairs: Vec<(&'static str, String)> = params.to_vec();
+        self.place(&mut pairs, None, None);
+        let url = self.url(segments, &pairs);
+        let mut req = self.http.get(url.clone());
+        if let Some(token) = self.config.token.as_deref().filter(|t| !t.is_empty()) {
+            req = req.header("X-Nomad-Token", token);
+        }
+        let timeout = self.config.timeout;
+        let resp = tokio::time::timeout(timeout, req.send())
+            .await
+            .map_err(|_| Error::Timeout {
+                url: url.to_string(),
+                timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            })?
+            .map_err(|e| self.transport_error(&e, &url, timeout))?;
+        let status = resp.status().as_u16();
+        if status != 200 {
+            let body = self.read_body(resp, &url, timeout).await?;
+            return Err(ApiError {
+                status,
+                message: body.trim().to_string(),
+            }
+            .into());
+        }
+        Ok(resp)
+    }
+
+    /// The `ws://` URL of a path (the exec WebSocket), with region and namespace placed.
+    pub(crate) fn ws_url(&self, segments: &[&str], params: &[(&'static str, String)]) -> String {
+        let mut pairs: Vec<(&'static str, String)> = params.to_vec();
+        self.place(&mut pairs, None, None);
+        let url = self.url(segments, &pairs).to_string();
+        match url.strip_prefix("http://") {
+            Some(rest) => format!("ws://{rest}"),
+            None => url,
+        }
+    }
+
     /// A write (PUT, POST or DELETE) with an optional JSON body; the index comes from `X-Nomad-Index`.
     pub(crate) async fn write<B: Serialize + ?Sized, T: DeserializeOwned>(
         &self,

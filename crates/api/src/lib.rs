@@ -18,6 +18,7 @@
 //! ```
 
 mod agent;
+mod alloc_ops;
 mod client;
 mod deployments;
 mod error;
@@ -30,6 +31,7 @@ pub mod operator;
 pub mod testing;
 pub mod types;
 
+pub use alloc_ops::LogFollow;
 pub use client::{
     Client, Config, QueryMeta, QueryOptions, WriteOptions, BLOCKING_WAIT_MAX, CONNECT_TIMEOUT,
     DEFAULT_ADDRESS, REQUEST_TIMEOUT_DEFAULT, RESPONSE_BYTES_MAX,

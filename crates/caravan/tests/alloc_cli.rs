@@ -112,7 +112,7 @@ fn alloc_and_node_commands_show_a_running_raw_exec_job() {
     assert_eq!(code, 1);
     assert!(err.contains("400") && err.contains("outside"), "{err}");
 
-    // The HTTP API directly: framed logs, confinement, unknown allocations, follow.
+    // The HTTP API directly: framed logs, confinement, unknown allocations (follow: alloc_ops.rs).
     let base = format!("/v1/client/fs/logs/{alloc_id}?task=t&type=stdout");
     let (status, body) = agent.raw("GET", &base, None);
     assert_eq!(status, 200, "{body}");
@@ -126,8 +126,6 @@ fn alloc_and_node_commands_show_a_running_raw_exec_job() {
         None,
     );
     assert_eq!((status, body.as_str()), (200, "logs\n"));
-    let (status, _) = agent.raw("GET", &format!("{base}&follow=true"), None);
-    assert_eq!(status, 501);
     let (status, body) = agent.raw(
         "GET",
         &format!("/v1/client/fs/cat/{alloc_id}?path=alloc/../../../etc/passwd"),

@@ -44,6 +44,21 @@ pub(crate) struct AllocRunnerHandle {
     /// The `AllocModifyIndex` of the newest copy handed to the runner.
     pub alloc_modify_index: u64,
     pub join: JoinHandle<()>,
+    /// How to reach each task (`alloc signal|restart|exec`, stats), as of the runner's last
+    /// change. Never held across `.await`.
+    pub tasks: SharedTasks,
+}
+
+/// Each task's runner and running process, shared with the client's user actions.
+pub(crate) type SharedTasks = Arc<Mutex<BTreeMap<String, TaskAccess>>>;
+
+/// How the client reaches one task outside its runner.
+#[derive(Clone)]
+pub(crate) struct TaskAccess {
+    /// The task runner's commands; `None` before it starts.
+    pub cmds: Option<mpsc::Sender<TaskCommand>>,
+    /// The driver handle of the running process; `None` when none runs.
+    pub handle: Option<drivers::TaskHandle>,
 }
 
 /// When a task runs, from its `lifecycle` block.
@@ -111,6 +126,7 @@ pub(crate) struct AllocRunner {
     health: Option<HealthTracker>,
     /// The health decision as reported to the servers.
     deployment_status: Option<AllocDeploymentStatus>,
+    tasks: SharedTasks,
 }
 
 impl AllocRunner {
@@ -172,6 +188,7 @@ impl AllocRunner {
             tokio::time::Instant::now(),
         );
         let (alloc_tx, _) = watch::channel(Arc::new(record.alloc));
+        let tasks = SharedTasks::default();
         let runner = AllocRunner {
             ctx,
             alloc: alloc_tx,
@@ -187,6 +204,7 @@ impl AllocRunner {
             destroying: false,
             health,
             deployment_status: None,
+            tasks: Arc::clone(&tasks),
         };
         let join = tokio::spawn(runner.run(recovered));
         AllocRunnerHandle {
@@ -194,6 +212,7 @@ impl AllocRunner {
             status,
             alloc_modify_index,
             join,
+            tasks,
         }
     }
 
@@ -448,6 +467,7 @@ impl AllocRunner {
 
     /// Derives the client status, persists the record, and queues an update when it changed.
     async fn publish(&mut self) {
+        self.share_tasks();
         self.observe_health();
         if !self.slots.is_empty() {
             let (status, description) = client_status(self.slots.values().map(|s| &s.record.state));
@@ -482,6 +502,22 @@ impl AllocRunner {
         }
         self.persist().await;
         let _ = self.ctx.updates.send(update).await;
+    }
+
+    /// Publishes how to reach each task for the client's user actions.
+    fn share_tasks(&self) {
+        let tasks = self
+            .slots
+            .iter()
+            .map(|(name, slot)| {
+                let access = TaskAccess {
+                    cmds: slot.runner.as_ref().map(|r| r.cmds.clone()),
+                    handle: slot.record.handle.clone(),
+                };
+                (name.clone(), access)
+            })
+            .collect();
+        *self.tasks.lock().expect("tasks lock") = tasks;
     }
 
     fn record(&self) -> AllocRecord {

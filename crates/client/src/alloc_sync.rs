@@ -58,6 +58,19 @@ impl Runners {
         Some(status)
     }
 
+    /// How to reach the tasks of an allocation this client runs.
+    pub fn tasks(&self, id: &str) -> Option<BTreeMap<String, crate::alloc_runner::TaskAccess>> {
+        let map = self.map.lock().expect("runners lock");
+        let handle = map.get(id)?;
+        let tasks = handle.tasks.lock().expect("tasks lock").clone();
+        Some(tasks)
+    }
+
+    /// A driver of this node by name.
+    pub fn driver(&self, name: &str) -> Option<Arc<dyn drivers::Driver>> {
+        self.ctx.drivers.get(name).cloned()
+    }
+
     /// The latest status of every allocation.
     pub fn statuses(&self) -> Vec<AllocClientUpdate> {
         let map = self.map.lock().expect("runners lock");

@@ -35,7 +35,7 @@ pub struct Client {
     identity: NodeIdentity,
     cfg: ClientConfig,
     node: SharedNode,
-    runners: Arc<Runners>,
+    pub(crate) runners: Arc<Runners>,
     registered: watch::Receiver<bool>,
     /// Sent `true` once, on shutdown or drop.
     shutdown: watch::Sender<bool>,

@@ -5,8 +5,9 @@ use crate::time::{format_unix_nanos, now_unix_ns};
 use model::alloc::{
     TaskEvent, TaskState, TASK_EVENT_DRIVER_FAILURE, TASK_EVENT_KILLED, TASK_EVENT_KILLING,
     TASK_EVENT_LEADER_DEAD, TASK_EVENT_NOT_RESTARTING, TASK_EVENT_RECEIVED, TASK_EVENT_RESTARTING,
-    TASK_EVENT_SETUP, TASK_EVENT_SETUP_FAILURE, TASK_EVENT_SIBLING_FAILED, TASK_EVENT_STARTED,
-    TASK_EVENT_TERMINATED, TASK_STATE_DEAD, TASK_STATE_RUNNING,
+    TASK_EVENT_RESTART_SIGNAL, TASK_EVENT_SETUP, TASK_EVENT_SETUP_FAILURE,
+    TASK_EVENT_SIBLING_FAILED, TASK_EVENT_SIGNALING, TASK_EVENT_STARTED, TASK_EVENT_TERMINATED,
+    TASK_STATE_DEAD, TASK_STATE_RUNNING,
 };
 use std::time::Duration;
 
@@ -87,6 +88,26 @@ pub fn not_restarting(reason: &str) -> TaskEvent {
     let mut e = event(TASK_EVENT_NOT_RESTARTING, reason);
     e.restart_reason = reason.to_string();
     e.fails_task = true;
+    e
+}
+
+/// `alloc signal`: Nomad's "Signaling" event.
+pub fn signaling(signal: &str) -> TaskEvent {
+    let mut e = event(
+        TASK_EVENT_SIGNALING,
+        format!("Task being sent signal {signal}"),
+    );
+    e.task_signal = signal.to_string();
+    e
+}
+
+/// The reason `alloc restart` gives, as Nomad's.
+pub const REASON_USER_RESTART: &str = "User requested restart";
+
+/// `alloc restart`: Nomad's "Restart Signaled" event.
+pub fn restart_signaled(reason: &str) -> TaskEvent {
+    let mut e = event(TASK_EVENT_RESTART_SIGNAL, reason);
+    e.restart_reason = reason.to_string();
     e
 }
 

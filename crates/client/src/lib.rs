@@ -23,6 +23,7 @@
 //! deployment health (`health`). Pure parts: `fingerprint::build_node`, `taskenv`, `restart`,
 //! `health`, `alloc_runner::client_status`. Limits and fixed timings: [`limits`].
 
+mod actions;
 mod alloc_runner;
 mod alloc_sync;
 mod allocdir;
@@ -34,6 +35,7 @@ mod error;
 mod events;
 mod fingerprint;
 mod health;
+mod host_stats;
 mod identity;
 pub mod limits;
 mod node_loop;
@@ -47,6 +49,7 @@ pub mod testing;
 mod time;
 mod updater;
 
+pub use actions::AllocActionError;
 pub use allocdir::AllocDir;
 pub use client::Client;
 pub use config::{
@@ -57,6 +60,7 @@ pub use error::ClientError;
 pub use fingerprint::{
     build_node, computed_class, CpuFacts, DiskFacts, HostFacts, NetFacts, NOMAD_COMPAT_VERSION,
 };
+pub use host_stats::{HostCpuStats, HostDiskStats, HostMemoryStats, HostStats};
 pub use identity::{NodeIdentity, NODE_ID_FILE};
 pub use restart::{Decision, RestartTracker};
 pub use state_db::{AllocRecord, StateDb, TaskRecord};

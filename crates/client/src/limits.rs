@@ -31,6 +31,13 @@ pub const ALLOC_UPDATE_QUEUE_CAPACITY: usize = 1024;
 /// Capacity of each alloc runner's command channel and of its task runners' channels.
 pub const RUNNER_QUEUE_CAPACITY: usize = 64;
 
+/// How long a user action (`alloc signal`, `alloc restart`) waits for the task runner's answer;
+/// a restart waits for the kill, so this is above [`KILL_TIMEOUT_MAX`].
+pub const USER_ACTION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `/v1/client/stats` measures CPU use over this window.
+pub const HOST_CPU_SAMPLE_WINDOW: Duration = Duration::from_millis(100);
+
 /// Nomad keeps the last 10 events of a task.
 pub const TASK_EVENTS_MAX: usize = 10;
 /// A task's `kill_timeout` is capped at this (Nomad's client `max_kill_timeout` default).

@@ -7,6 +7,7 @@
 //! its alloc runner is gone, it returns without touching the task: the task keeps running and
 //! the next client reattaches to it from the persisted handle.
 
+use crate::actions::AllocActionError;
 use crate::allocdir::AllocDir;
 use crate::context::{find_task, RunnerContext};
 use crate::events;
@@ -25,7 +26,7 @@ use model::job::JobType;
 use model::Task;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 /// What an alloc runner tells a task runner.
@@ -35,6 +36,31 @@ pub(crate) enum TaskCommand {
     Kill { event: Option<Box<TaskEvent>> },
     /// End without touching the task (client shutdown).
     Detach,
+    /// Send a signal to the running task (`alloc signal`).
+    Signal {
+        signal: String,
+        reply: oneshot::Sender<Result<(), AllocActionError>>,
+    },
+    /// Stop the running task and start it again at once (`alloc restart`); the restart policy
+    /// does not count it. The reply comes once the old process has stopped.
+    Restart {
+        reply: oneshot::Sender<Result<(), AllocActionError>>,
+    },
+}
+
+impl TaskCommand {
+    /// Answers a signal or restart that arrived while no process runs; other commands are
+    /// handed back.
+    fn refuse_if_action(self, task: &str) -> Option<TaskCommand> {
+        let not_running = || Err(AllocActionError::NotRunning(task.to_string()));
+        match self {
+            TaskCommand::Signal { reply, .. } | TaskCommand::Restart { reply } => {
+                let _ = reply.send(not_running());
+                None
+            }
+            other => Some(other),
+        }
+    }
 }
 
 /// A task runner's state after a change.
@@ -80,6 +106,8 @@ enum WaitEnd {
     Exited(ExitResult),
     Kill(Option<Box<TaskEvent>>),
     Detach,
+    Signal(String, oneshot::Sender<Result<(), AllocActionError>>),
+    Restart(oneshot::Sender<Result<(), AllocActionError>>),
 }
 
 impl TaskRunner {
@@ -157,12 +185,19 @@ impl TaskRunner {
         self.ctx.drivers.get(name).cloned()
     }
 
-    /// A command that arrived while the runner was not listening (starting, setting up).
+    /// A kill or detach that arrived while the runner was not listening (starting, setting
+    /// up); signals and restarts that came meanwhile are answered "not running".
     fn pending_command(&mut self) -> Option<TaskCommand> {
-        match self.cmds.try_recv() {
-            Ok(cmd) => Some(cmd),
-            Err(mpsc::error::TryRecvError::Empty) => None,
-            Err(mpsc::error::TryRecvError::Disconnected) => Some(TaskCommand::Detach),
+        loop {
+            match self.cmds.try_recv() {
+                Ok(cmd) => {
+                    if let Some(cmd) = cmd.refuse_if_action(&self.name) {
+                        return Some(cmd);
+                    }
+                }
+                Err(mpsc::error::TryRecvError::Empty) => return None,
+                Err(mpsc::error::TryRecvError::Disconnected) => return Some(TaskCommand::Detach),
+            }
         }
     }
 
@@ -201,8 +236,8 @@ impl TaskRunner {
 
     async fn start(&mut self) -> Step {
         match self.pending_command() {
-            Some(TaskCommand::Detach) => return Step::Done,
             Some(TaskCommand::Kill { event }) => return self.killed_while_idle(event).await,
+            Some(_) => return Step::Done,
             None => {}
         }
         let alloc = self.alloc.borrow().clone();
@@ -328,11 +363,23 @@ impl TaskRunner {
             })),
             cmd = self.cmds.recv() => match cmd {
                 Some(TaskCommand::Kill { event }) => WaitEnd::Kill(event),
+                Some(TaskCommand::Signal { signal, reply }) => WaitEnd::Signal(signal, reply),
+                Some(TaskCommand::Restart { reply }) => WaitEnd::Restart(reply),
                 Some(TaskCommand::Detach) | None => WaitEnd::Detach,
             },
         };
         match end {
             WaitEnd::Detach => Step::Done,
+            WaitEnd::Signal(signal, reply) => {
+                let sent = driver.signal(&task_id, &signal).await;
+                if sent.is_ok() {
+                    self.push(events::signaling(&signal));
+                    self.report().await;
+                }
+                let _ = reply.send(sent.map_err(AllocActionError::from));
+                Step::Wait { driver, task_id }
+            }
+            WaitEnd::Restart(reply) => self.restart(driver, task_id, reply).await,
             WaitEnd::Kill(event) => self.kill(&*driver, &task_id, event).await,
             WaitEnd::Exited(exit) => {
                 tracing::debug!(task = %self.name, %task_id, ?exit, "task exited");
@@ -345,6 +392,41 @@ impl TaskRunner {
                 Step::Decide(d)
             }
         }
+    }
+
+    /// `alloc restart`: stop the task (kill timeout and signal as for a kill), then start it
+    /// again without a delay and without counting it against the restart policy.
+    async fn restart(
+        &mut self,
+        driver: Arc<dyn Driver>,
+        task_id: String,
+        reply: oneshot::Sender<Result<(), AllocActionError>>,
+    ) -> Step {
+        tracing::info!(task = %self.name, %task_id, "restart requested");
+        self.push(events::restart_signaled(events::REASON_USER_RESTART));
+        self.report().await;
+        let alloc = self.alloc.borrow().clone();
+        let timeout = find_task(&alloc, &self.name)
+            .map(|(_, _, t)| t)
+            .map_or(Duration::from_secs(5), kill_timeout);
+        if let Err(e) = driver.stop(&task_id, timeout, "").await {
+            let _ = reply.send(Err(e.into()));
+            return Step::Wait { driver, task_id };
+        }
+        if let Ok(Ok(exit)) = tokio::time::timeout(timeout, driver.wait(&task_id)).await {
+            self.push(events::terminated(&exit));
+        }
+        self.forget(&*driver, &task_id).await;
+        self.record.state.restarts += 1;
+        self.record.state.last_restart = Some(crate::time::now_rfc3339());
+        self.push(events::restarting(
+            Duration::ZERO,
+            events::REASON_USER_RESTART,
+        ));
+        events::transition(&mut self.record.state, TASK_STATE_PENDING);
+        self.report().await;
+        let _ = reply.send(Ok(()));
+        Step::Start
     }
 
     /// Frees what the driver holds for an exited task and drops the handle.
@@ -419,12 +501,22 @@ impl TaskRunner {
                 self.push(events::restarting(delay, &reason));
                 events::transition(&mut self.record.state, TASK_STATE_PENDING);
                 self.report().await;
-                tokio::select! {
-                    () = tokio::time::sleep(delay) => Step::Start,
-                    cmd = self.cmds.recv() => match cmd {
-                        Some(TaskCommand::Kill { event }) => self.killed_while_idle(event).await,
-                        Some(TaskCommand::Detach) | None => Step::Done,
-                    },
+                let sleep = tokio::time::sleep(delay);
+                tokio::pin!(sleep);
+                loop {
+                    let cmd = tokio::select! {
+                        () = &mut sleep => return Step::Start,
+                        cmd = self.cmds.recv() => cmd,
+                    };
+                    let Some(cmd) = cmd else { return Step::Done };
+                    match cmd.refuse_if_action(&self.name) {
+                        Some(TaskCommand::Kill { event }) => {
+                            return self.killed_while_idle(event).await
+                        }
+                        Some(_) => return Step::Done,
+                        // A refused signal or restart: keep waiting out the delay.
+                        None => {}
+                    }
                 }
             }
         }

@@ -73,6 +73,50 @@ pub trait Driver: Send + Sync + 'static {
         cmd: &'a [String],
         timeout: Duration,
     ) -> DriverFuture<'a, ExecResult>;
+
+    /// Starts a command inside the task's environment with its stdin, stdout and stderr piped
+    /// to the caller (`alloc exec`). It runs until it exits or the [`ExecStream`] is dropped,
+    /// which kills it. `tty`: the caller asked for a terminal; drivers without pty support run
+    /// the command on pipes anyway. Drivers that cannot do this say [`DriverError::NotSupported`].
+    fn exec_streaming<'a>(
+        &'a self,
+        task_id: &'a str,
+        cmd: &'a [String],
+        tty: bool,
+    ) -> DriverFuture<'a, ExecStream> {
+        let _ = (task_id, cmd, tty);
+        let name = self.name();
+        Box::pin(async move {
+            Err(DriverError::NotSupported(format!(
+                "{name} driver: interactive exec (alloc exec) is not supported yet"
+            )))
+        })
+    }
+}
+
+/// A command started by [`Driver::exec_streaming`]. Dropping it kills the command and
+/// everything it started.
+pub struct ExecStream {
+    /// The command's stdin; dropping it closes the stream (EOF for the command).
+    pub stdin: Option<Pin<Box<dyn tokio::io::AsyncWrite + Send>>>,
+    pub stdout: Pin<Box<dyn tokio::io::AsyncRead + Send>>,
+    pub stderr: Pin<Box<dyn tokio::io::AsyncRead + Send>>,
+    /// Resolves once with how the command ended.
+    pub exit: Pin<Box<dyn Future<Output = ExitResult> + Send>>,
+    /// Kills the command's whole process group; harmless once it is gone.
+    pub kill: Box<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for ExecStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecStream").finish_non_exhaustive()
+    }
+}
+
+impl Drop for ExecStream {
+    fn drop(&mut self) {
+        (self.kill)();
+    }
 }
 
 /// What a driver supports, as Nomad's `drivers.Capabilities`.

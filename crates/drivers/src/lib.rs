@@ -34,8 +34,8 @@ mod table;
 
 pub use docker::{config::DockerConfig, DockerDriver};
 pub use driver::{
-    Capabilities, Driver, DriverFuture, ExecResult, ExitResult, Fingerprint, FsIsolation,
-    TaskConfig, TaskDir, TaskHandle, TaskResources, TaskState, TaskStats, TaskStatus,
+    Capabilities, Driver, DriverFuture, ExecResult, ExecStream, ExitResult, Fingerprint,
+    FsIsolation, TaskConfig, TaskDir, TaskHandle, TaskResources, TaskState, TaskStats, TaskStatus,
     TASK_HANDLE_VERSION,
 };
 pub use error::DriverError;

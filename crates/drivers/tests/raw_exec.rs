@@ -473,3 +473,36 @@ async fn start_errors_are_typed() {
     ));
     d.destroy("t3", true).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_streaming_exec_pipes_stdin_to_stdout_and_reports_its_exit() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = TestDir::new("raw-exec-stream");
+    let d = driver();
+    d.start(sh(dir.path(), "t", "exec sleep 30")).await.unwrap();
+    let cmd: Vec<String> = ["/bin/sh", "-c", "cat; echo err >&2; exit 4"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut s = d.exec_streaming("t", &cmd, false).await.unwrap();
+    let mut stdin = s.stdin.take().unwrap();
+    stdin.write_all(b"ping\n").await.unwrap();
+    drop(stdin);
+    let (mut out, mut err) = (String::new(), String::new());
+    tokio::time::timeout(LIMIT, async {
+        s.stdout.read_to_string(&mut out).await.unwrap();
+        s.stderr.read_to_string(&mut err).await.unwrap();
+    })
+    .await
+    .unwrap();
+    let exit = tokio::time::timeout(LIMIT, &mut s.exit).await.unwrap();
+    assert_eq!(
+        (out.as_str(), err.as_str(), exit.exit_code),
+        ("ping\n", "err\n", 4)
+    );
+    drop(s);
+    let none: Vec<String> = Vec::new();
+    assert!(d.exec_streaming("t", &none, false).await.is_err());
+    d.stop("t", Duration::from_secs(1), "").await.unwrap();
+    d.destroy("t", true).await.unwrap();
+}

@@ -45,6 +45,16 @@ impl AllocRoots for ClientAgentState {
     fn alloc_root(&self, alloc_id: &str) -> Result<PathBuf, ApiError> {
         fs::local_alloc_root(&*self.client, alloc_id)
     }
+
+    /// A client-only agent does not hold the servers' view of its tasks: a followed log goes on
+    /// until the caller hangs up (or the allocation's directory is gone).
+    fn task_dead(&self, alloc_id: &str, _task: &str) -> bool {
+        self.client.alloc_dir(alloc_id).is_none_or(|d| !d.is_dir())
+    }
+
+    fn shared(&self) -> Arc<dyn AllocRoots> {
+        Arc::new(self.clone())
+    }
 }
 
 type Params = Query<HashMap<String, String>>;

@@ -2,7 +2,8 @@
 //! of an allocation that runs on this agent's own client. Paths are confined to the allocation's
 //! directory: a path that climbs out of it (`..`, or a symlink pointing outside) is a 400.
 //!
-//! Following (`follow=true`) and forwarding to another node's client are not built yet.
+//! Following (`follow=true`) polls the log until the task is dead and the log drained. Forwarding
+//! to another node's client is not built yet.
 
 use crate::error::ApiError;
 use crate::{ApiState, LocalClient};
@@ -96,13 +97,31 @@ fn confine_existing(root: &Path, rel: &str) -> Result<PathBuf, ApiError> {
 
 /// Where an agent finds an allocation's directory: a server agent checks the allocation exists
 /// first; a client-only agent ([`crate::forward`]) only looks on its own client.
-pub(crate) trait AllocRoots {
+pub(crate) trait AllocRoots: Send + Sync {
     fn alloc_root(&self, alloc_id: &str) -> Result<PathBuf, ApiError>;
+    /// Whether the task has died (a followed log ends once drained).
+    fn task_dead(&self, alloc_id: &str, task: &str) -> bool;
+    /// An owned handle, for a stream that outlives the request.
+    fn shared(&self) -> std::sync::Arc<dyn AllocRoots>;
 }
 
 impl AllocRoots for ApiState {
     fn alloc_root(&self, alloc_id: &str) -> Result<PathBuf, ApiError> {
         alloc_root(self, alloc_id)
+    }
+
+    fn task_dead(&self, alloc_id: &str, task: &str) -> bool {
+        let Some(alloc) = self.server.state().snapshot().alloc(alloc_id) else {
+            return true;
+        };
+        match alloc.task_states.get(task) {
+            Some(t) => t.state == model::alloc::TASK_STATE_DEAD,
+            None => alloc.client_terminal(),
+        }
+    }
+
+    fn shared(&self) -> std::sync::Arc<dyn AllocRoots> {
+        std::sync::Arc::new(self.clone())
     }
 }
 
@@ -346,16 +365,25 @@ pub(crate) fn logs_inner(
         None => 0,
     };
     let plain = flag(params, "plain")?;
-    if flag(params, "follow")? {
-        return Err(not_implemented(
-            "following logs (follow=true) is not supported yet",
-        ));
-    }
     let root = st.alloc_root(alloc_id)?;
     if task.contains('/') || task.contains("..") {
         return Err(ApiError::bad_request(format!("invalid task name {task:?}")));
     }
     let rel = format!("alloc/logs/{task}.{kind}.0");
+    if flag(params, "follow")? {
+        let follow = Follow {
+            st: st.shared(),
+            alloc_id: alloc_id.to_string(),
+            task: task.clone(),
+            root,
+            rel,
+            offset,
+            from_end: origin == "end",
+            plain,
+            task_dead: false,
+        };
+        return Ok(follow.response());
+    }
     let (data, end) = read_log(&root, &rel, offset, origin == "end")?;
     if plain {
         return Ok(text(data));
@@ -381,6 +409,81 @@ pub(crate) fn logs_inner(
         body,
     )
         .into_response())
+}
+
+/// A followed log (`follow=true`): new bytes as they are written, until the task is dead and
+/// the log drained. The file is polled every [`FOLLOW_POLL`].
+struct Follow {
+    st: std::sync::Arc<dyn AllocRoots>,
+    alloc_id: String,
+    task: String,
+    root: PathBuf,
+    rel: String,
+    offset: u64,
+    /// The first read counts `offset` from the end.
+    from_end: bool,
+    plain: bool,
+    /// The task was seen dead: one more read drains the log, then the stream ends.
+    task_dead: bool,
+}
+
+/// How often a followed log is read for new bytes.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
+impl Follow {
+    fn response(self) -> Response {
+        let content_type = if self.plain {
+            "text/plain; charset=utf-8"
+        } else {
+            "application/json"
+        };
+        let stream = futures::stream::unfold(self, |mut f| async move {
+            let chunk = f.next_chunk().await?;
+            Some((Ok::<_, std::io::Error>(chunk), f))
+        });
+        (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, content_type)],
+            axum::body::Body::from_stream(stream),
+        )
+            .into_response()
+    }
+
+    /// The next bytes to send; `None` ends the stream.
+    async fn next_chunk(&mut self) -> Option<Vec<u8>> {
+        loop {
+            let from_end = std::mem::take(&mut self.from_end);
+            let (data, end) = read_log(&self.root, &self.rel, self.offset, from_end).ok()?;
+            self.offset = end;
+            if !data.is_empty() {
+                return Some(self.encode(data, end));
+            }
+            if self.task_dead {
+                return None;
+            }
+            self.task_dead = self.task_is_dead();
+            if !self.task_dead {
+                tokio::time::sleep(FOLLOW_POLL).await;
+            }
+        }
+    }
+
+    fn task_is_dead(&self) -> bool {
+        self.st.task_dead(&self.alloc_id, &self.task)
+    }
+
+    fn encode(&self, data: Vec<u8>, end: u64) -> Vec<u8> {
+        if self.plain {
+            return data;
+        }
+        let frame = StreamFrame {
+            offset: end,
+            data: base64::engine::general_purpose::STANDARD.encode(&data),
+            file: self.rel.clone(),
+            file_event: String::new(),
+        };
+        serde_json::to_vec(&frame).unwrap_or_default()
+    }
 }
 
 /// The log's bytes from `offset` (from the end when `from_end`), and the file offset they end at.

@@ -7,6 +7,7 @@
 //! Invariant: every error is plain text with Nomad's status code; every success is 200.
 
 mod agent;
+mod client_allocs;
 mod deployments;
 mod error;
 mod evals;
@@ -21,10 +22,15 @@ mod reply;
 
 use axum::routing::{any, get};
 use axum::Router;
+use serde::Serialize;
 use server::Server;
+use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 
+pub use client_allocs::TaskUsage;
 pub use fs::AllocFileInfo;
 
 /// What the agent tells the API about itself (for `/v1/agent/*` and `/v1/regions`).
@@ -46,6 +52,131 @@ pub trait LocalClient: Send + Sync {
     fn alloc_dir(&self, alloc_id: &str) -> Option<PathBuf>;
     /// The node ID the client registered as (`stats.client.node_id` of `/v1/agent/self`).
     fn node_id(&self) -> String;
+    /// Sends `signal` to `task`, or to every running task when `task` is empty.
+    fn signal<'a>(
+        &'a self,
+        alloc_id: &'a str,
+        task: &'a str,
+        signal: &'a str,
+    ) -> LocalFuture<'a, ()>;
+    /// Restarts `task` in place, or every running task when `task` is empty.
+    fn restart<'a>(&'a self, alloc_id: &'a str, task: &'a str) -> LocalFuture<'a, ()>;
+    /// The resource usage of each running task.
+    fn alloc_stats<'a>(&'a self, alloc_id: &'a str)
+        -> LocalFuture<'a, BTreeMap<String, TaskUsage>>;
+    /// The host's resource usage.
+    fn host_stats(&self) -> LocalFuture<'_, HostStats>;
+    /// Starts `command` inside the running `task` with piped stdio.
+    fn exec<'a>(
+        &'a self,
+        alloc_id: &'a str,
+        task: &'a str,
+        command: &'a [String],
+        tty: bool,
+    ) -> LocalFuture<'a, ExecSession>;
+}
+
+/// What [`LocalClient`]'s async calls return.
+pub type LocalFuture<'a, T> =
+    Pin<Box<dyn Future<Output = Result<T, LocalClientError>> + Send + 'a>>;
+
+/// Why the local client refused or failed an action; `kind` picks the HTTP status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalClientError {
+    pub kind: LocalErrorKind,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalErrorKind {
+    /// No such allocation or task on this client (404).
+    NotFound,
+    /// The request cannot be done as asked: a task not running, an unknown signal (400).
+    BadRequest,
+    /// Not built yet, or not offered by the task's driver (501).
+    NotSupported,
+    Internal,
+}
+
+/// A command started by [`LocalClient::exec`]; dropping it kills the command.
+pub struct ExecSession {
+    /// `None` once closed.
+    pub stdin: Option<Pin<Box<dyn tokio::io::AsyncWrite + Send>>>,
+    pub stdout: Pin<Box<dyn tokio::io::AsyncRead + Send>>,
+    pub stderr: Pin<Box<dyn tokio::io::AsyncRead + Send>>,
+    /// Resolves with the exit code.
+    pub exit: Pin<Box<dyn Future<Output = i32> + Send>>,
+    /// Whatever must live as long as the session (dropping it kills the command).
+    pub guard: Box<dyn Send>,
+}
+
+/// Nomad's `HostStats` (`/v1/client/stats`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct HostStats {
+    #[serde(rename = "Memory")]
+    pub memory: HostMemoryStats,
+    #[serde(rename = "CPU")]
+    pub cpu: Vec<HostCpuStats>,
+    #[serde(rename = "DiskStats")]
+    pub disk_stats: Vec<HostDiskStats>,
+    #[serde(rename = "AllocDirStats")]
+    pub alloc_dir_stats: Option<HostDiskStats>,
+    #[serde(rename = "DeviceStats")]
+    pub device_stats: Vec<serde_json::Value>,
+    /// Seconds.
+    #[serde(rename = "Uptime")]
+    pub uptime: u64,
+    /// Unix nanoseconds.
+    #[serde(rename = "Timestamp")]
+    pub timestamp: i64,
+    #[serde(rename = "CPUTicksConsumed")]
+    pub cpu_ticks_consumed: f64,
+}
+
+/// Bytes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct HostMemoryStats {
+    #[serde(rename = "Total")]
+    pub total: u64,
+    #[serde(rename = "Available")]
+    pub available: u64,
+    #[serde(rename = "Used")]
+    pub used: u64,
+    #[serde(rename = "Free")]
+    pub free: u64,
+}
+
+/// Percentages.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct HostCpuStats {
+    #[serde(rename = "CPU")]
+    pub cpu: String,
+    #[serde(rename = "User")]
+    pub user: f64,
+    #[serde(rename = "System")]
+    pub system: f64,
+    #[serde(rename = "Idle")]
+    pub idle: f64,
+    #[serde(rename = "Total")]
+    pub total: f64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct HostDiskStats {
+    #[serde(rename = "Device")]
+    pub device: String,
+    #[serde(rename = "Mountpoint")]
+    pub mountpoint: String,
+    #[serde(rename = "Size")]
+    pub size: u64,
+    #[serde(rename = "Used")]
+    pub used: u64,
+    #[serde(rename = "Available")]
+    pub available: u64,
+    #[serde(rename = "UsedPercent")]
+    pub used_percent: f64,
+    #[serde(rename = "InodesUsedPercent")]
+    pub inodes_used_percent: f64,
 }
 
 /// Shared by every handler.
@@ -75,6 +206,16 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/client/fs/logs/{alloc_id}", get(fs::logs))
         .route("/v1/client/fs/cat/{alloc_id}", get(fs::cat))
         .route("/v1/client/fs/ls/{alloc_id}", get(fs::ls))
+        .route(
+            "/v1/client/allocation/{alloc_id}/exec",
+            get(client_allocs::exec),
+        )
+        .route(
+            "/v1/client/allocation/{alloc_id}/{action}",
+            any(client_allocs::action),
+        )
+        .route("/v1/client/stats", get(client_allocs::host_stats))
+        .route("/v1/client/gc", any(client_allocs::client_gc))
         .route("/v1/status/leader", get(agent::leader))
         .route("/v1/status/peers", get(agent::peers))
         .route("/v1/regions", get(agent::regions))

@@ -1,6 +1,6 @@
 //! `/v1/nodes`, `/v1/node/:id[/allocations]`, `/v1/allocations`, `/v1/allocation/:id`: reads of the
-//! nodes and allocations the servers know, and the operators' node writes: `/v1/node/:id/drain`,
-//! `/eligibility`, `/evaluate` (purge and meta are not built yet).
+//! nodes and allocations the servers know, `alloc stop`, and the operators' node writes:
+//! `/v1/node/:id/drain`, `/eligibility`, `/evaluate` (purge and meta are not built yet).
 
 use crate::error::ApiError;
 use crate::query::{index_of, QueryOptions};
@@ -170,25 +170,40 @@ async fn list_allocs_inner(
 
 pub async fn alloc(
     State(st): State<ApiState>,
+    method: Method,
     Path(rest): Path<String>,
     Query(params): Params,
 ) -> Response {
-    alloc_inner(&st, &rest, params)
+    alloc_inner(&st, method, &rest, params)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn alloc_inner(
     st: &ApiState,
+    method: Method,
     rest: &str,
     params: HashMap<String, String>,
 ) -> Result<Response, ApiError> {
     let q = QueryOptions::parse(params)?;
-    if rest.ends_with("/stop") || rest.ends_with("/services") || rest.ends_with("/checks") {
+    if let Some(id) = rest.strip_suffix("/stop") {
+        if method != Method::PUT && method != Method::POST {
+            return Err(ApiError::invalid_method());
+        }
+        let resp = st
+            .server
+            .alloc_stop(id, q.flag("no_shutdown_delay")?)
+            .await?;
+        return Ok(reply::write(&resp, resp.index, q.pretty));
+    }
+    if rest.ends_with("/services") || rest.ends_with("/checks") {
         return Err(ApiError {
             status: StatusCode::NOT_IMPLEMENTED,
             message: "this allocation action is not supported yet".into(),
         });
+    }
+    if method != Method::GET {
+        return Err(ApiError::invalid_method());
     }
     let tables = [Table::Allocs];
     let snap = q.block(st.server.state(), &tables).await;

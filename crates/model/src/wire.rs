@@ -432,3 +432,14 @@ pub struct NodeWriteResponse {
     #[serde(rename = "Index")]
     pub index: u64,
 }
+
+/// The answer to `PUT /v1/allocation/:id/stop` (Nomad's AllocStopResponse).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AllocStopResponse {
+    /// The evaluation that replaces the allocation.
+    #[serde(rename = "EvalID")]
+    pub eval_id: String,
+    #[serde(rename = "Index")]
+    pub index: u64,
+}

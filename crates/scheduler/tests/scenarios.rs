@@ -460,6 +460,24 @@ fn allocations_marked_for_migration_leave_a_draining_node() {
     );
 }
 
+#[test]
+fn an_alloc_stopped_by_a_user_migrates_from_a_healthy_node() {
+    // `alloc stop` marks one allocation for migration without draining its node (Nomad's
+    // filterByTainted migrates any non-terminal allocation so marked).
+    let mut v = cluster(1);
+    run_and_apply(&mut v, job("web", "service", 1));
+    let a = live(&v).into_iter().next().expect("placed");
+    v.update_alloc(&a.id, |a| a.desired_transition.migrate = Some(true));
+    let j = v.job("default", "web").expect("stored");
+    check(
+        &v,
+        &eval(&j),
+        "eval complete
+         place web.web[0] on n1 replacing web.web[0] on n1
+         stop web.web[0] on n1: alloc is being migrated",
+    );
+}
+
 fn fail(v: &mut MemView, name: &str, finished_ago_secs: i64) {
     let a = live(v)
         .into_iter()

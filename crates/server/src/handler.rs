@@ -36,6 +36,12 @@ impl rpc::Handler for RpcHandler {
                     })
                     .await
                 }
+                crate::endpoints::alloc::ALLOC_STOP => {
+                    call(body, |req: (String, bool)| async move {
+                        server.alloc_stop_local(&req.0, req.1).await
+                    })
+                    .await
+                }
                 "Job.Evaluate" => {
                     call(body, |req: (String, String)| async move {
                         server.job_evaluate_local(&req.0, &req.1).await

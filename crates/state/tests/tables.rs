@@ -114,6 +114,41 @@ fn a_replacement_alloc_links_its_predecessor() {
 }
 
 #[test]
+fn a_desired_transition_merges_and_keeps_the_alloc_modify_index() {
+    // `alloc stop` marks the allocation for migration with its eval in one entry; the client must
+    // not see a server change (AllocModifyIndex) until the scheduler stops the allocation.
+    let mut fsm = Fsm::default();
+    fsm.register(&job("web"), "e1");
+    let mut a1 = alloc("a1", &fsm.job("web"), "n1", "e1");
+    a1.desired_transition.reschedule = Some(true);
+    fsm.allocs(vec![a1]);
+    let before = fsm.snap().alloc("a1").unwrap();
+    let transition = model::alloc::DesiredTransition {
+        migrate: Some(true),
+        ..Default::default()
+    };
+    let resp = fsm.apply(Command::AllocUpdateDesiredTransition {
+        transitions: [
+            ("a1".to_string(), transition),
+            ("gone".to_string(), Default::default()),
+        ]
+        .into_iter()
+        .collect(),
+        evals: vec![eval("e2", "web")],
+    });
+    let a1 = fsm.snap().alloc("a1").unwrap();
+    assert!(a1.desired_transition.should_migrate());
+    assert!(
+        a1.desired_transition.should_reschedule(),
+        "merged, not replaced"
+    );
+    assert_eq!(a1.modify_index, resp.index);
+    assert_eq!(a1.alloc_modify_index, before.alloc_modify_index);
+    assert!(fsm.snap().eval("e2").is_some());
+    assert!(fsm.snap().alloc("gone").is_none());
+}
+
+#[test]
 fn applying_an_old_index_is_refused() {
     let store = state::StateStore::new();
     store

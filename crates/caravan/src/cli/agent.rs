@@ -6,6 +6,7 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use jobspec::agent::AgentConfig;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -356,6 +357,145 @@ impl httpapi::LocalClient for LocalClientHandle {
 
     fn node_id(&self) -> String {
         self.0.node_id().to_string()
+    }
+
+    fn signal<'a>(
+        &'a self,
+        alloc_id: &'a str,
+        task: &'a str,
+        signal: &'a str,
+    ) -> httpapi::LocalFuture<'a, ()> {
+        let task = (!task.is_empty()).then_some(task);
+        Box::pin(async move {
+            self.0
+                .signal_alloc(alloc_id, task, signal)
+                .await
+                .map_err(local_error)
+        })
+    }
+
+    fn restart<'a>(&'a self, alloc_id: &'a str, task: &'a str) -> httpapi::LocalFuture<'a, ()> {
+        let task = (!task.is_empty()).then_some(task);
+        Box::pin(async move {
+            self.0
+                .restart_alloc(alloc_id, task)
+                .await
+                .map_err(local_error)
+        })
+    }
+
+    fn alloc_stats<'a>(
+        &'a self,
+        alloc_id: &'a str,
+    ) -> httpapi::LocalFuture<'a, BTreeMap<String, httpapi::TaskUsage>> {
+        Box::pin(async move {
+            let stats = self.0.alloc_stats(alloc_id).await.map_err(local_error)?;
+            Ok(stats
+                .into_iter()
+                .map(|(task, s)| {
+                    let usage = httpapi::TaskUsage {
+                        timestamp_unix_ns: s.timestamp_unix_ns,
+                        cpu_percent: s.cpu_percent,
+                        cpu_user_seconds: s.cpu_user_seconds,
+                        cpu_system_seconds: s.cpu_system_seconds,
+                        memory_rss_bytes: s.memory_rss_bytes,
+                        memory_swap_bytes: s.memory_swap_bytes,
+                    };
+                    (task, usage)
+                })
+                .collect())
+        })
+    }
+
+    fn host_stats(&self) -> httpapi::LocalFuture<'_, httpapi::HostStats> {
+        Box::pin(async move { Ok(host_stats_of(self.0.host_stats().await)) })
+    }
+
+    fn exec<'a>(
+        &'a self,
+        alloc_id: &'a str,
+        task: &'a str,
+        command: &'a [String],
+        tty: bool,
+    ) -> httpapi::LocalFuture<'a, httpapi::ExecSession> {
+        Box::pin(async move {
+            let mut stream = self
+                .0
+                .exec_alloc(alloc_id, task, command, tty)
+                .await
+                .map_err(local_error)?;
+            // The driver's stream kills the command when dropped: it becomes the session's guard,
+            // its parts moved out first.
+            let stdout = std::mem::replace(&mut stream.stdout, Box::pin(tokio::io::empty()));
+            let stderr = std::mem::replace(&mut stream.stderr, Box::pin(tokio::io::empty()));
+            let exit = std::mem::replace(&mut stream.exit, Box::pin(std::future::pending()));
+            Ok(httpapi::ExecSession {
+                stdin: stream.stdin.take(),
+                stdout,
+                stderr,
+                exit: Box::pin(async move { exit.await.exit_code }),
+                guard: Box::new(stream),
+            })
+        })
+    }
+}
+
+/// The client's action errors as the HTTP API reports them.
+fn local_error(e: client::AllocActionError) -> httpapi::LocalClientError {
+    use client::AllocActionError as E;
+    use httpapi::LocalErrorKind as K;
+    let kind = match &e {
+        E::UnknownAlloc(_) | E::UnknownTask { .. } => K::NotFound,
+        E::NotRunning(_) => K::BadRequest,
+        E::Driver(drivers::DriverError::NotSupported(_)) => K::NotSupported,
+        E::Driver(
+            drivers::DriverError::UnknownSignal(_)
+            | drivers::DriverError::NotRunning(_)
+            | drivers::DriverError::InvalidConfig { .. },
+        ) => K::BadRequest,
+        E::Driver(drivers::DriverError::Start { .. }) => K::BadRequest,
+        E::Driver(_) | E::Timeout(_) => K::Internal,
+    };
+    httpapi::LocalClientError {
+        kind,
+        message: e.to_string(),
+    }
+}
+
+fn host_stats_of(h: client::HostStats) -> httpapi::HostStats {
+    let disk = |d: client::HostDiskStats| httpapi::HostDiskStats {
+        device: d.device,
+        mountpoint: d.mountpoint,
+        size: d.size_bytes,
+        used: d.used_bytes,
+        available: d.available_bytes,
+        used_percent: d.used_percent,
+        inodes_used_percent: d.inodes_used_percent,
+    };
+    httpapi::HostStats {
+        memory: httpapi::HostMemoryStats {
+            total: h.memory.total,
+            available: h.memory.available,
+            used: h.memory.used,
+            free: h.memory.free,
+        },
+        cpu: h
+            .cpus
+            .into_iter()
+            .map(|c| httpapi::HostCpuStats {
+                cpu: c.cpu,
+                user: c.user,
+                system: c.system,
+                idle: c.idle,
+                total: c.total,
+            })
+            .collect(),
+        disk_stats: h.disks.into_iter().map(disk).collect(),
+        alloc_dir_stats: h.alloc_dir.map(disk),
+        device_stats: Vec::new(),
+        uptime: h.uptime_s,
+        timestamp: h.timestamp_unix_ns,
+        cpu_ticks_consumed: h.cpu_ticks_consumed,
     }
 }
 

@@ -1,4 +1,5 @@
-//! `caravan alloc status|logs|fs`: one allocation's state, its tasks' logs, and its files.
+//! `caravan alloc status|logs|fs`: one allocation's state, its tasks' logs, and its files
+//! (`stop|signal|restart|exec` and following logs: `alloc_ops.rs`).
 
 use super::connect::{block_on, fail, ApiFlags};
 use super::output::{
@@ -16,6 +17,14 @@ pub enum AllocCommand {
     Logs(LogsArgs),
     /// List a directory of the allocation, or print a file
     Fs(FsArgs),
+    /// Stop an allocation; the scheduler places a replacement
+    Stop(super::alloc_ops::StopArgs),
+    /// Send a signal to an allocation's tasks
+    Signal(super::alloc_ops::SignalArgs),
+    /// Restart an allocation's tasks in place
+    Restart(super::alloc_ops::RestartArgs),
+    /// Run a command inside a task of an allocation
+    Exec(super::alloc_ops::ExecArgs),
 }
 
 #[derive(Args)]
@@ -45,7 +54,7 @@ pub struct LogsArgs {
     /// With -tail: how many lines
     #[arg(short = 'n', value_name = "N")]
     lines: Option<usize>,
-    /// Follow the log (not supported yet)
+    /// Follow the log until the task is dead (or Ctrl-C)
     #[arg(short = 'f')]
     follow: bool,
     /// An allocation ID or ID prefix
@@ -69,11 +78,19 @@ pub fn run(cmd: AllocCommand) -> i32 {
         AllocCommand::Status(args) => status(args),
         AllocCommand::Logs(args) => logs(args),
         AllocCommand::Fs(args) => fs(args),
+        AllocCommand::Stop(args) => super::alloc_ops::stop(args),
+        AllocCommand::Signal(args) => super::alloc_ops::signal(args),
+        AllocCommand::Restart(args) => super::alloc_ops::restart(args),
+        AllocCommand::Exec(args) => super::alloc_ops::exec(args),
     }
 }
 
 /// The full allocation an ID or prefix names, or the message (and exit code 1) to give.
-async fn find_alloc(client: &api::Client, prefix: &str, verbose: bool) -> Result<Allocation, i32> {
+pub(super) async fn find_alloc(
+    client: &api::Client,
+    prefix: &str,
+    verbose: bool,
+) -> Result<Allocation, i32> {
     if prefix.chars().count() == 1 {
         eprintln!("Identifier must contain at least two characters.");
         return Err(1);
@@ -109,7 +126,7 @@ async fn find_alloc(client: &api::Client, prefix: &str, verbose: bool) -> Result
     }
 }
 
-fn connect(api: &ApiFlags) -> Result<api::Client, i32> {
+pub(super) fn connect(api: &ApiFlags) -> Result<api::Client, i32> {
     api.client().map_err(|msg| {
         eprintln!("{msg}");
         1
@@ -250,7 +267,7 @@ fn task_events(state: &TaskState, verbose: bool, now: i64) -> String {
 }
 
 /// The task a command means: the one named, or the group's only task.
-fn pick_task(a: &Allocation, named: Option<&str>) -> Result<String, String> {
+pub(super) fn pick_task(a: &Allocation, named: Option<&str>) -> Result<String, String> {
     let mut tasks: Vec<String> = a
         .job
         .as_ref()
@@ -276,7 +293,7 @@ fn pick_task(a: &Allocation, named: Option<&str>) -> Result<String, String> {
 }
 
 /// The last `n` lines of `text`.
-fn last_lines(text: &str, n: usize) -> &str {
+pub(super) fn last_lines(text: &str, n: usize) -> &str {
     if n == 0 {
         return "";
     }
@@ -288,12 +305,6 @@ fn last_lines(text: &str, n: usize) -> &str {
 }
 
 fn logs(args: LogsArgs) -> i32 {
-    if args.follow {
-        eprintln!(
-            "Following logs (-f) is not supported yet; run without -f to print the log so far."
-        );
-        return 1;
-    }
     let client = match connect(&args.api) {
         Ok(c) => c,
         Err(code) => return code,
@@ -310,6 +321,11 @@ fn logs(args: LogsArgs) -> i32 {
                 return 1;
             }
         };
+        if args.follow {
+            let tail = (args.tail || args.lines.is_some()).then(|| args.lines.unwrap_or(10));
+            return super::alloc_ops::follow_logs(&client, &alloc.id, &task, args.stderr, tail)
+                .await;
+        }
         let opts = api::LogOptions {
             stderr: args.stderr,
             ..Default::default()

@@ -5,6 +5,7 @@
 
 mod agent;
 mod alloc;
+mod alloc_ops;
 mod connect;
 mod deployment;
 mod diff;
@@ -106,15 +107,18 @@ pub fn run(args: Vec<OsString>) -> i32 {
 /// Nomad writes long flags with one dash (`-var-file=x`); clap wants two. Rewrites `-name…` to
 /// `--name…` for every argument before a bare `--` that starts with one dash and a letter, and is longer
 /// than a short flag.
+///
+/// `alloc exec ALLOC CMD ARGS…`: everything after the allocation is the command's own, untouched.
 fn nomad_style_flags(args: Vec<OsString>) -> Vec<OsString> {
     let mut out = Vec::with_capacity(args.len());
     let mut passthrough = false;
+    let mut exec = ExecArgs::default();
     for arg in args {
         let Some(text) = arg.to_str() else {
             out.push(arg);
             continue;
         };
-        if text == "--" {
+        if text == "--" || exec.command_starts(text) {
             passthrough = true;
         }
         let bytes = text.as_bytes();
@@ -131,9 +135,58 @@ fn nomad_style_flags(args: Vec<OsString>) -> Vec<OsString> {
     out
 }
 
+/// Where the command of `alloc exec` starts: after the allocation, the first positional.
+#[derive(Default)]
+struct ExecArgs {
+    /// Positionals seen so far (`caravan`, `alloc`, `exec`, the allocation).
+    words: Vec<String>,
+    /// The previous argument was a flag whose value is the next argument.
+    value_next: bool,
+}
+
+impl ExecArgs {
+    /// Flags of `alloc exec` that take a separate value.
+    const VALUE_FLAGS: [&'static str; 5] = ["task", "address", "token", "region", "namespace"];
+
+    fn command_starts(&mut self, arg: &str) -> bool {
+        if std::mem::take(&mut self.value_next) {
+            return false;
+        }
+        if let Some(flag) = arg.strip_prefix('-') {
+            let name = flag.trim_start_matches('-');
+            self.value_next = !name.contains('=') && Self::VALUE_FLAGS.contains(&name);
+            return false;
+        }
+        let is_exec = self.words.len() >= 3 && self.words[1] == "alloc" && self.words[2] == "exec";
+        if is_exec && self.words.len() == 4 {
+            return true;
+        }
+        self.words.push(arg.to_string());
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_command_of_alloc_exec_keeps_its_flags() {
+        let args: Vec<OsString> = [
+            "caravan", "alloc", "exec", "-task", "t", "-i=false", "abc", "ls", "-la", "-task",
+        ]
+        .iter()
+        .map(OsString::from)
+        .collect();
+        let out: Vec<String> = nomad_style_flags(args)
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        assert_eq!(
+            out,
+            ["caravan", "alloc", "exec", "--task", "t", "-i=false", "abc", "ls", "-la", "-task"]
+        );
+    }
 
     #[test]
     fn single_dash_long_flags_become_double() {

@@ -8,8 +8,8 @@ pub(crate) mod spawn;
 pub(crate) mod task;
 
 use crate::driver::{
-    Capabilities, Driver, DriverFuture, ExecResult, ExitResult, Fingerprint, FsIsolation,
-    TaskConfig, TaskHandle, TaskStats, TaskStatus, TASK_HANDLE_VERSION,
+    Capabilities, Driver, DriverFuture, ExecResult, ExecStream, ExitResult, Fingerprint,
+    FsIsolation, TaskConfig, TaskHandle, TaskStats, TaskStatus, TASK_HANDLE_VERSION,
 };
 use crate::error::DriverError;
 use crate::exit_cell::ExitCell;
@@ -229,6 +229,65 @@ impl RawExecDriver {
             }
         }
     }
+
+    /// `exec_streaming`: the command in the task's directory and environment, in its own
+    /// session (so a kill reaches everything it starts), on pipes.
+    async fn exec_stream_in_task(
+        &self,
+        task_id: &str,
+        cmd: &[String],
+    ) -> Result<ExecStream, DriverError> {
+        let task = self.tasks.get(task_id)?;
+        if task.exit.has_exited() {
+            return Err(DriverError::NotRunning(task_id.to_string()));
+        }
+        let (bin, args) = cmd
+            .split_first()
+            .ok_or_else(|| DriverError::invalid(NAME, "exec needs a command"))?;
+        let program = spawn::lookup_bin(&task.config, bin)?;
+        let mut command = spawn::build_command(
+            &task.config,
+            &program,
+            args,
+            &task.config.task_dir.dir,
+            Stdio::piped(),
+            Stdio::piped(),
+        )?;
+        command.stdin(Stdio::piped());
+        let mut child = command
+            .spawn()
+            .map_err(|e| DriverError::io(task_id, "starting the exec command", e))?;
+        let group = child
+            .id()
+            .and_then(ProcIdentity::of)
+            .map(|leader| crate::process_group::TaskGroup { leader });
+        let io_missing = || DriverError::invalid(NAME, "the exec command's pipes are missing");
+        let stdin = child.stdin.take().ok_or_else(io_missing)?;
+        let stdout = child.stdout.take().ok_or_else(io_missing)?;
+        let stderr = child.stderr.take().ok_or_else(io_missing)?;
+        let id = task_id.to_string();
+        let exit = async move {
+            match child.wait().await {
+                Ok(status) => task::exit_from_status(status),
+                Err(e) => ExitResult {
+                    exit_code: 1,
+                    err: Some(format!("waiting for exec in task {id:?}: {e}")),
+                    ..ExitResult::default()
+                },
+            }
+        };
+        Ok(ExecStream {
+            stdin: Some(Box::pin(stdin)),
+            stdout: Box::pin(stdout),
+            stderr: Box::pin(stderr),
+            exit: Box::pin(exit),
+            kill: Box::new(move || {
+                if let Some(group) = group {
+                    let _ = group.signal(nix::sys::signal::SIGKILL);
+                }
+            }),
+        })
+    }
 }
 
 /// The main process's identity, read right after spawn (it cannot have been reaped yet: only
@@ -346,5 +405,14 @@ impl Driver for RawExecDriver {
         timeout: Duration,
     ) -> DriverFuture<'a, ExecResult> {
         Box::pin(self.exec_in_task(task_id, cmd, timeout))
+    }
+
+    fn exec_streaming<'a>(
+        &'a self,
+        task_id: &'a str,
+        cmd: &'a [String],
+        _tty: bool,
+    ) -> DriverFuture<'a, ExecStream> {
+        Box::pin(self.exec_stream_in_task(task_id, cmd))
     }
 }

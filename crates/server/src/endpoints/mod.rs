@@ -1,6 +1,7 @@
 //! Server endpoints, one module per resource. Each public endpoint forwards to the leader when this
 //! server does not lead; its `_local` twin runs on the leader.
 
+pub mod alloc;
 pub mod deployment;
 pub mod job;
 pub mod launch;

@@ -1,0 +1,325 @@
+//! `caravan alloc stop|signal|restart|exec` and `alloc logs -f`: actions on one allocation.
+
+use super::alloc::{connect, find_alloc, pick_task};
+use super::connect::{block_on, fail, ApiFlags};
+use super::monitor::Monitor;
+use base64::Engine;
+use clap::Args;
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use std::io::Write;
+use tokio::io::AsyncReadExt;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+
+#[derive(Args)]
+pub struct StopArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// Return at once with the evaluation ID instead of monitoring it
+    #[arg(long)]
+    detach: bool,
+    /// Full IDs
+    #[arg(long)]
+    verbose: bool,
+    /// An allocation ID or ID prefix
+    alloc: String,
+}
+
+#[derive(Args)]
+pub struct SignalArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// The signal to send
+    #[arg(short = 's', value_name = "SIGNAL", default_value = "SIGKILL")]
+    signal: String,
+    /// The task to signal (instead of the positional TASK)
+    #[arg(long)]
+    task: Option<String>,
+    /// An allocation ID or ID prefix
+    alloc: String,
+    /// The task to signal [default: every running task]
+    task_arg: Option<String>,
+}
+
+#[derive(Args)]
+pub struct RestartArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// The task to restart (instead of the positional TASK)
+    #[arg(long)]
+    task: Option<String>,
+    /// Restart every running task
+    #[arg(long = "all-tasks")]
+    all_tasks: bool,
+    /// An allocation ID or ID prefix
+    alloc: String,
+    /// The task to restart [default: every running task]
+    task_arg: Option<String>,
+}
+
+#[derive(Args)]
+pub struct ExecArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// The task to run the command in (optional when the group has one task)
+    #[arg(long)]
+    task: Option<String>,
+    /// Pass this terminal's stdin to the command
+    #[arg(short = 'i', default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    stdin: bool,
+    /// Ask for a terminal (accepted; the command runs on pipes for now)
+    #[arg(short = 't', default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    tty: bool,
+    /// An allocation ID or ID prefix
+    alloc: String,
+    /// The command and its arguments
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    command: Vec<String>,
+}
+
+pub fn stop(args: StopArgs) -> i32 {
+    let client = match connect(&args.api) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    block_on(async {
+        let alloc = match find_alloc(&client, args.alloc.trim(), args.verbose).await {
+            Ok(a) => a,
+            Err(code) => return code,
+        };
+        let resp = match client.stop_allocation(&alloc.id).await {
+            Ok(r) => r,
+            Err(e) => return fail("Error stopping allocation", &e),
+        };
+        if args.detach {
+            println!("{}", resp.eval_id);
+            return 0;
+        }
+        Monitor::new(&client, args.verbose).run(&resp.eval_id).await
+    })
+}
+
+/// The task a signal or restart names: `-task`, else the positional one, else every task.
+fn named_task(flag: Option<String>, positional: Option<String>) -> Option<String> {
+    flag.or(positional).filter(|t| !t.is_empty())
+}
+
+pub fn signal(args: SignalArgs) -> i32 {
+    let client = match connect(&args.api) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let task = named_task(args.task, args.task_arg);
+    block_on(async {
+        let alloc = match find_alloc(&client, args.alloc.trim(), false).await {
+            Ok(a) => a,
+            Err(code) => return code,
+        };
+        if let Some(t) = task.as_deref() {
+            if let Err(msg) = pick_task(&alloc, Some(t)) {
+                eprintln!("{msg}");
+                return 1;
+            }
+        }
+        match client
+            .signal_allocation(&alloc.id, task.as_deref(), &args.signal)
+            .await
+        {
+            Ok(()) => 0,
+            Err(e) => fail("Error signalling allocation", &e),
+        }
+    })
+}
+
+pub fn restart(args: RestartArgs) -> i32 {
+    let client = match connect(&args.api) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let task = named_task(args.task, args.task_arg);
+    if args.all_tasks && task.is_some() {
+        eprintln!("The -all-tasks option cannot be used with a task name");
+        return 1;
+    }
+    block_on(async {
+        let alloc = match find_alloc(&client, args.alloc.trim(), false).await {
+            Ok(a) => a,
+            Err(code) => return code,
+        };
+        if let Some(t) = task.as_deref() {
+            if let Err(msg) = pick_task(&alloc, Some(t)) {
+                eprintln!("{msg}");
+                return 1;
+            }
+        }
+        match client.restart_allocation(&alloc.id, task.as_deref()).await {
+            Ok(()) => 0,
+            Err(e) => fail("Failed to restart allocation", &e),
+        }
+    })
+}
+
+/// `alloc logs -f`: prints the log so far (or its last lines) and then what the task writes,
+/// until the task is dead and the log drained, or Ctrl-C.
+pub async fn follow_logs(
+    client: &api::Client,
+    alloc_id: &str,
+    task: &str,
+    stderr: bool,
+    tail_lines: Option<usize>,
+) -> i32 {
+    let mut opts = api::LogOptions {
+        stderr,
+        ..Default::default()
+    };
+    if let Some(n) = tail_lines {
+        let text = match client.alloc_logs(alloc_id, task, &opts).await {
+            Ok(t) => t,
+            Err(e) => return fail("Error reading file", &e),
+        };
+        print!("{}", super::alloc::last_lines(&text, n));
+        opts.offset = text.len() as u64;
+    }
+    let mut stream = match client.alloc_logs_follow(alloc_id, task, &opts).await {
+        Ok(s) => s,
+        Err(e) => return fail("Error reading file", &e),
+    };
+    let mut out = std::io::stdout();
+    loop {
+        match stream.next_chunk().await {
+            Ok(Some(bytes)) => {
+                if out.write_all(&bytes).and_then(|()| out.flush()).is_err() {
+                    return 0;
+                }
+            }
+            Ok(None) => return 0,
+            Err(e) => return fail("Error reading file", &e),
+        }
+    }
+}
+
+pub fn exec(args: ExecArgs) -> i32 {
+    let client = match connect(&args.api) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    block_on(async {
+        let alloc = match find_alloc(&client, args.alloc.trim(), false).await {
+            Ok(a) => a,
+            Err(code) => return code,
+        };
+        let task = match pick_task(&alloc, args.task.as_deref()) {
+            Ok(t) => t,
+            Err(msg) => {
+                eprintln!("{msg}");
+                return 1;
+            }
+        };
+        let (url, token) = client.exec_url(&alloc.id, &task, &args.command, args.tty);
+        match run_exec(&url, token.as_deref(), args.stdin).await {
+            Ok(code) => code,
+            Err(msg) => {
+                eprintln!("failed to exec into task: {msg}");
+                1
+            }
+        }
+    })
+}
+
+/// Speaks Nomad's exec frames over the WebSocket; returns the command's exit code.
+async fn run_exec(url: &str, token: Option<&str>, with_stdin: bool) -> Result<i32, String> {
+    let mut request = url
+        .into_client_request()
+        .map_err(|e| format!("invalid exec URL {url}: {e}"))?;
+    if let Some(token) = token {
+        let value = token
+            .parse()
+            .map_err(|_| "the token is not a valid header value".to_string())?;
+        request.headers_mut().insert("X-Nomad-Token", value);
+    }
+    let (socket, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .map_err(|e| match e {
+            tokio_tungstenite::tungstenite::Error::Http(resp) => {
+                let body = resp
+                    .body()
+                    .as_deref()
+                    .map(String::from_utf8_lossy)
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string();
+                format!(
+                    "Unexpected response code: {} ({body})",
+                    resp.status().as_u16()
+                )
+            }
+            other => other.to_string(),
+        })?;
+    let (mut sink, mut source) = socket.split();
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Value>(16);
+    if with_stdin {
+        tokio::spawn(read_stdin(tx));
+    } else {
+        let _ = tx.send(json!({"stdin": {"close": true}})).await;
+    }
+    let b64 = base64::engine::general_purpose::STANDARD;
+    loop {
+        tokio::select! {
+            Some(frame) = rx.recv() => {
+                sink.send(Message::Text(frame.to_string().into()))
+                    .await
+                    .map_err(|e| format!("sending stdin: {e}"))?;
+            }
+            msg = source.next() => {
+                let text = match msg {
+                    Some(Ok(Message::Text(t))) => t.to_string(),
+                    Some(Ok(Message::Binary(b))) => String::from_utf8_lossy(&b).into_owned(),
+                    Some(Ok(Message::Close(frame))) => {
+                        let why = frame.map(|f| f.reason.to_string()).unwrap_or_default();
+                        return Err(format!("the agent closed the session before the command exited {why}"));
+                    }
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => return Err(e.to_string()),
+                    None => return Err("the agent closed the session before the command exited".into()),
+                };
+                let v: Value = serde_json::from_str(&text)
+                    .map_err(|e| format!("unreadable frame from the agent: {e}"))?;
+                if v["exited"] == true {
+                    return Ok(v["result"]["exit_code"].as_i64().map_or(0, |c| c as i32));
+                }
+                for (stream, is_err) in [("stdout", false), ("stderr", true)] {
+                    if let Some(data) = v[stream]["data"].as_str() {
+                        let bytes = b64.decode(data).map_err(|e| format!("{stream} data is not base64: {e}"))?;
+                        let _ = if is_err {
+                            std::io::stderr().write_all(&bytes).and_then(|()| std::io::stderr().flush())
+                        } else {
+                            std::io::stdout().write_all(&bytes).and_then(|()| std::io::stdout().flush())
+                        };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Sends this process's stdin as `stdin` frames, then `close` at its end.
+async fn read_stdin(tx: tokio::sync::mpsc::Sender<Value>) {
+    let mut stdin = tokio::io::stdin();
+    let mut buf = vec![0u8; 8 * 1024];
+    let b64 = base64::engine::general_purpose::STANDARD;
+    loop {
+        match stdin.read(&mut buf).await {
+            Ok(n) if n > 0 => {
+                let frame = json!({"stdin": {"data": b64.encode(&buf[..n])}});
+                if tx.send(frame).await.is_err() {
+                    return;
+                }
+            }
+            _ => {
+                let _ = tx.send(json!({"stdin": {"close": true}})).await;
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! What a user asks of an allocation on this client (Nomad's client `Allocations` endpoints):
+//! signal and restart go through the task's runner (which records the events and keeps the
+//! restart policy out of it); stats and exec go to the driver through the running task's handle.
+
+use crate::alloc_runner::TaskAccess;
+use crate::client::Client;
+use crate::limits::USER_ACTION_TIMEOUT;
+use crate::task_runner::TaskCommand;
+use drivers::{DriverError, ExecStream, TaskStats};
+use std::collections::BTreeMap;
+use tokio::sync::oneshot;
+
+/// Why a user action on an allocation failed. Callers match on the variant.
+#[derive(Debug, thiserror::Error)]
+pub enum AllocActionError {
+    /// This client runs no allocation with that ID.
+    #[error("unknown allocation {0:?} on this client")]
+    UnknownAlloc(String),
+    /// The allocation has no task of that name.
+    #[error("unknown task {task:?} in allocation {alloc_id:?}")]
+    UnknownTask { alloc_id: String, task: String },
+    /// No process of the task runs now (not started, restarting, dead).
+    #[error("task {0:?} is not running")]
+    NotRunning(String),
+    /// The driver refused or failed (an unknown signal, exec not supported, …).
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    /// The task runner did not answer in time.
+    #[error("task {0:?} did not answer within {USER_ACTION_TIMEOUT:?}")]
+    Timeout(String),
+}
+
+impl Client {
+    /// Sends `signal` to `task`, or to every running task when `None` (`alloc signal`).
+    pub async fn signal_alloc(
+        &self,
+        alloc_id: &str,
+        task: Option<&str>,
+        signal: &str,
+    ) -> Result<(), AllocActionError> {
+        for (name, access) in self.targets(alloc_id, task)? {
+            let signal = signal.to_string();
+            ask(&name, &access, |reply| TaskCommand::Signal {
+                signal,
+                reply,
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Restarts `task` in place, or every running task when `None` (`alloc restart`). Returns
+    /// once the old processes have stopped; the new ones start right after.
+    pub async fn restart_alloc(
+        &self,
+        alloc_id: &str,
+        task: Option<&str>,
+    ) -> Result<(), AllocActionError> {
+        for (name, access) in self.targets(alloc_id, task)? {
+            ask(&name, &access, |reply| TaskCommand::Restart { reply }).await?;
+        }
+        Ok(())
+    }
+
+    /// The resource usage of each running task of the allocation.
+    pub async fn alloc_stats(
+        &self,
+        alloc_id: &str,
+    ) -> Result<BTreeMap<String, TaskStats>, AllocActionError> {
+        let tasks = self
+            .runners
+            .tasks(alloc_id)
+            .ok_or_else(|| AllocActionError::UnknownAlloc(alloc_id.to_string()))?;
+        let mut out = BTreeMap::new();
+        for (name, access) in tasks {
+            let Some(handle) = access.handle else {
+                continue;
+            };
+            let Some(driver) = self.runners.driver(&handle.driver) else {
+                continue;
+            };
+            match driver.stats(&handle.task_id).await {
+                Ok(stats) => {
+                    out.insert(name, stats);
+                }
+                Err(DriverError::NotRunning(_) | DriverError::TaskNotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Starts `cmd` inside the running `task` with piped stdio (`alloc exec`).
+    pub async fn exec_alloc(
+        &self,
+        alloc_id: &str,
+        task: &str,
+        cmd: &[String],
+        tty: bool,
+    ) -> Result<ExecStream, AllocActionError> {
+        let (name, access) = self
+            .targets(alloc_id, Some(task))?
+            .into_iter()
+            .next()
+            .ok_or_else(|| AllocActionError::NotRunning(task.to_string()))?;
+        let handle = access
+            .handle
+            .ok_or_else(|| AllocActionError::NotRunning(name.clone()))?;
+        let driver = self.runners.driver(&handle.driver).ok_or_else(|| {
+            AllocActionError::Driver(DriverError::NotSupported(format!(
+                "driver {:?} is not on this node",
+                handle.driver
+            )))
+        })?;
+        Ok(driver.exec_streaming(&handle.task_id, cmd, tty).await?)
+    }
+
+    /// The host's resource usage (`/v1/client/stats`).
+    pub async fn host_stats(&self) -> crate::HostStats {
+        let data_dir = self.config().data_dir.clone();
+        let mhz = self
+            .node()
+            .node_resources
+            .as_ref()
+            .map_or(0, |r| u64::try_from(r.cpu.cpu_shares).unwrap_or(0));
+        tokio::task::spawn_blocking(move || crate::HostStats::read(&data_dir, mhz))
+            .await
+            .unwrap_or_default()
+    }
+
+    /// The task named, or every task with a running process.
+    fn targets(
+        &self,
+        alloc_id: &str,
+        task: Option<&str>,
+    ) -> Result<Vec<(String, TaskAccess)>, AllocActionError> {
+        let mut tasks = self
+            .runners
+            .tasks(alloc_id)
+            .ok_or_else(|| AllocActionError::UnknownAlloc(alloc_id.to_string()))?;
+        match task.filter(|t| !t.is_empty()) {
+            Some(name) => {
+                let access = tasks
+                    .remove(name)
+                    .ok_or_else(|| AllocActionError::UnknownTask {
+                        alloc_id: alloc_id.to_string(),
+                        task: name.to_string(),
+                    })?;
+                Ok(vec![(name.to_string(), access)])
+            }
+            None => {
+                let running: Vec<(String, TaskAccess)> = tasks
+                    .into_iter()
+                    .filter(|(_, a)| a.handle.is_some())
+                    .collect();
+                if running.is_empty() {
+                    return Err(AllocActionError::NotRunning(format!(
+                        "every task of allocation {alloc_id}"
+                    )));
+                }
+                Ok(running)
+            }
+        }
+    }
+}
+
+/// Sends a command with a reply channel to a task runner and waits for the answer.
+async fn ask(
+    name: &str,
+    access: &TaskAccess,
+    make: impl FnOnce(oneshot::Sender<Result<(), AllocActionError>>) -> TaskCommand,
+) -> Result<(), AllocActionError> {
+    let not_running = || AllocActionError::NotRunning(name.to_string());
+    let cmds = access.cmds.as_ref().ok_or_else(not_running)?;
+    if access.handle.is_none() {
+        return Err(not_running());
+    }
+    let (tx, rx) = oneshot::channel();
+    cmds.send(make(tx)).await.map_err(|_| not_running())?;
+    match tokio::time::timeout(USER_ACTION_TIMEOUT, rx).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(_)) => Err(not_running()),
+        Err(_) => Err(AllocActionError::Timeout(name.to_string())),
+    }
+}
