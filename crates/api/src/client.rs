@@ -283,6 +283,16 @@ impl Client {
         Ok(resp)
     }
 
+    /// A PUT of raw bytes (a snapshot file): the answer as text.
+    pub(crate) async fn put_bytes(&self, segments: &[&str], body: Vec<u8>) -> Result<String> {
+        let mut pairs: Vec<(&'static str, String)> = Vec::new();
+        self.place(&mut pairs, None, None);
+        let url = self.url(segments, &pairs);
+        let req = self.http.request(Method::PUT, url.clone()).body(body);
+        let (text, _) = self.send(req, &url, self.config.timeout).await?;
+        Ok(text)
+    }
+
     /// The `ws://` URL of a path (the exec WebSocket), with region and namespace placed.
     pub(crate) fn ws_url(&self, segments: &[&str], params: &[(&'static str, String)]) -> String {
         let mut pairs: Vec<(&'static str, String)> = params.to_vec();

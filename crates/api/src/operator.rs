@@ -88,4 +88,16 @@ impl Client {
             .await?;
         Ok(())
     }
+
+    /// `GET /v1/operator/snapshot`: the cluster's state as a file.
+    pub async fn snapshot_save(&self) -> Result<String> {
+        self.get_text(&["v1", "operator", "snapshot"], &[]).await
+    }
+
+    /// `PUT /v1/operator/snapshot`: replaces the cluster's state with a saved one.
+    pub async fn snapshot_restore(&self, snapshot: Vec<u8>) -> Result<()> {
+        self.put_bytes(&["v1", "operator", "snapshot"], snapshot)
+            .await
+            .map(|_| ())
+    }
 }

@@ -294,6 +294,10 @@ fn errors_are_plain_text_with_nomads_codes() {
     let (status, body, _) = agent
         .request("PUT", "/v1/node/f00d/drain", Some(&json!({})))
         .unwrap();
+    assert_eq!(status, 404, "{body}");
+    let (status, body, _) = agent
+        .request("PUT", "/v1/node/f00d/purge", Some(&json!({})))
+        .unwrap();
     assert_eq!(status, 501);
     assert!(body.contains("not supported yet"), "{body}");
 }

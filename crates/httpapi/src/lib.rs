@@ -228,6 +228,12 @@ pub fn router(state: ApiState) -> Router {
             get(operator::configuration),
         )
         .route("/v1/operator/raft/peer", any(operator::remove_peer))
+        .route(
+            "/v1/operator/snapshot",
+            any(operator::snapshot).layer(axum::extract::DefaultBodyLimit::max(
+                operator::SNAPSHOT_BYTES_MAX,
+            )),
+        )
         .fallback(reply::not_found_empty)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

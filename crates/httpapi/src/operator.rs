@@ -12,6 +12,9 @@ use std::collections::HashMap;
 
 type Params = Query<HashMap<String, String>>;
 
+/// The largest snapshot `PUT /v1/operator/snapshot` takes: one Raft entry carries it.
+pub(crate) const SNAPSHOT_BYTES_MAX: usize = 12 << 20;
+
 /// `PUT /v1/agent/join?address=A&address=B`: Nomad's `{"num_joined", "error"}`.
 pub async fn join(State(st): State<ApiState>, method: Method, RawQuery(raw): RawQuery) -> Response {
     if method != Method::PUT && method != Method::POST {
@@ -129,5 +132,44 @@ pub async fn remove_peer(
     match st.server.server_remove(id).await {
         Ok(()) => reply::plain(&serde_json::Value::Null, false),
         Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+/// `GET /v1/operator/snapshot` (the state as a file; reads go to the leader) and
+/// `PUT /v1/operator/snapshot` (restore it, through the Raft log).
+pub async fn snapshot(
+    State(st): State<ApiState>,
+    method: Method,
+    body: axum::body::Bytes,
+) -> Response {
+    match method {
+        Method::GET => match st.server.snapshot_save() {
+            Ok(bytes) => {
+                let index = st.server.state().snapshot().index();
+                let mut resp = (
+                    [(axum::http::header::CONTENT_TYPE, "application/octet-stream")],
+                    bytes,
+                )
+                    .into_response();
+                if let Ok(v) = axum::http::HeaderValue::from_str(&index.to_string()) {
+                    resp.headers_mut().insert("X-Nomad-Index", v);
+                }
+                resp
+            }
+            Err(e) => ApiError::from(e).into_response(),
+        },
+        Method::PUT | Method::POST => {
+            let Ok(text) = String::from_utf8(body.to_vec()) else {
+                return ApiError::bad_request(
+                    "not a Caravan snapshot (it is not text); make one with `caravan operator snapshot save FILE`",
+                )
+                .into_response();
+            };
+            match st.server.snapshot_restore(text).await {
+                Ok(index) => reply::write(&serde_json::json!({"Index": index}), index, false),
+                Err(e) => ApiError::from(e).into_response(),
+            }
+        }
+        _ => ApiError::invalid_method().into_response(),
     }
 }

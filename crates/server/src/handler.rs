@@ -88,11 +88,23 @@ impl rpc::Handler for RpcHandler {
                     )
                     .await
                 }
+                crate::join::SERVER_BOOTSTRAP => {
+                    call(body, |members| async move {
+                        server.server_bootstrap(members).await
+                    })
+                    .await
+                }
                 crate::join::SERVER_REMOVE => {
                     call(
                         body,
                         |id: u64| async move { server.server_remove(id).await },
                     )
+                    .await
+                }
+                crate::endpoints::operator::SNAPSHOT_RESTORE => {
+                    call(body, |snapshot: String| async move {
+                        server.snapshot_restore_local(snapshot).await
+                    })
                     .await
                 }
                 crate::http_forward::AGENT_HTTP => {

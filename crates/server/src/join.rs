@@ -5,10 +5,10 @@
 //! - not yet in a cluster, and someone is: it asks them to add it ([`SERVER_JOIN`], which goes to
 //!   the leader, which adds it as a learner, lets it catch up, then makes it a voter);
 //! - in a cluster, and someone at a join address is not: it asks the leader to add them;
-//! - nobody is in a cluster yet, and `bootstrap_expect` servers (itself included) answered: the
-//!   one with the lowest raft id bootstraps the cluster with all of them; the others are joined by
-//!   its leader. Only a server that sees the whole expected set may bootstrap, so two disjoint
-//!   clusters cannot both form from one set of `bootstrap_expect` servers.
+//! - nobody is in a cluster yet, and `bootstrap_expect` servers (itself included) answered: it
+//!   asks each of them to bootstrap with exactly that membership ([`SERVER_BOOTSTRAP`]) and does so
+//!   itself; identical memberships form one cluster whoever initializes first. Only a server that
+//!   sees the whole expected set starts this, so a partial set never forms a cluster.
 
 use crate::error::ServerError;
 use crate::server::Server;
@@ -20,6 +20,7 @@ use tokio::sync::watch;
 pub const SERVER_INFO: &str = "Server.Info";
 pub const SERVER_JOIN: &str = "Server.Join";
 pub const SERVER_REMOVE: &str = "Server.Remove";
+pub const SERVER_BOOTSTRAP: &str = "Server.Bootstrap";
 
 /// How often the join loop looks again.
 const JOIN_INTERVAL: Duration = Duration::from_millis(500);
@@ -186,14 +187,48 @@ impl Server {
         let mut set: BTreeMap<u64, String> =
             others.iter().map(|o| (o.id, o.addr.clone())).collect();
         set.insert(me.id, me.addr.clone());
-        if set.len() >= expect && set.keys().next() == Some(&me.id) {
-            tracing::info!(servers = set.len(), "bootstrapping the cluster");
-            self.raft()
-                .bootstrap(set)
-                .await
-                .map_err(ServerError::from)?;
+        if set.len() < expect {
+            return Ok(());
         }
-        Ok(())
+        // The whole expected set answered: every one of them bootstraps with exactly this
+        // membership (the others may not know each other's addresses; identical memberships make
+        // one cluster whoever initializes first).
+        tracing::info!(servers = set.len(), "bootstrapping the cluster");
+        let body = serde_json::to_value(&set).map_err(|e| ServerError::internal(e.to_string()))?;
+        for (id, addr) in &set {
+            if *id == me.id {
+                continue;
+            }
+            if let Err(e) = self
+                .rpc_client()
+                .call_raw_timeout(addr, SERVER_BOOTSTRAP, body.clone(), JOIN_CALL_TIMEOUT)
+                .await
+            {
+                tracing::debug!(addr = %addr, error = %e, "asking a server to bootstrap failed");
+            }
+        }
+        self.raft().bootstrap(set).await.map_err(ServerError::from)
+    }
+
+    /// Another server saw the whole expected set: bootstrap with it, unless already in a cluster.
+    pub(crate) async fn server_bootstrap(
+        &self,
+        members: BTreeMap<u64, String>,
+    ) -> Result<(), ServerError> {
+        if self.raft().is_initialized().await.unwrap_or(false) {
+            return Ok(());
+        }
+        let expect = self.config().bootstrap_expect.max(1) as usize;
+        if members.len() < expect {
+            return Err(ServerError::bad_request(format!(
+                "bootstrap with {} servers, but this server expects {expect}",
+                members.len()
+            )));
+        }
+        self.raft()
+            .bootstrap(members)
+            .await
+            .map_err(ServerError::from)
     }
 }
 

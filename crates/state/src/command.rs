@@ -187,6 +187,11 @@ pub enum Command {
         /// Unix seconds.
         updated_at: i64,
     },
+    /// Replaces the whole state with a snapshot taken by `operator snapshot save` (the JSON-lines
+    /// format of [`crate::StateStore::save`]), its indexes lowered to this entry's index.
+    StateRestore {
+        snapshot: String,
+    },
 }
 
 /// One allocation a plan stops (Nomad's `AllocationDiff` for stopped and preempted allocations):
@@ -224,6 +229,7 @@ impl Command {
             Command::PlanApply { .. } => "PlanApply",
             Command::AllocClientUpdate { .. } => "AllocClientUpdate",
             Command::DeploymentStatus { .. } => "DeploymentStatus",
+            Command::StateRestore { .. } => "StateRestore",
             Command::DeploymentPromote { .. } => "DeploymentPromote",
             Command::DeploymentAllocHealth { .. } => "DeploymentAllocHealth",
             Command::AllocUpdateDesiredTransition { .. } => "AllocUpdateDesiredTransition",

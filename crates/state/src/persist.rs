@@ -174,6 +174,39 @@ fn check_header(first: &[u8]) -> Result<Header, StateError> {
 
 /// Reads a snapshot into a fresh root, rebuilding the secondary indexes.
 pub(crate) fn load(r: &mut dyn Read) -> Result<Root, StateError> {
+    load_with(r, None)
+}
+
+/// Loads a snapshot taken elsewhere (`operator snapshot restore`) so that it can live at Raft
+/// index `index` of this cluster: every `…Index` field of every object, and every table index, is
+/// lowered to at most `index`, so later writes (at `index + 1`, …) always look newer to blocking
+/// queries and clients than anything restored. Equal indexes stay equal when both were at most
+/// `index`.
+pub(crate) fn load_rebased(r: &mut dyn Read, index: u64) -> Result<Root, StateError> {
+    load_with(r, Some(index))
+}
+
+fn clamp_indexes(v: &mut serde_json::Value, max: u64) {
+    match v {
+        serde_json::Value::Object(map) => {
+            for (k, child) in map.iter_mut() {
+                if k.ends_with("Index") {
+                    if let Some(n) = child.as_u64() {
+                        if n > max {
+                            *child = serde_json::Value::from(max);
+                        }
+                        continue;
+                    }
+                }
+                clamp_indexes(child, max);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|c| clamp_indexes(c, max)),
+        _ => {}
+    }
+}
+
+fn load_with(r: &mut dyn Read, rebase: Option<u64>) -> Result<Root, StateError> {
     let mut r = BufReader::new(r);
     let mut buf = Vec::new();
     if !read_line(&mut r, &mut buf, 1)? {
@@ -181,9 +214,10 @@ pub(crate) fn load(r: &mut dyn Read) -> Result<Root, StateError> {
     }
     let header = check_header(&buf)?;
     let mut root = Root::default();
-    root.set_index(header.index);
+    let clamp = |i: u64| rebase.map_or(i, |max| i.min(max));
+    root.set_index(rebase.unwrap_or(header.index));
     for (table, index) in header.table_indexes {
-        root.touch(table, index);
+        root.touch(table, clamp(index));
     }
     let mut objects = 0u64;
     let mut line = 1;
@@ -194,8 +228,17 @@ pub(crate) fn load(r: &mut dyn Read) -> Result<Root, StateError> {
                 "the snapshot ends at line {line} without its end record (truncated?)"
             )));
         }
-        let record: Record = serde_json::from_slice(&buf)
-            .map_err(|e| StateError::Corrupt(format!("line {line}: {e}")))?;
+        let record: Record = match rebase {
+            None => serde_json::from_slice(&buf)
+                .map_err(|e| StateError::Corrupt(format!("line {line}: {e}")))?,
+            Some(max) => {
+                let mut v: serde_json::Value = serde_json::from_slice(&buf)
+                    .map_err(|e| StateError::Corrupt(format!("line {line}: {e}")))?;
+                clamp_indexes(&mut v, max);
+                serde_json::from_value(v)
+                    .map_err(|e| StateError::Corrupt(format!("line {line}: {e}")))?
+            }
+        };
         match record {
             Record::End(trailer) => {
                 if trailer.objects != objects {

@@ -52,6 +52,12 @@ impl StateSnapshot {
         StateSnapshot { root }
     }
 
+    /// How many times the whole state was replaced (a restore); a change means every index read
+    /// before may be stale.
+    pub fn restores(&self) -> u64 {
+        self.root().restores()
+    }
+
     pub(crate) fn root(&self) -> &Root {
         &self.root
     }

@@ -92,6 +92,24 @@ impl StateStore {
                 current.index()
             )));
         }
+        if let Command::StateRestore { snapshot } = cmd {
+            return match persist::load_rebased(&mut snapshot.as_bytes(), index) {
+                Ok(mut root) => {
+                    root.set_restores(current.restores() + 1);
+                    self.publish(root);
+                    Ok(ApplyResponse {
+                        index,
+                        ..ApplyResponse::default()
+                    })
+                }
+                Err(err) => {
+                    let mut next = (*current).clone();
+                    next.set_index(index);
+                    self.publish(next);
+                    Err(err)
+                }
+            };
+        }
         match fsm::apply(&current, index, cmd) {
             Ok((next, response)) => {
                 self.publish(next);

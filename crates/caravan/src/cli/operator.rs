@@ -1,4 +1,4 @@
-//! `caravan operator raft list-peers|remove-peer`.
+//! `caravan operator raft list-peers|remove-peer` and `operator snapshot save|restore`.
 
 use super::connect::{block_on, fail, ApiFlags};
 use super::output::{format_list, row};
@@ -9,6 +9,24 @@ pub enum OperatorCommand {
     /// Inspect and change the raft cluster of servers
     #[command(subcommand)]
     Raft(RaftCommand),
+    /// Save the cluster's state to a file, or restore it from one
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
+}
+
+#[derive(Subcommand)]
+pub enum SnapshotCommand {
+    /// Write the cluster's state to FILE
+    Save(SnapshotArgs),
+    /// Replace the cluster's state with the one in FILE
+    Restore(SnapshotArgs),
+}
+
+#[derive(Args)]
+pub struct SnapshotArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    file: std::path::PathBuf,
 }
 
 #[derive(Subcommand)]
@@ -44,7 +62,57 @@ pub fn run(cmd: OperatorCommand) -> i32 {
     match cmd {
         OperatorCommand::Raft(RaftCommand::ListPeers(a)) => list_peers(a),
         OperatorCommand::Raft(RaftCommand::RemovePeer(a)) => remove_peer(a),
+        OperatorCommand::Snapshot(SnapshotCommand::Save(a)) => snapshot_save(a),
+        OperatorCommand::Snapshot(SnapshotCommand::Restore(a)) => snapshot_restore(a),
     }
+}
+
+fn snapshot_save(args: SnapshotArgs) -> i32 {
+    let client = match args.api.client() {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return 1;
+        }
+    };
+    block_on(async {
+        let data = match client.snapshot_save().await {
+            Ok(d) => d,
+            Err(e) => return fail("Failed to get snapshot file", &e),
+        };
+        if let Err(e) = std::fs::write(&args.file, data.as_bytes()) {
+            eprintln!("Failed to write snapshot file {}: {e}", args.file.display());
+            return 1;
+        }
+        println!("State file written to {}", args.file.display());
+        0
+    })
+}
+
+fn snapshot_restore(args: SnapshotArgs) -> i32 {
+    let data = match std::fs::read(&args.file) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("Error opening snapshot file {}: {e}", args.file.display());
+            return 1;
+        }
+    };
+    let client = match args.api.client() {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return 1;
+        }
+    };
+    block_on(async {
+        match client.snapshot_restore(data).await {
+            Ok(()) => {
+                println!("Snapshot Restored");
+                0
+            }
+            Err(e) => fail("Failed to restore snapshot", &e),
+        }
+    })
 }
 
 fn list_peers(args: ListPeersArgs) -> i32 {

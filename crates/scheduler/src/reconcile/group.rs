@@ -249,7 +249,7 @@ impl Reconciler<'_> {
         }
         let (stop, keep): (Vec<_>, Vec<_>) = std::mem::take(untainted)
             .into_iter()
-            .partition(|a| old.contains(&a.id) && !a.client_terminal());
+            .partition(|a| old.contains(&a.id));
         for a in &stop {
             self.stop(a, DESC_NOT_NEEDED, false);
         }

@@ -162,8 +162,9 @@ impl<'a> Reconciler<'a> {
         if !same {
             if d.is_active() {
                 self.cancel(&d, DEPLOYMENT_DESC_NEWER_JOB);
-                self.old = Some(d);
             }
+            // Active or not (a failed rollout's canaries too): its unpromoted canaries go.
+            self.old = Some(d);
             return;
         }
         if d.status == DEPLOYMENT_STATUS_SUCCESSFUL {

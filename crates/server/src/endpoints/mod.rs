@@ -7,6 +7,7 @@ pub mod job;
 pub mod launch;
 pub mod node;
 pub mod node_drain;
+pub mod operator;
 pub mod plan;
 
 pub(crate) use job::{needs_eval, new_eval};

@@ -15,6 +15,8 @@ use std::collections::{BTreeMap, HashMap};
 pub struct Follower {
     /// The state index read up to.
     last: u64,
+    /// The store's restore count when last read: a restore replaces everything, so it rebuilds.
+    restores: u64,
     /// Node ID → (its create index, whether it was ready — and eligible, not draining — when last
     /// seen). A node registered again after a delete has a new create index: new capacity.
     ready_nodes: HashMap<String, (u64, bool)>,
@@ -33,6 +35,7 @@ impl Follower {
     /// Leadership gained: every live evaluation, and where to follow on from.
     pub fn rebuild(&mut self, snap: &StateSnapshot) -> Event {
         self.last = snap.index();
+        self.restores = snap.restores();
         self.ready_nodes = snap
             .nodes("")
             .iter()
@@ -50,6 +53,9 @@ impl Follower {
     /// written with capacity in the same batch is tracked before the capacity wakes it), then one
     /// capacity change per class.
     pub fn changes(&mut self, snap: &StateSnapshot) -> Vec<Event> {
+        if snap.restores() != self.restores {
+            return vec![self.rebuild(snap)];
+        }
         let since = self.last;
         if snap.index() <= since {
             return Vec::new();

@@ -95,6 +95,12 @@ impl Leadership {
         self.heartbeat_event(event);
     }
 
+    /// The state was restored from a snapshot: every ready node gets the failover TTL to heartbeat,
+    /// as after a leader change.
+    pub(crate) fn nodes_restored(&self, nodes: Vec<String>) {
+        self.heartbeat_event(heartbeat::Event::LeaderGained { nodes });
+    }
+
     /// Stops the node's heartbeat timer (it is down).
     pub(crate) fn node_forget(&self, node_id: &str) {
         self.heartbeat_event(heartbeat::Event::Forget {

@@ -264,5 +264,9 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
             event,
             updated_at: _,
         } => nodes::update_eligibility(tx, node_id, eligibility, event.as_ref()).map(|()| plain),
+        // The store replaces its whole root for a restore before the FSM sees commands.
+        Command::StateRestore { .. } => Err(StateError::invalid(
+            "a state restore is applied by the store, not the FSM",
+        )),
     }
 }
