@@ -98,9 +98,9 @@ pub(super) fn parse(src: &str, left: &str, right: &str) -> Result<Vec<Node>, Tem
     };
     let (nodes, end) = parser.list()?;
     match end {
-        End::Eof => Ok(nodes),
-        End::End(line) => Err(TemplateError::at(line, "unexpected {{end}}")),
-        End::Else(line, _) => Err(TemplateError::at(line, "unexpected {{else}}")),
+        Stop::Eof => Ok(nodes),
+        Stop::End(line) => Err(TemplateError::at(line, "unexpected {{end}}")),
+        Stop::Else(line, _) => Err(TemplateError::at(line, "unexpected {{else}}")),
     }
 }
 
@@ -288,7 +288,7 @@ fn lex_number(rest: &str) -> Result<(Tok, usize), String> {
     }
 }
 
-enum End {
+enum Stop {
     Eof,
     End(usize),
     /// `{{else}}` or `{{else if …}}` / `{{else with …}}` (the keyword and its pipeline).
@@ -301,7 +301,7 @@ struct Parser {
 }
 
 impl Parser {
-    fn list(&mut self) -> Result<(Vec<Node>, End), TemplateError> {
+    fn list(&mut self) -> Result<(Vec<Node>, Stop), TemplateError> {
         let mut nodes = Vec::new();
         while let Some(piece) = self.pieces.next() {
             let action = match piece {
@@ -315,7 +315,7 @@ impl Parser {
             match action.toks.first() {
                 Some(Tok::Ident(k)) if k == "end" => {
                     expect_alone(&action, "end")?;
-                    return Ok((nodes, End::End(line)));
+                    return Ok((nodes, Stop::End(line)));
                 }
                 Some(Tok::Ident(k)) if k == "else" => {
                     let chained = match action.toks.get(1) {
@@ -332,7 +332,7 @@ impl Parser {
                             return Err(TemplateError::at(line, "unexpected words after else"))
                         }
                     };
-                    return Ok((nodes, End::Else(line, chained)));
+                    return Ok((nodes, Stop::Else(line, chained)));
                 }
                 Some(Tok::Ident(k)) if matches!(k.as_str(), "if" | "range" | "with") => {
                     let keyword = k.clone();
@@ -357,7 +357,7 @@ impl Parser {
                 Some(_) => nodes.push(Node::Action(pipeline(&action.toks, line)?)),
             }
         }
-        Ok((nodes, End::Eof))
+        Ok((nodes, Stop::Eof))
     }
 
     fn control(&mut self, keyword: &str, action: Action) -> Result<Node, TemplateError> {
@@ -372,30 +372,30 @@ impl Parser {
         let pipe = pipeline(&action.toks, line)?;
         let (body, end) = self.list()?;
         let otherwise = match end {
-            End::Eof => {
+            Stop::Eof => {
                 return Err(TemplateError::at(
                     line,
                     format!("{{{{{keyword}}}}} has no matching {{{{end}}}}"),
                 ))
             }
-            End::End(_) => Vec::new(),
-            End::Else(_, None) => {
+            Stop::End(_) => Vec::new(),
+            Stop::Else(_, None) => {
                 let (otherwise, end) = self.list()?;
                 match end {
-                    End::End(_) => otherwise,
-                    End::Eof => {
+                    Stop::End(_) => otherwise,
+                    Stop::Eof => {
                         return Err(TemplateError::at(
                             line,
                             format!("{{{{{keyword}}}}} has no matching {{{{end}}}}"),
                         ))
                     }
-                    End::Else(l, _) => {
+                    Stop::Else(l, _) => {
                         return Err(TemplateError::at(l, "a second {{else}} in one action"))
                     }
                 }
             }
             // `{{else if x}}…{{end}}` is `{{else}}{{if x}}…{{end}}{{end}}`: one shared end.
-            End::Else(_, Some((kw, rest))) => vec![self.control(&kw, rest)?],
+            Stop::Else(_, Some((kw, rest))) => vec![self.control(&kw, rest)?],
         };
         self.depth -= 1;
         let branch = Branch {
