@@ -3,8 +3,9 @@
 use crate::limits::TASK_EVENTS_MAX;
 use crate::time::{format_unix_nanos, now_unix_ns};
 use model::alloc::{
-    TaskEvent, TaskState, TASK_EVENT_DRIVER_FAILURE, TASK_EVENT_KILLED, TASK_EVENT_KILLING,
-    TASK_EVENT_LEADER_DEAD, TASK_EVENT_NOT_RESTARTING, TASK_EVENT_RECEIVED, TASK_EVENT_RESTARTING,
+    TaskEvent, TaskState, TASK_EVENT_ARTIFACT_DOWNLOAD_FAILED, TASK_EVENT_DOWNLOADING_ARTIFACTS,
+    TASK_EVENT_DRIVER_FAILURE, TASK_EVENT_KILLED, TASK_EVENT_KILLING, TASK_EVENT_LEADER_DEAD,
+    TASK_EVENT_NOT_RESTARTING, TASK_EVENT_RECEIVED, TASK_EVENT_RESTARTING,
     TASK_EVENT_RESTART_SIGNAL, TASK_EVENT_SETUP, TASK_EVENT_SETUP_FAILURE,
     TASK_EVENT_SIBLING_FAILED, TASK_EVENT_SIGNALING, TASK_EVENT_STARTED, TASK_EVENT_TERMINATED,
     TASK_STATE_DEAD, TASK_STATE_RUNNING,
@@ -13,6 +14,11 @@ use std::time::Duration;
 
 /// Nomad's event while `shutdown_delay` runs before a kill.
 pub const TASK_EVENT_WAITING_SHUTDOWN_DELAY: &str = "Waiting for shutdown delay";
+
+/// Nomad's event when a prestart hook fails (`dispatch_payload: …`).
+pub const TASK_EVENT_HOOK_FAILED: &str = "Task hook failed";
+/// Nomad's template manager reports under this source name ("Template failed: …").
+pub const TASK_EVENT_TEMPLATE: &str = "Template";
 
 fn event(kind: &str, display: impl Into<String>) -> TaskEvent {
     TaskEvent {
@@ -37,6 +43,39 @@ pub fn setup_failure(error: &str) -> TaskEvent {
     let mut e = event(TASK_EVENT_SETUP_FAILURE, error);
     e.setup_error = error.to_string();
     e.fails_task = true;
+    e
+}
+
+pub fn downloading_artifacts() -> TaskEvent {
+    event(
+        TASK_EVENT_DOWNLOADING_ARTIFACTS,
+        "Client is downloading artifacts",
+    )
+}
+
+/// An artifact could not be fetched; the start counts as failed under the restart policy.
+pub fn artifact_failed(error: &str) -> TaskEvent {
+    let mut e = event(
+        TASK_EVENT_ARTIFACT_DOWNLOAD_FAILED,
+        format!("Failed to download artifacts: {error}"),
+    );
+    e.download_error = error.to_string();
+    e
+}
+
+/// A template could not be rendered: the task fails, as Nomad's template manager kills it.
+pub fn template_failed(error: &str) -> TaskEvent {
+    let mut e = event(TASK_EVENT_TEMPLATE, format!("Template failed: {error}"));
+    e.message = error.to_string();
+    e.fails_task = true;
+    e
+}
+
+/// A prestart hook failed (`hook`: its name, as Nomad's `dispatch_payload`).
+pub fn hook_failed(hook: &str, error: &str) -> TaskEvent {
+    let text = format!("{hook}: {error}");
+    let mut e = event(TASK_EVENT_HOOK_FAILED, text.clone());
+    e.message = text;
     e
 }
 

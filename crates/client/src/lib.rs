@@ -43,6 +43,7 @@ mod persist;
 mod restart;
 mod rng;
 mod state_db;
+mod task_hooks;
 mod task_runner;
 mod taskenv;
 pub mod testing;

@@ -55,3 +55,16 @@ pub const STATE_VERSION: u32 = 1;
 
 /// How often drivers are fingerprinted again; a change of health re-registers the node.
 pub const DRIVER_FINGERPRINT_PERIOD: Duration = Duration::from_secs(30);
+
+/// Templates: how deeply `if`/`range`/`with` may nest, the most a template may render, and the
+/// largest template `source` or `{{ file }}` read.
+pub const TEMPLATE_NESTING_MAX: usize = 64;
+pub const TEMPLATE_OUTPUT_BYTES_MAX: usize = 16 << 20;
+pub const TEMPLATE_FILE_BYTES_MAX: u64 = 4 << 20;
+
+/// Artifacts: the largest download (and decompressed `.gz`), the http connect and per-read
+/// timeouts, and how deep a copied local directory may nest.
+pub const ARTIFACT_BYTES_MAX: u64 = 2 << 30;
+pub const ARTIFACT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+pub const ARTIFACT_READ_TIMEOUT: Duration = Duration::from_secs(60);
+pub const ARTIFACT_DIR_DEPTH_MAX: usize = 32;

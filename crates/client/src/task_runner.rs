@@ -15,6 +15,7 @@ use crate::limits::{KILL_TIMEOUT_MAX, RUNNER_QUEUE_CAPACITY};
 use crate::restart::{Decision, RestartTracker};
 use crate::rng::Rng;
 use crate::state_db::TaskRecord;
+use crate::task_hooks;
 use crate::taskenv::{EnvInputs, TaskEnv, TaskPaths};
 use drivers::{
     Driver, DriverError, ExitResult, FsIsolation, TaskConfig, TaskHandle, TaskResources,
@@ -24,6 +25,7 @@ use model::alloc::{
 };
 use model::job::JobType;
 use model::Task;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -88,6 +90,11 @@ pub(crate) struct TaskRunner {
     rng: Rng,
     /// The task directory was built and "Task Setup" recorded.
     set_up: bool,
+    /// The prestart hooks (dispatch payload, artifacts, templates) succeeded once; restarts
+    /// do not run them again, as Nomad's hooks mark themselves done.
+    prestart_done: bool,
+    /// The variables of `env = true` templates, added to the task's environment.
+    hook_env: BTreeMap<String, String>,
 }
 
 /// Where the runner goes next.
@@ -140,6 +147,8 @@ impl TaskRunner {
         let runner = TaskRunner {
             ctx,
             set_up: recover.is_some(),
+            prestart_done: false,
+            hook_env: BTreeMap::new(),
             name,
             alloc,
             dir,
@@ -259,6 +268,9 @@ impl TaskRunner {
             self.report().await;
             self.set_up = true;
         }
+        if let Err(step) = self.prestart(&alloc, &*driver).await {
+            return step;
+        }
         let cfg = match self.task_config(&alloc, &*driver) {
             Ok(cfg) => cfg,
             Err(msg) => return self.setup_failed(&msg).await,
@@ -295,8 +307,65 @@ impl TaskRunner {
         Step::Done
     }
 
-    /// Everything the driver needs to start this task now.
-    fn task_config(&self, alloc: &Allocation, driver: &dyn Driver) -> Result<TaskConfig, String> {
+    /// Runs the prestart hooks until they succeed once: the dispatch payload, artifacts
+    /// ("Downloading Artifacts"; a failure counts against the restart policy), templates (a
+    /// failure fails the task). `Err`: the step after a failure.
+    async fn prestart(&mut self, alloc: &Allocation, driver: &dyn Driver) -> Result<(), Step> {
+        if self.prestart_done {
+            return Ok(());
+        }
+        let built = find_task(alloc, &self.name)
+            .ok_or_else(|| "the task is not in the allocation's job".to_string())
+            .and_then(|(job, _, task)| {
+                let (env, dir) = self.task_env(alloc, driver)?;
+                Ok((job.clone(), task.clone(), env, dir))
+            });
+        let (job, task, env, dir) = match built {
+            Ok(b) => b,
+            Err(msg) => return Err(self.setup_failed(&msg).await),
+        };
+        if let Err(msg) = task_hooks::write_dispatch_payload(&job, &task, &dir) {
+            let e = events::hook_failed("dispatch_payload", &msg);
+            return Err(self.hook_failed(e, false).await);
+        }
+        if !task.artifacts.is_empty() {
+            self.push(events::downloading_artifacts());
+            self.report().await;
+            if let Err(msg) = task_hooks::artifact::fetch_all(&task.artifacts, &env, &dir).await {
+                return Err(self.hook_failed(events::artifact_failed(&msg), true).await);
+            }
+        }
+        let rendered =
+            tokio::task::spawn_blocking(move || task_hooks::render_templates(&task, &env, &dir))
+                .await
+                .unwrap_or_else(|e| Err(format!("the template worker failed: {e}")));
+        match rendered {
+            Ok(vars) => self.hook_env = vars,
+            Err(msg) => return Err(self.hook_failed(events::template_failed(&msg), false).await),
+        }
+        self.prestart_done = true;
+        Ok(())
+    }
+
+    /// A prestart hook failed: record why, and let the restart policy decide (`recoverable`:
+    /// trying again may work).
+    async fn hook_failed(&mut self, e: TaskEvent, recoverable: bool) -> Step {
+        tracing::warn!(task = %self.name, event = %e.event_type, "prestart hook failed: {}", e.display_message);
+        self.push(e);
+        self.report().await;
+        let d = self
+            .tracker
+            .on_start_error(recoverable, Instant::now(), self.rng.next_u64());
+        Step::Decide(d)
+    }
+
+    /// Builds the directories and the task's environment as the task will see it (with the
+    /// variables of `env = true` templates once they rendered).
+    fn task_env(
+        &self,
+        alloc: &Allocation,
+        driver: &dyn Driver,
+    ) -> Result<(TaskEnv, drivers::TaskDir), String> {
         let (job, group, task) =
             find_task(alloc, &self.name).ok_or("the task is not in the allocation's job")?;
         self.dir.build().map_err(|e| e.to_string())?;
@@ -316,7 +385,7 @@ impl TaskRunner {
         };
         let no_host_env = Default::default();
         let node = self.ctx.node.get();
-        let env = TaskEnv::build(&EnvInputs {
+        let mut env = TaskEnv::build(&EnvInputs {
             alloc,
             job,
             group,
@@ -330,6 +399,15 @@ impl TaskRunner {
                 &self.ctx.host_env
             },
         });
+        env.extend(self.hook_env.clone());
+        Ok((env, task_dir))
+    }
+
+    /// Everything the driver needs to start this task now.
+    fn task_config(&self, alloc: &Allocation, driver: &dyn Driver) -> Result<TaskConfig, String> {
+        let (_, _, task) =
+            find_task(alloc, &self.name).ok_or("the task is not in the allocation's job")?;
+        let (env, task_dir) = self.task_env(alloc, driver)?;
         let config: serde_json::Map<String, serde_json::Value> = task
             .config
             .iter()

@@ -78,6 +78,12 @@ impl TaskEnv {
         }
     }
 
+    /// Adds variables over the existing ones (an `env = true` template's, which win over the
+    /// task's `env` block as in Nomad).
+    pub fn extend(&mut self, vars: impl IntoIterator<Item = (String, String)>) {
+        self.env.extend(vars);
+    }
+
     /// The complete environment.
     pub fn env(&self) -> &BTreeMap<String, String> {
         &self.env

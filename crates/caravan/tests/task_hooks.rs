@@ -1,0 +1,254 @@
+//! Task prestart hooks on a real `caravan agent -dev` running raw_exec batch jobs: templates
+//! (`env`, `file`, pipes, `env = true`), artifacts from a local path and from a tiny HTTP server
+//! (a tar.gz unpacked, checksums verified), a dispatched job's payload file, and the events of
+//! a wrong checksum and of a template function that needs Consul. Every wait has a deadline.
+
+mod common;
+
+use common::{temp_dir, Agent};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Serves `body` for every GET on 127.0.0.1 from a thread that lives as long as the test.
+fn serve(body: Vec<u8>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let addr = listener.local_addr().expect("its address");
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(head.as_bytes());
+            let _ = s.write_all(&body);
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// A one-task raw_exec batch job that fails at once instead of restarting or rescheduling.
+fn batch(id: &str, script: &str, task: Value, group: Value) -> Value {
+    let mut t = json!({
+        "Name": "t", "Driver": "raw_exec",
+        "Config": {"command": "/bin/sh", "args": ["-c", script]},
+        "Resources": {"CPU": 100, "MemoryMB": 32}
+    });
+    for (k, v) in task.as_object().into_iter().flatten() {
+        t[k] = v.clone();
+    }
+    let mut g = json!({
+        "Name": "g", "Tasks": [t],
+        "RestartPolicy": {"Attempts": 0, "Mode": "fail"},
+        "ReschedulePolicy": {"Attempts": 0, "Unlimited": false}
+    });
+    for (k, v) in group.as_object().into_iter().flatten() {
+        g[k] = v.clone();
+    }
+    json!({"Job": {"ID": id, "Type": "batch", "TaskGroups": [g]}})
+}
+
+/// Waits until `job` has an allocation in a terminal client status; returns it.
+fn finished_alloc(agent: &Agent, job: &str) -> Value {
+    let mut alloc = Value::Null;
+    agent.wait_until(&format!("an allocation of {job} to finish"), || {
+        let Ok(list) = agent.get(&format!("/v1/job/{job}/allocations")) else {
+            return false;
+        };
+        let done = list.as_array().and_then(|a| {
+            a.iter()
+                .find(|x| matches!(x["ClientStatus"].as_str(), Some("complete" | "failed")))
+                .cloned()
+        });
+        if let Some(a) = done {
+            alloc = agent
+                .get(&format!(
+                    "/v1/allocation/{}",
+                    a["ID"].as_str().unwrap_or_default()
+                ))
+                .unwrap_or(a);
+        }
+        !alloc.is_null()
+    });
+    alloc
+}
+
+fn events(alloc: &Value) -> Vec<(String, String)> {
+    alloc["TaskStates"]["t"]["Events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            (
+                e["Type"].as_str().unwrap_or_default().to_string(),
+                e["DisplayMessage"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn register(agent: &Agent, job: &Value) {
+    let (status, body) = agent.raw("PUT", "/v1/jobs", Some(job));
+    assert_eq!(status, 200, "{body}");
+}
+
+fn stop(agent: &Agent, job: &str) {
+    let (status, body) = agent.raw("DELETE", &format!("/v1/job/{job}?purge=true"), None);
+    assert_eq!(status, 200, "{body}");
+}
+
+fn make_tar_gz(dir: &Path) -> Vec<u8> {
+    let src = dir.join("app-src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("data.txt"), "from-the-tarball\n").unwrap();
+    let out = dir.join("app.tar.gz");
+    let status = std::process::Command::new("tar")
+        .arg("czf")
+        .arg(&out)
+        .arg("-C")
+        .arg(&src)
+        .arg("data.txt")
+        .status()
+        .expect("tar runs");
+    assert!(status.success());
+    std::fs::read(out).unwrap()
+}
+
+#[test]
+fn prestart_hooks_write_templates_artifacts_and_payloads() {
+    let dir = temp_dir("task-hooks");
+    let data = dir.join("data").display().to_string();
+    let agent = Agent::start(&dir, &["-dev", "-data-dir", &data]);
+    agent.wait_until("the dev client is ready", || {
+        agent.get("/v1/nodes").ok().is_some_and(|v| {
+            v.as_array()
+                .is_some_and(|a| a.len() == 1 && a[0]["Status"] == "ready")
+        })
+    });
+    let input = dir.join("input.txt");
+    std::fs::write(&input, "local-artifact-input\n").unwrap();
+    let input_sum = sha256_hex(b"local-artifact-input\n");
+    let tgz = make_tar_gz(&dir);
+    let tgz_sum = sha256_hex(&tgz);
+    let base = serve(tgz);
+
+    templates_and_artifacts(&agent, &input, &input_sum, &base, &tgz_sum);
+    a_wrong_checksum_fails_the_task(&agent, &input);
+    a_consul_function_fails_the_task(&agent);
+    a_dispatched_payload_is_written(&agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn templates_and_artifacts(agent: &Agent, input: &Path, input_sum: &str, base: &str, sum: &str) {
+    let script = "cat local/out.txt; echo \"env=$FROM_TEMPLATE\"; cat local/input.txt";
+    let task = json!({
+        "Artifacts": [
+            {"GetterSource": input.display().to_string(),
+             "GetterOptions": {"checksum": format!("sha256:{input_sum}")}},
+            {"GetterSource": format!("{base}/dl/app.tar.gz"), "RelativeDest": "local/app",
+             "GetterOptions": {"checksum": format!("sha256:{sum}")}}
+        ],
+        "Templates": [
+            {"EmbeddedTmpl": "task={{ env \"NOMAD_TASK_NAME\" | toUpper }} tar={{ file \"local/app/data.txt\" | trimSpace }}\n",
+             "DestPath": "local/out.txt"},
+            {"EmbeddedTmpl": "FROM_TEMPLATE={{ env \"NOMAD_JOB_ID\" }}-{{ \"rendered\" | base64Encode | base64Decode }}\n",
+             "DestPath": "secrets/vars.env", "Envvars": true}
+        ]
+    });
+    register(agent, &batch("hooks", script, task, json!({})));
+    let alloc = finished_alloc(agent, "hooks");
+    let id = alloc["ID"].as_str().unwrap_or_default().to_string();
+    assert_eq!(alloc["ClientStatus"], "complete", "{:?}", events(&alloc));
+    let evs = events(&alloc);
+    assert!(
+        evs.iter()
+            .any(|(t, m)| t == "Downloading Artifacts" && m == "Client is downloading artifacts"),
+        "{evs:?}"
+    );
+    let (code, out, err) = agent.run(&["alloc", "logs", &id, "t"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "task=T tar=from-the-tarball\nenv=hooks-rendered\nlocal-artifact-input\n"
+    );
+    stop(agent, "hooks");
+}
+
+fn a_wrong_checksum_fails_the_task(agent: &Agent, input: &Path) {
+    let zeros = "0".repeat(64);
+    let task = json!({"Artifacts": [{"GetterSource": input.display().to_string(),
+        "GetterOptions": {"checksum": format!("sha256:{zeros}")}}]});
+    register(agent, &batch("badsum", "echo never", task, json!({})));
+    let alloc = finished_alloc(agent, "badsum");
+    assert_eq!(alloc["ClientStatus"], "failed");
+    let evs = events(&alloc);
+    let failed = evs
+        .iter()
+        .find(|(t, _)| t == "Failed Artifact Download")
+        .unwrap_or_else(|| panic!("no Failed Artifact Download event: {evs:?}"));
+    assert!(
+        failed
+            .1
+            .starts_with("Failed to download artifacts: artifact ")
+            && failed.1.contains(&format!(
+                "checksum mismatch: expected sha256:{zeros}, got sha256:"
+            )),
+        "{failed:?}"
+    );
+    assert!(!evs.iter().any(|(t, _)| t == "Started"), "{evs:?}");
+    stop(agent, "badsum");
+}
+
+fn a_consul_function_fails_the_task(agent: &Agent) {
+    let task = json!({"Templates": [{"EmbeddedTmpl": "{{ key \"app/config\" }}", "DestPath": "local/conf"}]});
+    register(agent, &batch("needsconsul", "echo never", task, json!({})));
+    let alloc = finished_alloc(agent, "needsconsul");
+    assert_eq!(alloc["ClientStatus"], "failed");
+    let evs = events(&alloc);
+    let failed = evs
+        .iter()
+        .find(|(t, _)| t == "Template")
+        .unwrap_or_else(|| panic!("no Template event: {evs:?}"));
+    assert!(
+        failed.1.starts_with("Template failed: template \"local/conf\": line 1: function \"key\" is not supported yet (needs Consul"),
+        "{failed:?}"
+    );
+    stop(agent, "needsconsul");
+}
+
+fn a_dispatched_payload_is_written(agent: &Agent) {
+    let task = json!({"DispatchPayload": {"File": "input.txt"}});
+    let mut job = batch("param", "cat local/input.txt", task, json!({}));
+    job["Job"]["ParameterizedJob"] = json!({"Payload": "required"});
+    register(agent, &job);
+    let (status, text) = agent.raw(
+        "POST",
+        "/v1/job/param/dispatch",
+        Some(&json!({"Payload": "cGF5bG9hZC1ieXRlcw=="})),
+    );
+    assert_eq!(status, 200, "{text}");
+    let resp: Value = serde_json::from_str(&text).expect("JSON");
+    let child = resp["DispatchedJobID"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let alloc = finished_alloc(agent, &child);
+    assert_eq!(alloc["ClientStatus"], "complete", "{:?}", events(&alloc));
+    let id = alloc["ID"].as_str().unwrap_or_default().to_string();
+    let (code, out, err) = agent.run(&["alloc", "logs", &id, "t"]);
+    assert_eq!((code, out.as_str()), (0, "payload-bytes"), "{err}");
+    stop(agent, &child);
+    stop(agent, "param");
+}

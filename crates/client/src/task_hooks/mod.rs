@@ -1,0 +1,331 @@
+//! A task's prestart hooks (Nomad's `dispatch_payload`, `artifact` and `template` hooks): what
+//! is written into the task directory before the driver starts the task, in Nomad's order —
+//! the dispatch payload, then artifacts, then templates (which may read both).
+//!
+//! **Invariant:** nothing is written outside the task directory: every destination, template
+//! source and `file` read is resolved by [`confine`], which refuses `..` past the task
+//! directory and symlinks that lead out of it. Errors are plain text naming the block's field
+//! and what to do; the task runner turns them into task events.
+
+pub(crate) mod artifact;
+pub(crate) mod template;
+
+use crate::limits::TEMPLATE_FILE_BYTES_MAX;
+use crate::taskenv::TaskEnv;
+use base64::Engine as _;
+use drivers::TaskDir;
+use model::job::Job;
+use model::task::Template;
+use model::Task;
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Component, Path, PathBuf};
+
+/// `rel` (a job's path, relative to `root`; a leading `/` is also taken as relative, as Nomad
+/// does) resolved under `root`. Refused when it leaves `root`, lexically or through a symlink.
+pub(crate) fn confine(root: &Path, rel: &str, field: &str) -> Result<PathBuf, String> {
+    let escape = || {
+        format!(
+            "{field} {rel:?} escapes the task directory; use a path inside it, such as \"local/…\""
+        )
+    };
+    let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+    for c in Path::new(rel).components() {
+        match c {
+            Component::Normal(p) => parts.push(p),
+            Component::ParentDir => {
+                parts.pop().ok_or_else(escape)?;
+            }
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+        }
+    }
+    let path = parts.iter().fold(root.to_path_buf(), |p, c| p.join(c));
+    // The deepest part that exists must resolve inside the root (a symlink may point out).
+    let root_real = root
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve the task directory {}: {e}", root.display()))?;
+    let mut existing = path.as_path();
+    while !existing.exists() {
+        match existing.parent() {
+            Some(p) => existing = p,
+            None => break,
+        }
+    }
+    let real = existing
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve {field} {rel:?}: {e}"))?;
+    if !real.starts_with(&root_real) {
+        return Err(escape());
+    }
+    Ok(path)
+}
+
+/// Reads a file of at most [`TEMPLATE_FILE_BYTES_MAX`] bytes as text.
+fn read_text(path: &Path) -> Result<String, String> {
+    let file =
+        std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut text = String::new();
+    file.take(TEMPLATE_FILE_BYTES_MAX + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read {} as text: {e}", path.display()))?;
+    if text.len() as u64 > TEMPLATE_FILE_BYTES_MAX {
+        return Err(format!(
+            "{} is larger than {TEMPLATE_FILE_BYTES_MAX} bytes",
+            path.display()
+        ));
+    }
+    Ok(text)
+}
+
+/// Writes `bytes` to `path` (parents created) through a temp file and a rename, with `mode`.
+fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
+    let err = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(err)?;
+    }
+    let tmp = path.with_file_name(format!(
+        ".{}.caravan-tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("file")
+    ));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(err)
+}
+
+/// The dispatch hook: a dispatched job's payload, decoded, into `local/<dispatch_payload.file>`.
+pub(crate) fn write_dispatch_payload(job: &Job, task: &Task, dir: &TaskDir) -> Result<(), String> {
+    let Some(cfg) = task
+        .dispatch_payload
+        .as_ref()
+        .filter(|c| !c.file.is_empty())
+    else {
+        return Ok(());
+    };
+    let Some(payload) = job.payload.as_deref().filter(|p| !p.is_empty()) else {
+        return Ok(());
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(payload)
+        .map_err(|e| format!("the job's payload is not valid base64 ({e}); dispatch it again"))?;
+    let path = confine(&dir.local_dir, &cfg.file, "dispatch_payload.file")?;
+    write_file(&path, &bytes, 0o644)
+}
+
+/// What templates read: the task environment and files under the task directory.
+struct TaskHost<'a> {
+    env: &'a BTreeMap<String, String>,
+    root: &'a Path,
+}
+
+impl template::Host for TaskHost<'_> {
+    fn env(&self, name: &str) -> Option<String> {
+        self.env.get(name).cloned()
+    }
+
+    fn file(&self, path: &str) -> Result<String, String> {
+        let p = confine(self.root, path, "file")?;
+        read_text(&p)
+    }
+}
+
+/// The template hook: renders every `template` block; returns the variables of those with
+/// `env = true`, which join the task's environment.
+pub(crate) fn render_templates(
+    task: &Task,
+    env: &TaskEnv,
+    dir: &TaskDir,
+) -> Result<BTreeMap<String, String>, String> {
+    let mut vars = BTreeMap::new();
+    for t in &task.templates {
+        let dest = env.interpolate(&t.dest_path);
+        let rendered =
+            render_one(t, &dest, env, dir).map_err(|e| format!("template {dest:?}: {e}"))?;
+        if t.envvars {
+            let parsed =
+                parse_env_file(&rendered).map_err(|e| format!("template {dest:?}: {e}"))?;
+            vars.extend(parsed);
+        }
+    }
+    Ok(vars)
+}
+
+fn render_one(t: &Template, dest: &str, env: &TaskEnv, dir: &TaskDir) -> Result<String, String> {
+    let path = confine(&dir.dir, dest, "destination")?;
+    let src = if t.embedded_tmpl.is_empty() {
+        let source = env.interpolate(&t.source_path);
+        read_text(&confine(&dir.dir, &source, "source")?)?
+    } else {
+        t.embedded_tmpl.clone()
+    };
+    let opts = template::RenderOptions {
+        left_delim: t
+            .left_delim
+            .as_deref()
+            .filter(|d| !d.is_empty())
+            .unwrap_or("{{"),
+        right_delim: t
+            .right_delim
+            .as_deref()
+            .filter(|d| !d.is_empty())
+            .unwrap_or("}}"),
+        err_missing_key: t.err_missing_key,
+    };
+    let host = TaskHost {
+        env: env.env(),
+        root: &dir.dir,
+    };
+    let out = template::render(&src, &opts, &host).map_err(|e| e.to_string())?;
+    let perms = t.perms.as_deref().unwrap_or("644");
+    let mode = u32::from_str_radix(perms, 8)
+        .ok()
+        .filter(|m| *m <= 0o7777)
+        .ok_or_else(|| format!("perms {perms:?} is not an octal mode like \"0644\""))?;
+    write_file(&path, out.as_bytes(), mode)?;
+    Ok(out)
+}
+
+/// An env template's output (`KEY=value` lines, `#` comments, `export ` prefixes, quoted
+/// values), as Nomad's `envparse` reads it.
+pub(crate) fn parse_env_file(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut vars = BTreeMap::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let line = line.strip_prefix("export ").unwrap_or(line);
+        let Some((key, value)) = line.split_once('=') else {
+            return Err(format!(
+                "env line {}: {raw:?} is not KEY=VALUE; env = true templates must render KEY=VALUE lines",
+                i + 1
+            ));
+        };
+        let key = key.trim();
+        if key.is_empty()
+            || key
+                .chars()
+                .any(|c| c.is_whitespace() || c == '"' || c == '\'')
+        {
+            return Err(format!(
+                "env line {}: {key:?} is not a variable name",
+                i + 1
+            ));
+        }
+        vars.insert(key.to_string(), unquote(value.trim()));
+    }
+    Ok(vars)
+}
+
+fn unquote(v: &str) -> String {
+    if v.len() >= 2 && v.starts_with('\'') && v.ends_with('\'') {
+        return v[1..v.len() - 1].to_string();
+    }
+    if v.len() >= 2 && v.starts_with('"') && v.ends_with('"') {
+        let inner = &v[1..v.len() - 1];
+        let mut out = String::with_capacity(inner.len());
+        let mut chars = inner.chars();
+        while let Some(c) = chars.next() {
+            match (c, chars.clone().next()) {
+                ('\\', Some('n')) => {
+                    out.push('\n');
+                    chars.next();
+                }
+                ('\\', Some(e @ ('"' | '\\' | '$'))) => {
+                    out.push(e);
+                    chars.next();
+                }
+                (c, _) => out.push(c),
+            }
+        }
+        return out;
+    }
+    // An unquoted value ends at a ` #` comment.
+    v.split(" #").next().unwrap_or(v).trim_end().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn confine_keeps_paths_inside_the_task_dir() {
+        let tmp = drivers::testing::TestDir::new("client-confine");
+        let root = tmp.path().join("task");
+        std::fs::create_dir_all(root.join("local")).unwrap();
+        let ok = [
+            ("local/out.txt", "local/out.txt"),
+            ("/local/out.txt", "local/out.txt"),
+            ("./local/../local/a/b", "local/a/b"),
+            ("secrets/x", "secrets/x"),
+        ];
+        for (rel, want) in ok {
+            assert_eq!(
+                confine(&root, rel, "destination").unwrap(),
+                root.join(want),
+                "{rel}"
+            );
+        }
+        for rel in ["../x", "local/../../x", "../../../../etc/passwd"] {
+            let err = confine(&root, rel, "destination").unwrap_err();
+            assert!(err.contains("escapes the task directory"), "{rel}: {err}");
+            assert!(err.starts_with(&format!("destination {rel:?}")), "{err}");
+        }
+        std::os::unix::fs::symlink("/etc", root.join("local/out")).unwrap();
+        let err = confine(&root, "local/out/passwd", "destination").unwrap_err();
+        assert!(err.contains("escapes"), "{err}");
+    }
+
+    #[test]
+    fn env_files() {
+        let text =
+            "# comment\nA=1\nexport B = two words\nC=\"q \\\"x\\\"\"\nD='$lit'\nE=v # note\n\n";
+        let vars = parse_env_file(text).unwrap();
+        let want: BTreeMap<String, String> = [
+            ("A", "1"),
+            ("B", "two words"),
+            ("C", "q \"x\""),
+            ("D", "$lit"),
+            ("E", "v"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(vars, want);
+        let err = parse_env_file("A=1\nnot a pair\n").unwrap_err();
+        assert!(err.starts_with("env line 2:"), "{err}");
+    }
+
+    #[test]
+    fn dispatch_payload_is_written_under_local() {
+        let tmp = drivers::testing::TestDir::new("client-dispatch");
+        let dir = TaskDir::under(tmp.path().join("t"));
+        std::fs::create_dir_all(&dir.local_dir).unwrap();
+        let job = Job {
+            payload: Some("aGVsbG8=".into()),
+            ..Job::default()
+        };
+        let mut task = Task {
+            dispatch_payload: Some(model::task::DispatchPayloadConfig {
+                file: "in/input.txt".into(),
+            }),
+            ..Task::default()
+        };
+        write_dispatch_payload(&job, &task, &dir).unwrap();
+        let written = std::fs::read_to_string(dir.local_dir.join("in/input.txt")).unwrap();
+        assert_eq!(written, "hello");
+        task.dispatch_payload = Some(model::task::DispatchPayloadConfig {
+            file: "../../x".into(),
+        });
+        let err = write_dispatch_payload(&job, &task, &dir).unwrap_err();
+        assert!(err.contains("dispatch_payload.file"), "{err}");
+    }
+}
