@@ -1,10 +1,15 @@
 //! Issue #6's fault-injection suite: three servers and three clients as real processes, each in its
 //! own network namespace, with faults made from outside Caravan (SIGKILL, iptables partitions).
 //! One cluster is shared by the scenarios, in order:
-//! 1. kill -9 the leader; 2. partition the leader from everyone, then heal; 3. partition a client from
-//! every server, then heal; 4. kill a client; 5. kill every server at once and restart them;
+//!
+//! 1. kill -9 the leader;
+//! 2. partition the leader from everyone, then heal;
+//! 3. partition a client from every server, then heal;
+//! 4. kill a client;
+//! 5. kill every server at once and restart them;
 //! 6. stop a follower while enough is written that it must catch up from a snapshot (sent by the
 //!    other follower, which becomes leader when the old leader is killed).
+//!
 //! After each: every acknowledged write is on every running server (stale reads), no group had more
 //! running allocations than its count on any server at any sample, and lost work was replaced.
 //! Recovery times are measured and printed, not asserted (the machine is shared); RELIABILITY.md
@@ -92,7 +97,7 @@ fn others(c: &Cluster, but: usize) -> Vec<usize> {
     (0..c.servers.len()).filter(|&i| i != but).collect()
 }
 
-/// 1. SIGKILL the leader: the others elect one and take writes; it restarts on its address and rejoins.
+/// Scenario 1: SIGKILL the leader: the others elect one and take writes; it restarts on its address and rejoins.
 fn kill_the_leader(c: &mut Cluster, report: &mut Report) {
     let l = c.leader().expect("a leader");
     c.servers[l].kill();
@@ -114,7 +119,7 @@ fn kill_the_leader(c: &mut Cluster, report: &mut Report) {
     );
 }
 
-/// 2. Cut the leader off from every other agent (the test process still reaches it). A write sent to
+/// Scenario 2: Cut the leader off from every other agent (the test process still reaches it). A write sent to
 /// it meanwhile must not be acknowledged unless it survives; the majority elects a new leader.
 fn partition_the_leader(c: &mut Cluster, report: &mut Report) {
     let l = c.leader().expect("a leader");
@@ -214,7 +219,7 @@ fn wait_replaced(c: &Cluster, report: &mut Report, scenario: &str, node: &str, s
     );
 }
 
-/// 3. Cut a client off from every server: its task keeps running, the node goes down after TTL +
+/// Scenario 3: Cut a client off from every server: its task keeps running, the node goes down after TTL +
 /// grace and its work is replaced; when it returns, its copy is stopped (no `disconnect` block).
 fn partition_a_client(c: &mut Cluster, report: &mut Report) {
     let (ci, node, allocs) = busy_client(c);
@@ -258,7 +263,7 @@ fn partition_a_client(c: &mut Cluster, report: &mut Report) {
     );
 }
 
-/// 4. SIGKILL a client: its node goes down, its work is replaced; restarted, it runs nothing old.
+/// Scenario 4: SIGKILL a client: its node goes down, its work is replaced; restarted, it runs nothing old.
 fn kill_a_client(c: &mut Cluster, report: &mut Report) {
     let (ci, node, allocs) = busy_client(c);
     c.clients[ci].kill();
@@ -275,7 +280,7 @@ fn kill_a_client(c: &mut Cluster, report: &mut Report) {
     });
 }
 
-/// 5. SIGKILL every server, restart all on the same addresses: state survives, a leader is
+/// Scenario 5: SIGKILL every server, restart all on the same addresses: state survives, a leader is
 /// elected, every client reconnects (a system job runs on all of them).
 fn restart_every_server(c: &mut Cluster, report: &mut Report) {
     let before = ids(&c.running("web"));
@@ -345,7 +350,7 @@ fn installed_snapshots(c: &Cluster, server: usize) -> Vec<u64> {
         .collect()
 }
 
-/// 6. Stop a follower F and write until the other follower G has compacted its log past what F
+/// Scenario 6: Stop a follower F and write until the other follower G has compacted its log past what F
 /// missed. (The leader itself keeps every entry a stopped follower still needs: openraft postpones
 /// purging logs a replication stream has in flight.) Then kill the leader: only G and F remain, G
 /// wins the election, and F must catch up from G's snapshot before the two can take writes.
