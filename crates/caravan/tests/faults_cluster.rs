@@ -37,8 +37,8 @@ fn record(report: &mut Report, what: &str, took: Duration) {
     report.push((what.to_string(), took));
 }
 
-/// A service group whose mock task prints a dot every 100 ms while it runs, so a client's disk shows
-/// whether it still runs.
+/// A service group whose mock task prints a dot every 100 ms while it runs, so a client's disk
+/// shows whether it still runs.
 fn web_job() -> Value {
     json!({"Job": {"ID": "web", "Type": "service", "TaskGroups": [{"Name": "g", "Count": WEB_COUNT,
         "Tasks": [{"Name": "t", "Driver": "mock_driver",
@@ -97,7 +97,8 @@ fn others(c: &Cluster, but: usize) -> Vec<usize> {
     (0..c.servers.len()).filter(|&i| i != but).collect()
 }
 
-/// Scenario 1: SIGKILL the leader: the others elect one and take writes; it restarts on its address and rejoins.
+/// Scenario 1: SIGKILL the leader: the others elect one and take writes; it restarts on its address
+/// and rejoins.
 fn kill_the_leader(c: &mut Cluster, report: &mut Report) {
     let l = c.leader().expect("a leader");
     c.servers[l].kill();
@@ -119,8 +120,9 @@ fn kill_the_leader(c: &mut Cluster, report: &mut Report) {
     );
 }
 
-/// Scenario 2: Cut the leader off from every other agent (the test process still reaches it). A write sent to
-/// it meanwhile must not be acknowledged unless it survives; the majority elects a new leader.
+/// Scenario 2: Cut the leader off from every other agent (the test process still reaches it). A
+/// write sent to it meanwhile must not be acknowledged unless it survives; the majority elects a
+/// new leader.
 fn partition_the_leader(c: &mut Cluster, report: &mut Report) {
     let l = c.leader().expect("a leader");
     let peers: Vec<String> = c
@@ -219,8 +221,9 @@ fn wait_replaced(c: &Cluster, report: &mut Report, scenario: &str, node: &str, s
     );
 }
 
-/// Scenario 3: Cut a client off from every server: its task keeps running, the node goes down after TTL +
-/// grace and its work is replaced; when it returns, its copy is stopped (no `disconnect` block).
+/// Scenario 3: Cut a client off from every server: its task keeps running, the node goes down after
+/// TTL + grace and its work is replaced; when it returns, its copy is stopped (no `disconnect`
+/// block).
 fn partition_a_client(c: &mut Cluster, report: &mut Report) {
     let (ci, node, allocs) = busy_client(c);
     let server_ips: Vec<String> = c.servers.iter().map(|s| s.ip().to_string()).collect();
@@ -263,7 +266,8 @@ fn partition_a_client(c: &mut Cluster, report: &mut Report) {
     );
 }
 
-/// Scenario 4: SIGKILL a client: its node goes down, its work is replaced; restarted, it runs nothing old.
+/// Scenario 4: SIGKILL a client: its node goes down, its work is replaced; restarted, it runs
+/// nothing old.
 fn kill_a_client(c: &mut Cluster, report: &mut Report) {
     let (ci, node, allocs) = busy_client(c);
     c.clients[ci].kill();
@@ -350,10 +354,11 @@ fn installed_snapshots(c: &Cluster, server: usize) -> Vec<u64> {
         .collect()
 }
 
-/// Scenario 6: Stop a follower F and write until the other follower G has compacted its log past what F
-/// missed. (The leader itself keeps every entry a stopped follower still needs: openraft postpones
-/// purging logs a replication stream has in flight.) Then kill the leader: only G and F remain, G
-/// wins the election, and F must catch up from G's snapshot before the two can take writes.
+/// Scenario 6: Stop a follower F and write until the other follower G has compacted its log past
+/// what F missed. (The leader itself keeps every entry a stopped follower still needs: openraft
+/// postpones purging logs a replication stream has in flight.) Then kill the leader: only G and F
+/// remain, G wins the election, and F must catch up from G's snapshot before the two can take
+/// writes.
 fn follower_catches_up_from_a_snapshot(c: &mut Cluster, report: &mut Report) {
     let l = c.leader().expect("a leader");
     let (f, g) = match others(c, l)[..] {

@@ -1,8 +1,8 @@
 //! The fault suite's harness: a cluster of real `caravan agent` processes, each in its own network
 //! namespace (see `netns`), an HTTP client with deadlines (a partitioned peer never answers), the
-//! record of acknowledged writes, and a sampler that watches every server's allocations for a
-//! group running more copies than its count. Every wait has a deadline and, when it runs out, prints
-//! the tail of every agent's log before failing.
+//! record of acknowledged writes, and a sampler that watches every server's allocations for a group
+//! running more copies than its count. Every wait has a deadline and, when it runs out, prints the
+//! tail of every agent's log before failing.
 #![allow(dead_code)]
 
 pub mod netns;
@@ -391,8 +391,8 @@ plugin "mock_driver" {{
 }
 
 impl Cluster {
-    /// Starts three servers (10.x.y.1-3) and `clients` clients (10.x.y.11-), and waits for one leader
-    /// and every node ready.
+    /// Starts three servers (10.x.y.1-3) and `clients` clients (10.x.y.11-), and waits for one
+    /// leader and every node ready.
     pub fn start(clients: u8) -> Cluster {
         let mut net = Net::new();
         let server_ns: Vec<Ns> = (1..=3).map(|n| net.add(n)).collect();
@@ -450,8 +450,8 @@ impl Cluster {
         cluster
     }
 
-    /// Waits for `cond` until `WAIT_MAX`; returns how long it took. On timeout, prints every agent's
-    /// log tail and fails.
+    /// Waits for `cond` until `WAIT_MAX`; returns how long it took. On timeout, prints every
+    /// agent's log tail and fails.
     pub fn wait_for(&self, what: &str, mut cond: impl FnMut() -> bool) -> Duration {
         let start = Instant::now();
         while !cond() {

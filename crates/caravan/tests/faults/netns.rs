@@ -1,12 +1,12 @@
-//! A private network on this machine for the fault suite: one Linux bridge in the root namespace and,
-//! per agent, a network namespace joined to it by a veth pair, so every agent has its own address.
-//! A partition is made from outside Caravan, with iptables DROP rules inside one namespace against
-//! chosen peers; the bridge address (where the test process sits) is never cut, so the test still
-//! observes both sides.
+//! A private network on this machine for the fault suite: one Linux bridge in the root namespace
+//! and, per agent, a network namespace joined to it by a veth pair, so every agent has its own
+//! address. A partition is made from outside Caravan, with iptables DROP rules inside one namespace
+//! against chosen peers; the bridge address (where the test process sits) is never cut, so the test
+//! still observes both sides.
 //!
-//! Names carry this process's id (`cvnbr<pid>`, `cv<pid>-<n>`, `cv<pid>h<n>`) so test binaries running
-//! at once never clash; `Net::drop` removes everything (it runs on panic too), and `Net::new` first
-//! removes what a killed test process left behind.
+//! Names carry this process's id (`cvnbr<pid>`, `cv<pid>-<n>`, `cv<pid>h<n>`) so test binaries
+//! running at once never clash; `Net::drop` removes everything (it runs on panic too), and
+//! `Net::new` first removes what a killed test process left behind.
 
 use std::process::Command;
 
