@@ -68,6 +68,11 @@ fn full_config_has_every_value() {
     let server = config.server.as_ref().unwrap();
     assert_eq!(server.bootstrap_expect, Some(3));
     assert_eq!(server.heartbeat_grace, Some(Duration::from_secs(30)));
+    assert_eq!(
+        server.failover_heartbeat_ttl,
+        Some(Duration::from_secs(120))
+    );
+    assert_eq!(server.raft_snapshot_threshold, Some(4096));
     let join = server.server_join.as_ref().unwrap();
     assert_eq!(join.retry_join.as_ref().unwrap().len(), 3);
     assert_eq!(join.retry_interval, Some(Duration::from_secs(90)));

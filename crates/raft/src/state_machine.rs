@@ -122,6 +122,12 @@ impl RaftStateMachine<TypeConfig> for SmStore {
         })?;
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
+        // At start (the node's own snapshot) or from the leader (a follower too far behind).
+        tracing::info!(
+            index = meta.last_log_id.as_ref().map_or(0, |l| l.index()),
+            bytes = snapshot.0.len(),
+            "raft: snapshot installed"
+        );
         if self.files.current_meta().as_ref() != Some(meta) {
             let files = self.files.clone();
             let meta = meta.clone();

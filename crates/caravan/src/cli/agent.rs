@@ -247,6 +247,12 @@ async fn run_agent(cfg: AgentConfig, dev: bool, client_enabled: bool) -> Result<
     if let Some(ttl) = server_cfg_block.min_heartbeat_ttl {
         server_cfg.min_heartbeat_ttl = ttl;
     }
+    if let Some(ttl) = server_cfg_block.failover_heartbeat_ttl {
+        server_cfg.failover_heartbeat_ttl = ttl;
+    }
+    if let Some(n) = server_cfg_block.raft_snapshot_threshold {
+        server_cfg.raft_snapshot_every = n;
+    }
     // An explicit `advertise { rpc }` wins; otherwise the server advertises the address it bound
     // (so port 0 works).
     server_cfg.rpc_advertise = cfg.advertise.as_ref().and_then(|a| a.rpc.clone());

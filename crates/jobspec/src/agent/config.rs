@@ -242,6 +242,11 @@ section! {
         /// The shortest heartbeat interval handed to clients.
         #[serde(with = "super::duration::serde_opt")]
         min_heartbeat_ttl: Duration => Kind::Duration,
+        /// How long a new leader waits for every node's first heartbeat before marking it down.
+        #[serde(with = "super::duration::serde_opt")]
+        failover_heartbeat_ttl: Duration => Kind::Duration,
+        /// Raft entries between state snapshots (each snapshot compacts the log).
+        raft_snapshot_threshold: u64 => Kind::Uint(u64::MAX),
         /// Gossip encryption key.
         encrypt: String => Kind::Str,
         /// How to find the other servers.
