@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Response, Status};
@@ -164,14 +164,25 @@ impl PluginClient {
     {
         let mut request = Request::new(message);
         request.set_timeout(self.timeout);
-        match tokio::time::timeout(self.timeout, send(request)).await {
-            Ok(Ok(response)) => Ok(response.into_inner()),
-            Ok(Err(status)) => Err(CsiError::from(status)),
-            Err(_) => Err(CsiError::DeadlineExceeded(format!(
+        let started = Instant::now();
+        let late = || {
+            CsiError::DeadlineExceeded(format!(
                 "CSI plugin at {} did not answer within {:?}",
                 self.socket.display(),
                 self.timeout
-            ))),
+            ))
+        };
+        match tokio::time::timeout(self.timeout, send(request)).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            // tonic enforces the grpc-timeout header itself and reports it as CANCELLED; a
+            // cancellation at the deadline is the deadline.
+            Ok(Err(status))
+                if status.code() == Code::Cancelled && started.elapsed() >= self.timeout =>
+            {
+                Err(late())
+            }
+            Ok(Err(status)) => Err(CsiError::from(status)),
+            Err(_) => Err(late()),
         }
     }
 }

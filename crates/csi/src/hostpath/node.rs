@@ -2,7 +2,7 @@
 //! staging path to each target.
 
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tonic::{Request, Response, Status};
 
@@ -164,7 +164,7 @@ fn mounted(path: &Path) -> Result<Option<mount::MountPoint>, Status> {
     )))
 }
 
-fn unmount_if_mounted(path: &PathBuf) -> Result<(), Status> {
+fn unmount_if_mounted(path: &Path) -> Result<(), Status> {
     if mounted(path)?.is_some() {
         mount::unmount(path).map_err(internal(format!("unmounting {}", path.display())))?;
     }
