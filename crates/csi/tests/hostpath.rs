@@ -711,3 +711,15 @@ async fn records_survive_a_restart_and_a_stale_socket_is_replaced() {
     assert_eq!(expanded.capacity_bytes, 5 << 20);
     h.stop().await;
 }
+
+/// A connection that never speaks keeps a graceful stop waiting; the plugin drops it after
+/// SHUTDOWN_GRACE instead of hanging (a plugin task must stop before its kill timeout).
+#[tokio::test]
+async fn a_silent_connection_does_not_keep_the_plugin_from_stopping() {
+    let mut h = Harness::start("silent-conn", 0).await;
+    let _silent = tokio::net::UnixStream::connect(&h.socket).await.unwrap();
+    h.client().probe().await.unwrap();
+    let started = std::time::Instant::now();
+    h.stop().await;
+    assert!(started.elapsed() < hostpath::SHUTDOWN_GRACE + Duration::from_secs(5));
+}

@@ -24,6 +24,7 @@ use std::io;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
@@ -41,6 +42,9 @@ use store::Store;
 pub const PLUGIN_NAME: &str = "hostpath.csi.caravan";
 /// The topology segment naming the node that holds a volume's directory.
 pub const TOPOLOGY_KEY: &str = "hostpath.csi.caravan/node";
+
+/// How long calls in flight may finish after shutdown is asked for.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// How the plugin is set up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,16 +180,29 @@ impl Bound {
             socket,
             listener,
         } = self;
-        let result = tonic::transport::Server::builder()
+        let stopping = tokio::sync::Notify::new();
+        let signal = async {
+            shutdown.await;
+            stopping.notify_one();
+        };
+        let serving = tonic::transport::Server::builder()
             .add_service(v1::identity_server::IdentityServer::new(plugin.identity()))
             .add_service(v1::controller_server::ControllerServer::new(
                 plugin.controller(),
             ))
             .add_service(v1::node_server::NodeServer::new(plugin.node()))
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
-            .await;
+            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), signal);
+        // A graceful stop waits for every connection to close; an idle client may keep one
+        // open for ever, so calls in flight get SHUTDOWN_GRACE and then the connections drop.
+        let result = tokio::select! {
+            result = serving => result.map_err(ServeError::from),
+            () = async {
+                stopping.notified().await;
+                tokio::time::sleep(SHUTDOWN_GRACE).await;
+            } => Ok(()),
+        };
         let _ = std::fs::remove_file(&socket);
-        result.map_err(ServeError::from)
+        result
     }
 }
 
