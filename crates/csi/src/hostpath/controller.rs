@@ -94,7 +94,11 @@ impl ControllerService {
         self.fill(&store, &id, source.as_ref()).await?;
         let record = VolumeRecord {
             name: req.name,
-            capacity_bytes: capacity.0.max(capacity.1),
+            capacity_bytes: if capacity.0 > 0 {
+                capacity.0
+            } else {
+                capacity.1
+            },
             source,
             parameters: req.parameters.into_iter().collect(),
             attachments: BTreeMap::new(),
@@ -210,7 +214,8 @@ impl ControllerService {
 
     /// ControllerPublishVolume: records the attachment. Idempotent for the same node and
     /// arguments; a single-node volume attached elsewhere is FAILED_PRECONDITION, as is a second
-    /// writer of a multi-node-single-writer volume.
+    /// writer of a multi-node-single-writer volume. Any node ID is accepted: the controller
+    /// does not know the cluster's nodes (only this one holds the directory; topology says so).
     pub async fn publish(
         &self,
         req: v1::ControllerPublishVolumeRequest,
