@@ -7,6 +7,7 @@ mod agent;
 mod alloc;
 mod alloc_ops;
 mod connect;
+mod csi_hostpath;
 mod deployment;
 mod diff;
 mod eval;
@@ -68,6 +69,9 @@ enum Command {
     /// The exec driver's per-task helper (internal)
     #[command(hide = true)]
     Executor(executor::ExecutorArgs),
+    /// A CSI plugin whose volumes are directories on this machine (internal, for tests)
+    #[command(hide = true, name = "csi-hostpath")]
+    CsiHostpath(csi_hostpath::CsiHostpathArgs),
 }
 
 /// Runs the CLI on `args` (including the program name) and returns the exit code.
@@ -90,6 +94,7 @@ pub fn run(args: Vec<OsString>) -> i32 {
         Command::Operator(cmd) => Ok(operator::run(cmd)),
         Command::Status(args) => Ok(job_status::status(args)),
         Command::Executor(args) => Ok(executor::run(args)),
+        Command::CsiHostpath(args) => csi_hostpath::run(args),
         Command::Version => {
             println!("Caravan v{}", env!("CARGO_PKG_VERSION"));
             Ok(0)
