@@ -15,6 +15,7 @@ mod job;
 mod job_launch;
 mod job_plan;
 mod job_status;
+mod logmon;
 mod monitor;
 mod node;
 mod operator;
@@ -68,6 +69,9 @@ enum Command {
     /// The exec driver's per-task helper (internal)
     #[command(hide = true)]
     Executor(executor::ExecutorArgs),
+    /// The per-task log writer of raw_exec and exec (internal)
+    #[command(hide = true)]
+    Logmon(logmon::LogmonArgs),
 }
 
 /// Runs the CLI on `args` (including the program name) and returns the exit code.
@@ -90,6 +94,7 @@ pub fn run(args: Vec<OsString>) -> i32 {
         Command::Operator(cmd) => Ok(operator::run(cmd)),
         Command::Status(args) => Ok(job_status::status(args)),
         Command::Executor(args) => Ok(executor::run(args)),
+        Command::Logmon(args) => Ok(logmon::run(args)),
         Command::Version => {
             println!("Caravan v{}", env!("CARGO_PKG_VERSION"));
             Ok(0)
