@@ -9,8 +9,9 @@
 //! 1. Per task, the driver makes two fifos, `alloc/logs/.<task>.stdout.fifo` and `.stderr.fifo`
 //!    (Nomad's names), and starts `<helper> logmon <spec json>` ([`run`]) in its own session
 //!    (so a signal to the client's process group does not reach it) with no pipe to the client.
-//! 2. The helper opens each fifo for reading (one thread per stream; blocking, no runtime) and
-//!    copies what arrives into a [`RotatingWriter`]. A failed write drops that chunk and the
+//! 2. The helper opens each fifo for reading (one thread per stream; blocking, no runtime; it
+//!    exits if the writers do not appear within [`LOGMON_OPEN_TIMEOUT`], so a driver that died
+//!    mid-start leaves nothing behind) and copies what arrives into a [`RotatingWriter`]. A failed write drops that chunk and the
 //!    copy goes on, so the task never blocks on its output.
 //! 3. The driver opens the fifos' write ends (this waits until the helper is reading, and fails
 //!    early if the helper exits) and hands them to the task as stdout and stderr (exec: the
@@ -33,7 +34,8 @@ pub mod rotate;
 use crate::driver::{TaskConfig, TaskLogConfig};
 use crate::error::DriverError;
 use crate::limits::{
-    LOGMON_DRAIN_TIMEOUT, OUTPUT_OPEN_TIMEOUT, PROC_POLL_DELAY_MIN, STOP_POLL_DELAY_MAX,
+    LOGMON_DRAIN_TIMEOUT, LOGMON_OPEN_TIMEOUT, OUTPUT_OPEN_TIMEOUT, PROC_POLL_DELAY_MIN,
+    STOP_POLL_DELAY_MAX,
 };
 pub use rotate::{log_file_name, log_indexes, RotatingWriter, RotationLimits};
 use serde::{Deserialize, Serialize};
@@ -93,13 +95,27 @@ pub fn run(spec_json: &str) -> i32 {
         ("stdout", spec.stdout_fifo.clone()),
         ("stderr", spec.stderr_fifo.clone()),
     ];
+    let (opened_tx, opened) = std::sync::mpsc::channel::<()>();
     let threads: Vec<_> = streams
         .into_iter()
         .map(|(kind, fifo)| {
-            let spec = spec.clone();
-            std::thread::spawn(move || copy_stream(&spec, kind, &fifo))
+            let (spec, opened_tx) = (spec.clone(), opened_tx.clone());
+            std::thread::spawn(move || copy_stream(&spec, kind, &fifo, &opened_tx))
         })
         .collect();
+    drop(opened_tx);
+    // Opening a fifo blocks until its writer appears; a driver that died (or gave up) before
+    // opening its end must not leave this helper waiting forever.
+    let deadline = Instant::now() + LOGMON_OPEN_TIMEOUT;
+    for _ in 0..threads.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = opened.recv_timeout(left) {
+            complain(&format!(
+                "the task's output was not opened within {LOGMON_OPEN_TIMEOUT:?}; exiting"
+            ));
+            return 1;
+        }
+    }
     let mut code = 0;
     for thread in threads {
         match thread.join() {
@@ -119,12 +135,18 @@ fn complain(message: &str) {
     let _ = writeln!(std::io::stderr(), "caravan logmon: {message}");
 }
 
-fn copy_stream(spec: &LogmonSpec, kind: &str, fifo: &Path) -> Result<(), String> {
+fn copy_stream(
+    spec: &LogmonSpec,
+    kind: &str,
+    fifo: &Path,
+    opened: &std::sync::mpsc::Sender<()>,
+) -> Result<(), String> {
     let base = format!("{}.{kind}", spec.task_name);
     let mut writer = RotatingWriter::open(&spec.dir, &base, spec.limits())
         .map_err(|e| format!("opening {}: {e}", spec.dir.join(&base).display()))?;
     // Blocks until the task's side opens the fifo for writing.
     let mut input = File::open(fifo).map_err(|e| format!("opening {}: {e}", fifo.display()))?;
+    let _ = opened.send(());
     let mut buf = vec![0u8; LOGMON_READ_BYTES];
     let mut failing = false;
     loop {
@@ -189,7 +211,10 @@ impl Logmon {
             .env_clear()
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            // Not the client's stderr: a pipe to whoever reads the client would stay open as
+            // long as the helper lives (past the client). Complaints are lost; `recover`
+            // seeing a dead helper is the signal (not built yet).
+            .stderr(Stdio::null())
             .kill_on_drop(false);
         crate::raw_exec::spawn::new_session(&mut cmd);
         let child = cmd.spawn().map_err(|e| DriverError::Start {
