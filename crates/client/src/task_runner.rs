@@ -414,6 +414,15 @@ impl TaskRunner {
             .map(|(k, v)| (k.clone(), env.interpolate_json(v)))
             .collect();
         let short = uuid::Uuid::new_v4().simple().to_string();
+        // `logs { disabled = true }`: Nomad collects nothing; an empty path discards.
+        let logs_disabled = task.log_config.as_ref().and_then(|l| l.disabled) == Some(true);
+        let logs_on = |path: std::path::PathBuf| {
+            if logs_disabled {
+                Default::default()
+            } else {
+                path
+            }
+        };
         Ok(TaskConfig {
             id: format!("{}/{}/{}", alloc.id, self.name, &short[..8]),
             alloc_id: alloc.id.clone(),
@@ -423,8 +432,9 @@ impl TaskRunner {
             user: (!task.user.is_empty()).then(|| task.user.clone()),
             task_dir,
             alloc_dir: self.dir.shared(),
-            stdout_path: self.dir.stdout_path(&self.name),
-            stderr_path: self.dir.stderr_path(&self.name),
+            stdout_path: logs_on(self.dir.stdout_path(&self.name)),
+            stderr_path: logs_on(self.dir.stderr_path(&self.name)),
+            logs: task_logs(task, self.dir.logs()),
             resources: task_resources(alloc, task),
             kill_signal: task.kill_signal.clone(),
             kill_timeout: kill_timeout(task),
@@ -633,4 +643,19 @@ fn kill_timeout(task: &Task) -> Duration {
 
 fn shutdown_delay(task: &Task) -> Duration {
     Duration::from_nanos(u64::try_from(task.shutdown_delay.0).unwrap_or(0))
+}
+
+/// The task's `logs` block as the driver rotates it (Nomad's defaults: 10 files of 10 MB).
+/// `None` when `logs { disabled = true }`.
+fn task_logs(task: &Task, dir: std::path::PathBuf) -> Option<drivers::TaskLogConfig> {
+    let log = task.log_config.clone().unwrap_or_default();
+    if log.disabled == Some(true) {
+        return None;
+    }
+    let positive = |v: Option<i32>| v.and_then(|v| u32::try_from(v).ok()).filter(|v| *v > 0);
+    Some(drivers::TaskLogConfig {
+        dir,
+        max_files: positive(log.max_files).unwrap_or(10),
+        max_file_size_mb: positive(log.max_file_size_mb).map_or(10, u64::from),
+    })
 }

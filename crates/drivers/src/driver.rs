@@ -205,13 +205,30 @@ pub struct TaskConfig {
     /// The allocation directory (`alloc/` is shared by the group's tasks).
     pub alloc_dir: PathBuf,
     /// Where the task's stdout goes: a file (appended to) or a fifo the client reads. Empty: discard.
+    /// With [`TaskConfig::logs`] and a driver that rotates, this is only the first file's name.
     pub stdout_path: PathBuf,
     /// Where the task's stderr goes; as `stdout_path`.
     pub stderr_path: PathBuf,
+    /// Rotated log files (Nomad's `logs` block): drivers that rotate write `<dir>/<name>.stdout.N`
+    /// and `.stderr.N` instead of the two paths above. `None`: no rotation. (Handles persisted
+    /// before this field existed read as `None`.)
+    #[serde(default)]
+    pub logs: Option<TaskLogConfig>,
     pub resources: TaskResources,
     /// Signal `stop` sends when the caller passes none; empty: the driver's default.
     pub kill_signal: String,
     pub kill_timeout: Duration,
+}
+
+/// Where and how a task's output files rotate (Nomad's `logs { max_files max_file_size }`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskLogConfig {
+    /// The log directory, `alloc/logs`.
+    pub dir: PathBuf,
+    /// How many files of each stream are kept (the newest); at least 1.
+    pub max_files: u32,
+    /// A file's size limit in MB (MiB); at least 1.
+    pub max_file_size_mb: u64,
 }
 
 /// A task's directories (Nomad's `allocdir.TaskDir`).

@@ -8,8 +8,10 @@
 //! node's tasks; detecting which drivers this host can offer (fingerprints).
 //!
 //! **Never does:** touch cluster state, talk to servers, decide restarts, build task
-//! directories, environments or interpolation, or rotate logs — those are the client's. A driver
-//! only runs what it is handed and reports what happened.
+//! directories, environments or interpolation — those are the client's. A driver only runs what
+//! it is handed and reports what happened. It does own where the task's output goes: rotated log
+//! files written by a per-task helper process ([`logmon`]) that outlives the client as the task
+//! does.
 //!
 //! **Invariants:** every call has a bounded duration except `wait`, which is cancel-safe;
 //! `recover` never starts or restarts a task; a signal is never sent to a recycled pid (processes
@@ -21,6 +23,7 @@ pub mod driver;
 pub mod error;
 pub mod exec;
 pub mod limits;
+pub mod logmon;
 pub mod mock;
 pub mod procfs;
 pub mod raw_exec;
@@ -35,11 +38,11 @@ mod table;
 pub use docker::{config::DockerConfig, DockerDriver};
 pub use driver::{
     Capabilities, Driver, DriverFuture, ExecResult, ExecStream, ExitResult, Fingerprint,
-    FsIsolation, TaskConfig, TaskDir, TaskHandle, TaskResources, TaskState, TaskStats, TaskStatus,
-    TASK_HANDLE_VERSION,
+    FsIsolation, TaskConfig, TaskDir, TaskHandle, TaskLogConfig, TaskResources, TaskState,
+    TaskStats, TaskStatus, TASK_HANDLE_VERSION,
 };
 pub use error::DriverError;
-pub use exec::ExecDriver;
+pub use exec::{ExecConfig, ExecDriver};
 pub use mock::MockDriver;
 pub use raw_exec::{RawExecConfig, RawExecDriver};
 

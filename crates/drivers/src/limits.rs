@@ -8,6 +8,15 @@ pub const KILL_REAP_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long opening the task's stdout/stderr may wait for a fifo's reader to appear.
 pub const OUTPUT_OPEN_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// After a task exits, how long its driver waits for the log writer (`logmon`) to copy the last
+/// of its output before reporting the exit anyway (a leftover process may still hold the output).
+pub const LOGMON_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long the log helper waits for the task's side to open its fifos before it gives up and
+/// exits (the driver died or failed between starting it and starting the task). Longer than the
+/// driver's own wait for the two opens (2 × [`OUTPUT_OPEN_TIMEOUT`]).
+pub const LOGMON_OPEN_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// First and last delay between two looks at /proc while waiting on a process that is not our
 /// child (after `recover`) or on a process group to empty. Doubles from min to max.
 pub const PROC_POLL_DELAY_MIN: Duration = Duration::from_millis(10);

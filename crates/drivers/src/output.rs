@@ -31,7 +31,7 @@ pub async fn open_output(path: &Path) -> io::Result<File> {
     }
 }
 
-fn try_open(path: &Path) -> io::Result<File> {
+pub(crate) fn try_open(path: &Path) -> io::Result<File> {
     let file = OpenOptions::new()
         .append(true)
         .create(true)

@@ -63,6 +63,7 @@ pub fn task_config(root: &Path, id: &str, driver_config: serde_json::Value) -> T
         alloc_dir,
         stdout_path: root.join("stdout.log"),
         stderr_path: root.join("stderr.log"),
+        logs: None,
         resources: TaskResources {
             cpu_mhz: 100,
             memory_mb: 64,

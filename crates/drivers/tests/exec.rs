@@ -7,7 +7,7 @@
 //! the host cannot isolate (not root, no memory cgroup), each test says why and passes.
 
 use drivers::exec::cgroup::{Cgroup, CgroupLayout};
-use drivers::exec::{executor, ExecDriver, CGROUP_PARENT, EXECUTOR_SUBCOMMAND};
+use drivers::exec::{executor, ExecConfig, ExecDriver, CGROUP_PARENT, EXECUTOR_SUBCOMMAND};
 use drivers::testing::{task_config, TestDir};
 use drivers::{Driver, TaskConfig, TaskState};
 use std::future::Future;
@@ -28,7 +28,10 @@ fn main() -> ExitCode {
         println!("exec: skipped: {}", fp.health_description);
         return ExitCode::SUCCESS;
     }
-    let tests: [(&str, TestFn); 5] = [
+    if args.get(1).map(String::as_str) == Some(drivers::logmon::LOGMON_SUBCOMMAND) {
+        std::process::exit(drivers::logmon::run(args.get(2).map_or("", String::as_str)));
+    }
+    let tests: [(&str, TestFn); 7] = [
         ("fingerprint_is_healthy", |d| {
             Box::pin(fingerprint_is_healthy(d))
         }),
@@ -44,6 +47,14 @@ fn main() -> ExitCode {
         ("bad_command_fails_the_start", |d| {
             Box::pin(bad_command_fails(d))
         }),
+        (
+            "chroot_env_from_the_plugin_config_replaces_the_default",
+            |d| Box::pin(custom_chroot_env(d)),
+        ),
+        (
+            "output_goes_through_the_log_helper_into_rotated_files",
+            |d| Box::pin(output_is_rotated(d)),
+        ),
     ];
     let filter = args.iter().skip(1).find(|a| !a.starts_with('-')).cloned();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -228,4 +239,65 @@ async fn bad_command_fails(driver: ExecDriver) -> Result<(), String> {
         }
         Err(e) => Err(format!("unexpected error: {e}")),
     }
+}
+
+/// Runs `cfg` to its exit (bounded) and destroys it; the exit must be successful.
+async fn run_to_exit(driver: &ExecDriver, cfg: TaskConfig) -> Result<(), String> {
+    let id = cfg.id.clone();
+    driver.start(cfg).await.map_err(|e| e.to_string())?;
+    let exit = tokio::time::timeout(Duration::from_secs(20), driver.wait(&id))
+        .await
+        .map_err(|_| "the task did not exit".to_string())?
+        .map_err(|e| e.to_string());
+    let _ = driver.destroy(&id, true).await;
+    match exit? {
+        exit if exit.successful() => Ok(()),
+        exit => Err(format!("exit {exit:?}")),
+    }
+}
+
+/// A chroot_env without /usr: the task's root has no /usr/bin/env.
+async fn custom_chroot_env(driver: ExecDriver) -> Result<(), String> {
+    let chroot_env = ["/bin", "/lib", "/lib64"]
+        .into_iter()
+        .map(|p| (p.into(), p.into()))
+        .collect();
+    let driver = driver.with_config(ExecConfig { chroot_env });
+    let dir = TestDir::new("exec-chroot-env");
+    let id = unique("chroot-env");
+    let script = "if [ -e /usr/bin/env ]; then echo present; else echo absent; fi";
+    let cfg = config(&dir, &id, script);
+    let stdout_path = cfg.stdout_path.clone();
+    run_to_exit(&driver, cfg).await?;
+    let out = std::fs::read_to_string(&stdout_path).unwrap_or_default();
+    if out != "absent\n" {
+        return Err(format!("/usr/bin/env inside the task: {out:?}"));
+    }
+    Ok(())
+}
+
+/// With `logs` set, the executor writes into the log helper's fifos: 1 MiB files, 2 kept.
+async fn output_is_rotated(driver: ExecDriver) -> Result<(), String> {
+    let dir = TestDir::new("exec-logs");
+    let id = unique("logs");
+    let mut cfg = config(&dir, &id, "head -c 2097202 /dev/zero");
+    let logs = dir.path().join("alloc/logs");
+    cfg.logs = Some(drivers::TaskLogConfig {
+        dir: logs.clone(),
+        max_files: 2,
+        max_file_size_mb: 1,
+    });
+    run_to_exit(&driver, cfg).await?;
+    let sizes: Vec<(u64, u64)> = drivers::logmon::log_indexes(&logs, "web.stdout")
+        .unwrap_or_default()
+        .into_iter()
+        .map(|i| {
+            let file = logs.join(drivers::logmon::log_file_name("web.stdout", i));
+            (i, std::fs::metadata(file).map_or(0, |m| m.len()))
+        })
+        .collect();
+    if sizes != vec![(1, 1 << 20), (2, 50)] {
+        return Err(format!("stdout files (index, size): {sizes:?}"));
+    }
+    Ok(())
 }

@@ -2,8 +2,12 @@
 //! of an allocation that runs on this agent's own client. Paths are confined to the allocation's
 //! directory: a path that climbs out of it (`..`, or a symlink pointing outside) is a 400.
 //!
-//! Following (`follow=true`) polls the log until the task is dead and the log drained. Forwarding
-//! to another node's client is not built yet.
+//! Logs are rotated (`alloc/logs/<task>.<type>.N`, indexes only grow, the oldest deleted): a
+//! read starts in the file its offset falls in, counted across the kept files (from the oldest's
+//! start for `origin=start`, back from the newest's end for `origin=end`), and goes on through
+//! the newer files, one frame per file. Following (`follow=true`) polls the log, moves to the next
+//! index once it appears, and ends when the task is dead and the log drained. Forwarding to
+//! another node's client is not built yet.
 
 use crate::error::ApiError;
 use crate::{ApiState, LocalClient};
@@ -369,14 +373,15 @@ pub(crate) fn logs_inner(
     if task.contains('/') || task.contains("..") {
         return Err(ApiError::bad_request(format!("invalid task name {task:?}")));
     }
-    let rel = format!("alloc/logs/{task}.{kind}.0");
+    let base = format!("{task}.{kind}");
     if flag(params, "follow")? {
         let follow = Follow {
             st: st.shared(),
             alloc_id: alloc_id.to_string(),
             task: task.clone(),
             root,
-            rel,
+            base,
+            index: None,
             offset,
             from_end: origin == "end",
             plain,
@@ -384,21 +389,21 @@ pub(crate) fn logs_inner(
         };
         return Ok(follow.response());
     }
-    let (data, end) = read_log(&root, &rel, offset, origin == "end")?;
+    let chunks = read_logs(&root, &base, offset, origin == "end")?;
     if plain {
-        return Ok(text(data));
+        return Ok(text(chunks.into_iter().flat_map(|c| c.data).collect()));
     }
-    let frames: Vec<StreamFrame> = if data.is_empty() {
-        Vec::new()
-    } else {
-        vec![StreamFrame {
-            offset: end,
-            data: base64::engine::general_purpose::STANDARD.encode(&data),
-            file: rel,
+    let frames: Vec<StreamFrame> = chunks
+        .into_iter()
+        .filter(|c| !c.data.is_empty())
+        .map(|c| StreamFrame {
+            offset: c.end,
+            data: base64::engine::general_purpose::STANDARD.encode(&c.data),
+            file: c.rel,
             file_event: String::new(),
-        }]
-    };
-    // Nomad streams frames one after another; without follow there is at most one.
+        })
+        .collect();
+    // Nomad streams frames one after another; without follow, one per file read.
     let body: Vec<u8> = frames
         .iter()
         .flat_map(|f| serde_json::to_vec(f).unwrap_or_default())
@@ -418,7 +423,11 @@ struct Follow {
     alloc_id: String,
     task: String,
     root: PathBuf,
-    rel: String,
+    /// `<task>.<type>`: the files are `alloc/logs/<base>.N`.
+    base: String,
+    /// The file being followed; `None` until the first one exists.
+    index: Option<u64>,
+    /// Within the followed file; before the first read, counted across the kept files.
     offset: u64,
     /// The first read counts `offset` from the end.
     from_end: bool,
@@ -452,11 +461,31 @@ impl Follow {
     /// The next bytes to send; `None` ends the stream.
     async fn next_chunk(&mut self) -> Option<Vec<u8>> {
         loop {
-            let from_end = std::mem::take(&mut self.from_end);
-            let (data, end) = read_log(&self.root, &self.rel, self.offset, from_end).ok()?;
-            self.offset = end;
-            if !data.is_empty() {
-                return Some(self.encode(data, end));
+            if self.index.is_none() {
+                let files = log_files(&self.root, &self.base).ok()?;
+                if let Some((index, offset)) = locate(&files, self.offset, self.from_end) {
+                    (self.index, self.offset) = (Some(index), offset);
+                }
+            }
+            if let Some(index) = self.index {
+                let rel = log_rel(&self.base, index);
+                let (data, end) = read_log(&self.root, &rel, self.offset, false).ok()?;
+                self.offset = end;
+                if !data.is_empty() {
+                    return Some(self.encode(data, end, rel));
+                }
+                // The writer moves on only once a file is full, so when a newer one exists,
+                // one more read (above, next turn) has all of this one.
+                let newer = log_files(&self.root, &self.base).ok()?;
+                if let Some(&(next, _)) = newer.iter().find(|(i, _)| *i > index) {
+                    let (rest, end) = read_log(&self.root, &rel, self.offset, false).ok()?;
+                    self.offset = end;
+                    if !rest.is_empty() {
+                        return Some(self.encode(rest, end, rel));
+                    }
+                    (self.index, self.offset) = (Some(next), 0);
+                    continue;
+                }
             }
             if self.task_dead {
                 return None;
@@ -472,18 +501,100 @@ impl Follow {
         self.st.task_dead(&self.alloc_id, &self.task)
     }
 
-    fn encode(&self, data: Vec<u8>, end: u64) -> Vec<u8> {
+    fn encode(&self, data: Vec<u8>, end: u64, rel: String) -> Vec<u8> {
         if self.plain {
             return data;
         }
         let frame = StreamFrame {
             offset: end,
             data: base64::engine::general_purpose::STANDARD.encode(&data),
-            file: self.rel.clone(),
+            file: rel,
             file_event: String::new(),
         };
         serde_json::to_vec(&frame).unwrap_or_default()
     }
+}
+
+/// `alloc/logs/<base>.<index>`.
+fn log_rel(base: &str, index: u64) -> String {
+    format!("alloc/logs/{base}.{index}")
+}
+
+/// The kept files of one log (`alloc/logs/<base>.N`) as `(index, size)`, oldest first.
+fn log_files(root: &Path, base: &str) -> Result<Vec<(u64, u64)>, ApiError> {
+    let dir = confine_existing(root, "alloc/logs")?;
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_error("alloc/logs", &e)),
+    };
+    let prefix = format!("{base}.");
+    let mut files: Vec<(u64, u64)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let name = entry.file_name();
+            let index = name.to_str()?.strip_prefix(&prefix)?;
+            if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            Some((index.parse().ok()?, entry.metadata().ok()?.len()))
+        })
+        .collect();
+    files.sort_unstable();
+    Ok(files)
+}
+
+/// The file and offset in it where a read of `offset` starts, counting across `files` from the
+/// oldest's start, or back from the newest's end when `from_end` (Nomad's `findClosest`); an
+/// offset beyond the files clamps to their start or end. `None` when there are no files.
+fn locate(files: &[(u64, u64)], offset: u64, from_end: bool) -> Option<(u64, u64)> {
+    let (&(first, _), &(last, last_len)) = (files.first()?, files.last()?);
+    let mut left = offset;
+    if from_end {
+        for &(index, len) in files.iter().rev() {
+            if left <= len {
+                return Some((index, len - left));
+            }
+            left -= len;
+        }
+        return Some((first, 0));
+    }
+    for &(index, len) in files {
+        if left <= len {
+            return Some((index, left));
+        }
+        left -= len;
+    }
+    Some((last, last_len))
+}
+
+/// One file's part of a log read.
+struct LogChunk {
+    rel: String,
+    data: Vec<u8>,
+    /// The offset in the file the data ends at.
+    end: u64,
+}
+
+/// A log read without follow: from where `offset` falls (see [`locate`]) to the newest file's end.
+fn read_logs(
+    root: &Path,
+    base: &str,
+    offset: u64,
+    from_end: bool,
+) -> Result<Vec<LogChunk>, ApiError> {
+    let files = log_files(root, base)?;
+    let Some((start, start_offset)) = locate(&files, offset, from_end) else {
+        return Ok(Vec::new());
+    };
+    let mut chunks = Vec::new();
+    for &(index, _) in files.iter().filter(|(i, _)| *i >= start) {
+        let rel = log_rel(base, index);
+        let from = if index == start { start_offset } else { 0 };
+        let (data, end) = read_log(root, &rel, from, false)?;
+        chunks.push(LogChunk { rel, data, end });
+    }
+    Ok(chunks)
 }
 
 /// The log's bytes from `offset` (from the end when `from_end`), and the file offset they end at.
@@ -609,6 +720,43 @@ mod tests {
             read_log(&root, "alloc/logs/none.stderr.0", 0, false).unwrap(),
             (Vec::new(), 0)
         );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn rotated_logs_read_across_the_kept_files() {
+        let root = temp("rotated");
+        // Index 0 was pruned; 1 and 2 are full, 3 is being written.
+        for (i, text) in [(1, "aaaa"), (2, "bbbb"), (3, "cc")] {
+            std::fs::write(root.join(format!("alloc/logs/t.stdout.{i}")), text).unwrap();
+        }
+        std::fs::write(root.join("alloc/logs/.t.stdout.fifo"), "").unwrap();
+        std::fs::write(root.join("alloc/logs/t.stdout.x"), "no").unwrap();
+        let files = log_files(&root, "t.stdout").unwrap();
+        assert_eq!(files, vec![(1, 4), (2, 4), (3, 2)]);
+        let read = |offset, from_end| -> (String, Vec<String>) {
+            let chunks = read_logs(&root, "t.stdout", offset, from_end).unwrap();
+            let text = chunks.iter().flat_map(|c| c.data.clone()).collect();
+            let names = chunks.iter().map(|c| c.rel.clone()).collect();
+            (String::from_utf8(text).unwrap(), names)
+        };
+        let (text, names) = read(0, false);
+        assert_eq!(text, "aaaabbbbcc");
+        assert_eq!(names[0], "alloc/logs/t.stdout.1");
+        assert_eq!(read(6, false).0, "bbcc");
+        assert_eq!(
+            read(3, true).0,
+            "bcc",
+            "origin=end counts back across files"
+        );
+        assert_eq!(read(0, true).0, "");
+        assert_eq!(read(100, true).0, "aaaabbbbcc");
+        assert_eq!(read(100, false).0, "");
+        assert_eq!(locate(&files, 2, true), Some((3, 0)));
+        assert_eq!(locate(&[], 0, false), None);
+        assert!(read_logs(&root, "none.stderr", 0, false)
+            .unwrap()
+            .is_empty());
         let _ = std::fs::remove_dir_all(&root);
     }
 

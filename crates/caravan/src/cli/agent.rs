@@ -537,11 +537,17 @@ async fn start_client(
     ccfg.memory_total_mb = block.memory_total_mb;
     ccfg.http_addr = http.to_string();
     let raw_exec_enabled = dev || plugin_enabled(cfg, "raw_exec");
+    // Task logs are rotated by `caravan logmon` helpers (this executable), which outlive us.
+    let logmon = std::env::current_exe()
+        .map_err(|e| anyhow::anyhow!("finding this executable for the log helper: {e}"))?;
     let mut drivers: Vec<Arc<dyn drivers::Driver>> = vec![
-        Arc::new(drivers::RawExecDriver::new(drivers::RawExecConfig {
-            enabled: raw_exec_enabled,
-        })),
-        Arc::new(drivers::ExecDriver::new()),
+        Arc::new(
+            drivers::RawExecDriver::new(drivers::RawExecConfig {
+                enabled: raw_exec_enabled,
+            })
+            .with_logmon(logmon),
+        ),
+        Arc::new(drivers::ExecDriver::new().with_config(exec_plugin_config(cfg)?)),
     ];
     // Docker: always registered; without a daemon it fingerprints as undetected.
     let docker = Arc::new(drivers::DockerDriver::new(docker_plugin_config(cfg)?));
@@ -568,6 +574,17 @@ fn docker_plugin_config(cfg: &AgentConfig) -> Result<drivers::DockerConfig> {
         .and_then(|p| p.config.clone())
         .unwrap_or_default();
     drivers::DockerConfig::from_plugin_config(&config).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// `plugin "exec" { config { chroot_env { … } } }`, or the defaults without one.
+fn exec_plugin_config(cfg: &AgentConfig) -> Result<drivers::ExecConfig> {
+    let config = cfg
+        .plugin
+        .as_ref()
+        .and_then(|plugins| plugins.get("exec"))
+        .and_then(|p| p.config.clone())
+        .unwrap_or_default();
+    drivers::ExecConfig::from_plugin_config(&config).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// `plugin "NAME" { config { enabled = true } }`.
@@ -698,6 +715,40 @@ plugin "docker" {
         assert_eq!(
             docker_plugin_config(&none).unwrap(),
             drivers::DockerConfig::default()
+        );
+    }
+
+    #[test]
+    fn exec_plugin_chroot_env_from_an_agent_file() {
+        let src = r#"
+plugin "exec" {
+  config {
+    chroot_env {
+      "/bin"        = "/bin"
+      "/opt/tools"  = "/tools"
+    }
+  }
+}
+"#;
+        let cfg = jobspec::agent::parse_str(src, "agent.hcl").unwrap();
+        let exec = exec_plugin_config(&cfg).unwrap();
+        let want: std::collections::BTreeMap<std::path::PathBuf, std::path::PathBuf> =
+            [("/bin", "/bin"), ("/opt/tools", "/tools")]
+                .into_iter()
+                .map(|(h, c)| (h.into(), c.into()))
+                .collect();
+        assert_eq!(exec.chroot_env, want);
+        let none = jobspec::agent::parse_str("", "agent.hcl").unwrap();
+        assert_eq!(
+            exec_plugin_config(&none).unwrap(),
+            drivers::ExecConfig::default()
+        );
+        let bad = r#"plugin "exec" { config { chroot_env { "/bin" = "bin" } } }"#;
+        let bad = jobspec::agent::parse_str(bad, "agent.hcl").unwrap();
+        let err = exec_plugin_config(&bad).unwrap_err().to_string();
+        assert!(
+            err.contains("chroot_env[\"/bin\"]") && err.contains("absolute"),
+            "{err}"
         );
     }
 }

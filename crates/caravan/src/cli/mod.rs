@@ -16,6 +16,7 @@ mod job;
 mod job_launch;
 mod job_plan;
 mod job_status;
+mod logmon;
 mod monitor;
 mod node;
 mod operator;
@@ -72,6 +73,9 @@ enum Command {
     /// A CSI plugin whose volumes are directories on this machine (internal, for tests)
     #[command(hide = true, name = "csi-hostpath")]
     CsiHostpath(csi_hostpath::CsiHostpathArgs),
+    /// The per-task log writer of raw_exec and exec (internal)
+    #[command(hide = true)]
+    Logmon(logmon::LogmonArgs),
 }
 
 /// Runs the CLI on `args` (including the program name) and returns the exit code.
@@ -95,6 +99,7 @@ pub fn run(args: Vec<OsString>) -> i32 {
         Command::Status(args) => Ok(job_status::status(args)),
         Command::Executor(args) => Ok(executor::run(args)),
         Command::CsiHostpath(args) => csi_hostpath::run(args),
+        Command::Logmon(args) => Ok(logmon::run(args)),
         Command::Version => {
             println!("Caravan v{}", env!("CARGO_PKG_VERSION"));
             Ok(0)

@@ -7,6 +7,7 @@ use crate::limits::{
     DOCKER_CALL_TIMEOUT, DOCKER_LOG_DRAIN_TIMEOUT, DOCKER_WAIT_RETRY_DELAY_MAX,
     DOCKER_WAIT_RETRY_DELAY_MIN,
 };
+use crate::logmon::{RotatingWriter, RotationLimits};
 use crate::output::open_output;
 use bollard::container::LogOutput;
 use bollard::models::ContainerStatsResponse;
@@ -14,9 +15,9 @@ use bollard::query_parameters::LogsOptionsBuilder;
 use bollard::Docker;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
+use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-use tokio::io::AsyncWriteExt;
 
 /// What the handle persists beyond the task config: the container to reattach to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -195,20 +196,34 @@ pub(crate) async fn exit_of(docker: &Docker, id: &str) -> ExitResult {
     }
 }
 
-/// Copies the container's stdout and stderr into the task's log files (the same files raw_exec
-/// writes, so `alloc logs` reads them) until the container stops.
+/// One stream's destination: rotated files when the task has `logs`, else the plain path.
+async fn open_sink(cfg: &TaskConfig, kind: &str) -> std::io::Result<Box<dyn Write + Send>> {
+    match &cfg.logs {
+        Some(logs) => {
+            let limits = RotationLimits::from_mb(logs.max_files, logs.max_file_size_mb);
+            let base = format!("{}.{kind}", cfg.name);
+            Ok(Box::new(RotatingWriter::open(&logs.dir, &base, limits)?))
+        }
+        None if kind == "stdout" => Ok(Box::new(open_output(&cfg.stdout_path).await?)),
+        None => Ok(Box::new(open_output(&cfg.stderr_path).await?)),
+    }
+}
+
+/// Copies the container's stdout and stderr into the task's log files (the same rotated files
+/// raw_exec's log helper writes, so `alloc logs` reads them) until the container stops. In
+/// process: the daemon keeps the output while the client is down, and `recover` re-attaches.
+/// Writes are plain blocking appends to local files, one log chunk at a time.
 async fn copy_logs(docker: Docker, cfg: TaskConfig, id: String, since_unix_s: i32) {
-    let (out, err) = match (
-        open_output(&cfg.stdout_path).await,
-        open_output(&cfg.stderr_path).await,
+    let (mut out, mut err) = match (
+        open_sink(&cfg, "stdout").await,
+        open_sink(&cfg, "stderr").await,
     ) {
-        (Ok(o), Ok(e)) => (tokio::fs::File::from_std(o), tokio::fs::File::from_std(e)),
+        (Ok(o), Ok(e)) => (o, e),
         (Err(e), _) | (_, Err(e)) => {
             tracing::warn!(task_id = %cfg.id, error = %e, "cannot open the task's log files");
             return;
         }
     };
-    let (mut out, mut err) = (out, err);
     let options = LogsOptionsBuilder::new()
         .follow(true)
         .stdout(true)
@@ -218,9 +233,9 @@ async fn copy_logs(docker: Docker, cfg: TaskConfig, id: String, since_unix_s: i3
     let mut stream = docker.logs(&id, Some(options));
     while let Some(item) = stream.next().await {
         let written = match item {
-            Ok(LogOutput::StdErr { message }) => err.write_all(&message).await,
+            Ok(LogOutput::StdErr { message }) => err.write_all(&message),
             Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
-                out.write_all(&message).await
+                out.write_all(&message)
             }
             Ok(LogOutput::StdIn { .. }) => Ok(()),
             Err(e) => {
@@ -233,6 +248,6 @@ async fn copy_logs(docker: Docker, cfg: TaskConfig, id: String, since_unix_s: i3
             break;
         }
     }
-    let _ = out.flush().await;
-    let _ = err.flush().await;
+    let _ = out.flush();
+    let _ = err.flush();
 }

@@ -8,10 +8,14 @@
 //! reads OOM kills from the cgroup, and stops tasks through the cgroup, which holds every
 //! process the task started.
 //!
-//! Not built yet: `exec` into a running task (answers NotSupported); per-task `chroot_env`
-//! from the client config (Nomad's defaults are used).
+//! `chroot_env` comes from the plugin config ([`ExecConfig`]; Nomad's default list without
+//! one). With the task's `logs` set, output goes through a per-task log helper (`<helper>
+//! logmon`, see [`crate::logmon`]) into rotated files; the executor opens the helper's fifos.
+//!
+//! Not built yet: `exec` into a running task (answers NotSupported).
 
 pub mod cgroup;
+pub mod config;
 pub mod executor;
 pub mod isolation;
 
@@ -25,6 +29,7 @@ use crate::limits::{
     EXECUTOR_START_TIMEOUT, KILL_REAP_TIMEOUT, PROC_POLL_DELAY_MAX, PROC_POLL_DELAY_MIN,
     STOP_POLL_DELAY_MAX,
 };
+use crate::logmon::Logmon;
 use crate::process_group::CpuSample;
 use crate::procfs::ProcIdentity;
 use crate::raw_exec::spawn::RawExecTaskConfig;
@@ -32,6 +37,7 @@ use crate::raw_exec::task::{exit_from_status, unknown_exit};
 use crate::signal::{parse_signal, DEFAULT_KILL_SIGNAL};
 use crate::table::TaskTable;
 use cgroup::{Cgroup, CgroupLayout};
+pub use config::ExecConfig;
 use executor::{ExecutorReport, ExecutorSpec};
 use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
@@ -55,6 +61,7 @@ pub const EXECUTOR_SUBCOMMAND: &str = "executor";
 pub struct ExecDriver {
     /// The program started as the helper; `None`: this process's own executable.
     helper: Option<PathBuf>,
+    config: ExecConfig,
     tasks: TaskTable<ExecTask>,
 }
 
@@ -68,6 +75,7 @@ impl std::fmt::Debug for ExecDriver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ExecDriver")
             .field("helper", &self.helper)
+            .field("config", &self.config)
             .finish_non_exhaustive()
     }
 }
@@ -124,6 +132,7 @@ impl ExecDriver {
     pub fn new() -> ExecDriver {
         ExecDriver {
             helper: None,
+            config: ExecConfig::default(),
             tasks: TaskTable::new(),
         }
     }
@@ -132,8 +141,15 @@ impl ExecDriver {
     pub fn new_with_helper(helper: impl Into<PathBuf>) -> ExecDriver {
         ExecDriver {
             helper: Some(helper.into()),
+            config: ExecConfig::default(),
             tasks: TaskTable::new(),
         }
+    }
+
+    /// The driver with the plugin's configuration (`chroot_env`).
+    pub fn with_config(mut self, config: ExecConfig) -> ExecDriver {
+        self.config = config;
+        self
     }
 
     fn helper_path(&self, task_id: &str) -> Result<PathBuf, DriverError> {
@@ -165,6 +181,27 @@ impl ExecDriver {
         let name = cgroup_name(&cfg.id);
         let cgroup = Cgroup::create(&layout, CGROUP_PARENT, &name)
             .map_err(|e| start_err(format!("creating the cgroup: {e}"), true))?;
+        // The log helper first: the executor opens its fifos as the task's stdout and stderr.
+        let logmon = match &cfg.logs {
+            Some(logs) => {
+                let helper = self.helper_path(&cfg.id)?;
+                match Logmon::start(&helper, &cfg, logs).await {
+                    Ok(started) => Some(started),
+                    Err(e) => {
+                        let _ = destroy_cgroup(cgroup).await;
+                        return Err(e);
+                    }
+                }
+            }
+            None => None,
+        };
+        let (stdout_path, stderr_path) = match &cfg.logs {
+            Some(logs) if logmon.is_some() => (
+                crate::logmon::fifo_path(&logs.dir, &cfg.name, "stdout"),
+                crate::logmon::fifo_path(&logs.dir, &cfg.name, "stderr"),
+            ),
+            _ => (cfg.stdout_path.clone(), cfg.stderr_path.clone()),
+        };
         let spec = ExecutorSpec {
             task_id: cfg.id.clone(),
             command: raw.command,
@@ -175,14 +212,17 @@ impl ExecDriver {
             hostname: cfg.name.clone(),
             task_dir: cfg.task_dir.dir.clone(),
             alloc_dir: cfg.alloc_dir.clone(),
-            chroot_env: isolation::default_chroot_env(),
-            stdout_path: cfg.stdout_path.clone(),
-            stderr_path: cfg.stderr_path.clone(),
+            chroot_env: self.config.chroot_env.clone(),
+            stdout_path,
+            stderr_path,
             cgroup_parent: CGROUP_PARENT.to_string(),
             cgroup_name: name.clone(),
             resources: cfg.resources,
         };
         let started = self.spawn_helper(&cfg.id, &spec).await;
+        // The executor has opened the fifos (or failed): the driver's write ends close here,
+        // so the log helper ends with the task.
+        let logmon = logmon.map(|(logmon, _outputs)| logmon);
         let (child, report) = match started {
             Ok(v) => v,
             Err(e) => {
@@ -214,7 +254,7 @@ impl ExecDriver {
             exit: ExitCell::new(),
             cpu_sample: Mutex::new(None),
         });
-        task.watch_child(child);
+        task.watch_child(child, logmon);
         if let Err(e) = self.tasks.insert(&task.config.id, Arc::clone(&task)) {
             let _ = task.kill_all_and_wait().await;
             return Err(e);
@@ -406,7 +446,7 @@ impl ExecTask {
 
     /// Records the helper's exit (the task's) when it comes, with the cgroup's OOM verdict, and
     /// kills whatever the task left behind.
-    fn watch_child(self: &Arc<Self>, mut child: tokio::process::Child) {
+    fn watch_child(self: &Arc<Self>, mut child: tokio::process::Child, logmon: Option<Logmon>) {
         let task = Arc::clone(self);
         tokio::spawn(async move {
             let mut result = match child.wait().await {
@@ -420,6 +460,9 @@ impl ExecTask {
             result.oom_killed = task.oom_killed();
             let cgroup = task.cgroup.clone();
             let _ = tokio::task::spawn_blocking(move || cgroup.kill_all()).await;
+            if let Some(logmon) = logmon {
+                logmon.drained(&task.config.id).await;
+            }
             tracing::debug!(task_id = %task.config.id, ?result, "exec task exited");
             task.exit.set(result);
         });

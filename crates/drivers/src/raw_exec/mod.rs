@@ -1,6 +1,10 @@
 //! `raw_exec`: runs the task's command directly on the host, without isolation, in a new
 //! process group (session), as Nomad's raw_exec does.
 //!
+//! Output: with a log helper ([`RawExecDriver::with_logmon`]) and the task's `logs` set, the
+//! task writes into fifos that a per-task `logmon` helper rotates into files (see
+//! [`crate::logmon`]); otherwise straight into `stdout_path` / `stderr_path`.
+//!
 //! Off unless the client config enables it (`plugin "raw_exec" { config { enabled = true } }`,
 //! or `-dev`): a disabled raw_exec is undetected and refuses to start tasks.
 
@@ -14,6 +18,7 @@ use crate::driver::{
 use crate::error::DriverError;
 use crate::exit_cell::ExitCell;
 use crate::limits::EXEC_OUTPUT_BYTES_MAX;
+use crate::logmon::Logmon;
 use crate::output::open_output;
 use crate::procfs::ProcIdentity;
 use crate::signal::{parse_signal, DEFAULT_KILL_SIGNAL};
@@ -21,6 +26,7 @@ use crate::table::TaskTable;
 use serde::{Deserialize, Serialize};
 use spawn::RawExecTaskConfig;
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -46,6 +52,8 @@ impl RawExecConfig {
 
 pub struct RawExecDriver {
     config: RawExecConfig,
+    /// The program started as `<helper> logmon` for rotated logs; `None`: no rotation.
+    logmon_helper: Option<PathBuf>,
     tasks: TaskTable<RawTask>,
 }
 
@@ -53,8 +61,34 @@ impl RawExecDriver {
     pub fn new(config: RawExecConfig) -> RawExecDriver {
         RawExecDriver {
             config,
+            logmon_helper: None,
             tasks: TaskTable::new(),
         }
+    }
+
+    /// Rotates the logs of tasks that ask for it (`TaskConfig::logs`) through
+    /// `<helper> logmon` (the agent passes its own executable).
+    pub fn with_logmon(mut self, helper: impl Into<PathBuf>) -> RawExecDriver {
+        self.logmon_helper = Some(helper.into());
+        self
+    }
+
+    /// The task's stdout and stderr: the fifos of a started log helper, or the plain files.
+    async fn open_outputs(
+        &self,
+        cfg: &TaskConfig,
+    ) -> Result<(Option<Logmon>, std::fs::File, std::fs::File), DriverError> {
+        if let (Some(helper), Some(logs)) = (&self.logmon_helper, &cfg.logs) {
+            let (logmon, out) = Logmon::start(helper, cfg, logs).await?;
+            return Ok((Some(logmon), out.stdout, out.stderr));
+        }
+        let stdout = open_output(&cfg.stdout_path)
+            .await
+            .map_err(|e| DriverError::io(&cfg.id, "opening stdout", e))?;
+        let stderr = open_output(&cfg.stderr_path)
+            .await
+            .map_err(|e| DriverError::io(&cfg.id, "opening stderr", e))?;
+        Ok((None, stdout, stderr))
     }
 
     async fn start_task(&self, cfg: TaskConfig) -> Result<TaskHandle, DriverError> {
@@ -69,12 +103,7 @@ impl RawExecDriver {
         }
         let raw = RawExecTaskConfig::parse(&cfg.driver_config)?;
         let program = spawn::lookup_bin(&cfg, &raw.command)?;
-        let stdout = open_output(&cfg.stdout_path)
-            .await
-            .map_err(|e| DriverError::io(&cfg.id, "opening stdout", e))?;
-        let stderr = open_output(&cfg.stderr_path)
-            .await
-            .map_err(|e| DriverError::io(&cfg.id, "opening stderr", e))?;
+        let (logmon, stdout, stderr) = self.open_outputs(&cfg).await?;
         let work_dir = spawn::work_dir(&cfg, raw.work_dir.as_deref());
         let mut cmd = spawn::build_command(
             &cfg,
@@ -104,7 +133,7 @@ impl RawExecDriver {
             exit: ExitCell::new(),
             cpu_sample: Mutex::new(None),
         });
-        task.watch_child(child);
+        task.watch_child(child, logmon);
         if let Err(e) = self.tasks.insert(&task.config.id, Arc::clone(&task)) {
             // Another start of the same id won the race: this process must not outlive it.
             let _ = task.kill_tree_and_wait().await;

@@ -4,6 +4,7 @@ use crate::driver::{ExitResult, TaskConfig, TaskState, TaskStats, TaskStatus};
 use crate::error::DriverError;
 use crate::exit_cell::ExitCell;
 use crate::limits::{KILL_REAP_TIMEOUT, PROC_POLL_DELAY_MAX, PROC_POLL_DELAY_MIN};
+use crate::logmon::Logmon;
 use crate::process_group::{self, CpuSample, TaskGroup};
 use crate::procfs::ProcIdentity;
 use nix::sys::signal::Signal;
@@ -86,8 +87,9 @@ impl RawTask {
         }
     }
 
-    /// Records the exit of a spawned child when it comes.
-    pub fn watch_child(self: &Arc<Self>, mut child: tokio::process::Child) {
+    /// Records the exit of a spawned child when it comes, once its log helper (if any) has
+    /// written the last of its output.
+    pub fn watch_child(self: &Arc<Self>, mut child: tokio::process::Child, logmon: Option<Logmon>) {
         let task = Arc::clone(self);
         tokio::spawn(async move {
             let result = match child.wait().await {
@@ -98,6 +100,9 @@ impl RawTask {
                     ..Default::default()
                 },
             };
+            if let Some(logmon) = logmon {
+                logmon.drained(&task.config.id).await;
+            }
             tracing::debug!(task_id = %task.config.id, ?result, "raw_exec task exited");
             task.exit.set(result);
         });
