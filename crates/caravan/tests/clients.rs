@@ -14,10 +14,11 @@ fn server(name: &str) -> (Agent, String) {
     let dir = temp_dir(name);
     let data = dir.join("data").display().to_string();
     let extra = dir.join("server.hcl");
-    // Short heartbeats, so a lost client is noticed in seconds.
+    // Short heartbeats, so a lost client is noticed in seconds. A client that registered while the
+    // leader loops were still starting gets the failover TTL, so that is short too.
     std::fs::write(
         &extra,
-        "server {\n  heartbeat_grace = \"1s\"\n  min_heartbeat_ttl = \"1s\"\n}\n",
+        "server {\n  heartbeat_grace = \"1s\"\n  min_heartbeat_ttl = \"1s\"\n  failover_heartbeat_ttl = \"3s\"\n}\n",
     )
     .unwrap();
     let extra = extra.display().to_string();

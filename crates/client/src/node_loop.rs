@@ -107,6 +107,7 @@ impl NodeLoop {
                 }
                 () = shutting_down(&mut shutdown) => return Stop::Shutdown,
             }
+            tracing::trace!("heartbeat");
             let req = NodeUpdateStatusRequest {
                 node_id: self.identity.id.clone(),
                 secret_id: self.identity.secret_id.clone(),
@@ -125,6 +126,7 @@ impl NodeLoop {
                     }
                     ttl = to_std(resp.heartbeat_ttl);
                     next = Instant::now() + self.interval(ttl);
+                    tracing::trace!(?ttl, "heartbeat answered");
                 }
                 Err(e) if e.code == ErrorCode::NotFound => {
                     tracing::info!("the servers do not know this node; registering again");

@@ -69,7 +69,12 @@ impl Agent {
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let mut rpc = String::new();
+            // CARAVAN_TEST_LOGS=1 shows the agents' logs (they go to stdout) on the test's stderr.
+            let show = std::env::var_os("CARAVAN_TEST_LOGS").is_some();
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if show {
+                    eprintln!("{line}");
+                }
                 if line.contains("Advertise Addrs") {
                     if let Some(r) = line.split("RPC: ").nth(1) {
                         rpc = r.trim().to_string();

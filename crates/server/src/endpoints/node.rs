@@ -68,6 +68,7 @@ impl Server {
 
     /// On the leader: restarts the node's heartbeat timer, or stops it for a node that is down.
     fn reset_heartbeat(&self, node_id: &str, down: bool) {
+        tracing::trace!(node_id, down, "heartbeat timer reset");
         if down {
             self.leadership().node_forget(node_id);
         } else {
