@@ -89,3 +89,182 @@ fn a_docker_job_logs_and_stops() {
         containers_of(&alloc_id).is_empty()
     });
 }
+
+/// The job's allocation that runs, once it does.
+fn running_alloc(agent: &Agent, job: &str) -> String {
+    let mut alloc_id = String::new();
+    agent.wait_until(&format!("an allocation of {job} runs"), || {
+        let Ok(v) = agent.get(&format!("/v1/job/{job}/allocations")) else {
+            return false;
+        };
+        let running = v.as_array().and_then(|a| {
+            a.iter()
+                .find(|x| x["ClientStatus"] == "running")
+                .and_then(|x| x["ID"].as_str())
+        });
+        if let Some(id) = running {
+            alloc_id = id.to_string();
+        }
+        running.is_some()
+    });
+    alloc_id
+}
+
+/// `GET /` on `addr`: the body, or `None` while nothing answers.
+fn http_get(addr: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(
+        &addr.parse().ok()?,
+        std::time::Duration::from_secs(2),
+    )
+    .ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .ok()?;
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+struct RemoveContainers(String);
+
+impl Drop for RemoveContainers {
+    fn drop(&mut self) {
+        for id in containers_of(&self.0) {
+            let _ = Command::new("docker").args(["rm", "-f", &id]).output();
+        }
+    }
+}
+
+#[test]
+fn a_port_mapped_container_is_reachable_shares_alloc_and_outlives_a_client_restart() {
+    let image = drivers::testing::docker_test_image();
+    let dir = temp_dir("docker-ports");
+    let data = dir.join("data").display().to_string();
+    let agent = Agent::start(&dir, &["-dev", "-data-dir", &data]);
+    let script = "mkdir -p /local/www && echo served-by-caravan > /local/www/index.html \
+                  && echo from-the-container > /alloc/data/shared.txt \
+                  && exec httpd -f -p 8080 -h /local/www";
+    let job = json!({"Job": {"ID": "dockerweb", "Type": "service", "TaskGroups": [{"Name": "g",
+    "Networks": [{"DynamicPorts": [{"Label": "http", "To": 8080}]}],
+    "Tasks": [{
+        "Name": "t", "Driver": "docker",
+        "Config": {"image": image, "command": "sh", "args": ["-c", script], "ports": ["http"]},
+        "KillTimeout": 1_000_000_000i64,
+        "Resources": {"CPU": 100, "MemoryMB": 32}
+    }]}]}});
+    let (status, body) = agent.raw("PUT", "/v1/jobs", Some(&job));
+    assert_eq!(status, 200, "{body}");
+    let alloc_id = running_alloc(&agent, "dockerweb");
+    let _cleanup = RemoveContainers(alloc_id.clone());
+    let alloc = agent.get(&format!("/v1/allocation/{alloc_id}")).unwrap();
+    let port = &alloc["AllocatedResources"]["Shared"]["Ports"][0];
+    let addr = format!(
+        "{}:{}",
+        port["HostIP"].as_str().unwrap_or("127.0.0.1"),
+        port["Value"]
+    );
+    assert_eq!(port["To"], 8080, "{alloc}");
+    agent.wait_until("the container answers on its allocated host port", || {
+        http_get(&addr).is_some_and(|b| b.contains("served-by-caravan"))
+    });
+    // /alloc in the container is the allocation directory on the host.
+    agent.wait_until("the container's file in the shared alloc dir", || {
+        agent
+            .raw(
+                "GET",
+                &format!("/v1/client/fs/cat/{alloc_id}?path=alloc/data/shared.txt"),
+                None,
+            )
+            .1
+            .contains("from-the-container")
+    });
+    let before = containers_of(&alloc_id);
+    assert_eq!(before.len(), 1);
+
+    // SIGKILL the agent (client included): the container keeps serving; a new agent on the same
+    // data dir reattaches to the same container instead of starting another.
+    agent.kill();
+    assert!(http_get(&addr).is_some_and(|b| b.contains("served-by-caravan")));
+    let agent = Agent::start(&dir, &["-dev", "-data-dir", &data]);
+    agent.wait_until("the allocation runs again after the restart", || {
+        agent
+            .get(&format!("/v1/allocation/{alloc_id}"))
+            .is_ok_and(|a| a["ClientStatus"] == "running")
+    });
+    assert_eq!(containers_of(&alloc_id), before, "the same container");
+    assert!(http_get(&addr).is_some_and(|b| b.contains("served-by-caravan")));
+
+    let (code, out, err) = agent.run(&["job", "stop", "dockerweb"]);
+    assert_eq!(code, 0, "{out}{err}");
+    agent.wait_until("the container is removed", || {
+        containers_of(&alloc_id).is_empty()
+    });
+}
+
+#[test]
+fn an_image_loads_from_a_tarball_and_a_missing_image_fails_clearly() {
+    let image = drivers::testing::docker_test_image();
+    let dir = temp_dir("docker-load");
+    let data = dir.join("data").display().to_string();
+    // An image known only from a tarball: tag the test image, save the tag, remove the tag.
+    let tag = format!("caravan-load-{}:1", std::process::id());
+    let tar = dir.join("image.tar");
+    for args in [
+        vec!["tag", &*image, tag.as_str()],
+        vec!["save", "-o", tar.to_str().unwrap(), tag.as_str()],
+        vec!["rmi", tag.as_str()],
+    ] {
+        let out = Command::new("docker").args(&args).output().unwrap();
+        assert!(out.status.success(), "docker {args:?}: {out:?}");
+    }
+    let agent = Agent::start(&dir, &["-dev", "-data-dir", &data]);
+    let job = json!({"Job": {"ID": "dockerload", "Type": "batch", "TaskGroups": [{"Name": "g", "Tasks": [{
+        "Name": "t", "Driver": "docker",
+        "Artifacts": [{"GetterSource": tar.display().to_string(), "RelativeDest": "local/image.tar",
+                       "GetterMode": "file"}],
+        "Config": {"image": tag, "load": "image.tar", "command": "sh", "args": ["-c", "echo loaded-and-ran"]},
+        "Resources": {"CPU": 100, "MemoryMB": 32}
+    }]}]}});
+    let (status, body) = agent.raw("PUT", "/v1/jobs", Some(&job));
+    assert_eq!(status, 200, "{body}");
+    let mut alloc_id = String::new();
+    agent.wait_until("the loaded image ran to completion", || {
+        let v = agent
+            .get("/v1/job/dockerload/allocations")
+            .unwrap_or_default();
+        v.as_array().into_iter().flatten().any(|a| {
+            alloc_id = a["ID"].as_str().unwrap_or_default().to_string();
+            a["ClientStatus"] == "complete"
+        })
+    });
+    let _cleanup = RemoveContainers(alloc_id.clone());
+    let (_, out, _) = agent.run(&["alloc", "logs", &alloc_id]);
+    assert!(out.contains("loaded-and-ran"), "{out}");
+
+    let job = json!({"Job": {"ID": "dockermissing", "Type": "batch", "TaskGroups": [{"Name": "g",
+    "RestartPolicy": {"Attempts": 0, "Mode": "fail"},
+    "ReschedulePolicy": {"Attempts": 0, "Unlimited": false},
+    "Tasks": [{
+        "Name": "t", "Driver": "docker",
+        "Config": {"image": "caravan-no-such-image:404"},
+        "Resources": {"CPU": 100, "MemoryMB": 32}
+    }]}]}});
+    let (status, body) = agent.raw("PUT", "/v1/jobs", Some(&job));
+    assert_eq!(status, 200, "{body}");
+    let mut events = String::new();
+    agent.wait_until("the task fails saying the image is missing", || {
+        let v = agent
+            .get("/v1/job/dockermissing/allocations")
+            .unwrap_or_default();
+        v.as_array().into_iter().flatten().any(|a| {
+            events = a["TaskStates"]["t"]["Events"].to_string();
+            a["ClientStatus"] == "failed"
+        })
+    });
+    assert!(
+        events.contains("is not present locally and pulling it failed"),
+        "{events}"
+    );
+    let _ = Command::new("docker").args(["rmi", "-f", &tag]).output();
+}
