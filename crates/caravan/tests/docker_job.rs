@@ -211,7 +211,7 @@ fn an_image_loads_from_a_tarball_and_a_missing_image_fails_clearly() {
     let tag = format!("caravan-load-{}:1", std::process::id());
     let tar = dir.join("image.tar");
     for args in [
-        vec!["tag", &*image, tag.as_str()],
+        vec!["tag", image, tag.as_str()],
         vec!["save", "-o", tar.to_str().unwrap(), tag.as_str()],
         vec!["rmi", tag.as_str()],
     ] {
