@@ -179,6 +179,13 @@ fn a_port_mapped_container_is_reachable_shares_alloc_and_outlives_a_client_resta
             .1
             .contains("from-the-container")
     });
+    // …and /local is the task's local dir on the host.
+    let (status, body) = agent.raw(
+        "GET",
+        &format!("/v1/client/fs/cat/{alloc_id}?path=t/local/www/index.html"),
+        None,
+    );
+    assert_eq!((status, body.trim()), (200, "served-by-caravan"));
     let before = containers_of(&alloc_id);
     assert_eq!(before.len(), 1);
 
