@@ -34,6 +34,22 @@ pub fn prepare_job(job: &mut Job) -> Result<(), ServerError> {
         .map_err(|errs| ServerError::bad_request(errs.to_string().trim_end().to_string()))
 }
 
+/// Job settings Caravan accepts (so Nomad job files keep working) but does not act on yet, as
+/// Nomad's register `Warnings` (one per line; `job run` prints them).
+pub(crate) fn unsupported_warnings(job: &Job) -> String {
+    let mut out = Vec::new();
+    for g in &job.task_groups {
+        if g.disconnect.is_some() || g.max_client_disconnect.is_some() {
+            out.push(format!(
+                "* Group {:?}: disconnect / max_client_disconnect is not supported yet; allocations on a \
+                 client that stops heartbeating are replaced once its node is down, as if unset",
+                g.name
+            ));
+        }
+    }
+    out.join("\n")
+}
+
 /// Periodic and parameterized jobs are templates: registering them creates no evaluation.
 pub(crate) fn needs_eval(job: &Job) -> bool {
     if job.dispatched {
@@ -116,6 +132,7 @@ impl Server {
             }
         }
         let now = now_nanos();
+        let warnings = unsupported_warnings(&req.job);
         let eval = needs_eval(&req.job)
             .then(|| new_eval(&req.job, EVAL_TRIGGER_JOB_REGISTER, req.eval_priority, now));
         let resp = self
@@ -129,7 +146,7 @@ impl Server {
             eval_id: resp.eval_id.unwrap_or_default(),
             eval_create_index: resp.eval_create_index.unwrap_or(0),
             job_modify_index: resp.job_modify_index.unwrap_or(0),
-            warnings: String::new(),
+            warnings,
             index: resp.index,
         })
     }
@@ -253,5 +270,24 @@ mod tests {
         assert!(!needs_eval(&job));
         job.dispatched = true;
         assert!(needs_eval(&job), "a dispatched child runs");
+    }
+
+    #[test]
+    fn an_unbuilt_disconnect_block_is_accepted_with_a_warning_naming_the_group() {
+        let mut job = Job {
+            id: "j".into(),
+            task_groups: vec![model::TaskGroup {
+                name: "web".into(),
+                ..Default::default()
+            }],
+            ..Job::default()
+        };
+        assert_eq!(unsupported_warnings(&job), "");
+        job.task_groups[0].max_client_disconnect = Some(model::Duration(60_000_000_000));
+        let w = unsupported_warnings(&job);
+        assert!(
+            w.contains("Group \"web\"") && w.contains("not supported yet"),
+            "{w}"
+        );
     }
 }
