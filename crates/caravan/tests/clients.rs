@@ -106,16 +106,24 @@ fn a_lost_client_is_marked_down_and_its_allocation_replaced_on_the_other() {
     } else {
         (c2, c1)
     };
-    // The client's own API serves the allocation's files.
-    let (status, _) = doomed.raw(
-        "GET",
-        &format!(
-            "/v1/client/fs/ls/{}?path=/alloc",
-            first["ID"].as_str().unwrap()
-        ),
-        None,
-    );
-    assert_eq!(status, 200);
+    // The allocation's files and stats are reachable from every agent: its own client's API
+    // answers, the server's sends the request on to that client, and so does the other client's.
+    let alloc_id = first["ID"].as_str().unwrap().to_string();
+    for agent in [&doomed, &server, &survivor] {
+        let (status, body) = agent.raw(
+            "GET",
+            &format!("/v1/client/fs/ls/{alloc_id}?path=/alloc"),
+            None,
+        );
+        assert_eq!(status, 200, "{}: {body}", agent.http);
+        assert!(body.contains("\"Name\":\"data\""), "{body}");
+        let (status, body) = agent.raw(
+            "GET",
+            &format!("/v1/client/allocation/{alloc_id}/stats"),
+            None,
+        );
+        assert_eq!(status, 200, "{}: {body}", agent.http);
+    }
 
     doomed.kill();
     server.wait_until("the dead client's node is down", || {

@@ -57,6 +57,23 @@ fn local_client(st: &ApiState) -> Result<Arc<dyn LocalClient>, ApiError> {
     })
 }
 
+/// Where the client actions find the client that runs an allocation: a server agent checks its
+/// state first; a client-only agent ([`crate::forward`]) looks at its own client only.
+pub(crate) trait ClientFor: Send + Sync {
+    fn client_for(&self, alloc_id: &str) -> Result<Arc<dyn LocalClient>, ApiError>;
+    fn local_client(&self) -> Result<Arc<dyn LocalClient>, ApiError>;
+}
+
+impl ClientFor for ApiState {
+    fn client_for(&self, alloc_id: &str) -> Result<Arc<dyn LocalClient>, ApiError> {
+        client_for(self, alloc_id)
+    }
+
+    fn local_client(&self) -> Result<Arc<dyn LocalClient>, ApiError> {
+        local_client(self)
+    }
+}
+
 /// This agent's client, after checking that the allocation exists and runs on it.
 fn client_for(st: &ApiState, alloc_id: &str) -> Result<Arc<dyn LocalClient>, ApiError> {
     let client = local_client(st)?;
@@ -128,8 +145,8 @@ pub async fn action(
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn action_inner(
-    st: &ApiState,
+pub(crate) async fn action_inner(
+    st: &dyn ClientFor,
     method: Method,
     alloc_id: &str,
     action: &str,
@@ -144,24 +161,24 @@ async fn action_inner(
             } else {
                 &req.signal
             };
-            let client = client_for(st, alloc_id)?;
+            let client = st.client_for(alloc_id)?;
             client.signal(alloc_id, &req.task, signal).await?;
             Ok(json_ok(&json!({})))
         }
         "restart" if write => {
             let req: RestartBody = body_of(body)?;
             let task = if req.all_tasks { "" } else { &req.task_name };
-            let client = client_for(st, alloc_id)?;
+            let client = st.client_for(alloc_id)?;
             client.restart(alloc_id, task).await?;
             Ok(json_ok(&json!({})))
         }
         "stats" if method == Method::GET => {
-            let client = client_for(st, alloc_id)?;
+            let client = st.client_for(alloc_id)?;
             let tasks = client.alloc_stats(alloc_id).await?;
             Ok(json_ok(&alloc_usage(&tasks)))
         }
         "gc" if write => {
-            client_for(st, alloc_id)?;
+            st.client_for(alloc_id)?;
             Err(not_implemented(
                 "garbage collecting an allocation on the client is not supported yet",
             ))
@@ -250,8 +267,12 @@ fn alloc_usage(tasks: &BTreeMap<String, TaskUsage>) -> serde_json::Value {
 
 /// `GET /v1/client/stats`: Nomad's `HostStats`.
 pub async fn host_stats(State(st): State<ApiState>) -> Response {
+    host_stats_inner(&st).await
+}
+
+pub(crate) async fn host_stats_inner(st: &dyn ClientFor) -> Response {
     let result = async {
-        let client = local_client(&st)?;
+        let client = st.local_client()?;
         Ok::<_, ApiError>(json_ok(&client.host_stats().await?))
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
@@ -273,7 +294,16 @@ pub async fn exec(
     Query(params): Params,
     ws: WebSocketUpgrade,
 ) -> Response {
-    match exec_start(&st, &alloc_id, &params).await {
+    exec_inner(&st, &alloc_id, &params, ws).await
+}
+
+pub(crate) async fn exec_inner(
+    st: &dyn ClientFor,
+    alloc_id: &str,
+    params: &HashMap<String, String>,
+    ws: WebSocketUpgrade,
+) -> Response {
+    match exec_start(st, alloc_id, params).await {
         Ok(session) => ws.on_upgrade(move |socket| pump(socket, session)),
         Err(e) => e.into_response(),
     }
@@ -281,7 +311,7 @@ pub async fn exec(
 
 /// Checks the request and starts the command before the upgrade, so errors are plain HTTP.
 async fn exec_start(
-    st: &ApiState,
+    st: &dyn ClientFor,
     alloc_id: &str,
     params: &HashMap<String, String>,
 ) -> Result<ExecSession, ApiError> {
@@ -310,7 +340,7 @@ async fn exec_start(
             )))
         }
     };
-    let client = client_for(st, alloc_id)?;
+    let client = st.client_for(alloc_id)?;
     Ok(client.exec(alloc_id, task, &command, tty).await?)
 }
 

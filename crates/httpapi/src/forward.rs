@@ -8,7 +8,8 @@ use crate::fs::{self, AllocRoots};
 use crate::LocalClient;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path as UrlPath, Query, State};
-use axum::http::{HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
+use axum::http::HeaderValue;
+use axum::http::{HeaderName, Method, Request, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -25,6 +26,9 @@ const BODY_BYTES_MAX: usize = 64 << 20;
 /// The rpc deadline of a forwarded request: a blocking query may wait up to Nomad's 10-minute
 /// maximum, plus slack.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(11 * 60);
+/// How long a forwarded client request may take to get its response head (the body may stream
+/// for longer: a followed log).
+const CLIENT_FORWARD_CONNECT: Duration = Duration::from_secs(30);
 /// Headers that travel with a forwarded request (the rest are hop-by-hop or ours to set).
 const FORWARDED_HEADERS: [&str; 3] = ["x-nomad-token", "content-type", "x-nomad-csi-secrets"];
 
@@ -59,14 +63,192 @@ impl AllocRoots for ClientAgentState {
 
 type Params = Query<HashMap<String, String>>;
 
+impl crate::client_allocs::ClientFor for ClientAgentState {
+    fn client_for(&self, alloc_id: &str) -> Result<Arc<dyn LocalClient>, ApiError> {
+        fs::local_alloc_root(&*self.client, alloc_id)?;
+        Ok(self.client.clone())
+    }
+
+    fn local_client(&self) -> Result<Arc<dyn LocalClient>, ApiError> {
+        Ok(self.client.clone())
+    }
+}
+
 /// The router of a client-only agent.
 pub fn client_agent_router(state: ClientAgentState) -> Router {
     Router::new()
         .route("/v1/client/fs/logs/{alloc_id}", get(logs))
         .route("/v1/client/fs/cat/{alloc_id}", get(cat))
         .route("/v1/client/fs/ls/{alloc_id}", get(ls))
+        .route("/v1/client/stats", get(client_stats))
+        .route("/v1/client/allocation/{alloc_id}/exec", get(client_exec))
+        .route(
+            "/v1/client/allocation/{alloc_id}/{action}",
+            axum::routing::any(client_action),
+        )
         .fallback(forward)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            elsewhere_to_server,
+        ))
         .with_state(state)
+}
+
+/// A client path for an allocation this agent's client does not run goes to a server, which
+/// sends it on to the allocation's node.
+async fn elsewhere_to_server(
+    State(st): State<ClientAgentState>,
+    req: Request<Body>,
+    next: axum::middleware::Next,
+) -> Response {
+    let elsewhere = !req
+        .headers()
+        .contains_key(server::http_forward::FORWARDED_HEADER)
+        && client_alloc_id(req.uri().path())
+            .is_some_and(|id| fs::local_alloc_root(&*st.client, id).is_err());
+    if elsewhere && !req.headers().contains_key(axum::http::header::UPGRADE) {
+        return forward(State(st), req).await;
+    }
+    next.run(req).await
+}
+
+async fn client_stats(State(st): State<ClientAgentState>) -> Response {
+    crate::client_allocs::host_stats_inner(&st).await
+}
+
+async fn client_exec(
+    State(st): State<ClientAgentState>,
+    UrlPath(alloc_id): UrlPath<String>,
+    Query(params): Params,
+    ws: axum::extract::ws::WebSocketUpgrade,
+) -> Response {
+    crate::client_allocs::exec_inner(&st, &alloc_id, &params, ws).await
+}
+
+async fn client_action(
+    State(st): State<ClientAgentState>,
+    method: Method,
+    UrlPath((alloc_id, action)): UrlPath<(String, String)>,
+    body: Bytes,
+) -> Response {
+    crate::client_allocs::action_inner(&st, method, &alloc_id, &action, &body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// The allocation a `/v1/client/...` path is about: `/v1/client/fs/<op>/<id>` or
+/// `/v1/client/allocation/<id>/<op>`.
+fn client_alloc_id(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("/v1/client/")?;
+    if let Some(r) = rest.strip_prefix("fs/") {
+        return r
+            .split_once('/')
+            .map(|(_, id)| id)
+            .filter(|id| !id.is_empty());
+    }
+    rest.strip_prefix("allocation/")?
+        .split_once('/')
+        .map(|(id, _)| id)
+}
+
+/// Middleware of a server agent's router: a `/v1/client/...` request for an allocation that runs on
+/// another node goes to that node's agent over HTTP (Nomad forwards such calls to the client), and
+/// its answer streams back. The exec WebSocket is not forwarded.
+pub(crate) async fn client_paths_to_owner(
+    State(st): State<crate::ApiState>,
+    req: Request<Body>,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(alloc_id) = client_alloc_id(req.uri().path()).map(str::to_string) else {
+        return next.run(req).await;
+    };
+    if req
+        .headers()
+        .contains_key(server::http_forward::FORWARDED_HEADER)
+        || req.headers().contains_key(axum::http::header::UPGRADE)
+    {
+        return next.run(req).await;
+    }
+    let snap = st.server.state().snapshot();
+    let Some(alloc) = snap.alloc(&alloc_id) else {
+        return next.run(req).await;
+    };
+    let local = st.client.as_ref().map(|c| c.node_id());
+    if local.as_deref() == Some(alloc.node_id.as_str()) {
+        return next.run(req).await;
+    }
+    let Some(addr) = snap
+        .node(&alloc.node_id)
+        .map(|n| n.http_addr.clone())
+        .filter(|a| !a.is_empty())
+    else {
+        return next.run(req).await;
+    };
+    let (parts, body) = req.into_parts();
+    let body = match axum::body::to_bytes(body, BODY_BYTES_MAX).await {
+        Ok(b) => b,
+        Err(e) => {
+            return ApiError::bad_request(format!("reading the request body: {e}")).into_response()
+        }
+    };
+    let uri = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| parts.uri.path().to_string(), |p| p.as_str().to_string());
+    let url = format!("http://{addr}{uri}");
+    let Ok(method) = reqwest::Method::from_bytes(parts.method.as_str().as_bytes()) else {
+        return ApiError::invalid_method().into_response();
+    };
+    let mut out = reqwest::Client::new()
+        .request(method, &url)
+        .header(server::http_forward::FORWARDED_HEADER, "1")
+        .body(body.to_vec());
+    for name in FORWARDED_HEADERS {
+        if let Some(v) = parts.headers.get(name).and_then(|v| v.to_str().ok()) {
+            out = out.header(name, v);
+        }
+    }
+    let resp = match tokio::time::timeout(CLIENT_FORWARD_CONNECT, out.send()).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => return ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: format!(
+                "allocation {alloc_id} runs on node {} whose agent at {addr} did not answer: {e}",
+                alloc.node_id
+            ),
+        }
+        .into_response(),
+        Err(_) => {
+            return ApiError {
+                status: StatusCode::GATEWAY_TIMEOUT,
+                message: format!(
+                    "the agent at {addr} of node {} did not answer in time",
+                    alloc.node_id
+                ),
+            }
+            .into_response()
+        }
+    };
+    let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let content_type = resp
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let stream = futures::stream::unfold(resp, |mut r| async move {
+        match r.chunk().await {
+            Ok(Some(chunk)) => Some((Ok::<_, std::io::Error>(chunk), r)),
+            _ => None,
+        }
+    });
+    let mut response = Response::new(Body::from_stream(stream));
+    *response.status_mut() = status;
+    if let Some(ct) = content_type.and_then(|c| HeaderValue::from_str(&c).ok()) {
+        response
+            .headers_mut()
+            .insert(axum::http::header::CONTENT_TYPE, ct);
+    }
+    response
 }
 
 async fn logs(

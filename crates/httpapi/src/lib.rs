@@ -239,6 +239,10 @@ pub fn router(state: ApiState) -> Router {
             state.clone(),
             forward::reads_to_leader,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            forward::client_paths_to_owner,
+        ))
         .with_state(state)
 }
 
