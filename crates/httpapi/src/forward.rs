@@ -210,14 +210,16 @@ pub(crate) async fn client_paths_to_owner(
     }
     let resp = match tokio::time::timeout(CLIENT_FORWARD_CONNECT, out.send()).await {
         Ok(Ok(r)) => r,
-        Ok(Err(e)) => return ApiError {
-            status: StatusCode::INTERNAL_SERVER_ERROR,
-            message: format!(
+        Ok(Err(e)) => {
+            return ApiError {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                message: format!(
                 "allocation {alloc_id} runs on node {} whose agent at {addr} did not answer: {e}",
                 alloc.node_id
             ),
+            }
+            .into_response()
         }
-        .into_response(),
         Err(_) => {
             return ApiError {
                 status: StatusCode::GATEWAY_TIMEOUT,

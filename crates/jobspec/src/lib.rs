@@ -3,6 +3,7 @@
 //! Owns: parsing (hcl-edit, for spans), variables/locals/`-var`/`-var-file`/`NOMAD_VAR_*`, the HCL function
 //! library, `dynamic` block expansion, leaving runtime references (`${attr.*}`, `${NOMAD_*}`, …) as text,
 //! decoding into `model` types, and errors that name file:line:col and the attribute.
+//! Also reads CSI volume specification files (`volume`).
 //! Never does: network I/O. Reads files only where a job file asks (`file()`) and only when allowed.
 //! Invariant: a parse either returns a whole job or every error it found, each located in its file.
 
@@ -15,6 +16,7 @@ mod reader;
 pub mod source;
 mod tree;
 pub mod vars;
+pub mod volume;
 
 pub use parse::{parse_file, parse_str, ParseOptions, ParsedJob};
 pub use source::{Diagnostic, Diagnostics, SourceFile};

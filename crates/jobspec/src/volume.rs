@@ -1,0 +1,291 @@
+//! Volume specification files, the HCL given to `nomad volume register FILE` and
+//! `nomad volume create FILE`, read into a [`CSIVolume`]. Plain HCL attributes and blocks at the top
+//! level of the file (no `variable`, `locals` or `-var`: Nomad does not take them in volume files
+//! either). A parse returns a volume that passed [`CSIVolume::validate`], or every error found, each
+//! at file:line:col.
+
+use crate::eval::Scope;
+use crate::parse::syntax_error;
+use crate::reader::{did_you_mean, DecodeCx, Reader};
+use crate::source::{Diagnostic, Diagnostics, SourceFile, Span};
+use crate::tree::Builder;
+use model::csi::{
+    CSITopology, CSITopologyRequest, CSIVolume, CSIVolumeCapability, CSI_ACCESS_MODES,
+    CSI_ATTACHMENT_MODES,
+};
+use model::group::CsiMountOptions;
+use model::{Path, ValidationErrors};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+/// Reads a volume specification file from disk.
+pub fn parse_volume_file(path: &std::path::Path) -> Result<CSIVolume, Diagnostics> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Diagnostics(vec![Diagnostic {
+            file: name.clone(),
+            location: None,
+            subject: String::new(),
+            message: format!("cannot read the volume file: {e}"),
+        }])
+    })?;
+    parse_volume_str(&text, &name)
+}
+
+/// Reads a volume specification from text; `filename` is used in error positions.
+pub fn parse_volume_str(text: &str, filename: &str) -> Result<CSIVolume, Diagnostics> {
+    let file = SourceFile::new(filename, text);
+    let body = hcl::edit::parser::parse_body(&file.text)
+        .map_err(|e| Diagnostics(vec![syntax_error(&file, &e)]))?;
+    let mut b = Builder::new(&file);
+    let tree = b.body(&body, &Scope::new(), &Path::root());
+    let mut diags = b.diags;
+    let cx = RefCell::new(DecodeCx {
+        file: &file,
+        diags: Diagnostics::default(),
+        spans: BTreeMap::new(),
+    });
+    let mut reader = Reader::new(&tree, Path::root(), 0..0, &cx);
+    let volume = decode_volume(&mut reader);
+    reader.finish();
+    let cx = cx.into_inner();
+    diags.0.extend(cx.diags.0);
+    if !diags.is_empty() {
+        return Err(diags);
+    }
+    volume
+        .validate()
+        .map_err(|errs| locate(&file, &cx.spans, &errs))?;
+    Ok(volume)
+}
+
+/// Validation errors as diagnostics at the attribute (or nearest enclosing block) they are about.
+fn locate(
+    file: &SourceFile,
+    spans: &BTreeMap<String, Span>,
+    errors: &ValidationErrors,
+) -> Diagnostics {
+    let span_of = |path: &Path| {
+        let mut text = path.to_string();
+        loop {
+            if let Some(span) = spans.get(&text) {
+                return span.clone();
+            }
+            match [text.rfind('.'), text.rfind('[')]
+                .into_iter()
+                .flatten()
+                .max()
+            {
+                Some(cut) => text.truncate(cut),
+                None => return 0..0,
+            }
+        }
+    };
+    Diagnostics(
+        errors
+            .errors
+            .iter()
+            .map(|e| file.diagnostic(Some(&span_of(&e.path)), e.path.to_string(), &e.message))
+            .collect(),
+    )
+}
+
+fn decode_volume(r: &mut Reader) -> CSIVolume {
+    match r.string("type") {
+        None => r.field_error("type", "type is required: write type = \"csi\""),
+        Some(t) if t.eq_ignore_ascii_case("csi") => {}
+        Some(t) => r.field_error(
+            "type",
+            format!(
+                "only csi volumes are supported (host volumes: not supported yet); got {t:?}, write type = \"csi\""
+            ),
+        ),
+    }
+    let id = r.string_or_empty("id");
+    if id.is_empty() {
+        r.field_error(
+            "id",
+            "id is required: the volume's unique ID, which a job's volume block names as its source (id = \"database\")",
+        );
+    }
+    let plugin_id = r.string_or_empty("plugin_id");
+    if plugin_id.is_empty() {
+        r.field_error(
+            "plugin_id",
+            "plugin_id is required: the ID of the CSI plugin that manages this volume, as its job's csi_plugin block names it",
+        );
+    }
+    let capacity_min = capacity(r, "capacity_min");
+    let capacity_max = capacity(r, "capacity_max");
+    if let (Some((min, min_text)), Some((max, max_text))) = (&capacity_min, &capacity_max) {
+        if min > max {
+            r.field_error(
+                "capacity_max",
+                format!(
+                    "capacity_min {min_text:?} ({min} bytes) is more than capacity_max {max_text:?} ({max} bytes); lower capacity_min or raise capacity_max"
+                ),
+            );
+        }
+    }
+    CSIVolume {
+        id,
+        plugin_id,
+        name: r.string_or_empty("name"),
+        namespace: r.string_or_empty("namespace"),
+        external_id: r.string_or_empty("external_id"),
+        snapshot_id: r.string_or_empty("snapshot_id"),
+        clone_id: r.string_or_empty("clone_id"),
+        requested_capacity_min: capacity_min.map_or(0, |(n, _)| n),
+        requested_capacity_max: capacity_max.map_or(0, |(n, _)| n),
+        requested_capabilities: capabilities(r),
+        mount_options: r.block("mount_options").map(|b| {
+            let mut m = r.child(b, r.path.field("mount_options"));
+            let opts = CsiMountOptions {
+                fs_type: m.string_or_empty("fs_type"),
+                mount_flags: m.strings("mount_flags"),
+            };
+            m.finish();
+            opts
+        }),
+        secrets: r.string_map("secrets"),
+        parameters: r.string_map("parameters"),
+        context: r.string_map("context"),
+        requested_topologies: r.block("topology_request").map(|b| {
+            let mut t = r.child(b, r.path.field("topology_request"));
+            let req = CSITopologyRequest {
+                required: topologies(&mut t, "required"),
+                preferred: topologies(&mut t, "preferred"),
+            };
+            t.finish();
+            req
+        }),
+        ..CSIVolume::default()
+    }
+}
+
+/// A size in bytes and the text it was read from; `None` when unset or invalid (reported).
+fn capacity(r: &mut Reader, name: &'static str) -> Option<(i64, String)> {
+    let text = r.string(name)?;
+    match parse_bytes(&text) {
+        Ok(n) => Some((n, text)),
+        Err(e) => {
+            r.field_error(name, e);
+            None
+        }
+    }
+}
+
+/// go-humanize's `ParseBytes`, as Nomad reads capacities: a number with an optional unit, where
+/// `k`/`kb`/`M`/`GB`/… are powers of 1000 and `KiB`/`Mi`/`GiB`/… powers of 1024, case-insensitive.
+pub fn parse_bytes(text: &str) -> Result<i64, String> {
+    let digits = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == ','))
+        .unwrap_or(text.len());
+    let (num, unit) = text.split_at(digits);
+    let bad = || {
+        format!(
+            "invalid size {text:?}: expected a number of bytes with an optional unit, such as \"10GiB\", \"500M\" or \"1073741824\""
+        )
+    };
+    let value: f64 = num.replace(',', "").parse().map_err(|_| bad())?;
+    let unit = unit.trim().to_ascii_lowercase();
+    let unit = unit.strip_suffix('b').unwrap_or(&unit);
+    let (prefix, binary) = match unit.strip_suffix('i') {
+        Some(p) if !p.is_empty() => (p, true),
+        _ => (unit, false),
+    };
+    let power = match prefix {
+        "" if !binary => 0,
+        "k" => 1,
+        "m" => 2,
+        "g" => 3,
+        "t" => 4,
+        "p" => 5,
+        "e" => 6,
+        _ => return Err(bad()),
+    };
+    let base: f64 = if binary { 1024.0 } else { 1000.0 };
+    let bytes = value * base.powi(power);
+    if bytes >= 9.223_372_036_854_775e18 {
+        return Err(format!("size {text:?} is too large"));
+    }
+    Ok(bytes as i64)
+}
+
+fn capabilities(r: &mut Reader) -> Vec<CSIVolumeCapability> {
+    let blocks = r.blocks("capability");
+    let mut out = Vec::new();
+    for (i, b) in blocks.into_iter().enumerate() {
+        let mut c = r.child(b, r.path.field("capability").index(i));
+        let access_mode = mode(&mut c, "access_mode", &CSI_ACCESS_MODES);
+        let attachment_mode = mode(&mut c, "attachment_mode", &CSI_ATTACHMENT_MODES);
+        c.finish();
+        out.push(CSIVolumeCapability {
+            access_mode,
+            attachment_mode,
+        });
+    }
+    out
+}
+
+/// A required attribute whose value must be one of `valid`.
+fn mode(r: &mut Reader, name: &'static str, valid: &[&str]) -> String {
+    let list = valid.join(", ");
+    match r.string(name) {
+        None => {
+            r.field_error(name, format!("{name} is required; one of {list}"));
+            String::new()
+        }
+        Some(m) if valid.contains(&m.as_str()) => m,
+        Some(m) => {
+            r.field_error(
+                name,
+                format!(
+                    "unknown {} {m:?}{}; expected one of {list}",
+                    name.replace('_', " "),
+                    did_you_mean(&m, valid.iter().copied())
+                ),
+            );
+            m
+        }
+    }
+}
+
+/// The `topology { segments { … } }` blocks of a `required` or `preferred` block.
+fn topologies(r: &mut Reader, kind: &'static str) -> Vec<CSITopology> {
+    let Some(b) = r.block(kind) else {
+        return Vec::new();
+    };
+    let mut k = r.child(b, r.path.field(kind));
+    let mut out = Vec::new();
+    for (i, t) in k.blocks("topology").into_iter().enumerate() {
+        let mut tr = k.child(t, k.path.field("topology").index(i));
+        out.push(CSITopology {
+            segments: tr.string_map("segments"),
+        });
+        tr.finish();
+    }
+    k.finish();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn sizes_read_like_go_humanize() {
+        assert_eq!(parse_bytes("10GiB"), Ok(10 << 30));
+        assert_eq!(parse_bytes("1G"), Ok(1_000_000_000));
+        assert_eq!(parse_bytes("200 gb"), Ok(200_000_000_000));
+        assert_eq!(parse_bytes("512Mi"), Ok(512 << 20));
+        assert_eq!(parse_bytes("1,024"), Ok(1024));
+        assert_eq!(parse_bytes("1.5 KiB"), Ok(1536));
+        assert_eq!(parse_bytes("42"), Ok(42));
+        assert_eq!(parse_bytes("7b"), Ok(7));
+        assert!(parse_bytes("10 GiBs").is_err());
+        assert!(parse_bytes("i").is_err());
+        assert!(parse_bytes("GiB").is_err());
+        assert!(parse_bytes("20EiB").unwrap_err().contains("too large"));
+    }
+}
