@@ -4,11 +4,13 @@
 //! either). A parse returns a volume that passed [`CSIVolume::validate`], or every error found, each
 //! at file:line:col.
 
+use crate::agent::hcl1;
 use crate::eval::Scope;
 use crate::parse::syntax_error;
 use crate::reader::{did_you_mean, DecodeCx, Reader};
 use crate::source::{Diagnostic, Diagnostics, SourceFile, Span};
-use crate::tree::Builder;
+use crate::tree::{Attr, Block, Body, Builder};
+use hcl::Value;
 use model::csi::{
     CSITopology, CSITopologyRequest, CSIVolume, CSIVolumeCapability, CSI_ACCESS_MODES,
     CSI_ATTACHMENT_MODES,
@@ -35,11 +37,16 @@ pub fn parse_volume_file(path: &std::path::Path) -> Result<CSIVolume, Diagnostic
 /// Reads a volume specification from text; `filename` is used in error positions.
 pub fn parse_volume_str(text: &str, filename: &str) -> Result<CSIVolume, Diagnostics> {
     let file = SourceFile::new(filename, text);
-    let body = hcl::edit::parser::parse_body(&file.text)
-        .map_err(|e| Diagnostics(vec![syntax_error(&file, &e)]))?;
-    let mut b = Builder::new(&file);
-    let tree = b.body(&body, &Scope::new(), &Path::root());
-    let mut diags = b.diags;
+    let (tree, mut diags) = match hcl::edit::parser::parse_body(&file.text) {
+        Ok(body) => {
+            let mut b = Builder::new(&file);
+            (b.body(&body, &Scope::new(), &Path::root()), b.diags)
+        }
+        Err(e) => {
+            let first = syntax_error(&file, &e);
+            hcl1_tree(&file).ok_or_else(|| Diagnostics(vec![first]))?
+        }
+    };
     let cx = RefCell::new(DecodeCx {
         file: &file,
         diags: Diagnostics::default(),
@@ -57,6 +64,73 @@ pub fn parse_volume_str(text: &str, filename: &str) -> Result<CSIVolume, Diagnos
         .validate()
         .map_err(|errs| locate(&file, &cx.spans, &errs))?;
     Ok(volume)
+}
+
+/// Nomad reads volume files as HCL1, and its documented examples use HCL1 forms HCL2 rejects
+/// (`topology { segments { "rack" = "R1", "zone" = "us-east-1a" } }`). Rewrites them as the agent
+/// config reader does, evaluates the result, splices the rewritten one-line bodies back into blocks
+/// (every object in a volume spec is a block or a map, and maps read either way), and maps spans
+/// back to the original text. `None` when the file is not HCL1 either.
+fn hcl1_tree(file: &SourceFile) -> Option<(Body, Diagnostics)> {
+    let normalized = hcl1::normalize(&file.text).ok()?;
+    let body = hcl::edit::parser::parse_body(&normalized.text).ok()?;
+    let rewritten = SourceFile::new(file.name.clone(), normalized.text.clone());
+    let mut b = Builder::new(&rewritten);
+    let mut tree = b.body(&body, &Scope::new(), &Path::root());
+    restore(&mut tree, &normalized.map);
+    Some((tree, b.diags))
+}
+
+fn restore(body: &mut Body, map: &hcl1::SourceMap) {
+    let back = |s: &Span| map.to_original(s.start)..map.to_original(s.end);
+    body.span = back(&body.span);
+    let attrs = std::mem::take(&mut body.attrs);
+    for mut a in attrs {
+        a.span = back(&a.span);
+        match (a.name.starts_with(hcl1::WRAP_PREFIX), a.value) {
+            (true, Value::Object(items)) => {
+                for (k, v) in items {
+                    splice(body, k, v, &a.span);
+                }
+            }
+            (_, value) => {
+                a.value = value;
+                body.attrs.push(a);
+            }
+        }
+    }
+    for blk in &mut body.blocks {
+        blk.span = back(&blk.span);
+        restore(&mut blk.body, map);
+    }
+}
+
+/// One item of a rewritten body: an object becomes a block, anything else an attribute.
+fn splice(body: &mut Body, name: String, value: Value, span: &Span) {
+    match value {
+        Value::Object(items) => {
+            let mut inner = Body {
+                span: span.clone(),
+                ..Body::default()
+            };
+            for (k, v) in items {
+                splice(&mut inner, k, v, span);
+            }
+            body.blocks.push(Block {
+                kind: name,
+                labels: Vec::new(),
+                body: inner,
+                span: span.clone(),
+            });
+        }
+        value => body.attrs.push(Attr {
+            name,
+            value,
+            span: span.clone(),
+            failed: false,
+            object_literal: false,
+        }),
+    }
 }
 
 /// Validation errors as diagnostics at the attribute (or nearest enclosing block) they are about.

@@ -13,7 +13,7 @@ mod config;
 mod duration;
 mod error;
 mod hcl;
-mod hcl1;
+pub(crate) mod hcl1;
 mod json;
 mod schema;
 mod tree;
