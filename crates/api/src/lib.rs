@@ -30,6 +30,7 @@ pub mod operator;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod types;
+mod volumes;
 
 pub use alloc_ops::LogFollow;
 pub use client::{

@@ -234,6 +234,11 @@ pub fn router(state: ApiState) -> Router {
                 operator::SNAPSHOT_BYTES_MAX,
             )),
         )
+        .route("/v1/volumes", any(reply::csi_not_built))
+        .route("/v1/volumes/{*rest}", any(reply::csi_not_built))
+        .route("/v1/volume/{*rest}", any(reply::csi_not_built))
+        .route("/v1/plugins", any(reply::csi_not_built))
+        .route("/v1/plugin/{*rest}", any(reply::csi_not_built))
         .fallback(reply::not_found_empty)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

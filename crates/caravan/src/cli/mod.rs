@@ -22,6 +22,7 @@ mod node;
 mod operator;
 mod output;
 mod server;
+mod volume;
 
 use clap::{Parser, Subcommand};
 use std::ffi::OsString;
@@ -60,6 +61,12 @@ enum Command {
     /// Operate the cluster: raft list-peers, raft remove-peer
     #[command(subcommand)]
     Operator(operator::OperatorCommand),
+    /// Work with CSI volumes: register, create, status (not supported yet by the agent)
+    #[command(subcommand)]
+    Volume(volume::VolumeCommand),
+    /// Work with CSI plugins: status (not supported yet by the agent)
+    #[command(subcommand)]
+    Plugin(volume::PluginCommand),
     /// Work with servers: members, join
     #[command(subcommand)]
     Server(server::ServerCommand),
@@ -96,6 +103,8 @@ pub fn run(args: Vec<OsString>) -> i32 {
         Command::Node(cmd) => Ok(node::run(cmd)),
         Command::Server(cmd) => Ok(server::run(cmd)),
         Command::Operator(cmd) => Ok(operator::run(cmd)),
+        Command::Volume(cmd) => Ok(volume::run(cmd)),
+        Command::Plugin(cmd) => Ok(volume::run_plugin(cmd)),
         Command::Status(args) => Ok(job_status::status(args)),
         Command::Executor(args) => Ok(executor::run(args)),
         Command::CsiHostpath(args) => csi_hostpath::run(args),
