@@ -446,3 +446,49 @@ impl HttpHandler for RouterHandler {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_paths_name_their_allocation() {
+        assert_eq!(client_alloc_id("/v1/client/fs/logs/abc"), Some("abc"));
+        assert_eq!(client_alloc_id("/v1/client/fs/ls/abc"), Some("abc"));
+        assert_eq!(
+            client_alloc_id("/v1/client/allocation/abc/stats"),
+            Some("abc")
+        );
+        assert_eq!(
+            client_alloc_id("/v1/client/allocation/abc/exec"),
+            Some("abc")
+        );
+        assert_eq!(client_alloc_id("/v1/client/stats"), None);
+        assert_eq!(client_alloc_id("/v1/client/gc"), None);
+        assert_eq!(client_alloc_id("/v1/client/fs/logs/"), None);
+        assert_eq!(client_alloc_id("/v1/jobs"), None);
+    }
+
+    #[test]
+    fn only_reads_of_cluster_state_go_to_the_leader() {
+        for p in [
+            "/v1/jobs",
+            "/v1/job/x",
+            "/v1/evaluations",
+            "/v1/allocations",
+            "/v1/nodes",
+            "/v1/deployments",
+            "/v1/operator/raft/configuration",
+        ] {
+            assert!(forwards_reads(p), "{p}");
+        }
+        for p in [
+            "/v1/agent/self",
+            "/v1/status/leader",
+            "/v1/client/fs/ls/a",
+            "/v1/regions",
+        ] {
+            assert!(!forwards_reads(p), "{p}");
+        }
+    }
+}

@@ -997,3 +997,60 @@ fn device_constraints_pick_the_device_groups_whose_attributes_match() {
         "{m:?}"
     );
 }
+
+#[test]
+fn rolling_back_from_a_failed_canary_stops_it_and_places_no_new_canary() {
+    let mut v = cluster(2);
+    let mut j = job("web", "service", 2);
+    j.task_groups[0].update = Some(UpdateStrategy {
+        canary: Some(1),
+        max_parallel: Some(1),
+        ..UpdateStrategy::default_service()
+    });
+    run_and_apply(&mut v, j.clone());
+    let stable: Vec<String> = live(&v).iter().map(|a| a.id.clone()).collect();
+    let mut v1 = j.clone();
+    v1.task_groups[0].tasks[0]
+        .config
+        .insert("image".into(), serde_json::json!("app:2"));
+    run_and_apply(&mut v, v1);
+    let canary = live(&v)
+        .into_iter()
+        .find(|a| !stable.contains(&a.id))
+        .expect("a canary was placed");
+    // The canary fails; the deployment watcher fails the deployment.
+    v.update_alloc(&canary.id, |a| {
+        a.client_status = ALLOC_CLIENT_STATUS_FAILED.into()
+    });
+    let d = (*v
+        .latest_deployment("default", "web")
+        .expect("the canary's deployment"))
+    .clone();
+    v.upsert_deployment(model::deployment::Deployment {
+        status: "failed".into(),
+        ..d
+    });
+    // The rollback registers the stable spec again as a new version.
+    let back = v.upsert_job(j);
+    let o = schedule(&v, &eval(&back), NOW, SEED).expect("schedules");
+    let stopped: Vec<&str> = o
+        .plan
+        .node_update
+        .values()
+        .flatten()
+        .map(|a| a.id.as_str())
+        .collect();
+    assert_eq!(
+        stopped,
+        [canary.id.as_str()],
+        "only the failed canary stops"
+    );
+    let placed_new = o
+        .plan
+        .node_allocation
+        .values()
+        .flatten()
+        .filter(|a| v.alloc(&a.id).is_none())
+        .count();
+    assert_eq!(placed_new, 0, "no new canary, no replacement");
+}
