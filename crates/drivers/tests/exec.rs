@@ -31,7 +31,7 @@ fn main() -> ExitCode {
     if args.get(1).map(String::as_str) == Some(drivers::logmon::LOGMON_SUBCOMMAND) {
         std::process::exit(drivers::logmon::run(args.get(2).map_or("", String::as_str)));
     }
-    let tests: [(&str, TestFn); 7] = [
+    let tests: [(&str, TestFn); 8] = [
         ("fingerprint_is_healthy", |d| {
             Box::pin(fingerprint_is_healthy(d))
         }),
@@ -55,6 +55,9 @@ fn main() -> ExitCode {
             "output_goes_through_the_log_helper_into_rotated_files",
             |d| Box::pin(output_is_rotated(d)),
         ),
+        ("alloc_exec_runs_inside_the_tasks_namespaces", |d| {
+            Box::pin(exec_inside_the_task(d))
+        }),
     ];
     let filter = args.iter().skip(1).find(|a| !a.starts_with('-')).cloned();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -300,4 +303,51 @@ async fn output_is_rotated(driver: ExecDriver) -> Result<(), String> {
         return Err(format!("stdout files (index, size): {sizes:?}"));
     }
     Ok(())
+}
+
+/// `alloc exec` into an exec task: the command sees the task's PID namespace (its PID 1 is the
+/// task's shell) and the task's chroot, and its exit code comes back.
+async fn exec_inside_the_task(driver: ExecDriver) -> Result<(), String> {
+    use tokio::io::AsyncReadExt;
+    let dir = TestDir::new("exec-exec");
+    let id = unique("exec");
+    let mut cfg = config(&dir, &id, "sleep 1000; sleep 1000");
+    cfg.kill_timeout = Duration::from_secs(1);
+    driver.start(cfg).await.map_err(|e| e.to_string())?;
+    let run = |cmd: &'static str| {
+        let driver = &driver;
+        let id = id.clone();
+        async move {
+            let cmd = vec!["/bin/sh".to_string(), "-c".to_string(), cmd.to_string()];
+            let mut s = driver
+                .exec_streaming(&id, &cmd, false)
+                .await
+                .map_err(|e| e.to_string())?;
+            drop(s.stdin.take());
+            let mut out = String::new();
+            s.stdout
+                .read_to_string(&mut out)
+                .await
+                .map_err(|e| e.to_string())?;
+            let exit = (&mut s.exit).await;
+            Ok::<_, String>((out, exit.exit_code))
+        }
+    };
+    let (out, code) =
+        run("tr '\\0' ' ' < /proc/1/cmdline; echo; ls /proc | grep -c '^[0-9]'").await?;
+    let result = if code != 0 {
+        Err(format!("exit {code}: {out}"))
+    } else if !out.contains("sleep 1000") {
+        Err(format!("PID 1 is not the task's shell: {out}"))
+    } else {
+        let (_, code) = run("exit 3").await?;
+        if code == 3 {
+            Ok(())
+        } else {
+            Err(format!("exit code {code}, not 3"))
+        }
+    };
+    let _ = driver.stop(&id, Duration::from_secs(1), "SIGTERM").await;
+    let _ = driver.destroy(&id, true).await;
+    result
 }

@@ -659,8 +659,107 @@ impl Driver for ExecDriver {
         Box::pin(async move {
             self.tasks.get(task_id)?;
             Err(DriverError::NotSupported(
-                "exec driver: running commands inside an exec task is not supported yet".into(),
+                "exec driver: run-to-completion exec is not supported yet; use alloc exec".into(),
             ))
+        })
+    }
+
+    fn exec_streaming<'a>(
+        &'a self,
+        task_id: &'a str,
+        cmd: &'a [String],
+        _tty: bool,
+    ) -> DriverFuture<'a, crate::driver::ExecStream> {
+        Box::pin(self.exec_in_task(task_id, cmd))
+    }
+}
+
+/// The `PATH` a command run inside a task gets when the task's environment has none.
+const EXEC_DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+impl ExecDriver {
+    /// `alloc exec` inside an exec task: util-linux's `nsenter` joins the task's mount, UTS, IPC
+    /// and PID namespaces and its root (the chroot) and working directory, as the task's user,
+    /// with the task's environment; the command joins the task's cgroup, so it counts against the
+    /// task's limits.
+    async fn exec_in_task(
+        &self,
+        task_id: &str,
+        cmd: &[String],
+    ) -> Result<crate::driver::ExecStream, DriverError> {
+        let task = self.tasks.get(task_id)?;
+        if task.exit.has_exited() {
+            return Err(DriverError::NotRunning(task_id.to_string()));
+        }
+        if cmd.is_empty() {
+            return Err(DriverError::invalid(NAME, "exec needs a command"));
+        }
+        let mut command = tokio::process::Command::new("nsenter");
+        command
+            .arg("--target")
+            .arg(task.state.task_pid.to_string())
+            .args(["--mount", "--uts", "--ipc", "--pid", "--root", "--wd"]);
+        if let Some(user) = task.config.user.as_deref().filter(|u| !u.is_empty()) {
+            let found = nix::unistd::User::from_name(user)
+                .ok()
+                .flatten()
+                .ok_or_else(|| DriverError::invalid(NAME, format!("unknown user {user:?}")))?;
+            command
+                .arg(format!("--setuid={}", found.uid))
+                .arg(format!("--setgid={}", found.gid));
+        }
+        command.arg("--").args(cmd);
+        command.env_clear().envs(&task.config.env);
+        if !task.config.env.contains_key("PATH") {
+            command.env("PATH", EXEC_DEFAULT_PATH);
+        }
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = command.spawn().map_err(|e| {
+            DriverError::io(
+                task_id,
+                "starting nsenter for exec (is util-linux installed?)",
+                e,
+            )
+        })?;
+        let pid = child.id();
+        if let Some(pid) = pid {
+            if let Err(e) = task.cgroup.add_process(pid) {
+                tracing::warn!(task_id, error = %e, "the exec command could not join the task's cgroup");
+            }
+        }
+        let io_missing = || DriverError::invalid(NAME, "the exec command's pipes are missing");
+        let stdin = child.stdin.take().ok_or_else(io_missing)?;
+        let stdout = child.stdout.take().ok_or_else(io_missing)?;
+        let stderr = child.stderr.take().ok_or_else(io_missing)?;
+        let id = task_id.to_string();
+        let exit = async move {
+            match child.wait().await {
+                Ok(status) => exit_from_status(status),
+                Err(e) => crate::driver::ExitResult {
+                    exit_code: 1,
+                    err: Some(format!("waiting for exec in task {id:?}: {e}")),
+                    ..crate::driver::ExitResult::default()
+                },
+            }
+        };
+        Ok(crate::driver::ExecStream {
+            stdin: Some(Box::pin(stdin)),
+            stdout: Box::pin(stdout),
+            stderr: Box::pin(stderr),
+            exit: Box::pin(exit),
+            kill: Box::new(move || {
+                if let Some(pid) = pid {
+                    let _ = nix::sys::signal::killpg(
+                        crate::process_group::to_pid(pid),
+                        Signal::SIGKILL,
+                    );
+                }
+            }),
         })
     }
 }
