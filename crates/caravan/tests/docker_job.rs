@@ -186,6 +186,18 @@ fn a_port_mapped_container_is_reachable_shares_alloc_and_outlives_a_client_resta
         None,
     );
     assert_eq!((status, body.trim()), (200, "served-by-caravan"));
+    // alloc exec runs inside the container and returns its exit code.
+    let (code, out, err) = agent.run(&[
+        "alloc",
+        "exec",
+        "-i=false",
+        &alloc_id,
+        "cat",
+        "/local/www/index.html",
+    ]);
+    assert_eq!((code, out.trim()), (0, "served-by-caravan"), "{err}");
+    let (code, _, _) = agent.run(&["alloc", "exec", "-i=false", &alloc_id, "sh", "-c", "exit 3"]);
+    assert_eq!(code, 3);
     let before = containers_of(&alloc_id);
     assert_eq!(before.len(), 1);
 

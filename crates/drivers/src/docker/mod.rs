@@ -463,6 +463,84 @@ impl DockerDriver {
         }
     }
 
+    /// `alloc exec` in a container: a Docker exec with stdin attached; its multiplexed output is
+    /// split into stdout and stderr pipes, and its exit code is read once the output ends. Killing
+    /// the stream stops copying (Docker cannot kill an exec; the container's stop ends it).
+    async fn exec_stream_in_task(
+        &self,
+        task_id: &str,
+        cmd: &[String],
+        tty: bool,
+    ) -> Result<crate::driver::ExecStream, DriverError> {
+        let task = self.tasks.get(task_id)?;
+        if task.exit.has_exited() {
+            return Err(DriverError::NotRunning(task_id.to_string()));
+        }
+        if cmd.is_empty() {
+            return Err(DriverError::invalid(NAME, "exec needs a command"));
+        }
+        let docker = self.client(task_id).await?.clone();
+        let io = |e: bollard::errors::Error| {
+            DriverError::io(task_id, "exec in the container", std::io::Error::other(e))
+        };
+        let options = CreateExecOptions {
+            cmd: Some(cmd.to_vec()),
+            attach_stdin: Some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(tty),
+            ..Default::default()
+        };
+        let exec = docker
+            .create_exec(&task.state.container_id, options)
+            .await
+            .map_err(io)?;
+        let StartExecResults::Attached { mut output, input } =
+            docker.start_exec(&exec.id, None).await.map_err(io)?
+        else {
+            return Err(DriverError::invalid(NAME, "the exec started detached"));
+        };
+        let (mut out_w, out_r) = tokio::io::duplex(64 * 1024);
+        let (mut err_w, err_r) = tokio::io::duplex(64 * 1024);
+        let exec_id = exec.id.clone();
+        let pump = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            while let Some(Ok(item)) = output.next().await {
+                let (w, bytes) = match item {
+                    bollard::container::LogOutput::StdErr { message } => (&mut err_w, message),
+                    bollard::container::LogOutput::StdOut { message }
+                    | bollard::container::LogOutput::Console { message } => (&mut out_w, message),
+                    bollard::container::LogOutput::StdIn { .. } => continue,
+                };
+                if w.write_all(&bytes).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let abort = pump.abort_handle();
+        let exit = async move {
+            let _ = pump.await;
+            match docker.inspect_exec(&exec_id).await {
+                Ok(i) => ExitResult {
+                    exit_code: i.exit_code.and_then(|c| i32::try_from(c).ok()).unwrap_or(0),
+                    ..ExitResult::default()
+                },
+                Err(e) => ExitResult {
+                    exit_code: 1,
+                    err: Some(format!("inspecting the exec: {e}")),
+                    ..ExitResult::default()
+                },
+            }
+        };
+        Ok(crate::driver::ExecStream {
+            stdin: Some(input),
+            stdout: Box::pin(out_r),
+            stderr: Box::pin(err_r),
+            exit: Box::pin(exit),
+            kill: Box::new(move || abort.abort()),
+        })
+    }
+
     async fn stats_of(&self, task_id: &str) -> Result<TaskStats, DriverError> {
         let task = self.tasks.get(task_id)?;
         if task.exit.has_exited() {
@@ -651,5 +729,14 @@ impl Driver for DockerDriver {
         timeout: Duration,
     ) -> DriverFuture<'a, ExecResult> {
         Box::pin(self.exec_in_task(task_id, cmd, timeout))
+    }
+
+    fn exec_streaming<'a>(
+        &'a self,
+        task_id: &'a str,
+        cmd: &'a [String],
+        tty: bool,
+    ) -> DriverFuture<'a, crate::driver::ExecStream> {
+        Box::pin(self.exec_stream_in_task(task_id, cmd, tty))
     }
 }
