@@ -166,3 +166,44 @@ pub(crate) fn measure(
         },
     )
 }
+
+/// An `alloc exec` command started by `driver` in task `task_id`, already spawned in its own
+/// process group with piped stdio, as an [`crate::driver::ExecStream`]: its kill signals the whole
+/// group (checked against the leader's start time, so never a recycled pid).
+pub(crate) fn exec_stream_of(
+    driver: &'static str,
+    task_id: &str,
+    mut child: tokio::process::Child,
+) -> Result<crate::driver::ExecStream, crate::error::DriverError> {
+    let group = child
+        .id()
+        .and_then(ProcIdentity::of)
+        .map(|leader| TaskGroup { leader });
+    let io_missing =
+        || crate::error::DriverError::invalid(driver, "the exec command's pipes are missing");
+    let stdin = child.stdin.take().ok_or_else(io_missing)?;
+    let stdout = child.stdout.take().ok_or_else(io_missing)?;
+    let stderr = child.stderr.take().ok_or_else(io_missing)?;
+    let id = task_id.to_string();
+    let exit = async move {
+        match child.wait().await {
+            Ok(status) => crate::raw_exec::task::exit_from_status(status),
+            Err(e) => crate::driver::ExitResult {
+                exit_code: 1,
+                err: Some(format!("waiting for exec in task {id:?}: {e}")),
+                ..crate::driver::ExitResult::default()
+            },
+        }
+    };
+    Ok(crate::driver::ExecStream {
+        stdin: Some(Box::pin(stdin)),
+        stdout: Box::pin(stdout),
+        stderr: Box::pin(stderr),
+        exit: Box::pin(exit),
+        kill: Box::new(move || {
+            if let Some(group) = group {
+                let _ = group.signal(Signal::SIGKILL);
+            }
+        }),
+    })
+}

@@ -719,48 +719,19 @@ impl ExecDriver {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        let mut child = command.spawn().map_err(|e| {
+        let child = command.spawn().map_err(|e| {
             DriverError::io(
                 task_id,
                 "starting nsenter for exec (is util-linux installed?)",
                 e,
             )
         })?;
-        let pid = child.id();
-        if let Some(pid) = pid {
+        if let Some(pid) = child.id() {
             if let Err(e) = task.cgroup.add_process(pid) {
                 tracing::warn!(task_id, error = %e, "the exec command could not join the task's cgroup");
             }
         }
-        let io_missing = || DriverError::invalid(NAME, "the exec command's pipes are missing");
-        let stdin = child.stdin.take().ok_or_else(io_missing)?;
-        let stdout = child.stdout.take().ok_or_else(io_missing)?;
-        let stderr = child.stderr.take().ok_or_else(io_missing)?;
-        let id = task_id.to_string();
-        let exit = async move {
-            match child.wait().await {
-                Ok(status) => exit_from_status(status),
-                Err(e) => crate::driver::ExitResult {
-                    exit_code: 1,
-                    err: Some(format!("waiting for exec in task {id:?}: {e}")),
-                    ..crate::driver::ExitResult::default()
-                },
-            }
-        };
-        Ok(crate::driver::ExecStream {
-            stdin: Some(Box::pin(stdin)),
-            stdout: Box::pin(stdout),
-            stderr: Box::pin(stderr),
-            exit: Box::pin(exit),
-            kill: Box::new(move || {
-                if let Some(pid) = pid {
-                    let _ = nix::sys::signal::killpg(
-                        crate::process_group::to_pid(pid),
-                        Signal::SIGKILL,
-                    );
-                }
-            }),
-        })
+        crate::process_group::exec_stream_of(NAME, task_id, child)
     }
 }
 

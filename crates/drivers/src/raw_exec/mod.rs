@@ -283,39 +283,10 @@ impl RawExecDriver {
             Stdio::piped(),
         )?;
         command.stdin(Stdio::piped());
-        let mut child = command
+        let child = command
             .spawn()
             .map_err(|e| DriverError::io(task_id, "starting the exec command", e))?;
-        let group = child
-            .id()
-            .and_then(ProcIdentity::of)
-            .map(|leader| crate::process_group::TaskGroup { leader });
-        let io_missing = || DriverError::invalid(NAME, "the exec command's pipes are missing");
-        let stdin = child.stdin.take().ok_or_else(io_missing)?;
-        let stdout = child.stdout.take().ok_or_else(io_missing)?;
-        let stderr = child.stderr.take().ok_or_else(io_missing)?;
-        let id = task_id.to_string();
-        let exit = async move {
-            match child.wait().await {
-                Ok(status) => task::exit_from_status(status),
-                Err(e) => ExitResult {
-                    exit_code: 1,
-                    err: Some(format!("waiting for exec in task {id:?}: {e}")),
-                    ..ExitResult::default()
-                },
-            }
-        };
-        Ok(ExecStream {
-            stdin: Some(Box::pin(stdin)),
-            stdout: Box::pin(stdout),
-            stderr: Box::pin(stderr),
-            exit: Box::pin(exit),
-            kill: Box::new(move || {
-                if let Some(group) = group {
-                    let _ = group.signal(nix::sys::signal::SIGKILL);
-                }
-            }),
-        })
+        crate::process_group::exec_stream_of(NAME, task_id, child)
     }
 }
 
