@@ -124,6 +124,25 @@ pub struct DeploymentStatusUpdate {
     pub status_description: String,
 }
 
+impl DeploymentState {
+    /// The IDs of the placed canaries that are live and healthy, each looked up with `alloc`
+    /// (promotion needs `desired_canaries` of them).
+    pub fn healthy_canaries<A>(&self, alloc: impl Fn(&str) -> Option<A>) -> Vec<String>
+    where
+        A: std::ops::Deref<Target = crate::alloc::Allocation>,
+    {
+        self.placed_canaries
+            .iter()
+            .filter(|id| {
+                alloc(id).is_some_and(|a| {
+                    !a.is_terminal() && a.deployment_status.as_ref().is_some_and(|s| s.is_healthy())
+                })
+            })
+            .cloned()
+            .collect()
+    }
+}
+
 impl Deployment {
     /// Still in progress: not failed, successful or cancelled.
     pub fn is_active(&self) -> bool {

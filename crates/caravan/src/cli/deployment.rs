@@ -432,7 +432,7 @@ pub fn job_revert(args: JobRevertArgs) -> i32 {
         let w = WriteOptions::in_namespace(&stub.namespace);
         match client.revert_job(&stub.id, args.version, None, &w).await {
             Ok(r) => follow_eval(&client, &r.eval_id, args.detach, args.verbose).await,
-            Err(e) => fail("Error retrieving job versions", &e),
+            Err(e) => fail("Error reverting job", &e),
         }
     })
 }

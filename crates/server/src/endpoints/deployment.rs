@@ -209,15 +209,7 @@ fn promote_command(
             continue;
         }
         any = true;
-        let healthy = s
-            .placed_canaries
-            .iter()
-            .filter(|id| {
-                snap.alloc(id).is_some_and(|a| {
-                    !a.is_terminal() && a.deployment_status.as_ref().is_some_and(|x| x.is_healthy())
-                })
-            })
-            .count();
+        let healthy = s.healthy_canaries(|id| snap.alloc(id)).len();
         if (healthy as i64) < s.desired_canaries {
             problems.push(format!(
                 "task group {name:?} has {healthy}/{} healthy allocations",

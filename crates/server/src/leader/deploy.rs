@@ -207,19 +207,7 @@ fn canaries_healthy(snap: &StateSnapshot, d: &Deployment) -> bool {
     d.task_groups
         .values()
         .filter(|s| s.desired_canaries > 0 && !s.promoted)
-        .all(|s| {
-            let healthy = s
-                .placed_canaries
-                .iter()
-                .filter(|id| {
-                    snap.alloc(id).is_some_and(|a| {
-                        !a.is_terminal()
-                            && a.deployment_status.as_ref().is_some_and(|x| x.is_healthy())
-                    })
-                })
-                .count();
-            healthy as i64 >= s.desired_canaries
-        })
+        .all(|s| s.healthy_canaries(|id| snap.alloc(id)).len() as i64 >= s.desired_canaries)
 }
 
 /// An evaluation of the deployment's job by the watcher.

@@ -143,16 +143,7 @@ pub(super) fn promote(
     let mut problems = Vec::new();
     for name in &chosen {
         let state = &deployment.task_groups[name];
-        let healthy: Vec<String> = state
-            .placed_canaries
-            .iter()
-            .filter(|id| {
-                tx.allocs().get(*id).is_some_and(|a| {
-                    !a.is_terminal() && a.deployment_status.as_ref().is_some_and(|s| s.is_healthy())
-                })
-            })
-            .cloned()
-            .collect();
+        let healthy = state.healthy_canaries(|id| tx.allocs().get(id).cloned());
         if (healthy.len() as i64) < state.desired_canaries {
             problems.push(format!(
                 "task group {name:?} has {}/{} healthy allocations",
