@@ -32,6 +32,21 @@ const CLIENT_FORWARD_CONNECT: Duration = Duration::from_secs(30);
 /// Headers that travel with a forwarded request (the rest are hop-by-hop or ours to set).
 const FORWARDED_HEADERS: [&str; 3] = ["x-nomad-token", "content-type", "x-nomad-csi-secrets"];
 
+/// The path and query of a request, as forwarded.
+fn path_and_query(uri: &Uri) -> String {
+    uri.path_and_query()
+        .map_or_else(|| uri.path().to_string(), |p| p.as_str().to_string())
+}
+
+/// The request headers that travel with a forwarded request ([`FORWARDED_HEADERS`]).
+fn forwarded_headers(headers: &axum::http::HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter(|(k, _)| FORWARDED_HEADERS.contains(&k.as_str()))
+        .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+        .collect()
+}
+
 /// Where a client-only agent sends what it does not answer itself.
 pub trait ServerPicker: Send + Sync {
     /// The servers' rpc addresses, the one to try first first.
@@ -191,10 +206,7 @@ pub(crate) async fn client_paths_to_owner(
             return ApiError::bad_request(format!("reading the request body: {e}")).into_response()
         }
     };
-    let uri = parts
-        .uri
-        .path_and_query()
-        .map_or_else(|| parts.uri.path().to_string(), |p| p.as_str().to_string());
+    let uri = path_and_query(&parts.uri);
     let url = format!("http://{addr}{uri}");
     let Ok(method) = reqwest::Method::from_bytes(parts.method.as_str().as_bytes()) else {
         return ApiError::invalid_method().into_response();
@@ -203,10 +215,8 @@ pub(crate) async fn client_paths_to_owner(
         .request(method, &url)
         .header(server::http_forward::FORWARDED_HEADER, "1")
         .body(body.to_vec());
-    for name in FORWARDED_HEADERS {
-        if let Some(v) = parts.headers.get(name).and_then(|v| v.to_str().ok()) {
-            out = out.header(name, v);
-        }
+    for (name, v) in forwarded_headers(&parts.headers) {
+        out = out.header(name, v);
     }
     let resp = match tokio::time::timeout(CLIENT_FORWARD_CONNECT, out.send()).await {
         Ok(Ok(r)) => r,
@@ -287,16 +297,8 @@ async fn forward(State(st): State<ClientAgentState>, req: Request<Body>) -> Resp
             return ApiError::bad_request(format!("reading the request body: {e}")).into_response()
         }
     };
-    let uri = parts
-        .uri
-        .path_and_query()
-        .map_or_else(|| parts.uri.path().to_string(), |p| p.as_str().to_string());
-    let headers = parts
-        .headers
-        .iter()
-        .filter(|(k, _)| FORWARDED_HEADERS.contains(&k.as_str()))
-        .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
-        .collect();
+    let uri = path_and_query(&parts.uri);
+    let headers = forwarded_headers(&parts.headers);
     let fwd = HttpForwardRequest::new(parts.method.as_str(), &uri, headers, &body);
     let payload = match serde_json::to_value(&fwd) {
         Ok(v) => v,
@@ -377,16 +379,8 @@ pub(crate) async fn reads_to_leader(
     if !eligible {
         return next.run(req).await;
     }
-    let uri = req
-        .uri()
-        .path_and_query()
-        .map_or_else(|| req.uri().path().to_string(), |p| p.as_str().to_string());
-    let mut headers: Vec<(String, String)> = req
-        .headers()
-        .iter()
-        .filter(|(k, _)| FORWARDED_HEADERS.contains(&k.as_str()))
-        .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
-        .collect();
+    let uri = path_and_query(req.uri());
+    let mut headers = forwarded_headers(req.headers());
     headers.push((server::http_forward::FORWARDED_HEADER.into(), "1".into()));
     let fwd = HttpForwardRequest::new("GET", &uri, headers, &[]);
     match st.server.http_to_leader(&fwd).await {
