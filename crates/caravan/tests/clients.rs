@@ -8,7 +8,7 @@ mod common;
 use common::{temp_dir, Agent};
 use serde_json::{json, Value};
 
-const MOCK: &str = "plugin \"mock_driver\" {\n  config {\n    enabled = true\n  }\n}\n";
+const MOCK: &str = common::MOCK_DRIVER_CONFIG;
 
 fn server(name: &str) -> (Agent, String) {
     let dir = temp_dir(name);

@@ -5,32 +5,13 @@
 
 mod common;
 
-use common::{temp_dir, Agent};
+use common::Agent;
 use serde_json::{json, Value};
 
 const MS: i64 = 1_000_000;
 
 fn dev_agent(name: &str) -> Agent {
-    let dir = temp_dir(name);
-    let data = dir.join("data").display().to_string();
-    let plugin = dir.join("mock.hcl");
-    std::fs::write(
-        &plugin,
-        "plugin \"mock_driver\" {\n  config {\n    enabled = true\n  }\n}\n",
-    )
-    .unwrap();
-    let plugin = plugin.display().to_string();
-    let agent = Agent::start(&dir, &["-dev", "-data-dir", &data, "-config", &plugin]);
-    agent.wait_until("the dev client is ready with the mock driver", || {
-        agent.get("/v1/nodes").ok().is_some_and(|v| {
-            v.as_array().is_some_and(|a| {
-                a.len() == 1
-                    && a[0]["Status"] == "ready"
-                    && a[0]["Drivers"]["mock_driver"]["Healthy"] == true
-            })
-        })
-    });
-    agent
+    common::mock_dev_agent(name)
 }
 
 /// A job of one group of `count` mock tasks configured by `config`, with `extra` job fields.

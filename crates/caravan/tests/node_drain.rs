@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{bin, temp_dir, Agent};
+use common::{bin, Agent};
 use serde_json::{json, Value};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -14,26 +14,7 @@ const MS: u64 = 1_000_000;
 const DRAIN_CLI_DEADLINE: Duration = Duration::from_secs(60);
 
 fn dev_agent(name: &str) -> Agent {
-    let dir = temp_dir(name);
-    let data = dir.join("data").display().to_string();
-    let plugin = dir.join("mock.hcl");
-    std::fs::write(
-        &plugin,
-        "plugin \"mock_driver\" {\n  config {\n    enabled = true\n  }\n}\n",
-    )
-    .unwrap();
-    let plugin = plugin.display().to_string();
-    let agent = Agent::start(&dir, &["-dev", "-data-dir", &data, "-config", &plugin]);
-    agent.wait_until("the dev client is ready with the mock driver", || {
-        agent.get("/v1/nodes").ok().is_some_and(|v| {
-            v.as_array().is_some_and(|a| {
-                a.len() == 1
-                    && a[0]["Status"] == "ready"
-                    && a[0]["Drivers"]["mock_driver"]["Healthy"] == true
-            })
-        })
-    });
-    agent
+    common::mock_dev_agent(name)
 }
 
 fn job(id: &str, count: u32) -> Value {

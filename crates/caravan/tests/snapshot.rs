@@ -23,11 +23,7 @@ fn a_saved_snapshot_restored_onto_a_fresh_server_reproduces_jobs_allocations_and
     let dir = temp_dir("snapshot-src");
     let data = dir.join("data").display().to_string();
     let mock = dir.join("mock.hcl");
-    std::fs::write(
-        &mock,
-        "plugin \"mock_driver\" {\n  config {\n    enabled = true\n  }\n}\n",
-    )
-    .unwrap();
+    std::fs::write(&mock, common::MOCK_DRIVER_CONFIG).unwrap();
     let mock = mock.display().to_string();
     let src = Agent::start(&dir, &["-dev", "-data-dir", &data, "-config", &mock]);
     for (id, count) in [("web", 2), ("api", 1)] {

@@ -25,6 +25,32 @@ pub fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// The agent config that enables the mock driver (tasks that only pretend to run, so nothing
+/// outlives a test's agents).
+pub const MOCK_DRIVER_CONFIG: &str =
+    "plugin \"mock_driver\" {\n  config {\n    enabled = true\n  }\n}\n";
+
+/// A `caravan agent -dev` with the mock driver in a fresh dir named after `name`, once its one
+/// node is ready with the mock driver healthy.
+pub fn mock_dev_agent(name: &str) -> Agent {
+    let dir = temp_dir(name);
+    let data = dir.join("data").display().to_string();
+    let plugin = dir.join("mock.hcl");
+    std::fs::write(&plugin, MOCK_DRIVER_CONFIG).unwrap();
+    let plugin = plugin.display().to_string();
+    let agent = Agent::start(&dir, &["-dev", "-data-dir", &data, "-config", &plugin]);
+    agent.wait_until("the dev client is ready with the mock driver", || {
+        agent.get("/v1/nodes").ok().is_some_and(|v| {
+            v.as_array().is_some_and(|a| {
+                a.len() == 1
+                    && a[0]["Status"] == "ready"
+                    && a[0]["Drivers"]["mock_driver"]["Healthy"] == true
+            })
+        })
+    });
+    agent
+}
+
 /// A running agent; killed (SIGKILL) when dropped.
 pub struct Agent {
     child: Child,
