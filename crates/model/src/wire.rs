@@ -346,6 +346,69 @@ pub mod methods {
     pub const NODE_UPDATE_STATUS: &str = "Node.UpdateStatus";
     pub const NODE_GET_CLIENT_ALLOCS: &str = "Node.GetClientAllocs";
     pub const NODE_UPDATE_ALLOC: &str = "Node.UpdateAlloc";
+    pub const CSI_VOLUME_CLAIM: &str = "CSIVolume.Claim";
+    pub const CSI_VOLUME_UNPUBLISH: &str = "CSIVolume.Unpublish";
+}
+
+/// `CSIVolume.Claim` (Nomad's `CSIVolumeClaimRequest`): a client's allocation claims a volume before
+/// its tasks start. The server commits the claim, has a controller publish the volume to the node
+/// when the plugin needs that, and answers with the publish context the node plugin needs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CsiVolumeClaimRequest {
+    #[serde(rename = "Namespace")]
+    pub namespace: String,
+    /// The volume's ID (with the `[N]` suffix of a `per_alloc` request already applied).
+    #[serde(rename = "VolumeID")]
+    pub volume_id: String,
+    #[serde(rename = "AllocationID")]
+    pub allocation_id: String,
+    #[serde(rename = "NodeID")]
+    pub node_id: String,
+    /// The node plugin's ID for this node (`NodeGetInfo.node_id`).
+    #[serde(rename = "ExternalNodeID")]
+    pub external_node_id: String,
+    #[serde(rename = "Claim")]
+    pub claim: crate::csi::CSIVolumeClaimMode,
+    #[serde(rename = "AccessMode")]
+    pub access_mode: String,
+    #[serde(rename = "AttachmentMode")]
+    pub attachment_mode: String,
+    #[serde(rename = "State")]
+    pub state: crate::csi::CSIVolumeClaimState,
+    /// The client's node secret (Nomad accepts it in place of an ACL token).
+    #[serde(rename = "SecretID")]
+    pub secret_id: String,
+}
+
+/// The answer to `CSIVolume.Claim`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CsiVolumeClaimResponse {
+    /// From ControllerPublishVolume; empty when the plugin has no controller publish step.
+    #[serde(rename = "PublishContext")]
+    pub publish_context: BTreeMap<String, String>,
+    /// The volume as claimed (its context, mount options and secrets are needed to stage it).
+    #[serde(rename = "Volume")]
+    pub volume: Option<crate::csi::CSIVolume>,
+    #[serde(rename = "Index")]
+    pub index: u64,
+}
+
+/// `CSIVolume.Unpublish` (Nomad's `CSIVolumeUnpublishRequest`): release a claim. A client sends it
+/// after it unpublished and unstaged the volume on its node (claim state `Unpublishing`, no access
+/// mode, so the server skips the node step); `volume detach` sends a `GC` claim with only a node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CsiVolumeUnpublishRequest {
+    #[serde(rename = "Namespace")]
+    pub namespace: String,
+    #[serde(rename = "VolumeID")]
+    pub volume_id: String,
+    #[serde(rename = "Claim")]
+    pub claim: crate::csi::CSIVolumeClaim,
+    #[serde(rename = "SecretID")]
+    pub secret_id: String,
 }
 
 /// The answer to `POST /v1/job/:id/plan` (Nomad's JobPlanResponse): what registering the job would
