@@ -323,6 +323,42 @@ pub struct CSIJobDescription {
     pub expected: i64,
 }
 
+/// A destructive controller call recorded in Raft before it is sent and cleared after it returns
+/// (Caravan's serializer; Nomad keeps this in one server's memory). At most one is in flight per
+/// plugin in the whole cluster; a new leader finds it here and resolves it before sending another.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CSIControllerOp {
+    /// Unique per call (a UUID), so the end of an old call never clears a newer one.
+    #[serde(rename = "ID")]
+    pub id: String,
+    #[serde(rename = "PluginID")]
+    pub plugin_id: String,
+    /// The CSI method: `ControllerPublishVolume`, `ControllerUnpublishVolume`, `CreateVolume`,
+    /// `DeleteVolume`, `CreateSnapshot`, `DeleteSnapshot` or `ControllerExpandVolume`.
+    #[serde(rename = "Method")]
+    pub method: String,
+    /// The node whose controller instance the call was sent to.
+    #[serde(rename = "ControllerNodeID")]
+    pub controller_node_id: String,
+    #[serde(rename = "Namespace")]
+    pub namespace: String,
+    #[serde(rename = "VolumeID")]
+    pub volume_id: String,
+    /// What the call needs to be sent again (idempotently) or undone: the request without secrets.
+    #[serde(rename = "Request")]
+    pub request: serde_json::Value,
+    /// Unix nanoseconds.
+    #[serde(rename = "StartedAt")]
+    pub started_at: i64,
+    /// Unix nanoseconds: after this the call is treated as timed out and resolved before the next.
+    #[serde(rename = "Deadline")]
+    pub deadline: i64,
+    /// The Raft index that recorded it.
+    #[serde(rename = "CreateIndex")]
+    pub create_index: u64,
+}
+
 /// A plugin as `GET /v1/plugins?type=csi` lists it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]

@@ -21,10 +21,12 @@ pub enum Table {
     Deployments,
     CsiVolumes,
     CsiPlugins,
+    /// In-flight destructive controller calls, one per plugin at most.
+    CsiControllerOps,
 }
 
 impl Table {
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 10;
     pub const ALL: [Table; Table::COUNT] = [
         Table::Jobs,
         Table::JobVersions,
@@ -35,6 +37,7 @@ impl Table {
         Table::Deployments,
         Table::CsiVolumes,
         Table::CsiPlugins,
+        Table::CsiControllerOps,
     ];
 
     pub(crate) fn slot(self) -> usize {
@@ -192,6 +195,36 @@ pub enum Command {
     StateRestore {
         snapshot: String,
     },
+    /// Register CSI volumes, or update registered ones (the endpoint merged the changes in; claims
+    /// and the create index are kept from the stored volume).
+    CsiVolumeRegister {
+        volumes: Vec<model::csi::CSIVolume>,
+    },
+    /// Deregister volumes. In use is refused unless `force` and every claiming allocation is
+    /// terminal or gone.
+    CsiVolumeDeregister {
+        namespace: String,
+        volume_ids: Vec<String>,
+        force: bool,
+    },
+    /// A claim or one checkpoint of its release (Nomad's `CSIVolumeClaim` apply): `Taken` claims,
+    /// `Unpublishing`/`NodeDetached`/`ControllerDetached` move it to the past claims, `ReadyToFree`
+    /// deletes it, a `GC` mode claim only marks the volume changed to wake the volume watcher.
+    CsiVolumeClaim {
+        namespace: String,
+        volume_id: String,
+        claim: model::csi::CSIVolumeClaim,
+    },
+    /// Records a destructive controller call before it is sent. Refused while another is in flight
+    /// for the same plugin.
+    CsiControllerOpBegin {
+        op: model::csi::CSIControllerOp,
+    },
+    /// Clears the plugin's in-flight call if it is still `op_id`.
+    CsiControllerOpEnd {
+        plugin_id: String,
+        op_id: String,
+    },
 }
 
 /// One allocation a plan stops (Nomad's `AllocationDiff` for stopped and preempted allocations):
@@ -235,6 +268,11 @@ impl Command {
             Command::AllocUpdateDesiredTransition { .. } => "AllocUpdateDesiredTransition",
             Command::NodeUpdateDrain { .. } => "NodeUpdateDrain",
             Command::NodeUpdateEligibility { .. } => "NodeUpdateEligibility",
+            Command::CsiVolumeRegister { .. } => "CsiVolumeRegister",
+            Command::CsiVolumeDeregister { .. } => "CsiVolumeDeregister",
+            Command::CsiVolumeClaim { .. } => "CsiVolumeClaim",
+            Command::CsiControllerOpBegin { .. } => "CsiControllerOpBegin",
+            Command::CsiControllerOpEnd { .. } => "CsiControllerOpEnd",
         }
     }
 }

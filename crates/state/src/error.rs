@@ -14,6 +14,10 @@ pub enum StateError {
     /// index that does not increase).
     #[error("invalid command: {0}")]
     Invalid(String),
+    /// The command is well formed but the state refuses it now (a volume in use, no free claim, a
+    /// plugin's controller call already in flight). The text says why and what to do.
+    #[error("{0}")]
+    Conflict(String),
     /// Reading or writing a snapshot failed.
     #[error("state snapshot I/O failed: {0}")]
     Io(#[from] std::io::Error),

@@ -14,7 +14,7 @@ use crate::error::StateError;
 use crate::limits::SNAPSHOT_LINE_BYTES_MAX;
 use crate::tables::Root;
 use model::alloc::Allocation;
-use model::csi::{CSIPlugin, CSIVolume};
+use model::csi::{CSIControllerOp, CSIPlugin, CSIVolume};
 use model::deployment::Deployment;
 use model::eval::Evaluation;
 use model::node::Node;
@@ -56,6 +56,7 @@ enum RecordRef<'a> {
     Deployment(&'a Deployment),
     CsiVolume(&'a CSIVolume),
     CsiPlugin(&'a CSIPlugin),
+    CsiControllerOp(&'a CSIControllerOp),
     End(Trailer),
 }
 
@@ -72,6 +73,7 @@ enum Record {
     Deployment(Deployment),
     CsiVolume(CSIVolume),
     CsiPlugin(CSIPlugin),
+    CsiControllerOp(CSIControllerOp),
     End(Trailer),
 }
 
@@ -130,6 +132,9 @@ pub(crate) fn save(root: &Root, w: &mut dyn Write) -> Result<(), StateError> {
     }
     for plugin in root.csi_plugins().values() {
         put(&mut w, RecordRef::CsiPlugin(plugin))?;
+    }
+    for op in root.csi_controller_ops().values() {
+        put(&mut w, RecordRef::CsiControllerOp(op))?;
     }
     write_line(&mut w, &RecordRef::End(Trailer { objects }))?;
     w.flush()?;
@@ -275,6 +280,7 @@ fn insert(root: &mut Root, record: Record) {
         Record::Deployment(deployment) => root.put_deployment(Arc::new(deployment)),
         Record::CsiVolume(volume) => root.put_csi_volume(Arc::new(volume)),
         Record::CsiPlugin(plugin) => root.put_csi_plugin(Arc::new(plugin)),
+        Record::CsiControllerOp(op) => root.put_csi_controller_op(Arc::new(op)),
         Record::End(_) => unreachable!("handled by the caller"),
     }
 }

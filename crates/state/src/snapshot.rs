@@ -4,7 +4,7 @@ use crate::command::Table;
 use crate::tables::{NsKey, Root};
 use imbl::OrdMap;
 use model::alloc::Allocation;
-use model::csi::{CSIPlugin, CSIVolume};
+use model::csi::{CSIControllerOp, CSIPlugin, CSIVolume};
 use model::deployment::Deployment;
 use model::eval::Evaluation;
 use model::node::Node;
@@ -227,6 +227,16 @@ impl StateSnapshot {
 
     pub fn csi_plugins(&self, prefix: &str) -> Vec<Arc<CSIPlugin>> {
         by_prefix(self.root.csi_plugins(), prefix)
+    }
+
+    /// The plugin's in-flight destructive controller call, if any.
+    pub fn csi_controller_op(&self, plugin_id: &str) -> Option<Arc<CSIControllerOp>> {
+        self.root.csi_controller_ops().get(plugin_id).cloned()
+    }
+
+    /// Every in-flight controller call (one per plugin at most).
+    pub fn csi_controller_ops(&self) -> Vec<Arc<CSIControllerOp>> {
+        self.root.csi_controller_ops().values().cloned().collect()
     }
 }
 

@@ -10,7 +10,7 @@
 use crate::command::Table;
 use imbl::{OrdMap, OrdSet};
 use model::alloc::Allocation;
-use model::csi::{CSIPlugin, CSIVolume};
+use model::csi::{CSIControllerOp, CSIPlugin, CSIVolume};
 use model::deployment::Deployment;
 use model::eval::Evaluation;
 use model::node::Node;
@@ -63,6 +63,8 @@ pub(crate) struct Root {
     deployments_by_job: OrdMap<NsKey, IdSet>,
     csi_volumes: OrdMap<NsKey, Arc<CSIVolume>>,
     csi_plugins: OrdMap<String, Arc<CSIPlugin>>,
+    /// Plugin ID → its in-flight destructive controller call.
+    csi_controller_ops: OrdMap<String, Arc<CSIControllerOp>>,
 }
 
 fn index_add<K: Ord + Clone>(index: &mut OrdMap<K, IdSet>, key: K, id: &str) {
@@ -198,6 +200,10 @@ impl Root {
 
     pub(crate) fn csi_plugins(&self) -> &OrdMap<String, Arc<CSIPlugin>> {
         &self.csi_plugins
+    }
+
+    pub(crate) fn csi_controller_ops(&self) -> &OrdMap<String, Arc<CSIControllerOp>> {
+        &self.csi_controller_ops
     }
 
     // ----- lookups -----
@@ -414,6 +420,22 @@ impl Root {
 
     pub(crate) fn put_csi_plugin(&mut self, plugin: Arc<CSIPlugin>) {
         self.csi_plugins.insert(plugin.id.clone(), plugin);
+    }
+
+    pub(crate) fn delete_csi_volume(&mut self, ns: &str, id: &str) -> Option<Arc<CSIVolume>> {
+        self.csi_volumes.remove(&ns_key(ns, id))
+    }
+
+    pub(crate) fn delete_csi_plugin(&mut self, id: &str) -> Option<Arc<CSIPlugin>> {
+        self.csi_plugins.remove(id)
+    }
+
+    pub(crate) fn put_csi_controller_op(&mut self, op: Arc<CSIControllerOp>) {
+        self.csi_controller_ops.insert(op.plugin_id.clone(), op);
+    }
+
+    pub(crate) fn delete_csi_controller_op(&mut self, plugin_id: &str) {
+        self.csi_controller_ops.remove(plugin_id);
     }
 }
 

@@ -5,6 +5,7 @@
 //! function says so.
 
 mod allocs;
+pub(crate) mod csi;
 mod deployments;
 mod evals;
 pub(crate) mod jobs;
@@ -15,6 +16,7 @@ use crate::command::{ApplyResponse, Command, Table};
 use crate::error::StateError;
 use crate::tables::Root;
 use model::alloc::Allocation;
+use model::csi::{CSIControllerOp, CSIPlugin, CSIVolume};
 use model::deployment::Deployment;
 use model::eval::Evaluation;
 use model::node::Node;
@@ -109,6 +111,36 @@ impl Txn {
     pub(crate) fn delete_node(&mut self, id: &str) -> Option<Arc<Node>> {
         self.touch(Table::Nodes);
         self.root.delete_node(id)
+    }
+
+    pub(crate) fn put_csi_volume(&mut self, volume: CSIVolume) {
+        self.touch(Table::CsiVolumes);
+        self.root.put_csi_volume(Arc::new(volume));
+    }
+
+    pub(crate) fn delete_csi_volume(&mut self, ns: &str, id: &str) -> Option<Arc<CSIVolume>> {
+        self.touch(Table::CsiVolumes);
+        self.root.delete_csi_volume(ns, id)
+    }
+
+    pub(crate) fn put_csi_plugin(&mut self, plugin: CSIPlugin) {
+        self.touch(Table::CsiPlugins);
+        self.root.put_csi_plugin(Arc::new(plugin));
+    }
+
+    pub(crate) fn delete_csi_plugin(&mut self, id: &str) {
+        self.touch(Table::CsiPlugins);
+        self.root.delete_csi_plugin(id);
+    }
+
+    pub(crate) fn put_csi_controller_op(&mut self, op: CSIControllerOp) {
+        self.touch(Table::CsiControllerOps);
+        self.root.put_csi_controller_op(Arc::new(op));
+    }
+
+    pub(crate) fn delete_csi_controller_op(&mut self, plugin_id: &str) {
+        self.touch(Table::CsiControllerOps);
+        self.root.delete_csi_controller_op(plugin_id);
     }
 
     pub(crate) fn put_deployment(&mut self, deployment: Deployment) {
@@ -264,6 +296,22 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
             event,
             updated_at: _,
         } => nodes::update_eligibility(tx, node_id, eligibility, event.as_ref()).map(|()| plain),
+        Command::CsiVolumeRegister { volumes } => csi::register(tx, volumes).map(|()| plain),
+        Command::CsiVolumeDeregister {
+            namespace,
+            volume_ids,
+            force,
+        } => csi::deregister(tx, namespace, volume_ids, *force).map(|()| plain),
+        Command::CsiVolumeClaim {
+            namespace,
+            volume_id,
+            claim,
+        } => csi::claim(tx, namespace, volume_id, claim).map(|()| plain),
+        Command::CsiControllerOpBegin { op } => csi::op_begin(tx, op).map(|()| plain),
+        Command::CsiControllerOpEnd { plugin_id, op_id } => {
+            csi::op_end(tx, plugin_id, op_id);
+            Ok(plain)
+        }
         // The store replaces its whole root for a restore before the FSM sees commands.
         Command::StateRestore { .. } => Err(StateError::invalid(
             "a state restore is applied by the store, not the FSM",

@@ -64,6 +64,7 @@ pub(super) fn register(tx: &mut Txn, node: &Node) -> Result<(), StateError> {
             node.events = vec![cluster_event(NODE_EVENT_REGISTERED, &node)];
         }
     }
+    super::csi::node_plugins_changed(tx, &node);
     tx.put_node(node);
     Ok(())
 }
@@ -77,6 +78,7 @@ pub(super) fn deregister(tx: &mut Txn, node_ids: &[String]) -> Result<(), StateE
         if tx.delete_node(id).is_none() {
             return Err(StateError::NotFound(format!("node not found: {id}")));
         }
+        super::csi::node_gone(tx, id, true);
     }
     Ok(())
 }
@@ -95,6 +97,9 @@ pub(super) fn update_status(
     node.status = status.into();
     node.status_updated_at = updated_at;
     node.modify_index = tx.index();
+    if status == NodeStatus::Down.as_str() {
+        super::csi::node_gone(tx, node_id, false);
+    }
     tx.put_node(node);
     Ok(())
 }
