@@ -19,6 +19,7 @@ mod client;
 mod error;
 pub mod hostpath;
 mod info;
+pub mod remote;
 
 pub use client::{socket_path, PluginClient};
 pub use error::CsiError;

@@ -39,6 +39,7 @@ fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
         ErrorCode::PermissionDenied => StatusCode::FORBIDDEN,
         ErrorCode::NotFound => StatusCode::NOT_FOUND,
+        ErrorCode::Conflict => StatusCode::CONFLICT,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

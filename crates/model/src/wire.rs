@@ -506,3 +506,266 @@ pub struct AllocStopResponse {
     #[serde(rename = "Index")]
     pub index: u64,
 }
+
+/// Where a server sends a controller call to the client agent that runs the controller plugin
+/// (Nomad's `ClientCSI.*` over its client connection; Caravan's client agents answer on HTTP).
+pub const CSI_CONTROLLER_PATH: &str = "/v1/client/csi/controller";
+/// The header with the target node's secret: a client agent runs controller calls only for
+/// servers that know it.
+pub const CSI_NODE_SECRET_HEADER: &str = "x-caravan-node-secret";
+
+/// One volume capability as a CSI call carries it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CsiCapability {
+    #[serde(rename = "AccessMode")]
+    pub access_mode: String,
+    #[serde(rename = "AttachmentMode")]
+    pub attachment_mode: String,
+    #[serde(rename = "FSType")]
+    pub fs_type: String,
+    #[serde(rename = "MountFlags")]
+    pub mount_flags: Vec<String>,
+}
+
+/// A controller call a server asks a client agent to make to its controller plugin.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "Method")]
+pub enum CsiControllerCall {
+    ControllerPublishVolume {
+        #[serde(rename = "VolumeID")]
+        volume_id: String,
+        #[serde(rename = "NodeID")]
+        node_id: String,
+        #[serde(rename = "Capability")]
+        capability: CsiCapability,
+        #[serde(rename = "ReadOnly", default)]
+        read_only: bool,
+        #[serde(rename = "Secrets", default)]
+        secrets: BTreeMap<String, String>,
+        #[serde(rename = "VolumeContext", default)]
+        volume_context: BTreeMap<String, String>,
+    },
+    ControllerUnpublishVolume {
+        #[serde(rename = "VolumeID")]
+        volume_id: String,
+        #[serde(rename = "NodeID")]
+        node_id: String,
+        #[serde(rename = "Secrets", default)]
+        secrets: BTreeMap<String, String>,
+    },
+    CreateVolume {
+        #[serde(rename = "Name")]
+        name: String,
+        #[serde(rename = "CapacityMin", default)]
+        capacity_min: i64,
+        #[serde(rename = "CapacityMax", default)]
+        capacity_max: i64,
+        #[serde(rename = "Capabilities", default)]
+        capabilities: Vec<CsiCapability>,
+        #[serde(rename = "Parameters", default)]
+        parameters: BTreeMap<String, String>,
+        #[serde(rename = "Secrets", default)]
+        secrets: BTreeMap<String, String>,
+        #[serde(rename = "SnapshotID", default)]
+        snapshot_id: String,
+        #[serde(rename = "CloneID", default)]
+        clone_id: String,
+    },
+    DeleteVolume {
+        #[serde(rename = "VolumeID")]
+        volume_id: String,
+        #[serde(rename = "Secrets", default)]
+        secrets: BTreeMap<String, String>,
+    },
+    ValidateVolumeCapabilities {
+        #[serde(rename = "VolumeID")]
+        volume_id: String,
+        #[serde(rename = "Capabilities", default)]
+        capabilities: Vec<CsiCapability>,
+        #[serde(rename = "VolumeContext", default)]
+        volume_context: BTreeMap<String, String>,
+        #[serde(rename = "Parameters", default)]
+        parameters: BTreeMap<String, String>,
+        #[serde(rename = "Secrets", default)]
+        secrets: BTreeMap<String, String>,
+    },
+    CreateSnapshot {
+        #[serde(rename = "SourceVolumeID")]
+        source_volume_id: String,
+        #[serde(rename = "Name")]
+        name: String,
+        #[serde(rename = "Parameters", default)]
+        parameters: BTreeMap<String, String>,
+        #[serde(rename = "Secrets", default)]
+        secrets: BTreeMap<String, String>,
+    },
+    DeleteSnapshot {
+        #[serde(rename = "SnapshotID")]
+        snapshot_id: String,
+        #[serde(rename = "Secrets", default)]
+        secrets: BTreeMap<String, String>,
+    },
+    ListSnapshots {
+        #[serde(rename = "MaxEntries", default)]
+        max_entries: i32,
+        #[serde(rename = "StartingToken", default)]
+        starting_token: String,
+        #[serde(rename = "Secrets", default)]
+        secrets: BTreeMap<String, String>,
+    },
+    ListVolumes {
+        #[serde(rename = "MaxEntries", default)]
+        max_entries: i32,
+        #[serde(rename = "StartingToken", default)]
+        starting_token: String,
+    },
+}
+
+impl CsiControllerCall {
+    /// The CSI method's name.
+    pub fn method(&self) -> &'static str {
+        match self {
+            CsiControllerCall::ControllerPublishVolume { .. } => "ControllerPublishVolume",
+            CsiControllerCall::ControllerUnpublishVolume { .. } => "ControllerUnpublishVolume",
+            CsiControllerCall::CreateVolume { .. } => "CreateVolume",
+            CsiControllerCall::DeleteVolume { .. } => "DeleteVolume",
+            CsiControllerCall::ValidateVolumeCapabilities { .. } => "ValidateVolumeCapabilities",
+            CsiControllerCall::CreateSnapshot { .. } => "CreateSnapshot",
+            CsiControllerCall::DeleteSnapshot { .. } => "DeleteSnapshot",
+            CsiControllerCall::ListSnapshots { .. } => "ListSnapshots",
+            CsiControllerCall::ListVolumes { .. } => "ListVolumes",
+        }
+    }
+
+    /// Whether the call changes the provider's state: these are serialized per plugin.
+    pub fn is_destructive(&self) -> bool {
+        !matches!(
+            self,
+            CsiControllerCall::ValidateVolumeCapabilities { .. }
+                | CsiControllerCall::ListSnapshots { .. }
+                | CsiControllerCall::ListVolumes { .. }
+        )
+    }
+
+    /// The call without its secrets (what Raft records; secrets are merged back from the volume
+    /// when a recorded call is resolved).
+    pub fn without_secrets(&self) -> CsiControllerCall {
+        let mut c = self.clone();
+        match &mut c {
+            CsiControllerCall::ControllerPublishVolume { secrets, .. }
+            | CsiControllerCall::ControllerUnpublishVolume { secrets, .. }
+            | CsiControllerCall::CreateVolume { secrets, .. }
+            | CsiControllerCall::DeleteVolume { secrets, .. }
+            | CsiControllerCall::ValidateVolumeCapabilities { secrets, .. }
+            | CsiControllerCall::CreateSnapshot { secrets, .. }
+            | CsiControllerCall::DeleteSnapshot { secrets, .. }
+            | CsiControllerCall::ListSnapshots { secrets, .. } => secrets.clear(),
+            CsiControllerCall::ListVolumes { .. } => {}
+        }
+        c
+    }
+
+    /// Sets the call's secrets (where it has any).
+    pub fn set_secrets(&mut self, value: BTreeMap<String, String>) {
+        match self {
+            CsiControllerCall::ControllerPublishVolume { secrets, .. }
+            | CsiControllerCall::ControllerUnpublishVolume { secrets, .. }
+            | CsiControllerCall::CreateVolume { secrets, .. }
+            | CsiControllerCall::DeleteVolume { secrets, .. }
+            | CsiControllerCall::ValidateVolumeCapabilities { secrets, .. }
+            | CsiControllerCall::CreateSnapshot { secrets, .. }
+            | CsiControllerCall::DeleteSnapshot { secrets, .. }
+            | CsiControllerCall::ListSnapshots { secrets, .. } => *secrets = value,
+            CsiControllerCall::ListVolumes { .. } => {}
+        }
+    }
+}
+
+/// What a server sends to `CSI_CONTROLLER_PATH`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CsiControllerRequest {
+    #[serde(rename = "PluginID")]
+    pub plugin_id: String,
+    /// Unix nanoseconds: the client gives up (and cancels the gRPC call) at this time.
+    #[serde(rename = "Deadline")]
+    pub deadline: i64,
+    #[serde(rename = "Call")]
+    pub call: CsiControllerCall,
+}
+
+/// A controller call's answer: the fields its method fills.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CsiControllerReply {
+    #[serde(rename = "PublishContext")]
+    pub publish_context: BTreeMap<String, String>,
+    /// CreateVolume: the provider's volume ID.
+    #[serde(rename = "ExternalID")]
+    pub external_id: String,
+    #[serde(rename = "Capacity")]
+    pub capacity: i64,
+    #[serde(rename = "VolumeContext")]
+    pub volume_context: BTreeMap<String, String>,
+    #[serde(rename = "Topologies")]
+    pub topologies: Vec<crate::csi::CSITopology>,
+    /// ValidateVolumeCapabilities: whether the capabilities were confirmed, and why not.
+    #[serde(rename = "Confirmed")]
+    pub confirmed: bool,
+    #[serde(rename = "Message")]
+    pub message: String,
+    /// CreateSnapshot / ListSnapshots.
+    #[serde(rename = "Snapshots")]
+    pub snapshots: Vec<CsiSnapshot>,
+    /// ListVolumes.
+    #[serde(rename = "Volumes")]
+    pub volumes: Vec<CsiExternalVolume>,
+    #[serde(rename = "NextToken")]
+    pub next_token: String,
+}
+
+/// A snapshot as Nomad's API shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CsiSnapshot {
+    #[serde(rename = "ID")]
+    pub id: String,
+    #[serde(rename = "ExternalSourceVolumeID")]
+    pub external_source_volume_id: String,
+    #[serde(rename = "SizeBytes")]
+    pub size_bytes: i64,
+    /// Unix seconds.
+    #[serde(rename = "CreateTime")]
+    pub create_time: i64,
+    #[serde(rename = "IsReady")]
+    pub is_ready: bool,
+    #[serde(rename = "SourceVolumeID")]
+    pub source_volume_id: String,
+    #[serde(rename = "PluginID")]
+    pub plugin_id: String,
+}
+
+/// A volume the provider knows (`GET /v1/volumes/external`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CsiExternalVolume {
+    #[serde(rename = "ExternalID")]
+    pub external_id: String,
+    #[serde(rename = "CapacityBytes")]
+    pub capacity_bytes: i64,
+    #[serde(rename = "VolumeContext")]
+    pub volume_context: BTreeMap<String, String>,
+    #[serde(rename = "PublishedExternalNodeIDs")]
+    pub published_external_node_ids: Vec<String>,
+}
+
+/// A failed controller call as a client agent reports it: the plugin's gRPC code (numeric, as
+/// tonic's `Code`) and message, so the server decides retries from the code.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CsiCallError {
+    #[serde(rename = "Code")]
+    pub code: i32,
+    #[serde(rename = "Message")]
+    pub message: String,
+}

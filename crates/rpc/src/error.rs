@@ -20,6 +20,9 @@ pub enum ErrorCode {
     Unavailable,
     /// A bug or an unexpected failure on the serving side.
     Internal,
+    /// The request is valid but the state refuses it now (a volume in use, no free claim, a
+    /// plugin's controller call in flight); it may work later.
+    Conflict,
 }
 
 impl ErrorCode {
@@ -33,6 +36,7 @@ impl ErrorCode {
             ErrorCode::Timeout => "timeout",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Internal => "internal error",
+            ErrorCode::Conflict => "conflict",
         }
     }
 }

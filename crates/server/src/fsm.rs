@@ -9,6 +9,8 @@ pub enum FsmResult {
     Ok(ApplyResponse),
     NotFound(String),
     Failed(String),
+    /// The state refused the command now ([`StateError::Conflict`]).
+    Conflict(String),
 }
 
 pub struct Fsm {
@@ -21,6 +23,7 @@ impl raft::StateMachine for Fsm {
             Ok(cmd) => match self.store.apply(index, &cmd) {
                 Ok(resp) => FsmResult::Ok(resp),
                 Err(StateError::NotFound(m)) => FsmResult::NotFound(m),
+                Err(StateError::Conflict(m)) => FsmResult::Conflict(m),
                 Err(e) => FsmResult::Failed(e.to_string()),
             },
             // An entry this build cannot read: applying nothing keeps every server identical; the

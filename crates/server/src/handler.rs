@@ -48,6 +48,9 @@ impl rpc::Handler for RpcHandler {
                     })
                     .await
                 }
+                crate::csi::CSI_WRITE => {
+                    call(body, |req| async move { server.csi_write_local(req).await }).await
+                }
                 crate::endpoints::deployment::DEPLOYMENT_ACTION => {
                     call(body, |req| async move {
                         server.deployment_action_local(req).await

@@ -9,6 +9,7 @@
 
 mod config;
 pub mod cron;
+pub mod csi;
 mod endpoints;
 mod error;
 mod fsm;

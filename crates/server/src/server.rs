@@ -41,6 +41,10 @@ struct Inner {
     http: std::sync::OnceLock<Arc<dyn crate::http_forward::HttpHandler>>,
     /// Other servers' rpc addresses the join loop talks to (`retry_join`, `server join`).
     join_addrs: std::sync::Mutex<Vec<String>>,
+    /// How controller calls reach client agents (installed by the agent).
+    csi_transport: std::sync::OnceLock<Arc<dyn crate::csi::CsiTransport>>,
+    /// The per-plugin FIFO locks of the controller-call serializer.
+    csi_locks: crate::csi::controller::ControllerLocks,
 }
 
 /// A server as `/v1/agent/members` and `server members` show it.
@@ -109,6 +113,8 @@ impl Server {
                 leadership: crate::leader::Leadership::default(),
                 http: std::sync::OnceLock::new(),
                 join_addrs: std::sync::Mutex::new(Vec::new()),
+                csi_transport: std::sync::OnceLock::new(),
+                csi_locks: Default::default(),
             }),
         };
         let handler = Arc::new(RpcHandler {
@@ -149,6 +155,21 @@ impl Server {
         &self,
     ) -> &std::sync::OnceLock<Arc<dyn crate::http_forward::HttpHandler>> {
         &self.inner.http
+    }
+
+    /// Installs how controller calls reach client agents; the first call wins.
+    pub fn set_csi_transport(&self, transport: Arc<dyn crate::csi::CsiTransport>) {
+        let _ = self.inner.csi_transport.set(transport);
+    }
+
+    pub(crate) fn csi_transport(&self) -> Result<Arc<dyn crate::csi::CsiTransport>, ServerError> {
+        self.inner.csi_transport.get().cloned().ok_or_else(|| {
+            ServerError::internal("this server has no way to reach client agents for CSI controller calls")
+        })
+    }
+
+    pub(crate) fn csi_locks(&self) -> &crate::csi::controller::ControllerLocks {
+        &self.inner.csi_locks
     }
 
     pub(crate) fn node_id(&self) -> u64 {
@@ -320,6 +341,7 @@ impl Server {
             Ok(FsmResult::Ok(r)) => Ok(r),
             Ok(FsmResult::NotFound(m)) => Err(ServerError::not_found(m)),
             Ok(FsmResult::Failed(m)) => Err(ServerError::internal(m)),
+            Ok(FsmResult::Conflict(m)) => Err(ServerError::new(rpc::ErrorCode::Conflict, m)),
             Err(e) => Err(ServerError::internal(format!(
                 "undecodable FSM response: {e}"
             ))),

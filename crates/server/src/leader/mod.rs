@@ -23,6 +23,7 @@ pub(crate) mod limits;
 pub(crate) mod periodic;
 mod plan_apply;
 mod tasks;
+pub(crate) mod volumes;
 #[cfg(test)]
 pub(crate) mod testkit;
 mod view;
@@ -249,6 +250,8 @@ impl LeaderLoops {
         tasks.spawn(drain::run(server.clone(), stop_rx.clone()));
         // Rebuilt from state: each job's last launch is its newest child.
         tasks.spawn(periodic::periodic_task(server.clone(), stop_rx.clone()));
+        // Stateless: each claim's checkpoint says where its release stands.
+        tasks.spawn(volumes::run(server.clone(), stop_rx.clone()));
         *leadership.broker.lock().expect("broker lock") = Some(broker);
         leadership.running.store(true, Ordering::SeqCst);
         tracing::info!(workers, "leader loops started");

@@ -1,0 +1,732 @@
+//! CSI on the servers: volume register/deregister/create/delete/detach, claims and their release,
+//! plugin and volume reads with their health filled in, and (in [`controller`]) the serialized
+//! controller calls. Writes run on the leader; a follower forwards them as one `CSI.Write` rpc.
+
+pub mod controller;
+
+pub use controller::{CallFailure, CsiTransport, CONTROLLER_CALL_TIMEOUT};
+
+use crate::error::ServerError;
+use crate::server::Server;
+use model::alloc::Allocation;
+use model::csi::{
+    CSIPlugin, CSIVolume, CSIVolumeClaim, CSIVolumeClaimMode, CSIVolumeClaimState,
+    CSIJobDescription,
+};
+use model::node::NodeStatus;
+use model::wire::{
+    CsiCapability, CsiControllerCall, CsiVolumeClaimRequest, CsiVolumeClaimResponse,
+    CsiVolumeUnpublishRequest,
+};
+use rpc::ErrorCode;
+use serde::{Deserialize, Serialize};
+use state::{Command, StateSnapshot};
+use std::collections::BTreeMap;
+
+/// The rpc method a follower forwards CSI writes with.
+pub const CSI_WRITE: &str = "CSI.Write";
+
+/// A CSI write as forwarded to the leader.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum CsiWrite {
+    Register {
+        namespace: String,
+        volumes: Vec<CSIVolume>,
+    },
+    Deregister {
+        namespace: String,
+        id: String,
+        force: bool,
+    },
+    Create {
+        namespace: String,
+        volumes: Vec<CSIVolume>,
+    },
+    Delete {
+        namespace: String,
+        id: String,
+        secrets: BTreeMap<String, String>,
+    },
+    Detach {
+        namespace: String,
+        id: String,
+        node_id: String,
+    },
+    Claim(CsiVolumeClaimRequest),
+    Unpublish(CsiVolumeUnpublishRequest),
+}
+
+/// What a CSI write answers: the raft index, and the volumes or claim it produced.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CsiWriteResponse {
+    pub index: u64,
+    pub volumes: Vec<CSIVolume>,
+    pub claim: Option<CsiVolumeClaimResponse>,
+}
+
+impl Server {
+    /// Runs a CSI write on the leader (forwarding when this server does not lead).
+    pub async fn csi_write(&self, write: CsiWrite) -> Result<CsiWriteResponse, ServerError> {
+        match self.forward_target().await? {
+            Some(leader) => self.forward(&leader, CSI_WRITE, &write).await,
+            None => self.csi_write_local(write).await,
+        }
+    }
+
+    pub(crate) async fn csi_write_local(
+        &self,
+        write: CsiWrite,
+    ) -> Result<CsiWriteResponse, ServerError> {
+        match write {
+            CsiWrite::Register { namespace, volumes } => {
+                self.volume_register(&namespace, volumes).await
+            }
+            CsiWrite::Deregister {
+                namespace,
+                id,
+                force,
+            } => {
+                let r = self
+                    .apply(Command::CsiVolumeDeregister {
+                        namespace,
+                        volume_ids: vec![id],
+                        force,
+                    })
+                    .await?;
+                Ok(index_only(r.index))
+            }
+            CsiWrite::Create { namespace, volumes } => {
+                self.volume_create(&namespace, volumes).await
+            }
+            CsiWrite::Delete {
+                namespace,
+                id,
+                secrets,
+            } => self.volume_delete(&namespace, &id, secrets).await,
+            CsiWrite::Detach {
+                namespace,
+                id,
+                node_id,
+            } => self.volume_detach(&namespace, &id, &node_id).await,
+            CsiWrite::Claim(req) => self.volume_claim(req).await,
+            CsiWrite::Unpublish(req) => {
+                let vol = req.volume_id.clone();
+                let ns = namespace_or_default(&req.namespace);
+                let index = self.release_claim(&ns, &vol, req.claim).await?;
+                Ok(index_only(index))
+            }
+        }
+    }
+
+    async fn volume_register(
+        &self,
+        namespace: &str,
+        volumes: Vec<CSIVolume>,
+    ) -> Result<CsiWriteResponse, ServerError> {
+        let snap = self.state().snapshot();
+        let mut out = Vec::new();
+        for mut v in volumes {
+            prepare(&mut v, namespace)?;
+            let plugin = snap.csi_plugin(&v.plugin_id).ok_or_else(|| {
+                ServerError::bad_request(format!(
+                    "volume {}: plugin {:?} not found: run the plugin's job first (caravan plugin status lists the plugins)",
+                    v.id, v.plugin_id
+                ))
+            })?;
+            if let Some(old) = snap.csi_volume(&v.namespace, &v.id) {
+                merge_into(&old, &mut v)?;
+            } else if v.topologies.is_empty() {
+                if let Some(req) = &v.requested_topologies {
+                    v.topologies.clone_from(&req.required);
+                }
+            }
+            if plugin.controller_required && plugin.controllers_healthy > 0 {
+                let reply = self
+                    .csi_controller_call(
+                        &v.plugin_id,
+                        &v.namespace,
+                        &v.id,
+                        CsiControllerCall::ValidateVolumeCapabilities {
+                            volume_id: v.remote_id().to_string(),
+                            capabilities: wire_capabilities(&v),
+                            volume_context: v.context.clone(),
+                            parameters: v.parameters.clone(),
+                            secrets: v.secrets.clone(),
+                        },
+                    )
+                    .await?;
+                if !reply.confirmed {
+                    return Err(ServerError::bad_request(format!(
+                        "volume {}: the plugin does not support the requested capabilities: {}",
+                        v.id,
+                        if reply.message.is_empty() {
+                            "no reason given"
+                        } else {
+                            &reply.message
+                        }
+                    )));
+                }
+            }
+            out.push(v);
+        }
+        let r = self
+            .apply(Command::CsiVolumeRegister {
+                volumes: out.clone(),
+            })
+            .await?;
+        Ok(CsiWriteResponse {
+            index: r.index,
+            volumes: out,
+            claim: None,
+        })
+    }
+
+    async fn volume_create(
+        &self,
+        namespace: &str,
+        volumes: Vec<CSIVolume>,
+    ) -> Result<CsiWriteResponse, ServerError> {
+        let mut created = Vec::new();
+        let mut index = 0;
+        for mut v in volumes {
+            prepare(&mut v, namespace)?;
+            let snap = self.state().snapshot();
+            let plugin = snap.csi_plugin(&v.plugin_id).ok_or_else(|| {
+                ServerError::bad_request(format!(
+                    "volume {}: plugin {:?} not found: run the plugin's job first",
+                    v.id, v.plugin_id
+                ))
+            })?;
+            let can_create = plugin.controllers.values().any(|c| {
+                c.controller_info
+                    .as_ref()
+                    .is_some_and(|i| i.supports_create_delete)
+            });
+            if !can_create {
+                return Err(ServerError::bad_request(format!(
+                    "volume {}: plugin {} has no controller that can create volumes (CREATE_DELETE_VOLUME)",
+                    v.id, v.plugin_id
+                )));
+            }
+            if let Some(old) = snap.csi_volume(&v.namespace, &v.id) {
+                if !old.external_id.is_empty() {
+                    return Err(ServerError::bad_request(format!(
+                        "volume {} already exists (external ID {}): use volume register to update it",
+                        v.id, old.external_id
+                    )));
+                }
+            }
+            let reply = self
+                .csi_controller_call(
+                    &v.plugin_id,
+                    &v.namespace,
+                    &v.id,
+                    CsiControllerCall::CreateVolume {
+                        name: if v.name.is_empty() {
+                            v.id.clone()
+                        } else {
+                            v.name.clone()
+                        },
+                        capacity_min: v.requested_capacity_min,
+                        capacity_max: v.requested_capacity_max,
+                        capabilities: wire_capabilities(&v),
+                        parameters: v.parameters.clone(),
+                        secrets: v.secrets.clone(),
+                        snapshot_id: v.snapshot_id.clone(),
+                        clone_id: v.clone_id.clone(),
+                    },
+                )
+                .await?;
+            v.external_id = reply.external_id;
+            v.capacity = reply.capacity;
+            v.context.extend(reply.volume_context);
+            v.topologies = reply.topologies;
+            let r = self
+                .apply(Command::CsiVolumeRegister {
+                    volumes: vec![v.clone()],
+                })
+                .await?;
+            index = r.index;
+            created.push(v);
+        }
+        Ok(CsiWriteResponse {
+            index,
+            volumes: created,
+            claim: None,
+        })
+    }
+
+    async fn volume_delete(
+        &self,
+        namespace: &str,
+        id: &str,
+        secrets: BTreeMap<String, String>,
+    ) -> Result<CsiWriteResponse, ServerError> {
+        let snap = self.state().snapshot();
+        let v = snap
+            .csi_volume(namespace, id)
+            .ok_or_else(|| ServerError::not_found(format!("volume not found: {id}")))?;
+        if v.in_use() {
+            return Err(ServerError::new(
+                ErrorCode::Conflict,
+                format!("volume {id} is in use: stop the allocations that claim it first"),
+            ));
+        }
+        let mut all = v.secrets.clone();
+        all.extend(secrets);
+        match self
+            .csi_controller_call(
+                &v.plugin_id,
+                namespace,
+                id,
+                CsiControllerCall::DeleteVolume {
+                    volume_id: v.remote_id().to_string(),
+                    secrets: all,
+                },
+            )
+            .await
+        {
+            Ok(_) => {}
+            // Already gone at the provider: deregistering is all that is left.
+            Err(e) if e.code == ErrorCode::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let r = self
+            .apply(Command::CsiVolumeDeregister {
+                namespace: namespace.to_string(),
+                volume_ids: vec![id.to_string()],
+                force: false,
+            })
+            .await?;
+        Ok(index_only(r.index))
+    }
+
+    /// `volume detach`: releases every claim of the volume on the node whose allocation has
+    /// stopped or is gone (a running allocation keeps its claim).
+    async fn volume_detach(
+        &self,
+        namespace: &str,
+        id: &str,
+        node_id: &str,
+    ) -> Result<CsiWriteResponse, ServerError> {
+        let snap = self.state().snapshot();
+        let v = snap
+            .csi_volume(namespace, id)
+            .ok_or_else(|| ServerError::not_found(format!("volume not found: {id}")))?;
+        let on_node: Vec<CSIVolumeClaim> = v
+            .read_claims
+            .values()
+            .chain(v.write_claims.values())
+            .chain(v.past_claims.values())
+            .filter(|c| c.node_id == node_id)
+            .cloned()
+            .collect();
+        if on_node.is_empty() {
+            return Err(ServerError::bad_request(format!(
+                "volume {id} has no claim on node {node_id}"
+            )));
+        }
+        let mut index = 0;
+        for claim in on_node {
+            if let Some(a) = snap.alloc(&claim.allocation_id) {
+                if !a.client_terminal() && !node_is_gone(&snap, node_id) {
+                    return Err(ServerError::new(
+                        ErrorCode::Conflict,
+                        format!(
+                            "volume {id} is still used by running allocation {} on node {node_id}: stop it first",
+                            claim.allocation_id
+                        ),
+                    ));
+                }
+            }
+            let mut c = claim.clone();
+            if c.state == CSIVolumeClaimState::TAKEN {
+                c.state = CSIVolumeClaimState::UNPUBLISHING;
+            }
+            index = self.release_claim(namespace, id, c).await?;
+        }
+        Ok(index_only(index))
+    }
+
+    /// `CSIVolume.Claim`: commits the claim, then has a controller publish the volume to the
+    /// node when the plugin attaches volumes.
+    async fn volume_claim(
+        &self,
+        req: CsiVolumeClaimRequest,
+    ) -> Result<CsiWriteResponse, ServerError> {
+        let ns = namespace_or_default(&req.namespace);
+        let snap = self.state().snapshot();
+        let node = snap
+            .node(&req.node_id)
+            .ok_or_else(|| ServerError::not_found(format!("node not found: {}", req.node_id)))?;
+        if node.secret_id != req.secret_id {
+            return Err(ServerError::new(
+                ErrorCode::PermissionDenied,
+                "the node's secret does not match",
+            ));
+        }
+        let claim = CSIVolumeClaim {
+            allocation_id: req.allocation_id.clone(),
+            node_id: req.node_id.clone(),
+            external_node_id: req.external_node_id.clone(),
+            mode: req.claim,
+            access_mode: req.access_mode.clone(),
+            attachment_mode: req.attachment_mode.clone(),
+            state: CSIVolumeClaimState::TAKEN,
+        };
+        let r = self
+            .apply(Command::CsiVolumeClaim {
+                namespace: ns.clone(),
+                volume_id: req.volume_id.clone(),
+                claim: claim.clone(),
+            })
+            .await?;
+        let snap = self.state().snapshot();
+        let v = snap
+            .csi_volume(&ns, &req.volume_id)
+            .ok_or_else(|| ServerError::not_found(format!("volume not found: {}", req.volume_id)))?;
+        let mut publish_context = BTreeMap::new();
+        if needs_controller_publish(&snap, &v.plugin_id) {
+            let reply = self
+                .csi_controller_call(
+                    &v.plugin_id,
+                    &ns,
+                    &v.id,
+                    CsiControllerCall::ControllerPublishVolume {
+                        volume_id: v.remote_id().to_string(),
+                        node_id: req.external_node_id.clone(),
+                        capability: CsiCapability {
+                            access_mode: req.access_mode.clone(),
+                            attachment_mode: req.attachment_mode.clone(),
+                            fs_type: v
+                                .mount_options
+                                .as_ref()
+                                .map(|m| m.fs_type.clone())
+                                .unwrap_or_default(),
+                            mount_flags: v
+                                .mount_options
+                                .as_ref()
+                                .map(|m| m.mount_flags.clone())
+                                .unwrap_or_default(),
+                        },
+                        read_only: req.claim == CSIVolumeClaimMode::READ,
+                        secrets: v.secrets.clone(),
+                        volume_context: v.context.clone(),
+                    },
+                )
+                .await?;
+            publish_context = reply.publish_context;
+        }
+        Ok(CsiWriteResponse {
+            index: r.index,
+            volumes: Vec::new(),
+            claim: Some(CsiVolumeClaimResponse {
+                publish_context,
+                volume: Some((*v).clone()),
+                index: r.index,
+            }),
+        })
+    }
+
+    /// Moves a claim through its release: a checkpoint for the state it is in, the node step
+    /// (the client did it, or the node is gone), the controller unpublish (when the plugin
+    /// attaches and no other claim on that node still needs it), and the free. Each step is a
+    /// Raft checkpoint, so whoever leads next carries on from the last one.
+    pub(crate) async fn release_claim(
+        &self,
+        namespace: &str,
+        volume_id: &str,
+        claim: CSIVolumeClaim,
+    ) -> Result<u64, ServerError> {
+        let checkpoint = |state: CSIVolumeClaimState, base: &CSIVolumeClaim| {
+            let mut c = base.clone();
+            c.state = state;
+            Command::CsiVolumeClaim {
+                namespace: namespace.to_string(),
+                volume_id: volume_id.to_string(),
+                claim: c,
+            }
+        };
+        let mut state = claim.state;
+        if state == CSIVolumeClaimState::TAKEN {
+            state = CSIVolumeClaimState::UNPUBLISHING;
+        }
+        let mut index = self.apply(checkpoint(state, &claim)).await?.index;
+        let snap = self.state().snapshot();
+        let Some(v) = snap.csi_volume(namespace, volume_id) else {
+            return Ok(index);
+        };
+        let known = v
+            .past_claims
+            .get(&claim.allocation_id)
+            .cloned()
+            .unwrap_or(claim);
+        if state == CSIVolumeClaimState::UNPUBLISHING {
+            // The client unpublished and unstaged before it released (its release carries no
+            // access mode), or the node is gone and there is nothing to undo there.
+            let client_did_it = known.access_mode.is_empty()
+                || snap
+                    .alloc(&known.allocation_id)
+                    .is_none_or(|a| a.client_terminal());
+            if !client_did_it && !node_is_gone(&snap, &known.node_id) {
+                return Err(ServerError::new(
+                    ErrorCode::Conflict,
+                    format!(
+                        "volume {volume_id}: allocation {} on node {} has not released it yet",
+                        known.allocation_id, known.node_id
+                    ),
+                ));
+            }
+            self.apply(checkpoint(CSIVolumeClaimState::NODE_DETACHED, &known))
+                .await?;
+            state = CSIVolumeClaimState::NODE_DETACHED;
+        }
+        if state == CSIVolumeClaimState::NODE_DETACHED {
+            let still_used_on_node = v
+                .read_claims
+                .values()
+                .chain(v.write_claims.values())
+                .any(|c| c.node_id == known.node_id && c.allocation_id != known.allocation_id);
+            if needs_controller_publish(&snap, &v.plugin_id) && !still_used_on_node {
+                let external = if known.external_node_id.is_empty() {
+                    snap.node(&known.node_id)
+                        .and_then(|n| n.csi_node_plugins.get(&v.plugin_id).cloned())
+                        .and_then(|i| i.node_info.map(|n| n.id))
+                        .unwrap_or_default()
+                } else {
+                    known.external_node_id.clone()
+                };
+                let result = self
+                    .csi_controller_call(
+                        &v.plugin_id,
+                        namespace,
+                        volume_id,
+                        CsiControllerCall::ControllerUnpublishVolume {
+                            volume_id: v.remote_id().to_string(),
+                            node_id: external,
+                            secrets: v.secrets.clone(),
+                        },
+                    )
+                    .await;
+                match result {
+                    Ok(_) => {}
+                    Err(e) if e.code == ErrorCode::NotFound => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        index = self
+            .apply(checkpoint(CSIVolumeClaimState::READY_TO_FREE, &known))
+            .await?
+            .index;
+        Ok(index)
+    }
+}
+
+fn index_only(index: u64) -> CsiWriteResponse {
+    CsiWriteResponse {
+        index,
+        ..CsiWriteResponse::default()
+    }
+}
+
+fn namespace_or_default(ns: &str) -> String {
+    if ns.is_empty() {
+        "default".into()
+    } else {
+        ns.to_string()
+    }
+}
+
+/// Down, disconnected or garbage-collected: nothing can be undone on that node.
+fn node_is_gone(snap: &StateSnapshot, node_id: &str) -> bool {
+    snap.node(node_id).is_none_or(|n| {
+        n.status == NodeStatus::Down.as_str() || n.status == NodeStatus::Disconnected.as_str()
+    })
+}
+
+/// Whether the plugin has a controller that attaches volumes (PUBLISH_UNPUBLISH_VOLUME).
+fn needs_controller_publish(snap: &StateSnapshot, plugin_id: &str) -> bool {
+    snap.csi_plugin(plugin_id).is_some_and(|p| {
+        p.controller_required
+            && p.controllers.values().any(|c| {
+                c.controller_info
+                    .as_ref()
+                    .is_some_and(|i| i.supports_attach_detach)
+            })
+    })
+}
+
+fn wire_capabilities(v: &CSIVolume) -> Vec<CsiCapability> {
+    v.requested_capabilities
+        .iter()
+        .map(|c| CsiCapability {
+            access_mode: c.access_mode.clone(),
+            attachment_mode: c.attachment_mode.clone(),
+            fs_type: v
+                .mount_options
+                .as_ref()
+                .map(|m| m.fs_type.clone())
+                .unwrap_or_default(),
+            mount_flags: v
+                .mount_options
+                .as_ref()
+                .map(|m| m.mount_flags.clone())
+                .unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// Namespace default, then the volume's own validation (every error, each naming its field).
+fn prepare(v: &mut CSIVolume, namespace: &str) -> Result<(), ServerError> {
+    if v.namespace.is_empty() {
+        v.namespace = namespace_or_default(namespace);
+    }
+    if v.name.is_empty() {
+        v.name.clone_from(&v.id);
+    }
+    v.validate()
+        .map_err(|e| ServerError::bad_request(format!("volume {:?}: {e}", v.id)))
+}
+
+/// Nomad's `CSIVolume.Merge` for a re-register: identity, plugin, parameters and topology are
+/// fixed once registered; mount options, secrets, context and capabilities may change.
+fn merge_into(old: &CSIVolume, new: &mut CSIVolume) -> Result<(), ServerError> {
+    let fixed = [
+        ("plugin_id", &old.plugin_id, &new.plugin_id),
+        ("external_id", &old.external_id, &new.external_id),
+    ];
+    for (field, was, now) in fixed {
+        if !now.is_empty() && was != now {
+            return Err(ServerError::bad_request(format!(
+                "volume {}: {field} cannot be changed from {was:?} to {now:?}; deregister and register it again",
+                new.id
+            )));
+        }
+    }
+    if new.external_id.is_empty() {
+        new.external_id.clone_from(&old.external_id);
+    }
+    if new.parameters.is_empty() {
+        new.parameters.clone_from(&old.parameters);
+    } else if new.parameters != old.parameters {
+        return Err(ServerError::bad_request(format!(
+            "volume {}: parameters cannot be changed once registered",
+            new.id
+        )));
+    }
+    if new.topologies.is_empty() {
+        new.topologies.clone_from(&old.topologies);
+    }
+    if new.capacity == 0 {
+        new.capacity = old.capacity;
+    }
+    Ok(())
+}
+
+/// A volume as reads show it: its plugin's health and its allocations filled in (Nomad's
+/// denormalized volume).
+pub fn fill_volume(snap: &StateSnapshot, v: &CSIVolume) -> CSIVolume {
+    let mut out = v.clone();
+    if let Some(p) = snap.csi_plugin(&v.plugin_id) {
+        let p = fill_plugin(snap, &p);
+        out.provider = p.provider.clone();
+        out.provider_version = p.version.clone();
+        out.controller_required = p.controller_required;
+        out.controllers_healthy = p.controllers_healthy;
+        out.controllers_expected = p.controllers_expected;
+        out.nodes_healthy = p.nodes_healthy;
+        out.nodes_expected = p.nodes_expected;
+        out.schedulable = state::csi_schedulable(Some(&p));
+    }
+    let allocs = |claims: &BTreeMap<String, CSIVolumeClaim>| {
+        claims
+            .keys()
+            .map(|id| (id.clone(), snap.alloc(id).map(|a| strip_alloc(&a))))
+            .collect::<BTreeMap<_, _>>()
+    };
+    out.read_allocs = allocs(&v.read_claims);
+    out.write_allocs = allocs(&v.write_claims);
+    out
+}
+
+fn strip_alloc(a: &Allocation) -> Allocation {
+    let mut a = a.clone();
+    a.job = None;
+    a
+}
+
+/// A plugin as reads show it: expected counts from the jobs that run it, and its allocations.
+pub fn fill_plugin(snap: &StateSnapshot, p: &CSIPlugin) -> CSIPlugin {
+    let mut out = p.clone();
+    out.controller_jobs.clear();
+    out.node_jobs.clear();
+    out.allocations.clear();
+    let mut controllers_expected = 0;
+    let mut nodes_expected = 0;
+    for job in snap.jobs(None, "") {
+        if job.stop {
+            continue;
+        }
+        for g in &job.task_groups {
+            for t in &g.tasks {
+                let Some(cfg) = &t.csi_plugin_config else {
+                    continue;
+                };
+                if cfg.id != p.id {
+                    continue;
+                }
+                let ns = job.namespace.clone().unwrap_or_else(|| "default".into());
+                let expected = if job.job_type.as_deref() == Some("system") {
+                    i64::try_from(
+                        snap.allocs_by_job(&ns, &job.id)
+                            .iter()
+                            .filter(|a| !a.is_terminal())
+                            .count(),
+                    )
+                    .unwrap_or(0)
+                } else {
+                    i64::from(g.count.unwrap_or(1))
+                };
+                let desc = CSIJobDescription {
+                    namespace: ns.clone(),
+                    id: job.id.clone(),
+                    version: job.version.unwrap_or(0),
+                    expected,
+                };
+                let kind = cfg.plugin_type.as_str();
+                if kind == "controller" || kind == "monolith" {
+                    controllers_expected += expected;
+                    out.controller_jobs
+                        .entry(ns.clone())
+                        .or_default()
+                        .insert(job.id.clone(), desc.clone());
+                }
+                if kind == "node" || kind == "monolith" {
+                    nodes_expected += expected;
+                    out.node_jobs
+                        .entry(ns.clone())
+                        .or_default()
+                        .insert(job.id.clone(), desc);
+                }
+            }
+        }
+    }
+    out.controllers_expected = controllers_expected;
+    out.nodes_expected = nodes_expected;
+    let mut alloc_ids: Vec<&String> = p
+        .controllers
+        .values()
+        .chain(p.nodes.values())
+        .map(|i| &i.alloc_id)
+        .filter(|id| !id.is_empty())
+        .collect();
+    alloc_ids.sort();
+    alloc_ids.dedup();
+    out.allocations = alloc_ids
+        .into_iter()
+        .filter_map(|id| snap.alloc(id))
+        .map(|a| a.stub(false))
+        .collect();
+    out
+}
