@@ -1,10 +1,17 @@
-//! CSI volumes and plugins (`/v1/volume/csi/:id`, `/v1/volumes`, `/v1/plugins`). The agent answers
-//! "not supported yet" until issue #8 lands; the calls are here so the CLI can say so precisely.
+//! CSI volumes and plugins (`/v1/volume/csi/:id`, `/v1/volumes`, `/v1/plugins`, `/v1/plugin/csi/:id`).
 
 use crate::client::{Client, QueryOptions, WriteOptions};
 use crate::error::Result;
-use model::csi::CSIVolume;
+use model::csi::{CSIPlugin, CSIPluginListStub, CSIVolume, CSIVolumeListStub};
 use reqwest::Method;
+use serde::Deserialize;
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct VolumesReply {
+    #[serde(rename = "Volumes")]
+    volumes: Vec<CSIVolume>,
+}
 
 impl Client {
     /// `PUT /v1/volume/csi/:id` (`{"Volumes": [volume]}`).
@@ -22,10 +29,14 @@ impl Client {
         Ok(())
     }
 
-    /// `PUT /v1/volume/csi/:id/create`.
-    pub async fn create_volume(&self, volume: &CSIVolume, w: &WriteOptions) -> Result<()> {
+    /// `PUT /v1/volume/csi/:id/create`: the volumes as created (external ID, capacity filled).
+    pub async fn create_volume(
+        &self,
+        volume: &CSIVolume,
+        w: &WriteOptions,
+    ) -> Result<Vec<CSIVolume>> {
         let body = serde_json::json!({ "Volumes": [volume] });
-        let _: (serde_json::Value, _) = self
+        let (r, _): (VolumesReply, _) = self
             .write(
                 Method::PUT,
                 &["v1", "volume", "csi", &volume.id, "create"],
@@ -34,30 +45,76 @@ impl Client {
                 w,
             )
             .await?;
+        Ok(r.volumes)
+    }
+
+    /// `DELETE /v1/volume/csi/:id?force=`.
+    pub async fn deregister_volume(&self, id: &str, force: bool, w: &WriteOptions) -> Result<()> {
+        let _: (serde_json::Value, _) = self
+            .write::<(), _>(
+                Method::DELETE,
+                &["v1", "volume", "csi", id],
+                &[("force", force.to_string())],
+                None,
+                w,
+            )
+            .await?;
         Ok(())
     }
 
-    /// `GET /v1/volumes?type=csi`, as raw JSON.
-    pub async fn list_volumes(&self) -> Result<serde_json::Value> {
-        let (v, _) = self
-            .query(
-                &["v1", "volumes"],
-                &[("type", "csi".into())],
-                &QueryOptions::default(),
+    /// `DELETE /v1/volume/csi/:id/delete`: deletes it at the provider, then deregisters it.
+    pub async fn delete_volume(&self, id: &str, w: &WriteOptions) -> Result<()> {
+        let _: (serde_json::Value, _) = self
+            .write::<(), _>(
+                Method::DELETE,
+                &["v1", "volume", "csi", id, "delete"],
+                &[],
+                None,
+                w,
             )
+            .await?;
+        Ok(())
+    }
+
+    /// `DELETE /v1/volume/csi/:id/detach?node=`.
+    pub async fn detach_volume(&self, id: &str, node: &str, w: &WriteOptions) -> Result<()> {
+        let _: (serde_json::Value, _) = self
+            .write::<(), _>(
+                Method::DELETE,
+                &["v1", "volume", "csi", id, "detach"],
+                &[("node", node.to_string())],
+                None,
+                w,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// `GET /v1/volumes?type=csi`.
+    pub async fn list_volumes(&self, q: &QueryOptions) -> Result<Vec<CSIVolumeListStub>> {
+        let (v, _) = self
+            .query(&["v1", "volumes"], &[("type", "csi".into())], q)
             .await?;
         Ok(v)
     }
 
-    /// `GET /v1/plugins?type=csi`, as raw JSON.
-    pub async fn list_plugins(&self) -> Result<serde_json::Value> {
+    /// `GET /v1/volume/csi/:id`.
+    pub async fn volume(&self, id: &str, q: &QueryOptions) -> Result<CSIVolume> {
+        let (v, _) = self.query(&["v1", "volume", "csi", id], &[], q).await?;
+        Ok(v)
+    }
+
+    /// `GET /v1/plugins?type=csi`.
+    pub async fn list_plugins(&self, q: &QueryOptions) -> Result<Vec<CSIPluginListStub>> {
         let (v, _) = self
-            .query(
-                &["v1", "plugins"],
-                &[("type", "csi".into())],
-                &QueryOptions::default(),
-            )
+            .query(&["v1", "plugins"], &[("type", "csi".into())], q)
             .await?;
+        Ok(v)
+    }
+
+    /// `GET /v1/plugin/csi/:id`.
+    pub async fn plugin(&self, id: &str, q: &QueryOptions) -> Result<CSIPlugin> {
+        let (v, _) = self.query(&["v1", "plugin", "csi", id], &[], q).await?;
         Ok(v)
     }
 }

@@ -96,6 +96,10 @@ pub fn client_agent_router(state: ClientAgentState) -> Router {
         .route("/v1/client/fs/cat/{alloc_id}", get(cat))
         .route("/v1/client/fs/ls/{alloc_id}", get(ls))
         .route("/v1/client/stats", get(client_stats))
+        .route(
+            model::wire::CSI_CONTROLLER_PATH,
+            axum::routing::post(client_csi_controller),
+        )
         .route("/v1/client/allocation/{alloc_id}/exec", get(client_exec))
         .route(
             "/v1/client/allocation/{alloc_id}/{action}",
@@ -125,6 +129,14 @@ async fn elsewhere_to_server(
         return forward(State(st), req).await;
     }
     next.run(req).await
+}
+
+async fn client_csi_controller(
+    State(st): State<ClientAgentState>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
+    crate::csi::client_controller_inner(&st, &headers, &body).await
 }
 
 async fn client_stats(State(st): State<ClientAgentState>) -> Response {

@@ -8,10 +8,12 @@
 
 mod agent;
 mod client_allocs;
+mod csi;
 mod deployments;
 mod error;
 mod evals;
 pub mod forward;
+pub use csi::HttpCsiTransport;
 mod fs;
 mod jobs;
 mod launch;
@@ -74,6 +76,29 @@ pub trait LocalClient: Send + Sync {
         command: &'a [String],
         tty: bool,
     ) -> LocalFuture<'a, ExecSession>;
+    /// Makes a controller call to this client's controller plugin for a server that proved it
+    /// knows the node's secret. Errors keep the plugin's gRPC code.
+    fn csi_controller<'a>(
+        &'a self,
+        _node_secret: &'a str,
+        req: model::wire::CsiControllerRequest,
+    ) -> Pin<
+        Box<
+            dyn Future<Output = Result<model::wire::CsiControllerReply, model::wire::CsiCallError>>
+                + Send
+                + 'a,
+        >,
+    > {
+        Box::pin(async move {
+            Err(model::wire::CsiCallError {
+                code: 12,
+                message: format!(
+                    "plugin {}: this client cannot make controller calls",
+                    req.plugin_id
+                ),
+            })
+        })
+    }
 }
 
 /// What [`LocalClient`]'s async calls return.
@@ -215,6 +240,10 @@ pub fn router(state: ApiState) -> Router {
             any(client_allocs::action),
         )
         .route("/v1/client/stats", get(client_allocs::host_stats))
+        .route(
+            model::wire::CSI_CONTROLLER_PATH,
+            axum::routing::post(csi::client_controller),
+        )
         .route("/v1/client/gc", any(client_allocs::client_gc))
         .route("/v1/status/leader", get(agent::leader))
         .route("/v1/status/peers", get(agent::peers))
@@ -234,11 +263,11 @@ pub fn router(state: ApiState) -> Router {
                 operator::SNAPSHOT_BYTES_MAX,
             )),
         )
-        .route("/v1/volumes", any(reply::csi_not_built))
-        .route("/v1/volumes/{*rest}", any(reply::csi_not_built))
-        .route("/v1/volume/{*rest}", any(reply::csi_not_built))
-        .route("/v1/plugins", any(reply::csi_not_built))
-        .route("/v1/plugin/{*rest}", any(reply::csi_not_built))
+        .route("/v1/volumes", any(csi::volumes))
+        .route("/v1/volumes/{*rest}", any(csi::volumes_other))
+        .route("/v1/volume/{*rest}", any(csi::volume))
+        .route("/v1/plugins", get(csi::plugins))
+        .route("/v1/plugin/{*rest}", get(csi::plugin))
         .fallback(reply::not_found_empty)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -263,6 +292,8 @@ pub async fn serve(
     server.set_http_handler(Arc::new(forward::RouterHandler {
         router: app.clone(),
     }));
+    // Controller calls reach client agents over their HTTP APIs.
+    server.set_csi_transport(Arc::new(HttpCsiTransport::default()));
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await

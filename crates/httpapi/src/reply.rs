@@ -105,18 +105,6 @@ pub fn paginate<T>(
     (items, Some(next))
 }
 
-/// `/v1/volume*` and `/v1/plugin*`: CSI volumes and plugins are not built yet (issue #8); say so
-/// instead of answering an empty 404 that looks like "no such volume".
-pub async fn csi_not_built() -> Response {
-    crate::error::ApiError {
-        status: axum::http::StatusCode::NOT_IMPLEMENTED,
-        message: "CSI volumes and plugins are not supported yet (the csi crate and the hostpath \
-                  plugin exist; volume registration, claims and the plugin registry are being built)"
-            .into(),
-    }
-    .into_response()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

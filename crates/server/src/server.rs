@@ -164,7 +164,9 @@ impl Server {
 
     pub(crate) fn csi_transport(&self) -> Result<Arc<dyn crate::csi::CsiTransport>, ServerError> {
         self.inner.csi_transport.get().cloned().ok_or_else(|| {
-            ServerError::internal("this server has no way to reach client agents for CSI controller calls")
+            ServerError::internal(
+                "this server has no way to reach client agents for CSI controller calls",
+            )
         })
     }
 

@@ -1,9 +1,11 @@
-//! `caravan volume register|create|status` and `caravan plugin status`. Spec files are read and
-//! checked here exactly as Nomad's CLI would (errors at file:line:col); the agent then answers
-//! that CSI volumes are not supported yet (issue #8), which the commands print with exit code 1.
+//! `caravan volume register|create|deregister|delete|detach|status` and `caravan plugin status`,
+//! with Nomad's output. Spec files are read and checked here exactly as Nomad's CLI would
+//! (errors at file:line:col) before anything is sent.
 
 use super::connect::{block_on, fail, ApiFlags};
+use super::output::{format_kv, format_list, json_pretty, short_id};
 use clap::{Args, Subcommand};
+use model::csi::{CSIPlugin, CSIVolume};
 use std::path::PathBuf;
 
 #[derive(Subcommand)]
@@ -12,13 +14,19 @@ pub enum VolumeCommand {
     Register(SpecArgs),
     /// Create a CSI volume through its plugin from a volume specification file
     Create(SpecArgs),
-    /// List CSI volumes
+    /// Deregister a CSI volume (it stays at the storage provider)
+    Deregister(DeregisterArgs),
+    /// Delete a CSI volume at the storage provider and deregister it
+    Delete(IdArgs),
+    /// Release a volume's claims on a node whose allocations have stopped
+    Detach(DetachArgs),
+    /// Show CSI volumes, or one volume
     Status(StatusArgs),
 }
 
 #[derive(Subcommand)]
 pub enum PluginCommand {
-    /// List CSI plugins
+    /// Show CSI plugins, or one plugin
     Status(StatusArgs),
 }
 
@@ -31,26 +39,120 @@ pub struct SpecArgs {
 }
 
 #[derive(Args)]
+pub struct IdArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// The volume's ID
+    id: String,
+}
+
+#[derive(Args)]
+pub struct DeregisterArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// Drop claims of stopped allocations too
+    #[arg(long)]
+    force: bool,
+    /// The volume's ID
+    id: String,
+}
+
+#[derive(Args)]
+pub struct DetachArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// The volume's ID
+    id: String,
+    /// The node's ID
+    node: String,
+}
+
+#[derive(Args)]
 pub struct StatusArgs {
     #[command(flatten)]
     api: ApiFlags,
     /// Print JSON
     #[arg(long)]
     json: bool,
+    /// Full IDs and more detail
+    #[arg(long)]
+    verbose: bool,
+    /// Only the list, without allocations (one volume or plugin)
+    #[arg(long)]
+    short: bool,
+    /// Only CSI exists; accepted for Nomad compatibility
+    #[arg(long = "type", default_value = "csi")]
+    kind: String,
+    /// A volume or plugin ID (or prefix)
+    id: Option<String>,
 }
 
 pub fn run(cmd: VolumeCommand) -> i32 {
     match cmd {
         VolumeCommand::Register(a) => spec(a, false),
         VolumeCommand::Create(a) => spec(a, true),
-        VolumeCommand::Status(a) => list(a, "volumes"),
+        VolumeCommand::Deregister(a) => simple(&a.api, "deregister", |c, w| {
+            let id = a.id.clone();
+            Box::pin(async move {
+                c.deregister_volume(&id, a.force, &w).await?;
+                Ok(format!("Successfully deregistered volume {id:?}!"))
+            })
+        }),
+        VolumeCommand::Delete(a) => simple(&a.api, "delete", |c, w| {
+            let id = a.id.clone();
+            Box::pin(async move {
+                c.delete_volume(&id, &w).await?;
+                Ok(format!("Successfully deleted volume {id:?}!"))
+            })
+        }),
+        VolumeCommand::Detach(a) => simple(&a.api, "detach", |c, w| {
+            let (id, node) = (a.id.clone(), a.node.clone());
+            Box::pin(async move {
+                c.detach_volume(&id, &node, &w).await?;
+                Ok(format!(
+                    "Successfully detached volume {id:?} from node {node:?}!"
+                ))
+            })
+        }),
+        VolumeCommand::Status(a) => volume_status(a),
     }
 }
 
 pub fn run_plugin(cmd: PluginCommand) -> i32 {
     match cmd {
-        PluginCommand::Status(a) => list(a, "plugins"),
+        PluginCommand::Status(a) => plugin_status(a),
     }
+}
+
+type Action = std::pin::Pin<Box<dyn std::future::Future<Output = api::Result<String>>>>;
+
+/// A write that prints one line on success.
+fn simple(
+    flags: &ApiFlags,
+    verb: &str,
+    f: impl FnOnce(api::Client, api::WriteOptions) -> Action,
+) -> i32 {
+    let client = match flags.client() {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return 1;
+        }
+    };
+    let ns = flags
+        .config()
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    block_on(async {
+        match f(client, api::WriteOptions::in_namespace(&ns)).await {
+            Ok(line) => {
+                println!("{line}");
+                0
+            }
+            Err(e) => fail(&format!("Error {verb}ing volume"), &e),
+        }
+    })
 }
 
 fn spec(args: SpecArgs, create: bool) -> i32 {
@@ -78,30 +180,42 @@ fn spec(args: SpecArgs, create: bool) -> i32 {
     };
     block_on(async {
         let w = api::WriteOptions::in_namespace(&volume.namespace);
-        let result = if create {
-            client.create_volume(&volume, &w).await
-        } else {
-            client.register_volume(&volume, &w).await
-        };
-        match result {
-            Ok(()) => {
-                let verb = if create { "Created" } else { "Registered" };
-                println!("{verb} volume {:?}", volume.id);
-                0
+        if create {
+            match client.create_volume(&volume, &w).await {
+                Ok(made) => {
+                    for v in made {
+                        println!("Created external volume {} with ID {}", v.external_id, v.id);
+                    }
+                    0
+                }
+                Err(e) => fail("Error creating volume", &e),
             }
-            Err(e) => fail(
-                if create {
-                    "Error creating volume"
-                } else {
-                    "Error registering volume"
-                },
-                &e,
-            ),
+        } else {
+            match client.register_volume(&volume, &w).await {
+                Ok(()) => {
+                    println!("Volume {:?} registered", volume.id);
+                    0
+                }
+                Err(e) => fail("Error registering volume", &e),
+            }
         }
     })
 }
 
-fn list(args: StatusArgs, what: &str) -> i32 {
+fn query_opts(flags: &ApiFlags) -> api::QueryOptions {
+    let ns = flags
+        .config()
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    api::QueryOptions::default().in_namespace(ns)
+}
+
+fn volume_status(args: StatusArgs) -> i32 {
+    if args.kind != "csi" {
+        eprintln!("Error: only CSI volumes are supported yet (-type csi)");
+        return 1;
+    }
     let client = match args.api.client() {
         Ok(c) => c,
         Err(msg) => {
@@ -109,18 +223,298 @@ fn list(args: StatusArgs, what: &str) -> i32 {
             return 1;
         }
     };
+    let q = query_opts(&args.api);
     block_on(async {
-        let result = if what == "volumes" {
-            client.list_volumes().await
-        } else {
-            client.list_plugins().await
+        let list = match client.list_volumes(&q).await {
+            Ok(l) => l,
+            Err(e) => return fail("Error querying volumes", &e),
         };
-        match result {
-            Ok(v) => {
-                println!("{}", super::output::json_pretty(&v));
+        let Some(id) = &args.id else {
+            if args.json {
+                println!("{}", json_pretty(&list));
+                return 0;
+            }
+            if list.is_empty() {
+                println!("No CSI volumes");
+                return 0;
+            }
+            let mut rows = vec![vec![
+                "ID".to_string(),
+                "Name".into(),
+                "Namespace".into(),
+                "Plugin ID".into(),
+                "Schedulable".into(),
+                "Access Mode".into(),
+            ]];
+            for v in &list {
+                rows.push(vec![
+                    v.id.clone(),
+                    v.name.clone(),
+                    v.namespace.clone(),
+                    v.plugin_id.clone(),
+                    v.schedulable.to_string(),
+                    or_none(&v.access_mode),
+                ]);
+            }
+            println!("Container Storage Interface\n{}", format_list(&rows));
+            return 0;
+        };
+        let matches: Vec<_> = list
+            .iter()
+            .filter(|v| v.id.starts_with(id.as_str()))
+            .collect();
+        let exact = list.iter().find(|v| v.id == *id);
+        let target = match (exact, matches.as_slice()) {
+            (Some(v), _) => v.id.clone(),
+            (None, [v]) => v.id.clone(),
+            (None, []) => {
+                eprintln!("No volumes with prefix or ID {id:?} found");
+                return 1;
+            }
+            (None, many) => {
+                let ids: Vec<&str> = many.iter().map(|v| v.id.as_str()).collect();
+                eprintln!("Prefix matched multiple volumes:\n{}", ids.join("\n"));
+                return 1;
+            }
+        };
+        match client.volume(&target, &q).await {
+            Ok(v) if args.json => {
+                println!("{}", json_pretty(&v));
                 0
             }
-            Err(e) => fail(&format!("Error querying {what}"), &e),
+            Ok(v) => {
+                println!("{}", format_volume(&v, args.verbose, args.short));
+                0
+            }
+            Err(e) => fail("Error querying volume", &e),
         }
     })
+}
+
+fn or_none(s: &str) -> String {
+    if s.is_empty() {
+        "<none>".into()
+    } else {
+        s.to_string()
+    }
+}
+
+/// Nomad's `formatCapacity`-ish: bytes in the largest binary unit that keeps a whole number.
+fn capacity(bytes: i64) -> String {
+    if bytes <= 0 {
+        return "<none>".into();
+    }
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < units.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    format!("{v:.1} {}", units[i])
+}
+
+fn format_volume(v: &CSIVolume, verbose: bool, short: bool) -> String {
+    let mount = v
+        .mount_options
+        .as_ref()
+        .map(|m| {
+            let mut parts = Vec::new();
+            if !m.fs_type.is_empty() {
+                parts.push(format!("fs_type: {}", m.fs_type));
+            }
+            if !m.mount_flags.is_empty() {
+                parts.push("flags: [REDACTED]".to_string());
+            }
+            parts.join(" ")
+        })
+        .unwrap_or_default();
+    let mut out = format_kv(&[
+        ("ID", v.id.clone()),
+        ("Name", v.name.clone()),
+        ("Namespace", v.namespace.clone()),
+        ("External ID", or_none(&v.external_id)),
+        ("Plugin ID", v.plugin_id.clone()),
+        ("Provider", v.provider.clone()),
+        ("Version", v.provider_version.clone()),
+        ("Capacity", capacity(v.capacity)),
+        ("Schedulable", v.schedulable.to_string()),
+        ("Controllers Healthy", v.controllers_healthy.to_string()),
+        ("Controllers Expected", v.controllers_expected.to_string()),
+        ("Nodes Healthy", v.nodes_healthy.to_string()),
+        ("Nodes Expected", v.nodes_expected.to_string()),
+        ("Access Mode", or_none(&v.access_mode)),
+        ("Attachment Mode", or_none(&v.attachment_mode)),
+        ("Mount Options", or_none(&mount)),
+    ]);
+    if !v.topologies.is_empty() {
+        let mut rows = vec![vec!["Topology".to_string(), "Segments".into()]];
+        for (i, t) in v.topologies.iter().enumerate() {
+            let segs: Vec<String> = t.segments.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            rows.push(vec![format!("{:02}", i), segs.join(", ")]);
+        }
+        out.push_str(&format!("\n\nTopologies\n{}", format_list(&rows)));
+    }
+    if short {
+        return out;
+    }
+    let allocs: Vec<_> = v.write_allocs.iter().chain(v.read_allocs.iter()).collect();
+    if allocs.is_empty() {
+        out.push_str("\n\nAllocations\nNo allocations placed");
+        return out;
+    }
+    let mut rows = vec![vec![
+        "ID".to_string(),
+        "Node ID".into(),
+        "Task Group".into(),
+        "Version".into(),
+        "Desired".into(),
+        "Status".into(),
+        "Access".into(),
+    ]];
+    for (id, alloc) in allocs {
+        let access = if v.write_claims.contains_key(id) {
+            "write"
+        } else {
+            "read"
+        };
+        match alloc {
+            Some(a) => rows.push(vec![
+                short_id(&a.id, verbose).to_string(),
+                short_id(&a.node_id, verbose).to_string(),
+                a.task_group.clone(),
+                a.job
+                    .as_ref()
+                    .and_then(|j| j.version)
+                    .unwrap_or(0)
+                    .to_string(),
+                a.desired_status.clone(),
+                a.client_status.clone(),
+                access.into(),
+            ]),
+            None => rows.push(vec![
+                short_id(id, verbose).to_string(),
+                "<gone>".into(),
+                String::new(),
+                String::new(),
+                String::new(),
+                "garbage-collected".into(),
+                access.into(),
+            ]),
+        }
+    }
+    out.push_str(&format!("\n\nAllocations\n{}", format_list(&rows)));
+    out
+}
+
+fn plugin_status(args: StatusArgs) -> i32 {
+    if args.kind != "csi" {
+        eprintln!("Error: only CSI plugins exist (-type csi)");
+        return 1;
+    }
+    let client = match args.api.client() {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return 1;
+        }
+    };
+    let q = query_opts(&args.api);
+    block_on(async {
+        let list = match client.list_plugins(&q).await {
+            Ok(l) => l,
+            Err(e) => return fail("Error querying CSI plugins", &e),
+        };
+        let Some(id) = &args.id else {
+            if args.json {
+                println!("{}", json_pretty(&list));
+                return 0;
+            }
+            if list.is_empty() {
+                println!("No CSI plugins");
+                return 0;
+            }
+            let mut rows = vec![vec![
+                "ID".to_string(),
+                "Provider".into(),
+                "Controllers Healthy/Expected".into(),
+                "Nodes Healthy/Expected".into(),
+            ]];
+            for p in &list {
+                rows.push(vec![
+                    p.id.clone(),
+                    p.provider.clone(),
+                    format!("{}/{}", p.controllers_healthy, p.controllers_expected),
+                    format!("{}/{}", p.nodes_healthy, p.nodes_expected),
+                ]);
+            }
+            println!("Container Storage Interface\n{}", format_list(&rows));
+            return 0;
+        };
+        let matches: Vec<_> = list
+            .iter()
+            .filter(|p| p.id.starts_with(id.as_str()))
+            .collect();
+        let target = match (list.iter().find(|p| p.id == *id), matches.as_slice()) {
+            (Some(p), _) => p.id.clone(),
+            (None, [p]) => p.id.clone(),
+            (None, []) => {
+                eprintln!("No plugins(s) with prefix or ID {id:?} found");
+                return 1;
+            }
+            (None, many) => {
+                let ids: Vec<&str> = many.iter().map(|p| p.id.as_str()).collect();
+                eprintln!("Prefix matched multiple plugins:\n{}", ids.join("\n"));
+                return 1;
+            }
+        };
+        match client.plugin(&target, &q).await {
+            Ok(p) if args.json => {
+                println!("{}", json_pretty(&p));
+                0
+            }
+            Ok(p) => {
+                println!("{}", format_plugin(&p, args.verbose, args.short));
+                0
+            }
+            Err(e) => fail("Error querying CSI plugin", &e),
+        }
+    })
+}
+
+fn format_plugin(p: &CSIPlugin, verbose: bool, short: bool) -> String {
+    let mut out = format_kv(&[
+        ("ID", p.id.clone()),
+        ("Provider", p.provider.clone()),
+        ("Version", p.version.clone()),
+        ("Controllers Healthy", p.controllers_healthy.to_string()),
+        ("Controllers Expected", p.controllers_expected.to_string()),
+        ("Nodes Healthy", p.nodes_healthy.to_string()),
+        ("Nodes Expected", p.nodes_expected.to_string()),
+    ]);
+    if verbose {
+        let mut rows = vec![vec![
+            "Node ID".to_string(),
+            "Part".into(),
+            "Healthy".into(),
+            "Description".into(),
+        ]];
+        for (part, map) in [("controller", &p.controllers), ("node", &p.nodes)] {
+            for (node, info) in map {
+                rows.push(vec![
+                    short_id(node, true).to_string(),
+                    part.into(),
+                    info.healthy.to_string(),
+                    info.health_description.clone(),
+                ]);
+            }
+        }
+        out.push_str(&format!("\n\nInstances\n{}", format_list(&rows)));
+    }
+    if short {
+        return out;
+    }
+    out.push_str("\n\nAllocations\n");
+    out.push_str(&super::job_status::alloc_table(&p.allocations, verbose));
+    out
 }

@@ -10,8 +10,8 @@ use crate::error::ServerError;
 use crate::server::Server;
 use model::alloc::Allocation;
 use model::csi::{
-    CSIPlugin, CSIVolume, CSIVolumeClaim, CSIVolumeClaimMode, CSIVolumeClaimState,
-    CSIJobDescription,
+    CSIJobDescription, CSIPlugin, CSIVolume, CSIVolumeClaim, CSIVolumeClaimMode,
+    CSIVolumeClaimState,
 };
 use model::node::NodeStatus;
 use model::wire::{
@@ -382,9 +382,9 @@ impl Server {
             })
             .await?;
         let snap = self.state().snapshot();
-        let v = snap
-            .csi_volume(&ns, &req.volume_id)
-            .ok_or_else(|| ServerError::not_found(format!("volume not found: {}", req.volume_id)))?;
+        let v = snap.csi_volume(&ns, &req.volume_id).ok_or_else(|| {
+            ServerError::not_found(format!("volume not found: {}", req.volume_id))
+        })?;
         let mut publish_context = BTreeMap::new();
         if needs_controller_publish(&snap, &v.plugin_id) {
             let reply = self

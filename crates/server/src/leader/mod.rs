@@ -23,10 +23,10 @@ pub(crate) mod limits;
 pub(crate) mod periodic;
 mod plan_apply;
 mod tasks;
-pub(crate) mod volumes;
 #[cfg(test)]
 pub(crate) mod testkit;
 mod view;
+pub(crate) mod volumes;
 mod worker;
 
 pub use broker::BrokerStats;

@@ -77,7 +77,12 @@ struct Backoff {
 
 pub(crate) async fn run(server: Server, mut stop: watch::Receiver<bool>) {
     let store = server.state().clone();
-    let tables = [Table::CsiVolumes, Table::Allocs, Table::Nodes, Table::CsiPlugins];
+    let tables = [
+        Table::CsiVolumes,
+        Table::Allocs,
+        Table::Nodes,
+        Table::CsiPlugins,
+    ];
     let running: Arc<Mutex<HashSet<Key>>> = Arc::default();
     let backoff: Arc<Mutex<Backoff>> = Arc::default();
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<()>();

@@ -1,0 +1,469 @@
+//! CSI volumes and plugins: `/v1/volumes`, `/v1/volume/csi/:id[/create|/delete|/detach]`,
+//! `/v1/plugins`, `/v1/plugin/csi/:id` (Nomad's shapes), and the client half of controller calls,
+//! `/v1/client/csi/controller`, that servers send to the agent running a controller plugin.
+
+use crate::error::ApiError;
+use crate::jobs::decode;
+use crate::query::{index_of, QueryOptions};
+use crate::reply;
+use crate::ApiState;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use model::csi::CSIVolume;
+use serde::{Deserialize, Serialize};
+use server::csi::{fill_plugin, fill_volume, CsiWrite};
+use state::Table;
+use std::collections::{BTreeMap, HashMap};
+
+const VOLUME_TABLES: [Table; 3] = [Table::CsiVolumes, Table::CsiPlugins, Table::Allocs];
+const PLUGIN_TABLES: [Table; 3] = [Table::CsiPlugins, Table::Jobs, Table::Allocs];
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct VolumesBody {
+    #[serde(rename = "Volumes")]
+    volumes: Vec<CSIVolume>,
+}
+
+#[derive(Serialize)]
+struct VolumesReply {
+    #[serde(rename = "Volumes")]
+    volumes: Vec<CSIVolume>,
+    #[serde(rename = "Warnings")]
+    warnings: String,
+}
+
+fn only_csi(q: &QueryOptions) -> Result<bool, ApiError> {
+    match q.params.get("type").map(String::as_str) {
+        Some("csi") => Ok(true),
+        None | Some("") => Ok(false),
+        Some("host") => Err(ApiError {
+            status: StatusCode::NOT_IMPLEMENTED,
+            message: "dynamic host volumes are not supported yet: use type=csi".into(),
+        }),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "unsupported volume type {other:?}: use type=csi"
+        ))),
+    }
+}
+
+/// `GET /v1/volumes?type=csi` (list) and `PUT/POST /v1/volumes` (register).
+pub async fn volumes(
+    State(st): State<ApiState>,
+    method: Method,
+    Query(params): Query<HashMap<String, String>>,
+    body: Bytes,
+) -> Response {
+    volumes_inner(&st, method, params, &body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn volumes_inner(
+    st: &ApiState,
+    method: Method,
+    params: HashMap<String, String>,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let q = QueryOptions::parse(params)?;
+    if method == Method::PUT || method == Method::POST {
+        return register(st, &q, body, None).await;
+    }
+    if method != Method::GET {
+        return Err(ApiError::invalid_method());
+    }
+    let snap = q.block(st.server.state(), &VOLUME_TABLES).await;
+    if !only_csi(&q)? {
+        // Nomad answers an empty list without a type.
+        return Ok(reply::read(
+            &Vec::<()>::new(),
+            index_of(&snap, &VOLUME_TABLES),
+            &st.server,
+            q.pretty,
+        ));
+    }
+    let plugin = q.params.get("plugin_id").cloned().unwrap_or_default();
+    let node = q.params.get("node_id").cloned().unwrap_or_default();
+    let list: Vec<_> = snap
+        .csi_volumes(q.namespace_filter(), &q.prefix)
+        .into_iter()
+        .filter(|v| plugin.is_empty() || v.plugin_id == plugin)
+        .filter(|v| {
+            node.is_empty()
+                || v.read_claims
+                    .values()
+                    .chain(v.write_claims.values())
+                    .any(|c| c.node_id == node)
+        })
+        .map(|v| fill_volume(&snap, &v).stub())
+        .collect();
+    let (page, next) = reply::paginate(list, |v| v.id.clone(), q.per_page, &q.next_token);
+    Ok(reply::read_page(
+        &page,
+        index_of(&snap, &VOLUME_TABLES),
+        &st.server,
+        q.pretty,
+        next,
+    ))
+}
+
+async fn register(
+    st: &ApiState,
+    q: &QueryOptions,
+    body: &[u8],
+    path_id: Option<&str>,
+) -> Result<Response, ApiError> {
+    let req: VolumesBody = decode(body)?;
+    if req.volumes.is_empty() {
+        return Err(ApiError::bad_request(
+            "Volumes: at least one volume is required",
+        ));
+    }
+    if let Some(id) = path_id {
+        if req.volumes.iter().any(|v| v.id != id) {
+            return Err(ApiError::bad_request(format!(
+                "the volume's ID must be {id:?}, as in the URL"
+            )));
+        }
+    }
+    let r = st
+        .server
+        .csi_write(CsiWrite::Register {
+            namespace: q.namespace.clone(),
+            volumes: req.volumes,
+        })
+        .await?;
+    Ok(reply::write(
+        &VolumesReply {
+            volumes: r.volumes,
+            warnings: String::new(),
+        },
+        r.index,
+        q.pretty,
+    ))
+}
+
+/// `/v1/volume/csi/:id` and its actions.
+pub async fn volume(
+    State(st): State<ApiState>,
+    method: Method,
+    Path(rest): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    volume_inner(&st, method, &rest, params, &headers, &body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn volume_inner(
+    st: &ApiState,
+    method: Method,
+    rest: &str,
+    params: HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let q = QueryOptions::parse(params)?;
+    let Some(rest) = rest.strip_prefix("csi/") else {
+        return Err(ApiError {
+            status: StatusCode::NOT_IMPLEMENTED,
+            message: "only CSI volumes are supported yet: use /v1/volume/csi/:id".into(),
+        });
+    };
+    let (id, action) = match rest.rsplit_once('/') {
+        Some((id, a @ ("create" | "delete" | "detach"))) => (id, a),
+        _ => (rest, ""),
+    };
+    let write = method == Method::PUT || method == Method::POST;
+    match (action, &method) {
+        ("", &Method::GET) => {
+            let snap = q.block(st.server.state(), &VOLUME_TABLES).await;
+            let v = snap
+                .csi_volume(&q.namespace, id)
+                .ok_or_else(|| ApiError::not_found("volume not found"))?;
+            Ok(reply::read(
+                &fill_volume(&snap, &v),
+                index_of(&snap, &VOLUME_TABLES),
+                &st.server,
+                q.pretty,
+            ))
+        }
+        ("", _) if write => register(st, &q, body, Some(id)).await,
+        ("", &Method::DELETE) => {
+            let force = q.flag("force")?;
+            let r = st
+                .server
+                .csi_write(CsiWrite::Deregister {
+                    namespace: q.namespace.clone(),
+                    id: id.to_string(),
+                    force,
+                })
+                .await?;
+            Ok(reply::write(&serde_json::Value::Null, r.index, q.pretty))
+        }
+        ("create", _) if write => {
+            let req: VolumesBody = decode(body)?;
+            let r = st
+                .server
+                .csi_write(CsiWrite::Create {
+                    namespace: q.namespace.clone(),
+                    volumes: req.volumes,
+                })
+                .await?;
+            Ok(reply::write(
+                &VolumesReply {
+                    volumes: r.volumes,
+                    warnings: String::new(),
+                },
+                r.index,
+                q.pretty,
+            ))
+        }
+        ("delete", &Method::DELETE) => {
+            let r = st
+                .server
+                .csi_write(CsiWrite::Delete {
+                    namespace: q.namespace.clone(),
+                    id: id.to_string(),
+                    secrets: secrets_header(headers)?,
+                })
+                .await?;
+            Ok(reply::write(&serde_json::Value::Null, r.index, q.pretty))
+        }
+        ("detach", &Method::DELETE) => {
+            let node = q
+                .params
+                .get("node")
+                .filter(|n| !n.is_empty())
+                .cloned()
+                .ok_or_else(|| ApiError::bad_request("missing node: add ?node=<node ID>"))?;
+            let r = st
+                .server
+                .csi_write(CsiWrite::Detach {
+                    namespace: q.namespace.clone(),
+                    id: id.to_string(),
+                    node_id: node,
+                })
+                .await?;
+            Ok(reply::write(&serde_json::Value::Null, r.index, q.pretty))
+        }
+        _ => Err(ApiError::invalid_method()),
+    }
+}
+
+/// `X-Nomad-CSI-Secrets: k=v,k2=v2`.
+fn secrets_header(headers: &HeaderMap) -> Result<BTreeMap<String, String>, ApiError> {
+    let Some(raw) = headers.get("x-nomad-csi-secrets") else {
+        return Ok(BTreeMap::new());
+    };
+    let text = raw
+        .to_str()
+        .map_err(|_| ApiError::bad_request("X-Nomad-CSI-Secrets: not text"))?;
+    let mut out = BTreeMap::new();
+    for pair in text.split(',').filter(|p| !p.trim().is_empty()) {
+        let (k, v) = pair.split_once('=').ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "X-Nomad-CSI-Secrets: {pair:?} is not key=value (write k1=v1,k2=v2)"
+            ))
+        })?;
+        out.insert(k.trim().to_string(), v.to_string());
+    }
+    Ok(out)
+}
+
+/// `/v1/volumes/external` and `/v1/volumes/snapshot`: not built yet.
+pub async fn volumes_other(Path(rest): Path<String>) -> Response {
+    ApiError {
+        status: StatusCode::NOT_IMPLEMENTED,
+        message: format!("/v1/volumes/{rest} is not supported yet (volume snapshots and external volume listing)"),
+    }
+    .into_response()
+}
+
+/// `GET /v1/plugins?type=csi`.
+pub async fn plugins(
+    State(st): State<ApiState>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
+    plugins_inner(&st, params)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn plugins_inner(
+    st: &ApiState,
+    params: HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let q = QueryOptions::parse(params)?;
+    let snap = q.block(st.server.state(), &PLUGIN_TABLES).await;
+    let list: Vec<_> = if q
+        .params
+        .get("type")
+        .is_none_or(|t| t == "csi" || t.is_empty())
+    {
+        snap.csi_plugins(&q.prefix)
+            .iter()
+            .map(|p| fill_plugin(&snap, p).stub())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(reply::read(
+        &list,
+        index_of(&snap, &PLUGIN_TABLES),
+        &st.server,
+        q.pretty,
+    ))
+}
+
+/// `GET /v1/plugin/csi/:id`.
+pub async fn plugin(
+    State(st): State<ApiState>,
+    Path(rest): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
+    plugin_inner(&st, &rest, params)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn plugin_inner(
+    st: &ApiState,
+    rest: &str,
+    params: HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let q = QueryOptions::parse(params)?;
+    let id = rest
+        .strip_prefix("csi/")
+        .ok_or_else(|| ApiError::not_found("only CSI plugins exist: use /v1/plugin/csi/:id"))?;
+    let snap = q.block(st.server.state(), &PLUGIN_TABLES).await;
+    let p = snap
+        .csi_plugin(id)
+        .ok_or_else(|| ApiError::not_found("plugin not found"))?;
+    Ok(reply::read(
+        &fill_plugin(&snap, &p),
+        index_of(&snap, &PLUGIN_TABLES),
+        &st.server,
+        q.pretty,
+    ))
+}
+
+/// `POST /v1/client/csi/controller` on a full agent.
+pub async fn client_controller(
+    State(st): State<ApiState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    client_controller_inner(&st, &headers, &body).await
+}
+
+/// The client half of a controller call: a server (that knows this node's secret) asks this
+/// agent's client to call its controller plugin.
+pub(crate) async fn client_controller_inner(
+    st: &dyn crate::client_allocs::ClientFor,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Response {
+    let client = match st.local_client() {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
+    };
+    let secret = headers
+        .get(model::wire::CSI_NODE_SECRET_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let req: model::wire::CsiControllerRequest = match serde_json::from_slice(body) {
+        Ok(r) => r,
+        Err(e) => {
+            return call_error(
+                StatusCode::BAD_REQUEST,
+                3,
+                format!("undecodable controller call: {e}"),
+            )
+        }
+    };
+    match client.csi_controller(&secret, req).await {
+        Ok(reply) => (StatusCode::OK, axum::Json(reply)).into_response(),
+        Err(e) => (StatusCode::BAD_GATEWAY, axum::Json(e)).into_response(),
+    }
+}
+
+fn call_error(status: StatusCode, code: i32, message: String) -> Response {
+    (
+        status,
+        axum::Json(model::wire::CsiCallError { code, message }),
+    )
+        .into_response()
+}
+
+/// How servers reach client agents for controller calls: HTTP to the node's advertised address.
+pub struct HttpCsiTransport {
+    http: reqwest::Client,
+}
+
+impl Default for HttpCsiTransport {
+    fn default() -> Self {
+        HttpCsiTransport {
+            http: reqwest::Client::new(),
+        }
+    }
+}
+
+impl server::csi::CsiTransport for HttpCsiTransport {
+    fn call(
+        &self,
+        node: &model::node::Node,
+        req: model::wire::CsiControllerRequest,
+    ) -> futures::future::BoxFuture<
+        'static,
+        Result<model::wire::CsiControllerReply, server::csi::CallFailure>,
+    > {
+        use server::csi::CallFailure;
+        let url = format!(
+            "http://{}{}",
+            node.http_addr,
+            model::wire::CSI_CONTROLLER_PATH
+        );
+        let secret = node.secret_id.clone();
+        let http = self.http.clone();
+        Box::pin(async move {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+            let left = u64::try_from(req.deadline.saturating_sub(now)).unwrap_or(0);
+            // A little longer than the client's own deadline, so its answer (even a timeout)
+            // gets back to us.
+            let timeout = std::time::Duration::from_nanos(left) + std::time::Duration::from_secs(2);
+            let resp = http
+                .post(&url)
+                .header(model::wire::CSI_NODE_SECRET_HEADER, secret)
+                .json(&req)
+                .timeout(timeout)
+                .send()
+                .await
+                .map_err(|e| CallFailure::Unreachable(format!("{url}: {e}")))?;
+            let status = resp.status();
+            let bytes = resp
+                .bytes()
+                .await
+                .map_err(|e| CallFailure::Unreachable(format!("{url}: {e}")))?;
+            if status.is_success() {
+                return serde_json::from_slice(&bytes).map_err(|e| {
+                    CallFailure::Unreachable(format!("{url}: undecodable answer: {e}"))
+                });
+            }
+            match serde_json::from_slice::<model::wire::CsiCallError>(&bytes) {
+                Ok(e) => Err(CallFailure::Plugin(e)),
+                Err(_) => Err(CallFailure::Unreachable(format!(
+                    "{url}: {status}: {}",
+                    String::from_utf8_lossy(&bytes)
+                ))),
+            }
+        })
+    }
+}
