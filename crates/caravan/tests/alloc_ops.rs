@@ -128,7 +128,7 @@ fn alloc_actions_reach_a_running_raw_exec_task() {
     assert_eq!((code, out.as_str()), (0, "hi\n"), "{err}");
     let (code, _, err) = agent.run(&["alloc", "exec", &alloc_id, "/bin/sh", "-c", "exit 3"]);
     assert_eq!(code, 3, "{err}");
-    let (code, out, _) = agent.run(&[
+    let (code, out, err) = agent.run(&[
         "alloc",
         "exec",
         "-task",
@@ -138,7 +138,7 @@ fn alloc_actions_reach_a_running_raw_exec_task() {
         "-c",
         "pwd; echo e >&2",
     ]);
-    assert_eq!(code, 0);
+    assert_eq!(code, 0, "out: {out} err: {err}");
     assert!(
         out.trim_end().ends_with("/t"),
         "runs in the task dir: {out}"

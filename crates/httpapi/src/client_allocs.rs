@@ -362,6 +362,9 @@ fn frame(stream: &str, data: &[u8]) -> Message {
     Message::Text(json!({ stream: { "data": b64 } }).to_string().into())
 }
 
+/// How long a finished exec session waits for the peer to answer its close.
+const EXEC_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Moves bytes between the socket and the command until it exits (then sends `exited`) or the
 /// socket goes away (then the session is dropped, which kills the command).
 async fn pump(mut socket: WebSocket, mut session: ExecSession) {
@@ -385,6 +388,10 @@ async fn pump(mut socket: WebSocket, mut session: ExecSession) {
                 let done = json!({"exited": true, "result": {"exit_code": code}});
                 let _ = socket.send(Message::Text(done.to_string().into())).await;
                 let _ = socket.send(Message::Close(None)).await;
+                // Read until the peer answers the close: a socket dropped with unread input (a
+                // late stdin frame) is reset, and the reset can overtake the `exited` frame.
+                let drain = async { while let Some(Ok(_)) = socket.recv().await {} };
+                let _ = tokio::time::timeout(EXEC_CLOSE_WAIT, drain).await;
                 return;
             },
             incoming = socket.recv() => match incoming {
