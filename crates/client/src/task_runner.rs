@@ -438,6 +438,7 @@ impl TaskRunner {
             resources: task_resources(alloc, task),
             kill_signal: task.kill_signal.clone(),
             kill_timeout: kill_timeout(task),
+            mounts: Vec::new(),
         })
     }
 
