@@ -189,6 +189,29 @@ impl Client {
         inst.client(crate::limits::CSI_NODE_CALL_TIMEOUT).ok()
     }
 
+    /// Unpublishes `volume_id` (`external_id` at the provider; empty: the same) for `alloc_id`
+    /// through node plugin `plugin_id`, and unstages it when no other allocation here uses it
+    /// the same way: the node step of a claim release the servers drive (Nomad's
+    /// `CSI.NodeDetachVolume`). Serialized with every other node call for that volume.
+    pub async fn csi_node_detach(
+        &self,
+        plugin_id: &str,
+        volume_id: &str,
+        external_id: &str,
+        alloc_id: &str,
+        usage: &crate::CsiVolumeUsage,
+    ) -> Result<(), crate::CsiVolumeError> {
+        let remote_id = if external_id.is_empty() {
+            volume_id
+        } else {
+            external_id
+        };
+        self.csi
+            .volumes
+            .unmount_volume(plugin_id, volume_id, remote_id, alloc_id, usage)
+            .await
+    }
+
     /// Stops the client and leaves its tasks running (Nomad's behaviour on a plain stop); see
     /// the module docs for the protocol.
     pub async fn shutdown(mut self) {

@@ -59,6 +59,7 @@ pub use config::{
 };
 pub use conn::{ConnFuture, RpcServerConn, ServerConn};
 pub use csi::registry::{CsiPluginInstance, CsiPluginKind};
+pub use csi::volumes::{CsiVolumeError, CsiVolumeUsage};
 pub use error::ClientError;
 pub use fingerprint::{
     build_node, computed_class, CpuFacts, DiskFacts, HostFacts, NetFacts, NOMAD_COMPAT_VERSION,
