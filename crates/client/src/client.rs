@@ -12,6 +12,7 @@ use crate::alloc_sync::{AllocSync, Runners};
 use crate::config::ClientConfig;
 use crate::conn::ServerConn;
 use crate::context::{RunnerContext, SharedNode};
+use crate::csi::CsiManager;
 use crate::error::ClientError;
 use crate::fingerprint::{build_node, HostFacts};
 use crate::identity::{self, NodeIdentity};
@@ -37,6 +38,7 @@ pub struct Client {
     node: SharedNode,
     pub(crate) runners: Arc<Runners>,
     registered: watch::Receiver<bool>,
+    csi: Arc<CsiManager>,
     /// Sent `true` once, on shutdown or drop.
     shutdown: watch::Sender<bool>,
     loops: Vec<JoinHandle<()>>,
@@ -62,6 +64,12 @@ impl Client {
         let state = StateDb::open(&client_dir)?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (updates_tx, updates_rx) = mpsc::channel(ALLOC_UPDATE_QUEUE_CAPACITY);
+        let reregister = Arc::new(Notify::new());
+        let csi = Arc::new(CsiManager::new(
+            client_dir.join("csi"),
+            node.clone(),
+            Arc::clone(&reregister),
+        ));
         let ctx = Arc::new(RunnerContext {
             drivers: by_name,
             node: node.clone(),
@@ -71,11 +79,11 @@ impl Client {
             updates: updates_tx,
             host_env: host_env(&cfg),
             shutdown: shutdown_rx.clone(),
+            csi: Arc::clone(&csi),
         });
         let runners = Arc::new(Runners::new(Arc::clone(&ctx)));
         recover(&state, &ctx, &runners).await?;
         let (registered_tx, registered) = watch::channel(false);
-        let reregister = Arc::new(Notify::new());
         let mut seed = Rng::from_entropy();
         let loops = vec![
             tokio::spawn(
@@ -124,6 +132,7 @@ impl Client {
             node,
             runners,
             registered,
+            csi,
             shutdown,
             loops,
         })
@@ -162,6 +171,45 @@ impl Client {
 
     pub fn config(&self) -> &ClientConfig {
         &self.cfg
+    }
+
+    /// Every CSI plugin instance registered on this client, in use or not (for debugging).
+    pub fn csi_plugins(&self) -> Vec<crate::CsiPluginInstance> {
+        self.csi.registry.all()
+    }
+
+    /// A client for the controller part of `plugin_id` registered here (a controller or
+    /// monolith plugin's newest instance), for the servers' controller calls; `None` when no
+    /// such plugin runs here. Its calls end within [`crate::limits::CSI_NODE_CALL_TIMEOUT`].
+    pub fn csi_controller(&self, plugin_id: &str) -> Option<csi::PluginClient> {
+        let inst = self
+            .csi
+            .registry
+            .get(crate::CsiPluginKind::Controller, plugin_id)?;
+        inst.client(crate::limits::CSI_NODE_CALL_TIMEOUT).ok()
+    }
+
+    /// Unpublishes `volume_id` (`external_id` at the provider; empty: the same) for `alloc_id`
+    /// through node plugin `plugin_id`, and unstages it when no other allocation here uses it
+    /// the same way: the node step of a claim release the servers drive (Nomad's
+    /// `CSI.NodeDetachVolume`). Serialized with every other node call for that volume.
+    pub async fn csi_node_detach(
+        &self,
+        plugin_id: &str,
+        volume_id: &str,
+        external_id: &str,
+        alloc_id: &str,
+        usage: &crate::CsiVolumeUsage,
+    ) -> Result<(), crate::CsiVolumeError> {
+        let remote_id = if external_id.is_empty() {
+            volume_id
+        } else {
+            external_id
+        };
+        self.csi
+            .volumes
+            .unmount_volume(plugin_id, volume_id, remote_id, alloc_id, usage)
+            .await
     }
 
     /// Stops the client and leaves its tasks running (Nomad's behaviour on a plain stop); see

@@ -25,6 +25,8 @@ pub(crate) struct RunnerContext {
     pub host_env: BTreeMap<String, String>,
     /// Becomes `true` once when the client shuts down: runners detach from their tasks.
     pub shutdown: watch::Receiver<bool>,
+    /// CSI plugins registered here, and where their directories go.
+    pub csi: Arc<crate::csi::CsiManager>,
 }
 
 /// The node as fingerprinted now. Readers take a snapshot; never held across `.await`.

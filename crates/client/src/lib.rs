@@ -30,6 +30,7 @@ mod allocdir;
 mod client;
 mod config;
 mod conn;
+mod csi;
 mod context;
 mod error;
 mod events;
@@ -57,6 +58,8 @@ pub use config::{
     ClientConfig, ClientTiming, ReservedResources, DEFAULT_ENV_DENYLIST, OPTION_ENV_DENYLIST,
 };
 pub use conn::{ConnFuture, RpcServerConn, ServerConn};
+pub use csi::registry::{CsiPluginInstance, CsiPluginKind};
+pub use csi::volumes::{CsiVolumeError, CsiVolumeUsage};
 pub use error::ClientError;
 pub use fingerprint::{
     build_node, computed_class, CpuFacts, DiskFacts, HostFacts, NetFacts, NOMAD_COMPAT_VERSION,

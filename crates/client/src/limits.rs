@@ -68,3 +68,23 @@ pub const ARTIFACT_BYTES_MAX: u64 = 2 << 30;
 pub const ARTIFACT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 pub const ARTIFACT_READ_TIMEOUT: Duration = Duration::from_secs(60);
 pub const ARTIFACT_DIR_DEPTH_MAX: usize = 32;
+
+/// CSI plugins: how often a starting plugin is probed, how long one probe (or any other
+/// supervisor call) may take, and how often a healthy plugin is probed again (Nomad: 30 s).
+pub const CSI_PROBE_INTERVAL_STARTING: Duration = Duration::from_secs(1);
+pub const CSI_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+pub const CSI_PROBE_INTERVAL_HEALTHY: Duration = Duration::from_secs(30);
+/// A plugin's health timeout when its `csi_plugin` block names none (Nomad's default).
+pub const CSI_HEALTH_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+/// Capacity of a plugin supervisor's channel of task events to its task runner.
+pub const CSI_SUPERVISOR_QUEUE_CAPACITY: usize = 16;
+/// The deadline of one node call (stage, publish, unstage, unpublish) to a node plugin, and how
+/// many times a call that failed with a retryable code is tried in all (Nomad: 2 min, 3 tries).
+pub const CSI_NODE_CALL_TIMEOUT: Duration = Duration::from_secs(120);
+pub const CSI_NODE_CALL_TRIES_MAX: u32 = 3;
+/// How long an allocation's CSI hook waits for the volume's node plugin to be registered here.
+pub const CSI_PLUGIN_WAIT: Duration = Duration::from_secs(60);
+/// How long an allocation's CSI hook keeps retrying a claim the servers answer with a retryable
+/// error (Nomad: 24 h), and the longest delay between two tries (Nomad: 1 min).
+pub const CSI_CLAIM_RETRY_FOR: Duration = Duration::from_secs(24 * 3600);
+pub const CSI_CLAIM_RETRY_DELAY_MAX: Duration = Duration::from_secs(60);

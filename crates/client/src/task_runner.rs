@@ -10,6 +10,7 @@
 use crate::actions::AllocActionError;
 use crate::allocdir::AllocDir;
 use crate::context::{find_task, RunnerContext};
+use crate::csi::supervisor::{self, PluginSetup, PluginSupervisor, SupervisorEvent};
 use crate::events;
 use crate::limits::{KILL_TIMEOUT_MAX, RUNNER_QUEUE_CAPACITY};
 use crate::restart::{Decision, RestartTracker};
@@ -95,6 +96,8 @@ pub(crate) struct TaskRunner {
     prestart_done: bool,
     /// The variables of `env = true` templates, added to the task's environment.
     hook_env: BTreeMap<String, String>,
+    /// A CSI plugin task's supervisor while its process runs (probes, registration).
+    supervisor: Option<PluginSupervisor>,
 }
 
 /// Where the runner goes next.
@@ -115,6 +118,7 @@ enum WaitEnd {
     Detach,
     Signal(String, oneshot::Sender<Result<(), AllocActionError>>),
     Restart(oneshot::Sender<Result<(), AllocActionError>>),
+    Plugin(SupervisorEvent),
 }
 
 impl TaskRunner {
@@ -149,6 +153,7 @@ impl TaskRunner {
             set_up: recover.is_some(),
             prestart_done: false,
             hook_env: BTreeMap::new(),
+            supervisor: None,
             name,
             alloc,
             dir,
@@ -221,6 +226,8 @@ impl TaskRunner {
         match driver.recover(&handle).await {
             Ok(()) => {
                 tracing::info!(task = %self.name, task_id = %handle.task_id, pid = ?handle.pid, "reattached to task");
+                let alloc = self.alloc.borrow().clone();
+                self.supervise(&alloc, &*driver);
                 Step::Wait {
                     driver,
                     task_id: handle.task_id,
@@ -283,6 +290,7 @@ impl TaskRunner {
                 events::transition(&mut self.record.state, TASK_STATE_RUNNING);
                 self.push(events::started());
                 self.report().await;
+                self.supervise(&alloc, &*driver);
                 Step::Wait { driver, task_id }
             }
             Err(e) => self.start_failed(&e).await,
@@ -403,11 +411,37 @@ impl TaskRunner {
         Ok((env, task_dir))
     }
 
+    /// A CSI plugin task's directories, endpoint and mounts; `None` for other tasks.
+    fn plugin_setup(&self, alloc: &Allocation, driver: &dyn Driver) -> Option<PluginSetup> {
+        let (_, _, task) = find_task(alloc, &self.name)?;
+        let cfg = task.csi_plugin_config.as_ref()?;
+        Some(PluginSetup::plan(
+            &self.ctx.csi.root,
+            &alloc.id,
+            cfg,
+            driver.capabilities().fs_isolation,
+        ))
+    }
+
+    /// Starts supervising a CSI plugin task whose process now runs.
+    fn supervise(&mut self, alloc: &Allocation, driver: &dyn Driver) {
+        if let Some(setup) = self.plugin_setup(alloc, driver) {
+            let registry = std::sync::Arc::clone(&self.ctx.csi.registry);
+            self.supervisor = Some(PluginSupervisor::spawn(registry, setup));
+        }
+    }
+
     /// Everything the driver needs to start this task now.
     fn task_config(&self, alloc: &Allocation, driver: &dyn Driver) -> Result<TaskConfig, String> {
         let (_, _, task) =
             find_task(alloc, &self.name).ok_or("the task is not in the allocation's job")?;
-        let (env, task_dir) = self.task_env(alloc, driver)?;
+        let (mut env, task_dir) = self.task_env(alloc, driver)?;
+        let mut mounts = Vec::new();
+        if let Some(plugin) = self.plugin_setup(alloc, driver) {
+            plugin.create_dirs()?;
+            env.extend([("CSI_ENDPOINT".to_string(), plugin.endpoint.clone())]);
+            mounts.extend(plugin.mounts);
+        }
         let config: serde_json::Map<String, serde_json::Value> = task
             .config
             .iter()
@@ -438,6 +472,7 @@ impl TaskRunner {
             resources: task_resources(alloc, task),
             kill_signal: task.kill_signal.clone(),
             kill_timeout: kill_timeout(task),
+            mounts,
         })
     }
 
@@ -455,6 +490,7 @@ impl TaskRunner {
                 Some(TaskCommand::Restart { reply }) => WaitEnd::Restart(reply),
                 Some(TaskCommand::Detach) | None => WaitEnd::Detach,
             },
+            ev = supervisor::next_event(&mut self.supervisor) => WaitEnd::Plugin(ev),
         };
         match end {
             WaitEnd::Detach => Step::Done,
@@ -468,6 +504,15 @@ impl TaskRunner {
                 Step::Wait { driver, task_id }
             }
             WaitEnd::Restart(reply) => self.restart(driver, task_id, reply).await,
+            WaitEnd::Plugin(SupervisorEvent::Event(e)) => {
+                self.push(e);
+                self.report().await;
+                Step::Wait { driver, task_id }
+            }
+            WaitEnd::Plugin(SupervisorEvent::Kill { unhealthy, killing }) => {
+                self.push(unhealthy);
+                self.kill(&*driver, &task_id, Some(Box::new(killing))).await
+            }
             WaitEnd::Kill(event) => self.kill(&*driver, &task_id, event).await,
             WaitEnd::Exited(exit) => {
                 tracing::debug!(task = %self.name, %task_id, ?exit, "task exited");
@@ -517,8 +562,12 @@ impl TaskRunner {
         Step::Start
     }
 
-    /// Frees what the driver holds for an exited task and drops the handle.
+    /// Frees what the driver holds for an exited task and drops the handle; a CSI plugin is
+    /// deregistered.
     async fn forget(&mut self, driver: &dyn Driver, task_id: &str) {
+        if let Some(s) = self.supervisor.take() {
+            s.stop();
+        }
         if let Err(e) = driver.destroy(task_id, true).await {
             tracing::warn!(task = %self.name, %task_id, error = %e, "driver could not destroy the task");
         }

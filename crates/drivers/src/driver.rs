@@ -125,6 +125,9 @@ pub struct Capabilities {
     pub send_signals: bool,
     pub exec: bool,
     pub fs_isolation: FsIsolation,
+    /// The driver honours [`TaskConfig::mounts`] (Nomad's `MountConfigs`); without it a task
+    /// with mounts fails to start.
+    pub mounts: bool,
 }
 
 /// How a driver isolates the task's file system; tells the client whether to build a chroot.
@@ -218,6 +221,45 @@ pub struct TaskConfig {
     /// Signal `stop` sends when the caller passes none; empty: the driver's default.
     pub kill_signal: String,
     pub kill_timeout: Duration,
+    /// Host paths the task sees at its own paths (volume mounts, a CSI plugin's socket and
+    /// staging directories). Drivers without file-system isolation refuse a task with any.
+    /// (Handles persisted before this field existed read as none.)
+    #[serde(default)]
+    pub mounts: Vec<MountConfig>,
+}
+
+/// One host path made visible inside the task (Nomad's `drivers.MountConfig`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountConfig {
+    /// The path on the host: a directory or a file.
+    pub host_path: PathBuf,
+    /// Where the task sees it: absolute, inside the task's root (no `..`).
+    pub task_path: PathBuf,
+    pub readonly: bool,
+}
+
+impl MountConfig {
+    /// Refuses a task path that is relative or climbs out of the task's root with `..`.
+    pub fn check(&self) -> Result<(), String> {
+        use std::path::Component;
+        if !self.task_path.is_absolute() {
+            return Err(format!(
+                "mount destination {} is not an absolute path",
+                self.task_path.display()
+            ));
+        }
+        if self
+            .task_path
+            .components()
+            .any(|c| matches!(c, Component::ParentDir))
+        {
+            return Err(format!(
+                "mount destination {} must not contain \"..\"",
+                self.task_path.display()
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Where and how a task's output files rotate (Nomad's `logs { max_files max_file_size }`).

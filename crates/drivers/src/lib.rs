@@ -38,7 +38,7 @@ mod table;
 pub use docker::{config::DockerConfig, DockerDriver};
 pub use driver::{
     Capabilities, Driver, DriverFuture, ExecResult, ExecStream, ExitResult, Fingerprint,
-    FsIsolation, TaskConfig, TaskDir, TaskHandle, TaskLogConfig, TaskResources, TaskState,
+    FsIsolation, MountConfig, TaskConfig, TaskDir, TaskHandle, TaskLogConfig, TaskResources, TaskState,
     TaskStats, TaskStatus, TASK_HANDLE_VERSION,
 };
 pub use error::DriverError;

@@ -31,7 +31,7 @@ fn main() -> ExitCode {
     if args.get(1).map(String::as_str) == Some(drivers::logmon::LOGMON_SUBCOMMAND) {
         std::process::exit(drivers::logmon::run(args.get(2).map_or("", String::as_str)));
     }
-    let tests: [(&str, TestFn); 8] = [
+    let tests: [(&str, TestFn); 9] = [
         ("fingerprint_is_healthy", |d| {
             Box::pin(fingerprint_is_healthy(d))
         }),
@@ -57,6 +57,9 @@ fn main() -> ExitCode {
         ),
         ("alloc_exec_runs_inside_the_tasks_namespaces", |d| {
             Box::pin(exec_inside_the_task(d))
+        }),
+        ("mounts_are_bound_into_the_chroot_read_only_when_asked", |d| {
+            Box::pin(mounts_are_bound(d))
         }),
     ];
     let filter = args.iter().skip(1).find(|a| !a.starts_with('-')).cloned();
@@ -275,6 +278,50 @@ async fn custom_chroot_env(driver: ExecDriver) -> Result<(), String> {
     let out = std::fs::read_to_string(&stdout_path).unwrap_or_default();
     if out != "absent\n" {
         return Err(format!("/usr/bin/env inside the task: {out:?}"));
+    }
+    Ok(())
+}
+
+/// Two host directories at task paths: the writable one takes a file the host then sees; the
+/// read-only one refuses a write; neither mount is left on the host.
+async fn mounts_are_bound(driver: ExecDriver) -> Result<(), String> {
+    let dir = TestDir::new("exec-mounts");
+    let (rw, ro) = (dir.path().join("rw"), dir.path().join("ro"));
+    std::fs::create_dir_all(&rw).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(&ro).map_err(|e| e.to_string())?;
+    std::fs::write(ro.join("hello"), "from-host").map_err(|e| e.to_string())?;
+    let id = unique("mounts");
+    let script = "echo from-task > /data/rw/out && cat /srv/ro/hello && \
+                  if echo x > /srv/ro/nope 2>/dev/null; then echo WRITABLE; else echo refused; fi";
+    let mut cfg = config(&dir, &id, script);
+    cfg.mounts = vec![
+        drivers::MountConfig {
+            host_path: rw.clone(),
+            task_path: "/data/rw".into(),
+            readonly: false,
+        },
+        drivers::MountConfig {
+            host_path: ro.clone(),
+            task_path: "/srv/ro".into(),
+            readonly: true,
+        },
+    ];
+    let stdout_path = cfg.stdout_path.clone();
+    run_to_exit(&driver, cfg).await?;
+    let out = std::fs::read_to_string(&stdout_path).unwrap_or_default();
+    if out != "from-hostrefused\n" {
+        return Err(format!("task output {out:?}"));
+    }
+    let written = std::fs::read_to_string(rw.join("out")).unwrap_or_default();
+    if written != "from-task\n" {
+        return Err(format!("the host sees {written:?} in the writable mount"));
+    }
+    if ro.join("nope").exists() {
+        return Err("the read-only mount took a write".into());
+    }
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    if table.contains(&dir.path().join("task").display().to_string()) {
+        return Err("a task mount leaked into the host's mount table".into());
     }
     Ok(())
 }

@@ -506,3 +506,25 @@ async fn a_streaming_exec_pipes_stdin_to_stdout_and_reports_its_exit() {
     d.stop("t", Duration::from_secs(1), "").await.unwrap();
     d.destroy("t", true).await.unwrap();
 }
+
+/// raw_exec runs on the host's paths, so a task that asks for mounts is refused before anything
+/// starts (Nomad: MountConfigSupportNone).
+#[tokio::test]
+async fn a_task_with_mounts_is_refused() {
+    let dir = TestDir::new("raw-mounts");
+    let mut cfg = sh(dir.path(), "raw-mounts", "touch started");
+    cfg.mounts = vec![drivers::MountConfig {
+        host_path: dir.path().to_path_buf(),
+        task_path: "/data".into(),
+        readonly: false,
+    }];
+    let d = driver();
+    assert!(!d.capabilities().mounts);
+    let err = d.start(cfg.clone()).await.unwrap_err();
+    assert!(matches!(err, DriverError::NotSupported(_)), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "task driver \"raw_exec\" for \"web\" does not support volume mounts"
+    );
+    assert!(!cfg.task_dir.dir.join("started").exists());
+}

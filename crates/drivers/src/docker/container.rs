@@ -306,6 +306,17 @@ fn mounts(
         let source = mount_source(cfg, plugin, &field, host, true)?;
         binds.push(format!("{}:{rest}", source));
     }
+    // The client's mounts (volume_mount, a CSI plugin's directories): already host paths the
+    // client chose, so no volumes gate applies.
+    for m in &cfg.mounts {
+        m.check().map_err(invalid)?;
+        let ro = if m.readonly { ":ro" } else { "" };
+        binds.push(format!(
+            "{}:{}{ro}",
+            m.host_path.display(),
+            m.task_path.display()
+        ));
+    }
     let mut out = Vec::new();
     for (i, m) in task.mount.iter().enumerate() {
         out.push(one_mount(cfg, plugin, &format!("config.mount[{i}]"), m)?);
@@ -490,6 +501,43 @@ mod tests {
             e.contains("config.ports") && e.contains("network block"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn client_mounts_become_binds_without_the_volumes_gate() {
+        let dir = std::env::temp_dir().join("caravan-docker-unit");
+        let mut cfg = task_config(&dir, "t1", json!({}));
+        cfg.mounts = vec![
+            crate::driver::MountConfig {
+                host_path: "/srv/csi/per-alloc/a/v".into(),
+                task_path: "/data".into(),
+                readonly: true,
+            },
+            crate::driver::MountConfig {
+                host_path: "/srv/plugins/a".into(),
+                task_path: "/csi".into(),
+                readonly: false,
+            },
+        ];
+        let body = create_body(
+            &cfg,
+            &parse(json!({"image": "x"})),
+            &DockerConfig::default(),
+            "x",
+        )
+        .unwrap();
+        let binds = body.host_config.unwrap().binds.unwrap();
+        assert!(binds.contains(&"/srv/csi/per-alloc/a/v:/data:ro".to_string()));
+        assert!(binds.contains(&"/srv/plugins/a:/csi".to_string()));
+        cfg.mounts[0].task_path = "/data/../../etc".into();
+        let e = create_body(
+            &cfg,
+            &parse(json!({"image": "x"})),
+            &DockerConfig::default(),
+            "x",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("\"..\""), "{e}");
     }
 
     #[test]

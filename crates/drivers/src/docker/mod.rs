@@ -665,6 +665,7 @@ impl Driver for DockerDriver {
             send_signals: true,
             exec: true,
             fs_isolation: FsIsolation::Image,
+            mounts: true,
         }
     }
 

@@ -10,7 +10,7 @@
 //!
 //! No tokio here, and nothing that starts threads: namespaces are per thread until exec.
 
-use crate::driver::TaskResources;
+use crate::driver::{MountConfig, TaskResources};
 use crate::exec::cgroup::{Cgroup, CgroupLayout, CgroupLimits};
 use crate::exec::isolation::{set_hostname, unshare_namespaces, ChrootPlan, Namespaces};
 use serde::{Deserialize, Serialize};
@@ -48,6 +48,9 @@ pub struct ExecutorSpec {
     pub cgroup_parent: String,
     pub cgroup_name: String,
     pub resources: TaskResources,
+    /// The task's own bind mounts, made inside the chroot after it is built.
+    #[serde(default)]
+    pub mounts: Vec<MountConfig>,
 }
 
 /// What the helper reports on stdout once the task started, or why it could not.
@@ -142,7 +145,8 @@ fn start(spec: &ExecutorSpec) -> Result<std::process::Child, String> {
     if !hostname.is_empty() {
         set_hostname(&hostname).map_err(|e| e.to_string())?;
     }
-    let plan = ChrootPlan::new(&spec.task_dir, &spec.chroot_env, &spec.alloc_dir);
+    let plan = ChrootPlan::new(&spec.task_dir, &spec.chroot_env, &spec.alloc_dir)
+        .with_mounts(&spec.mounts);
     plan.mount().map_err(|e| e.to_string())?;
     let entry = plan.entry().map_err(|e| e.to_string())?;
     let work_dir = spec.work_dir.as_deref().unwrap_or("/");
@@ -245,6 +249,11 @@ mod tests {
             cgroup_parent: "caravan".into(),
             cgroup_name: "t".into(),
             resources: TaskResources::default(),
+            mounts: vec![MountConfig {
+                host_path: "/srv/vol".into(),
+                task_path: "/data".into(),
+                readonly: true,
+            }],
         };
         let text = serde_json::to_string(&spec).unwrap();
         assert_eq!(serde_json::from_str::<ExecutorSpec>(&text).unwrap(), spec);

@@ -175,6 +175,20 @@ impl ChrootPlan {
         }
     }
 
+    /// Adds the task's own mounts (volumes, a CSI plugin's directories) after everything else,
+    /// so they may cover a path the chroot already has; read-only ones are remounted so.
+    pub fn with_mounts(mut self, mounts: &[crate::driver::MountConfig]) -> ChrootPlan {
+        for m in mounts {
+            let inside = m.task_path.strip_prefix("/").unwrap_or(&m.task_path);
+            self.ops.push(MountOp::Bind {
+                source: m.host_path.clone(),
+                target: self.root.join(inside),
+                read_only: m.readonly,
+            });
+        }
+        self
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -341,6 +355,42 @@ mod tests {
                 .iter()
                 .any(|op| matches!(op, MountOp::Bind { target, .. } if target.ends_with("opt"))),
             "a host path that does not exist is skipped"
+        );
+    }
+
+    #[test]
+    fn task_mounts_come_last_inside_the_root() {
+        let dir = TestDir::new("chroot-mounts");
+        let root = dir.path().join("task");
+        let mounts = [
+            crate::driver::MountConfig {
+                host_path: dir.path().join("vol"),
+                task_path: "/data".into(),
+                readonly: true,
+            },
+            crate::driver::MountConfig {
+                host_path: dir.path().join("sock"),
+                task_path: "/csi".into(),
+                readonly: false,
+            },
+        ];
+        let plan = ChrootPlan::new(&root, &BTreeMap::new(), &dir.path().join("alloc"))
+            .with_mounts(&mounts);
+        let n = plan.ops().len();
+        assert_eq!(
+            plan.ops()[n - 2..],
+            [
+                MountOp::Bind {
+                    source: dir.path().join("vol"),
+                    target: root.join("data"),
+                    read_only: true
+                },
+                MountOp::Bind {
+                    source: dir.path().join("sock"),
+                    target: root.join("csi"),
+                    read_only: false
+                },
+            ]
         );
     }
 

@@ -171,6 +171,10 @@ impl ExecDriver {
             DriverError::InvalidConfig { message, .. } => DriverError::invalid(NAME, message),
             other => other,
         })?;
+        for m in &cfg.mounts {
+            m.check()
+                .map_err(|message| DriverError::invalid(NAME, message))?;
+        }
         let start_err = |message: String, recoverable: bool| DriverError::Start {
             task_id: cfg.id.clone(),
             message,
@@ -218,6 +222,7 @@ impl ExecDriver {
             cgroup_parent: CGROUP_PARENT.to_string(),
             cgroup_name: name.clone(),
             resources: cfg.resources,
+            mounts: cfg.mounts.clone(),
         };
         let started = self.spawn_helper(&cfg.id, &spec).await;
         // The executor has opened the fifos (or failed): the driver's write ends close here,
@@ -593,6 +598,7 @@ impl Driver for ExecDriver {
             send_signals: true,
             exec: false,
             fs_isolation: FsIsolation::Chroot,
+            mounts: true,
         }
     }
 

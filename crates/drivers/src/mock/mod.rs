@@ -136,6 +136,9 @@ async fn write_repeated(
 
 pub struct MockDriver {
     tasks: TaskTable<MockTask>,
+    /// Every config `start` accepted, in order (tests read mounts and env from it). Never held
+    /// across `.await`.
+    started: std::sync::Mutex<Vec<TaskConfig>>,
 }
 
 impl Default for MockDriver {
@@ -148,7 +151,13 @@ impl MockDriver {
     pub fn new() -> MockDriver {
         MockDriver {
             tasks: TaskTable::new(),
+            started: std::sync::Mutex::new(Vec::new()),
         }
+    }
+
+    /// Every task config this driver started (not recovered), oldest first.
+    pub fn started(&self) -> Vec<TaskConfig> {
+        self.started.lock().expect("started lock").clone()
     }
 
     fn launch(
@@ -183,8 +192,16 @@ impl MockDriver {
                 recoverable: mock.start_error_recoverable,
             });
         }
+        for m in &cfg.mounts {
+            m.check()
+                .map_err(|message| DriverError::invalid(NAME, message))?;
+        }
         let run_for = mock.run_for;
         let task = self.launch(cfg, mock, crate::now_unix_ns(), run_for, true)?;
+        self.started
+            .lock()
+            .expect("started lock")
+            .push(task.config.clone());
         Ok(TaskHandle {
             version: TASK_HANDLE_VERSION,
             task_id: task.config.id.clone(),
@@ -253,6 +270,7 @@ impl Driver for MockDriver {
             send_signals: true,
             exec: true,
             fs_isolation: FsIsolation::None,
+            mounts: true,
         }
     }
 

@@ -101,6 +101,14 @@ impl RawExecDriver {
         if self.tasks.contains(&cfg.id) {
             return Err(DriverError::TaskExists(cfg.id));
         }
+        if !cfg.mounts.is_empty() {
+            // Nomad's raw_exec has no mount support (MountConfigSupportNone): the task would run
+            // against the host's paths, not the volume.
+            return Err(DriverError::NotSupported(format!(
+                "task driver \"{NAME}\" for \"{}\" does not support volume mounts",
+                cfg.name
+            )));
+        }
         let raw = RawExecTaskConfig::parse(&cfg.driver_config)?;
         let program = spawn::lookup_bin(&cfg, &raw.command)?;
         let (logmon, stdout, stderr) = self.open_outputs(&cfg).await?;
@@ -341,6 +349,7 @@ impl Driver for RawExecDriver {
             send_signals: true,
             exec: true,
             fs_isolation: FsIsolation::None,
+            mounts: false,
         }
     }
 
