@@ -357,6 +357,45 @@ async fn run_agent(cfg: AgentConfig, dev: bool, client_enabled: bool) -> Result<
 struct LocalClientHandle(Arc<client::Client>);
 
 impl httpapi::LocalClient for LocalClientHandle {
+    fn csi_controller<'a>(
+        &'a self,
+        node_secret: &'a str,
+        req: model::wire::CsiControllerRequest,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<
+                    Output = Result<model::wire::CsiControllerReply, model::wire::CsiCallError>,
+                > + Send
+                + 'a,
+        >,
+    > {
+        Box::pin(async move {
+            let refuse = |code: i32, message: String| model::wire::CsiCallError { code, message };
+            if node_secret.is_empty() || node_secret != self.0.node().secret_id {
+                // PERMISSION_DENIED: only servers that know this node may drive its plugins.
+                return Err(refuse(7, "the node secret does not match this client".into()));
+            }
+            let Some(plugin) = self.0.csi_controller(&req.plugin_id) else {
+                // UNAVAILABLE, so the server tries the next controller instance.
+                return Err(refuse(
+                    14,
+                    format!("plugin {}: no controller instance runs on this client", req.plugin_id),
+                ));
+            };
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+            let left = u64::try_from(req.deadline.saturating_sub(now)).unwrap_or(0);
+            if left == 0 {
+                return Err(refuse(4, "the call's deadline has passed".into()));
+            }
+            let plugin = plugin.with_timeout(std::time::Duration::from_nanos(left));
+            csi::remote::dispatch(&plugin, req.call)
+                .await
+                .map_err(|e| csi::remote::wire_error(&e))
+        })
+    }
+
     fn alloc_dir(&self, alloc_id: &str) -> Option<PathBuf> {
         Some(self.0.alloc_dir(alloc_id))
     }
