@@ -308,10 +308,10 @@ async fn send_to_first(
         return Err(none_usable(plugin_id, &all));
     }
     let method = call.method();
-    for i in 0..all.len() {
-        if all[i].skipped.is_some() {
-            continue;
-        }
+    let usable: Vec<usize> = (0..all.len())
+        .filter(|&i| all[i].skipped.is_none())
+        .collect();
+    for i in usable {
         let node = Arc::clone(&all[i].node);
         let req = CsiControllerRequest {
             plugin_id: plugin_id.to_string(),
