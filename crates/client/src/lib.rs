@@ -58,6 +58,7 @@ pub use config::{
     ClientConfig, ClientTiming, ReservedResources, DEFAULT_ENV_DENYLIST, OPTION_ENV_DENYLIST,
 };
 pub use conn::{ConnFuture, RpcServerConn, ServerConn};
+pub use csi::hook::MountedVolume;
 pub use csi::registry::{CsiPluginInstance, CsiPluginKind};
 pub use csi::volumes::{CsiVolumeError, CsiVolumeUsage};
 pub use error::ClientError;

@@ -83,6 +83,8 @@ pub(crate) struct TaskRunner {
     name: String,
     /// The newest allocation from the servers (restarts use the newest job and resources).
     alloc: watch::Receiver<Arc<Allocation>>,
+    /// The allocation's mounted CSI volumes, for the task's `volume_mount`s.
+    volumes: watch::Receiver<Arc<crate::csi::hook::Volumes>>,
     dir: AllocDir,
     record: TaskRecord,
     tracker: RestartTracker,
@@ -127,6 +129,7 @@ impl TaskRunner {
         ctx: Arc<RunnerContext>,
         name: String,
         alloc: watch::Receiver<Arc<Allocation>>,
+        volumes: watch::Receiver<Arc<crate::csi::hook::Volumes>>,
         dir: AllocDir,
         record: TaskRecord,
         reports: mpsc::Sender<TaskReport>,
@@ -156,6 +159,7 @@ impl TaskRunner {
             supervisor: None,
             name,
             alloc,
+            volumes,
             dir,
             record,
             tracker,
@@ -433,10 +437,11 @@ impl TaskRunner {
 
     /// Everything the driver needs to start this task now.
     fn task_config(&self, alloc: &Allocation, driver: &dyn Driver) -> Result<TaskConfig, String> {
-        let (_, _, task) =
+        let (_, group, task) =
             find_task(alloc, &self.name).ok_or("the task is not in the allocation's job")?;
         let (mut env, task_dir) = self.task_env(alloc, driver)?;
-        let mut mounts = Vec::new();
+        let volumes = Arc::clone(&self.volumes.borrow());
+        let mut mounts = crate::csi::hook::task_mounts(task, &volumes, &group.volumes)?;
         if let Some(plugin) = self.plugin_setup(alloc, driver) {
             plugin.create_dirs()?;
             env.extend([("CSI_ENDPOINT".to_string(), plugin.endpoint.clone())]);
