@@ -15,7 +15,7 @@ use crate::events;
 use crate::health::{HealthTracker, TaskView};
 use crate::limits::{RUNNER_QUEUE_CAPACITY, SHUTDOWN_GRACE, STATE_VERSION};
 use crate::state_db::{AllocRecord, TaskRecord};
-use crate::task_runner::{TaskCommand, TaskReport, TaskRunner, TaskRunnerHandle};
+use crate::task_runner::{AllocView, TaskCommand, TaskReport, TaskRunner, TaskRunnerHandle};
 use crate::time::now_unix_ns;
 use model::alloc::{
     AllocDeploymentStatus, Allocation, TaskEvent, TaskState, ALLOC_CLIENT_STATUS_COMPLETE,
@@ -359,8 +359,10 @@ impl AllocRunner {
         slot.runner = Some(TaskRunner::spawn(
             Arc::clone(&self.ctx),
             name.to_string(),
-            self.alloc.subscribe(),
-            self.volumes.subscribe(),
+            AllocView {
+                alloc: self.alloc.subscribe(),
+                volumes: self.volumes.subscribe(),
+            },
             self.dir.clone(),
             slot.record.clone(),
             self.reports_tx.clone(),

@@ -8,8 +8,8 @@
 use crate::limits::{ALLOC_QUERY_DEADLINE_MARGIN, CSI_SERVER_CALL_TIMEOUT, SERVER_CALL_TIMEOUT};
 use model::wire::{
     methods, CsiVolumeClaimRequest, CsiVolumeClaimResponse, CsiVolumeUnpublishRequest,
-    NodeClientAllocsRequest, NodeClientAllocsResponse, NodeRegisterRequest,
-    NodeUpdateAllocRequest, NodeUpdateResponse, NodeUpdateStatusRequest,
+    NodeClientAllocsRequest, NodeClientAllocsResponse, NodeRegisterRequest, NodeUpdateAllocRequest,
+    NodeUpdateResponse, NodeUpdateStatusRequest,
 };
 use rpc::{ErrorCode, RpcError};
 use serde::de::DeserializeOwned;

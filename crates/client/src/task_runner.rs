@@ -73,6 +73,13 @@ pub(crate) struct TaskReport {
     pub record: TaskRecord,
 }
 
+/// What a task runner follows of its allocation: the newest copy from the servers, and its
+/// mounted CSI volumes.
+pub(crate) struct AllocView {
+    pub alloc: watch::Receiver<Arc<Allocation>>,
+    pub volumes: watch::Receiver<Arc<crate::csi::hook::Volumes>>,
+}
+
 pub(crate) struct TaskRunnerHandle {
     pub cmds: mpsc::Sender<TaskCommand>,
     pub join: JoinHandle<()>,
@@ -128,8 +135,7 @@ impl TaskRunner {
     pub fn spawn(
         ctx: Arc<RunnerContext>,
         name: String,
-        alloc: watch::Receiver<Arc<Allocation>>,
-        volumes: watch::Receiver<Arc<crate::csi::hook::Volumes>>,
+        alloc: AllocView,
         dir: AllocDir,
         record: TaskRecord,
         reports: mpsc::Sender<TaskReport>,
@@ -137,7 +143,7 @@ impl TaskRunner {
     ) -> TaskRunnerHandle {
         let (cmd_tx, cmd_rx) = mpsc::channel(RUNNER_QUEUE_CAPACITY);
         let tracker = {
-            let a = alloc.borrow();
+            let a = alloc.alloc.borrow();
             let job_type = a
                 .job
                 .as_deref()
@@ -158,8 +164,8 @@ impl TaskRunner {
             hook_env: BTreeMap::new(),
             supervisor: None,
             name,
-            alloc,
-            volumes,
+            alloc: alloc.alloc,
+            volumes: alloc.volumes,
             dir,
             record,
             tracker,
@@ -510,13 +516,13 @@ impl TaskRunner {
             }
             WaitEnd::Restart(reply) => self.restart(driver, task_id, reply).await,
             WaitEnd::Plugin(SupervisorEvent::Event(e)) => {
-                self.push(e);
+                self.push(*e);
                 self.report().await;
                 Step::Wait { driver, task_id }
             }
             WaitEnd::Plugin(SupervisorEvent::Kill { unhealthy, killing }) => {
-                self.push(unhealthy);
-                self.kill(&*driver, &task_id, Some(Box::new(killing))).await
+                self.push(*unhealthy);
+                self.kill(&*driver, &task_id, Some(killing)).await
             }
             WaitEnd::Kill(event) => self.kill(&*driver, &task_id, event).await,
             WaitEnd::Exited(exit) => {

@@ -8,12 +8,12 @@ use model::alloc::{
     AllocatedCpuResources, AllocatedMemoryResources, AllocatedResources, AllocatedTaskResources,
     Allocation, ALLOC_CLIENT_STATUS_PENDING, ALLOC_DESIRED_STATUS_RUN, ALLOC_DESIRED_STATUS_STOP,
 };
-use model::node::Node;
 use model::csi::CSIVolume;
+use model::node::Node;
 use model::wire::{
     AllocClientUpdate, CsiVolumeClaimRequest, CsiVolumeClaimResponse, CsiVolumeUnpublishRequest,
-    NodeClientAllocsRequest, NodeClientAllocsResponse, NodeRegisterRequest,
-    NodeUpdateAllocRequest, NodeUpdateResponse, NodeUpdateStatusRequest,
+    NodeClientAllocsRequest, NodeClientAllocsResponse, NodeRegisterRequest, NodeUpdateAllocRequest,
+    NodeUpdateResponse, NodeUpdateStatusRequest,
 };
 use model::{Job, Task, TaskGroup};
 use rpc::RpcError;
@@ -283,11 +283,9 @@ impl FakeServer {
                 s.csi_claim_failures -= 1;
                 return Err(RpcError::no_leader("fake server: no cluster leader"));
             }
-            let volume = s
-                .csi_volumes
-                .get(&req.volume_id)
-                .cloned()
-                .ok_or_else(|| RpcError::not_found(format!("volume {} not found", req.volume_id)))?;
+            let volume = s.csi_volumes.get(&req.volume_id).cloned().ok_or_else(|| {
+                RpcError::not_found(format!("volume {} not found", req.volume_id))
+            })?;
             Ok(CsiVolumeClaimResponse {
                 publish_context: BTreeMap::new(),
                 volume: Some(volume),

@@ -61,7 +61,10 @@ async fn a_plugin_task_is_registered_on_the_node_and_removed_when_it_stops() {
         .await
         .expect("client starts");
     let node_id = client.node_id().to_string();
-    let a = alloc(&node_id, plugin_job("plugin", model::Duration::from_secs(30)));
+    let a = alloc(
+        &node_id,
+        plugin_job("plugin", model::Duration::from_secs(30)),
+    );
     let socket_dir = dir.path().join(format!("client/csi/plugins/{}", a.id));
     let _plugin = serve_plugin(&socket_dir.join("csi.sock"), dir.path().join("hp"));
     let alloc_id = a.id.clone();
@@ -82,7 +85,12 @@ async fn a_plugin_task_is_registered_on_the_node_and_removed_when_it_stops() {
     assert_eq!(node_info.id, "node-a");
     assert!(node_info.requires_node_stage_volume);
     let ctrl = &node.csi_controller_plugins["hostpath"];
-    assert!(ctrl.controller_info.as_ref().unwrap().supports_attach_detach);
+    assert!(
+        ctrl.controller_info
+            .as_ref()
+            .unwrap()
+            .supports_attach_detach
+    );
 
     // The task was told where its socket goes; a mock task sees the host, so nothing is mounted.
     let started = mock.started();
@@ -147,7 +155,9 @@ async fn a_plugin_that_never_answers_is_killed_at_its_health_timeout() {
     let alloc_id = a.id.clone();
     server.add_alloc(a);
     let failed = eventually("the plugin task fails", LIMIT, || {
-        server.alloc(&alloc_id).filter(|a| a.client_status == "failed")
+        server
+            .alloc(&alloc_id)
+            .filter(|a| a.client_status == "failed")
     })
     .await;
     let state = &failed.task_states["plugin"];
@@ -158,7 +168,9 @@ async fn a_plugin_that_never_answers_is_killed_at_its_health_timeout() {
         .find(|e| e.event_type == "Plugin became unhealthy")
         .expect("an unhealthy event");
     assert!(
-        unhealthy.message.starts_with("Error: CSI plugin failed probe: "),
+        unhealthy
+            .message
+            .starts_with("Error: CSI plugin failed probe: "),
         "{unhealthy:?}"
     );
     assert!(state.events.iter().any(|e| e.event_type == "Killing"
@@ -212,7 +224,10 @@ async fn a_csi_volume_is_claimed_mounted_into_the_task_and_released_on_stop() {
         .await
         .expect("client starts");
     let node_id = client.node_id().to_string();
-    let plugin_alloc = alloc(&node_id, plugin_job("plugin", model::Duration::from_secs(30)));
+    let plugin_alloc = alloc(
+        &node_id,
+        plugin_job("plugin", model::Duration::from_secs(30)),
+    );
     let socket = dir
         .path()
         .join(format!("client/csi/plugins/{}/csi.sock", plugin_alloc.id));
@@ -273,12 +288,18 @@ async fn a_csi_volume_is_claimed_mounted_into_the_task_and_released_on_stop() {
     let app_id = a.id.clone();
     server.add_alloc(a);
     eventually("the app runs", LIMIT, || {
-        server.alloc(&app_id).filter(|a| a.client_status == "running")
+        server
+            .alloc(&app_id)
+            .filter(|a| a.client_status == "running")
     })
     .await;
 
     let claims = server.csi_claims();
-    assert_eq!(claims.len(), 2, "one retryable failure, then the claim: {claims:?}");
+    assert_eq!(
+        claims.len(),
+        2,
+        "one retryable failure, then the claim: {claims:?}"
+    );
     let claim = &claims[1];
     assert_eq!(
         (claim.volume_id.as_str(), claim.allocation_id.as_str()),
@@ -288,7 +309,10 @@ async fn a_csi_volume_is_claimed_mounted_into_the_task_and_released_on_stop() {
     assert_eq!(claim.access_mode, "single-node-writer");
     assert_eq!(claim.node_id, node_id);
     let started = mock.started();
-    let app_cfg = started.iter().find(|c| c.name == "app").expect("app started");
+    let app_cfg = started
+        .iter()
+        .find(|c| c.name == "app")
+        .expect("app started");
     assert_eq!(app_cfg.mounts.len(), 1, "{:?}", app_cfg.mounts);
     let mount = &app_cfg.mounts[0];
     assert_eq!(mount.task_path, Path::new("/srv/data"));
@@ -298,7 +322,11 @@ async fn a_csi_volume_is_claimed_mounted_into_the_task_and_released_on_stop() {
     )));
     assert!(is_mounted(&mount.host_path), "the volume is published");
     let record: client::AllocRecord = serde_json::from_slice(
-        &std::fs::read(dir.path().join(format!("client/state/allocs/{app_id}.json"))).unwrap(),
+        &std::fs::read(
+            dir.path()
+                .join(format!("client/state/allocs/{app_id}.json")),
+        )
+        .unwrap(),
     )
     .unwrap();
     assert_eq!(record.csi_volumes["data"].host_path, mount.host_path);
@@ -316,11 +344,17 @@ async fn a_csi_volume_is_claimed_mounted_into_the_task_and_released_on_stop() {
     );
     assert!(released.claim.access_mode.is_empty());
     assert_eq!(released.claim.external_node_id, "node-a");
-    assert!(!is_mounted(&mount.host_path), "unpublished before the release");
-    let staging = dir.path().join(
-        "client/csi/monolith/hostpath/staging/data/rw-file-system-single-node-writer",
+    assert!(
+        !is_mounted(&mount.host_path),
+        "unpublished before the release"
     );
-    assert!(!is_mounted(&staging), "unstaged: no other allocation uses it");
+    let staging = dir
+        .path()
+        .join("client/csi/monolith/hostpath/staging/data/rw-file-system-single-node-writer");
+    assert!(
+        !is_mounted(&staging),
+        "unstaged: no other allocation uses it"
+    );
 
     server.stop_alloc(&plugin_alloc_id);
     eventually("the plugin leaves", LIMIT, || {

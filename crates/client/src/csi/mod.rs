@@ -17,10 +17,10 @@ pub(crate) mod volumes;
 
 use crate::context::SharedNode;
 use registry::CsiRegistry;
-use volumes::VolumeManager;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::Notify;
+use volumes::VolumeManager;
 
 /// What every runner shares for CSI.
 pub(crate) struct CsiManager {
