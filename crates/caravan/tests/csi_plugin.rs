@@ -68,17 +68,16 @@ fn a_plugin_job_registers_on_the_node_and_leaves_when_stopped() {
         let Ok(v) = agent.get("/v1/nodes") else {
             return false;
         };
-        let ready = v.as_array().and_then(|a| a.first()).filter(|n| n["Status"] == "ready");
+        let ready = v
+            .as_array()
+            .and_then(|a| a.first())
+            .filter(|n| n["Status"] == "ready");
         if let Some(n) = ready {
             node_id = n["ID"].as_str().unwrap_or_default().to_string();
         }
         ready.is_some()
     });
-    let (status, body) = agent.raw(
-        "PUT",
-        "/v1/jobs",
-        Some(&plugin_job(&common::bin(), &root)),
-    );
+    let (status, body) = agent.raw("PUT", "/v1/jobs", Some(&plugin_job(&common::bin(), &root)));
     assert_eq!(status, 200, "{body}");
 
     let mut node = Value::Null;
@@ -93,7 +92,10 @@ fn a_plugin_job_registers_on_the_node_and_leaves_when_stopped() {
     let plugin = &node["CSINodePlugins"]["hostpath"];
     assert_eq!(plugin["Provider"], "hostpath.csi.caravan", "{plugin}");
     assert_eq!(plugin["NodeInfo"]["ID"], "caravan-dev", "{plugin}");
-    assert_eq!(plugin["NodeInfo"]["RequiresNodeStageVolume"], true, "{plugin}");
+    assert_eq!(
+        plugin["NodeInfo"]["RequiresNodeStageVolume"], true,
+        "{plugin}"
+    );
     let controller = &node["CSIControllerPlugins"]["hostpath"];
     assert_eq!(
         controller["ControllerInfo"]["SupportsAttachDetach"], true,

@@ -10,11 +10,12 @@
 use crate::allocdir::AllocDir;
 use crate::context::shutting_down;
 use crate::context::{find_group, RunnerContext};
+use crate::csi::hook::{self, Volumes};
 use crate::events;
 use crate::health::{HealthTracker, TaskView};
 use crate::limits::{RUNNER_QUEUE_CAPACITY, SHUTDOWN_GRACE, STATE_VERSION};
 use crate::state_db::{AllocRecord, TaskRecord};
-use crate::task_runner::{TaskCommand, TaskReport, TaskRunner, TaskRunnerHandle};
+use crate::task_runner::{AllocView, TaskCommand, TaskReport, TaskRunner, TaskRunnerHandle};
 use crate::time::now_unix_ns;
 use model::alloc::{
     AllocDeploymentStatus, Allocation, TaskEvent, TaskState, ALLOC_CLIENT_STATUS_COMPLETE,
@@ -127,6 +128,30 @@ pub(crate) struct AllocRunner {
     /// The health decision as reported to the servers.
     deployment_status: Option<AllocDeploymentStatus>,
     tasks: SharedTasks,
+    /// The allocation's CSI volumes as the task runners mount them.
+    volumes: watch::Sender<Arc<Volumes>>,
+    volume_phase: VolumePhase,
+}
+
+/// Where the allocation's CSI volumes are (Nomad's csi_hook prerun and postrun).
+enum VolumePhase {
+    /// Mounted (or none wanted): tasks may start.
+    Ready,
+    /// Being claimed and mounted; no task starts until this ends.
+    Mounting(JoinHandle<(Volumes, Result<(), String>)>),
+    /// Every task is dead and the release was handed to the background.
+    Released,
+}
+
+/// The end of the mounting step; pending for ever in any other phase.
+async fn mounting(phase: &mut VolumePhase) -> (Volumes, Result<(), String>) {
+    match phase {
+        VolumePhase::Mounting(join) => match join.await {
+            Ok(done) => done,
+            Err(e) => (Volumes::new(), Err(format!("the CSI hook failed: {e}"))),
+        },
+        _ => std::future::pending().await,
+    }
 }
 
 impl AllocRunner {
@@ -155,6 +180,7 @@ impl AllocRunner {
             client_status: ALLOC_CLIENT_STATUS_PENDING.into(),
             client_description: String::new(),
             tasks,
+            csi_volumes: BTreeMap::new(),
         };
         Self::spawn(ctx, record, false)
     }
@@ -187,6 +213,7 @@ impl AllocRunner {
             find_group(&record.alloc).map(|(_, g)| g),
             tokio::time::Instant::now(),
         );
+        let (volumes, _) = watch::channel(Arc::new(record.csi_volumes));
         let (alloc_tx, _) = watch::channel(Arc::new(record.alloc));
         let tasks = SharedTasks::default();
         let runner = AllocRunner {
@@ -205,6 +232,8 @@ impl AllocRunner {
             health,
             deployment_status: None,
             tasks: Arc::clone(&tasks),
+            volumes,
+            volume_phase: VolumePhase::Ready,
         };
         let join = tokio::spawn(runner.run(recovered));
         AllocRunnerHandle {
@@ -227,6 +256,7 @@ impl AllocRunner {
         if recovered {
             self.reattach_tasks();
         }
+        self.begin_volumes();
         if self.slots.is_empty() {
             self.client_status = ALLOC_CLIENT_STATUS_FAILED.into();
             self.client_description = "the allocation has no job or task group".into();
@@ -242,6 +272,7 @@ impl AllocRunner {
             tokio::select! {
                 Some(report) = self.reports.recv() => self.on_report(report).await,
                 () = sleep_until_some(health_check) => self.advance().await,
+                done = mounting(&mut self.volume_phase) => self.on_volumes(done).await,
                 // Once destroying, the client has let go of this runner (its command channel
                 // closes); the runner finishes the destroy on its own.
                 cmd = self.cmds.recv(), if !self.destroying => match cmd {
@@ -252,6 +283,59 @@ impl AllocRunner {
                 () = shutting_down(&mut shutdown) => return self.detach().await,
             }
         }
+    }
+
+    /// Starts claiming and mounting the group's CSI volumes, unless it has none or nothing
+    /// will run any more.
+    fn begin_volumes(&mut self) {
+        let alloc = self.alloc.borrow().clone();
+        let all_dead = !self.slots.is_empty() && self.slots.values().all(Slot::is_dead);
+        if !hook::wants_volumes(&alloc) || alloc.server_terminal() || all_dead {
+            return;
+        }
+        let restored = (**self.volumes.borrow()).clone();
+        let ctx = Arc::clone(&self.ctx);
+        self.volume_phase = VolumePhase::Mounting(tokio::spawn(hook::prerun(ctx, alloc, restored)));
+    }
+
+    /// The volumes are claimed and mounted, or the hook failed: then no task starts and each
+    /// records why, failing the allocation (the claims taken are released as usual).
+    async fn on_volumes(&mut self, (volumes, result): (Volumes, Result<(), String>)) {
+        self.volume_phase = VolumePhase::Ready;
+        self.volumes.send_replace(Arc::new(volumes));
+        if let Err(msg) = result {
+            let msg = format!("pre-run hook \"csi_hook\" failed: {msg}");
+            tracing::warn!(alloc_id = %self.alloc_id(), "{msg}");
+            for slot in self.slots.values_mut().filter(|s| s.can_start()) {
+                events::push(&mut slot.record.state, events::setup_failure(&msg));
+                events::transition(&mut slot.record.state, TASK_STATE_DEAD);
+            }
+        }
+        self.persist().await;
+        self.advance().await;
+    }
+
+    /// Once every task is dead: unmount and release the volumes in the background.
+    async fn release_volumes(&mut self) {
+        if self.killing {
+            if let VolumePhase::Mounting(join) = &self.volume_phase {
+                // Stopped before its volumes were ready: nothing will use them.
+                join.abort();
+                self.volume_phase = VolumePhase::Ready;
+            }
+        }
+        let all_dead = self.slots.values().all(Slot::is_dead);
+        if !all_dead || !matches!(self.volume_phase, VolumePhase::Ready) {
+            return;
+        }
+        let volumes = (**self.volumes.borrow()).clone();
+        if volumes.is_empty() {
+            return;
+        }
+        hook::spawn_release(Arc::clone(&self.ctx), self.alloc_id(), volumes);
+        self.volumes.send_replace(Arc::default());
+        self.volume_phase = VolumePhase::Released;
+        self.persist().await;
     }
 
     /// Spawns a runner for every task that has a driver handle; it reattaches.
@@ -275,7 +359,10 @@ impl AllocRunner {
         slot.runner = Some(TaskRunner::spawn(
             Arc::clone(&self.ctx),
             name.to_string(),
-            self.alloc.subscribe(),
+            AllocView {
+                alloc: self.alloc.subscribe(),
+                volumes: self.volumes.subscribe(),
+            },
             self.dir.clone(),
             slot.record.clone(),
             self.reports_tx.clone(),
@@ -346,6 +433,7 @@ impl AllocRunner {
         if others_dead && !self.destroying {
             self.start_where(|s| s.role == Role::Poststop);
         }
+        self.release_volumes().await;
         self.publish().await;
     }
 
@@ -375,8 +463,11 @@ impl AllocRunner {
         }
     }
 
-    /// Starts what the lifecycle allows now.
+    /// Starts what the lifecycle allows now (nothing while volumes are being mounted).
     fn start_ready_tasks(&mut self) {
+        if matches!(self.volume_phase, VolumePhase::Mounting(_)) {
+            return;
+        }
         self.start_where(|s| matches!(s.role, Role::Prestart { .. }));
         let prestart_done = self.slots.values().all(|s| match s.role {
             Role::Prestart { sidecar: false } => s.is_dead() && !s.record.state.failed,
@@ -531,6 +622,7 @@ impl AllocRunner {
                 .iter()
                 .map(|(n, s)| (n.clone(), s.record.clone()))
                 .collect(),
+            csi_volumes: (**self.volumes.borrow()).clone(),
         }
     }
 

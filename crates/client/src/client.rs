@@ -80,6 +80,7 @@ impl Client {
             host_env: host_env(&cfg),
             shutdown: shutdown_rx.clone(),
             csi: Arc::clone(&csi),
+            conn: Arc::clone(&conn),
         });
         let runners = Arc::new(Runners::new(Arc::clone(&ctx)));
         recover(&state, &ctx, &runners).await?;

@@ -1,14 +1,15 @@
-//! How the client reaches the servers: the [`ServerConn`] trait (four calls, Nomad's names and
-//! bodies from `model::wire`) and [`RpcServerConn`], its implementation over `rpc`.
+//! How the client reaches the servers: the [`ServerConn`] trait (the four node calls and the two
+//! CSI claim calls, Nomad's names and bodies from `model::wire`) and [`RpcServerConn`], its implementation over `rpc`.
 //!
 //! The trait is small so tests can put an in-memory server behind it
 //! ([`crate::testing::FakeServer`]). Retries live in the client's loops, not here: one call is
 //! one pass over the known servers.
 
-use crate::limits::{ALLOC_QUERY_DEADLINE_MARGIN, SERVER_CALL_TIMEOUT};
+use crate::limits::{ALLOC_QUERY_DEADLINE_MARGIN, CSI_SERVER_CALL_TIMEOUT, SERVER_CALL_TIMEOUT};
 use model::wire::{
-    methods, NodeClientAllocsRequest, NodeClientAllocsResponse, NodeRegisterRequest,
-    NodeUpdateAllocRequest, NodeUpdateResponse, NodeUpdateStatusRequest,
+    methods, CsiVolumeClaimRequest, CsiVolumeClaimResponse, CsiVolumeUnpublishRequest,
+    NodeClientAllocsRequest, NodeClientAllocsResponse, NodeRegisterRequest, NodeUpdateAllocRequest,
+    NodeUpdateResponse, NodeUpdateStatusRequest,
 };
 use rpc::{ErrorCode, RpcError};
 use serde::de::DeserializeOwned;
@@ -39,6 +40,11 @@ pub trait ServerConn: Send + Sync + 'static {
     ) -> ConnFuture<'_, NodeClientAllocsResponse>;
     /// `Node.UpdateAlloc`: a batch of allocation status updates.
     fn update_allocs(&self, req: NodeUpdateAllocRequest) -> ConnFuture<'_, ()>;
+    /// `CSIVolume.Claim`: an allocation claims a volume before its tasks start; the answer
+    /// carries the volume and the controller's publish context.
+    fn csi_claim(&self, req: CsiVolumeClaimRequest) -> ConnFuture<'_, CsiVolumeClaimResponse>;
+    /// `CSIVolume.Unpublish`: release an allocation's claim once the node has unmounted it.
+    fn csi_unpublish(&self, req: CsiVolumeUnpublishRequest) -> ConnFuture<'_, ()>;
 }
 
 /// Whether a failed call may succeed on another server.
@@ -185,6 +191,23 @@ impl ServerConn for RpcServerConn {
         Box::pin(async move {
             let _: serde_json::Value = self
                 .call(methods::NODE_UPDATE_ALLOC, &req, SERVER_CALL_TIMEOUT)
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn csi_claim(&self, req: CsiVolumeClaimRequest) -> ConnFuture<'_, CsiVolumeClaimResponse> {
+        // A claim may wait on a controller publish: the longer deadline of plugin calls.
+        Box::pin(async move {
+            self.call(methods::CSI_VOLUME_CLAIM, &req, CSI_SERVER_CALL_TIMEOUT)
+                .await
+        })
+    }
+
+    fn csi_unpublish(&self, req: CsiVolumeUnpublishRequest) -> ConnFuture<'_, ()> {
+        Box::pin(async move {
+            let _: serde_json::Value = self
+                .call(methods::CSI_VOLUME_UNPUBLISH, &req, CSI_SERVER_CALL_TIMEOUT)
                 .await?;
             Ok(())
         })

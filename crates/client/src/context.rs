@@ -27,6 +27,8 @@ pub(crate) struct RunnerContext {
     pub shutdown: watch::Receiver<bool>,
     /// CSI plugins registered here, and where their directories go.
     pub csi: Arc<crate::csi::CsiManager>,
+    /// The servers (CSI claims; node calls stay with the client's loops).
+    pub conn: Arc<dyn crate::conn::ServerConn>,
 }
 
 /// The node as fingerprinted now. Readers take a snapshot; never held across `.await`.

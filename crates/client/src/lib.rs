@@ -8,8 +8,9 @@
 //! durable state, so that after a restart it reattaches to the tasks it started.
 //!
 //! **Never does:** scheduling (it runs what the servers placed on it, nothing else), changing
-//! cluster state other than through the four node rpc calls of [`ServerConn`], or running a
-//! process itself — every task goes through a [`drivers::Driver`].
+//! cluster state other than through the rpc calls of [`ServerConn`] (four node calls, two CSI
+//! claim calls), or running a process itself — every task goes through a [`drivers::Driver`].
+//! CSI plugins are tasks too; the client only probes them and calls them over their sockets.
 //!
 //! **Invariants:** task supervision never waits on the servers: unreachable servers delay
 //! registration and status updates (retried with bounded backoff), never a task; a task's
@@ -30,8 +31,8 @@ mod allocdir;
 mod client;
 mod config;
 mod conn;
-mod csi;
 mod context;
+mod csi;
 mod error;
 mod events;
 mod fingerprint;
@@ -58,6 +59,7 @@ pub use config::{
     ClientConfig, ClientTiming, ReservedResources, DEFAULT_ENV_DENYLIST, OPTION_ENV_DENYLIST,
 };
 pub use conn::{ConnFuture, RpcServerConn, ServerConn};
+pub use csi::hook::MountedVolume;
 pub use csi::registry::{CsiPluginInstance, CsiPluginKind};
 pub use csi::volumes::{CsiVolumeError, CsiVolumeUsage};
 pub use error::ClientError;

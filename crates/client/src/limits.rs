@@ -88,3 +88,6 @@ pub const CSI_PLUGIN_WAIT: Duration = Duration::from_secs(60);
 /// error (Nomad: 24 h), and the longest delay between two tries (Nomad: 1 min).
 pub const CSI_CLAIM_RETRY_FOR: Duration = Duration::from_secs(24 * 3600);
 pub const CSI_CLAIM_RETRY_DELAY_MAX: Duration = Duration::from_secs(60);
+/// The deadline of `CSIVolume.Claim` and `CSIVolume.Unpublish`: the server may call a
+/// controller plugin (through another client) before it answers.
+pub const CSI_SERVER_CALL_TIMEOUT: Duration = Duration::from_secs(150);

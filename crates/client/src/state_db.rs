@@ -19,6 +19,10 @@ pub struct AllocRecord {
     pub client_status: String,
     pub client_description: String,
     pub tasks: BTreeMap<String, TaskRecord>,
+    /// The allocation's CSI volumes as claimed and mounted (alias → volume), so a restarted
+    /// client keeps what is still mounted. (Records written before this field read as none.)
+    #[serde(default)]
+    pub csi_volumes: BTreeMap<String, crate::csi::hook::MountedVolume>,
 }
 
 /// One task as the client keeps it.
@@ -123,6 +127,7 @@ mod tests {
             },
             client_status: "running".into(),
             client_description: String::new(),
+            csi_volumes: BTreeMap::new(),
             tasks: [(
                 "web".to_string(),
                 TaskRecord {

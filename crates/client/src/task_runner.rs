@@ -73,6 +73,13 @@ pub(crate) struct TaskReport {
     pub record: TaskRecord,
 }
 
+/// What a task runner follows of its allocation: the newest copy from the servers, and its
+/// mounted CSI volumes.
+pub(crate) struct AllocView {
+    pub alloc: watch::Receiver<Arc<Allocation>>,
+    pub volumes: watch::Receiver<Arc<crate::csi::hook::Volumes>>,
+}
+
 pub(crate) struct TaskRunnerHandle {
     pub cmds: mpsc::Sender<TaskCommand>,
     pub join: JoinHandle<()>,
@@ -83,6 +90,8 @@ pub(crate) struct TaskRunner {
     name: String,
     /// The newest allocation from the servers (restarts use the newest job and resources).
     alloc: watch::Receiver<Arc<Allocation>>,
+    /// The allocation's mounted CSI volumes, for the task's `volume_mount`s.
+    volumes: watch::Receiver<Arc<crate::csi::hook::Volumes>>,
     dir: AllocDir,
     record: TaskRecord,
     tracker: RestartTracker,
@@ -126,7 +135,7 @@ impl TaskRunner {
     pub fn spawn(
         ctx: Arc<RunnerContext>,
         name: String,
-        alloc: watch::Receiver<Arc<Allocation>>,
+        alloc: AllocView,
         dir: AllocDir,
         record: TaskRecord,
         reports: mpsc::Sender<TaskReport>,
@@ -134,7 +143,7 @@ impl TaskRunner {
     ) -> TaskRunnerHandle {
         let (cmd_tx, cmd_rx) = mpsc::channel(RUNNER_QUEUE_CAPACITY);
         let tracker = {
-            let a = alloc.borrow();
+            let a = alloc.alloc.borrow();
             let job_type = a
                 .job
                 .as_deref()
@@ -155,7 +164,8 @@ impl TaskRunner {
             hook_env: BTreeMap::new(),
             supervisor: None,
             name,
-            alloc,
+            alloc: alloc.alloc,
+            volumes: alloc.volumes,
             dir,
             record,
             tracker,
@@ -433,10 +443,11 @@ impl TaskRunner {
 
     /// Everything the driver needs to start this task now.
     fn task_config(&self, alloc: &Allocation, driver: &dyn Driver) -> Result<TaskConfig, String> {
-        let (_, _, task) =
+        let (_, group, task) =
             find_task(alloc, &self.name).ok_or("the task is not in the allocation's job")?;
         let (mut env, task_dir) = self.task_env(alloc, driver)?;
-        let mut mounts = Vec::new();
+        let volumes = Arc::clone(&self.volumes.borrow());
+        let mut mounts = crate::csi::hook::task_mounts(task, &volumes, &group.volumes)?;
         if let Some(plugin) = self.plugin_setup(alloc, driver) {
             plugin.create_dirs()?;
             env.extend([("CSI_ENDPOINT".to_string(), plugin.endpoint.clone())]);
@@ -505,13 +516,13 @@ impl TaskRunner {
             }
             WaitEnd::Restart(reply) => self.restart(driver, task_id, reply).await,
             WaitEnd::Plugin(SupervisorEvent::Event(e)) => {
-                self.push(e);
+                self.push(*e);
                 self.report().await;
                 Step::Wait { driver, task_id }
             }
             WaitEnd::Plugin(SupervisorEvent::Kill { unhealthy, killing }) => {
-                self.push(unhealthy);
-                self.kill(&*driver, &task_id, Some(Box::new(killing))).await
+                self.push(*unhealthy);
+                self.kill(&*driver, &task_id, Some(killing)).await
             }
             WaitEnd::Kill(event) => self.kill(&*driver, &task_id, event).await,
             WaitEnd::Exited(exit) => {

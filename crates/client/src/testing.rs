@@ -1,5 +1,6 @@
 //! Test support for the client and its users: [`FakeServer`], an in-memory [`ServerConn`] that
-//! behaves like Caravan's servers for the four node calls (blocking alloc queries included), and
+//! behaves like Caravan's servers for the four node calls (blocking alloc queries included) and
+//! records the CSI claim calls (answering claims of volumes added with `add_csi_volume`), and
 //! builders for jobs and allocations.
 
 use crate::conn::{ConnFuture, ServerConn};
@@ -7,10 +8,12 @@ use model::alloc::{
     AllocatedCpuResources, AllocatedMemoryResources, AllocatedResources, AllocatedTaskResources,
     Allocation, ALLOC_CLIENT_STATUS_PENDING, ALLOC_DESIRED_STATUS_RUN, ALLOC_DESIRED_STATUS_STOP,
 };
+use model::csi::CSIVolume;
 use model::node::Node;
 use model::wire::{
-    AllocClientUpdate, NodeClientAllocsRequest, NodeClientAllocsResponse, NodeRegisterRequest,
-    NodeUpdateAllocRequest, NodeUpdateResponse, NodeUpdateStatusRequest,
+    AllocClientUpdate, CsiVolumeClaimRequest, CsiVolumeClaimResponse, CsiVolumeUnpublishRequest,
+    NodeClientAllocsRequest, NodeClientAllocsResponse, NodeRegisterRequest, NodeUpdateAllocRequest,
+    NodeUpdateResponse, NodeUpdateStatusRequest,
 };
 use model::{Job, Task, TaskGroup};
 use rpc::RpcError;
@@ -36,6 +39,11 @@ struct FakeState {
     heartbeats: BTreeMap<String, u64>,
     allocs: BTreeMap<String, Allocation>,
     updates: Vec<AllocClientUpdate>,
+    csi_volumes: BTreeMap<String, CSIVolume>,
+    csi_claims: Vec<CsiVolumeClaimRequest>,
+    csi_unpublishes: Vec<CsiVolumeUnpublishRequest>,
+    /// How many coming claims fail with `NoLeader` (retryable) first.
+    csi_claim_failures: u32,
 }
 
 impl FakeServer {
@@ -135,6 +143,26 @@ impl FakeServer {
         out
     }
 
+    /// Registers a CSI volume that claims can name.
+    pub fn add_csi_volume(&self, volume: CSIVolume) {
+        self.with(|s| s.csi_volumes.insert(volume.id.clone(), volume));
+    }
+
+    /// Makes the next `n` claims fail with a retryable `NoLeader`.
+    pub fn fail_csi_claims(&self, n: u32) {
+        self.with(|s| s.csi_claim_failures = n);
+    }
+
+    /// Every `CSIVolume.Claim` received (failed ones too), in order.
+    pub fn csi_claims(&self) -> Vec<CsiVolumeClaimRequest> {
+        self.with(|s| s.csi_claims.clone())
+    }
+
+    /// Every `CSIVolume.Unpublish` received, in order.
+    pub fn csi_unpublishes(&self) -> Vec<CsiVolumeUnpublishRequest> {
+        self.with(|s| s.csi_unpublishes.clone())
+    }
+
     fn check_up(&self) -> Result<(), RpcError> {
         if self.with(|s| s.unreachable) {
             return Err(RpcError::unavailable("fake server is unreachable"));
@@ -230,6 +258,39 @@ impl ServerConn for FakeServer {
                 }
             });
             Ok(())
+        })
+    }
+
+    fn csi_claim(&self, req: CsiVolumeClaimRequest) -> ConnFuture<'_, CsiVolumeClaimResponse> {
+        Box::pin(async move { self.claim(req) })
+    }
+
+    fn csi_unpublish(&self, req: CsiVolumeUnpublishRequest) -> ConnFuture<'_, ()> {
+        Box::pin(async move {
+            self.check_up()?;
+            self.with(|s| s.csi_unpublishes.push(req));
+            Ok(())
+        })
+    }
+}
+
+impl FakeServer {
+    fn claim(&self, req: CsiVolumeClaimRequest) -> Result<CsiVolumeClaimResponse, RpcError> {
+        self.check_node(&req.node_id, &req.secret_id)?;
+        self.with(|s| {
+            s.csi_claims.push(req.clone());
+            if s.csi_claim_failures > 0 {
+                s.csi_claim_failures -= 1;
+                return Err(RpcError::no_leader("fake server: no cluster leader"));
+            }
+            let volume = s.csi_volumes.get(&req.volume_id).cloned().ok_or_else(|| {
+                RpcError::not_found(format!("volume {} not found", req.volume_id))
+            })?;
+            Ok(CsiVolumeClaimResponse {
+                publish_context: BTreeMap::new(),
+                volume: Some(volume),
+                index: s.index,
+            })
         })
     }
 }

@@ -38,8 +38,8 @@ mod table;
 pub use docker::{config::DockerConfig, DockerDriver};
 pub use driver::{
     Capabilities, Driver, DriverFuture, ExecResult, ExecStream, ExitResult, Fingerprint,
-    FsIsolation, MountConfig, TaskConfig, TaskDir, TaskHandle, TaskLogConfig, TaskResources, TaskState,
-    TaskStats, TaskStatus, TASK_HANDLE_VERSION,
+    FsIsolation, MountConfig, TaskConfig, TaskDir, TaskHandle, TaskLogConfig, TaskResources,
+    TaskState, TaskStats, TaskStatus, TASK_HANDLE_VERSION,
 };
 pub use error::DriverError;
 pub use exec::{ExecConfig, ExecDriver};

@@ -58,9 +58,10 @@ fn main() -> ExitCode {
         ("alloc_exec_runs_inside_the_tasks_namespaces", |d| {
             Box::pin(exec_inside_the_task(d))
         }),
-        ("mounts_are_bound_into_the_chroot_read_only_when_asked", |d| {
-            Box::pin(mounts_are_bound(d))
-        }),
+        (
+            "mounts_are_bound_into_the_chroot_read_only_when_asked",
+            |d| Box::pin(mounts_are_bound(d)),
+        ),
     ];
     let filter = args.iter().skip(1).find(|a| !a.starts_with('-')).cloned();
     let runtime = tokio::runtime::Builder::new_multi_thread()

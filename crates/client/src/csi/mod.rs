@@ -3,21 +3,24 @@
 //!   is probed until healthy (or killed at its health timeout) and is then registered;
 //! - [`registry`]: the plugins registered here, reflected into the node's
 //!   `CSIControllerPlugins` / `CSINodePlugins` (a change registers the node again);
-//! - [`volumes`]: staging and publishing volumes through a node plugin, serialized per volume.
+//! - [`volumes`]: staging and publishing volumes through a node plugin, serialized per volume;
+//! - [`hook`]: an allocation's CSI volumes: claimed and mounted before its tasks start, handed
+//!   to the tasks' `volume_mount`s, unmounted and released once its tasks are dead.
 //!
 //! Directory layout under `<data_dir>/client/csi`: `plugins/<alloc>/csi.sock` (a plugin's
 //! socket) and `<type>/<plugin id>/` (its staging and publish base).
 
+pub(crate) mod hook;
 pub(crate) mod registry;
 pub(crate) mod supervisor;
 pub(crate) mod volumes;
 
 use crate::context::SharedNode;
 use registry::CsiRegistry;
-use volumes::VolumeManager;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::Notify;
+use volumes::VolumeManager;
 
 /// What every runner shares for CSI.
 pub(crate) struct CsiManager {

@@ -297,10 +297,19 @@ mod tests {
         let n = node.get();
         let ctrl = &n.csi_controller_plugins["hp"];
         assert!(ctrl.healthy && ctrl.requires_controller_plugin);
-        assert!(ctrl.controller_info.as_ref().unwrap().supports_attach_detach);
+        assert!(
+            ctrl.controller_info
+                .as_ref()
+                .unwrap()
+                .supports_attach_detach
+        );
         let info = n.csi_node_plugins["hp"].node_info.clone().unwrap();
         assert_eq!(
-            (info.id.as_str(), info.max_volumes, info.requires_node_stage_volume),
+            (
+                info.id.as_str(),
+                info.max_volumes,
+                info.requires_node_stage_volume
+            ),
             ("n1", i64::MAX, true)
         );
 

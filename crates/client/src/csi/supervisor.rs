@@ -64,7 +64,13 @@ impl PluginSetup {
     ) -> PluginSetup {
         let socket_dir = csi_root.join("plugins").join(alloc_id);
         let base_dir_host = csi_root.join(&cfg.plugin_type).join(&cfg.id);
-        let or = |v: &str, d: &str| if v.is_empty() { d.to_string() } else { v.to_string() };
+        let or = |v: &str, d: &str| {
+            if v.is_empty() {
+                d.to_string()
+            } else {
+                v.to_string()
+            }
+        };
         let mount_dir = or(&cfg.mount_dir, MOUNT_DIR_DEFAULT);
         let base_dir = or(&cfg.stage_publish_base_dir, STAGE_PUBLISH_BASE_DIR_DEFAULT);
         let health_timeout = cfg
@@ -133,11 +139,11 @@ impl PluginSetup {
 #[derive(Debug)]
 pub(crate) enum SupervisorEvent {
     /// Record this task event.
-    Event(TaskEvent),
+    Event(Box<TaskEvent>),
     /// Record `unhealthy`, then kill the task with `killing` (which fails it).
     Kill {
-        unhealthy: TaskEvent,
-        killing: TaskEvent,
+        unhealthy: Box<TaskEvent>,
+        killing: Box<TaskEvent>,
     },
 }
 
@@ -253,7 +259,9 @@ async fn supervise(
             .await;
     };
     let _ = tx
-        .send(SupervisorEvent::Event(plugin_healthy(&setup.plugin_id)))
+        .send(SupervisorEvent::Event(Box::new(plugin_healthy(
+            &setup.plugin_id,
+        ))))
         .await;
     let info = match client.plugin_info().await {
         Ok(info) => info,
@@ -302,7 +310,7 @@ async fn watch_health(
         };
         tracing::warn!(plugin_id = %setup.plugin_id, healthy, %description, "CSI plugin health changed");
         registry.set_health(&setup.plugin_id, &setup.alloc_id, healthy, &description);
-        if tx.send(SupervisorEvent::Event(e)).await.is_err() {
+        if tx.send(SupervisorEvent::Event(Box::new(e))).await.is_err() {
             return;
         }
     }
@@ -312,8 +320,8 @@ async fn kill(tx: &mpsc::Sender<SupervisorEvent>, why: &str) {
     tracing::warn!(error = %why, "killing the CSI plugin task");
     let _ = tx
         .send(SupervisorEvent::Kill {
-            unhealthy: plugin_unhealthy(why),
-            killing: plugin_killing(),
+            unhealthy: Box::new(plugin_unhealthy(why)),
+            killing: Box::new(plugin_killing()),
         })
         .await;
 }
@@ -353,7 +361,12 @@ mod tests {
         let pairs: Vec<(String, String)> = s
             .mounts
             .iter()
-            .map(|m| (m.host_path.display().to_string(), m.task_path.display().to_string()))
+            .map(|m| {
+                (
+                    m.host_path.display().to_string(),
+                    m.task_path.display().to_string(),
+                )
+            })
             .collect();
         assert_eq!(
             pairs,

@@ -605,8 +605,11 @@ mod tests {
 
         // Two unmounts at once: the first leaves the staging mount for the other allocation.
         let unmount = |alloc: &'static str| {
-            let (manager, usage, remote) =
-                (Arc::clone(&manager), usage.clone(), created.volume_id.clone());
+            let (manager, usage, remote) = (
+                Arc::clone(&manager),
+                usage.clone(),
+                created.volume_id.clone(),
+            );
             tokio::spawn(async move {
                 manager
                     .unmount_volume("hp", "shared", &remote, alloc, &usage)
