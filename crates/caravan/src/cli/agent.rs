@@ -373,13 +373,19 @@ impl httpapi::LocalClient for LocalClientHandle {
             let refuse = |code: i32, message: String| model::wire::CsiCallError { code, message };
             if node_secret.is_empty() || node_secret != self.0.node().secret_id {
                 // PERMISSION_DENIED: only servers that know this node may drive its plugins.
-                return Err(refuse(7, "the node secret does not match this client".into()));
+                return Err(refuse(
+                    7,
+                    "the node secret does not match this client".into(),
+                ));
             }
             let Some(plugin) = self.0.csi_controller(&req.plugin_id) else {
                 // UNAVAILABLE, so the server tries the next controller instance.
                 return Err(refuse(
                     14,
-                    format!("plugin {}: no controller instance runs on this client", req.plugin_id),
+                    format!(
+                        "plugin {}: no controller instance runs on this client",
+                        req.plugin_id
+                    ),
                 ));
             };
             let now = std::time::SystemTime::now()
