@@ -48,6 +48,26 @@ impl rpc::Handler for RpcHandler {
                     })
                     .await
                 }
+                model::wire::methods::CSI_VOLUME_CLAIM => {
+                    call(body, |req| async move {
+                        let r = server.csi_write(crate::csi::CsiWrite::Claim(req)).await?;
+                        r.claim.ok_or_else(|| {
+                            crate::error::ServerError::internal(
+                                "a claim answered without its result",
+                            )
+                        })
+                    })
+                    .await
+                }
+                model::wire::methods::CSI_VOLUME_UNPUBLISH => {
+                    call(body, |req| async move {
+                        server
+                            .csi_write(crate::csi::CsiWrite::Unpublish(req))
+                            .await
+                            .map(|_| ())
+                    })
+                    .await
+                }
                 crate::csi::CSI_WRITE => {
                     call(body, |req| async move { server.csi_write_local(req).await }).await
                 }

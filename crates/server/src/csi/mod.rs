@@ -365,10 +365,20 @@ impl Server {
                 "the node's secret does not match",
             ));
         }
+        // The node plugin's ID for this node, as the node fingerprinted it, when the client did
+        // not send one.
+        let external_node_id = if req.external_node_id.is_empty() {
+            snap.csi_volume(&ns, &req.volume_id)
+                .and_then(|v| node.csi_node_plugins.get(&v.plugin_id).cloned())
+                .and_then(|i| i.node_info.map(|n| n.id))
+                .unwrap_or_default()
+        } else {
+            req.external_node_id.clone()
+        };
         let claim = CSIVolumeClaim {
             allocation_id: req.allocation_id.clone(),
             node_id: req.node_id.clone(),
-            external_node_id: req.external_node_id.clone(),
+            external_node_id: external_node_id.clone(),
             mode: req.claim,
             access_mode: req.access_mode.clone(),
             attachment_mode: req.attachment_mode.clone(),
@@ -394,7 +404,7 @@ impl Server {
                     &v.id,
                     CsiControllerCall::ControllerPublishVolume {
                         volume_id: v.remote_id().to_string(),
-                        node_id: req.external_node_id.clone(),
+                        node_id: external_node_id.clone(),
                         capability: CsiCapability {
                             access_mode: req.access_mode.clone(),
                             attachment_mode: req.attachment_mode.clone(),
