@@ -303,7 +303,8 @@ impl<'v> Stack<'v> {
         } else {
             usize::MAX
         };
-        let checks = GroupChecks::new(&self.job, group);
+        let mut checks = GroupChecks::new(&self.job, group);
+        checks.resolve_csi(self.view, &self.namespace, &self.job);
         self.escaped |= checks.escaped;
         Some(GroupCtx {
             name: tg.to_string(),

@@ -28,6 +28,7 @@ pub struct MemView {
     by_job: BTreeMap<(String, String), BTreeSet<String>>,
     deployments: BTreeMap<String, Arc<Deployment>>,
     config: SchedulerConfig,
+    csi_volumes: BTreeMap<(String, String), Arc<model::csi::CSIVolume>>,
 }
 
 impl MemView {
@@ -153,6 +154,12 @@ impl MemView {
         }
     }
 
+    /// Stores a CSI volume (its `Schedulable` as the test sets it).
+    pub fn upsert_csi_volume(&mut self, v: model::csi::CSIVolume) {
+        self.csi_volumes
+            .insert((v.namespace.clone(), v.id.clone()), Arc::new(v));
+    }
+
     /// Replaces a stored node with `f` applied to it (down, draining, …).
     pub fn update_node(&mut self, id: &str, f: impl FnOnce(&mut Node)) {
         if let Some(n) = self.nodes.get(id) {
@@ -180,6 +187,12 @@ impl StateView for MemView {
 
     fn node(&self, id: &str) -> Option<Arc<Node>> {
         self.nodes.get(id).cloned()
+    }
+
+    fn csi_volume(&self, namespace: &str, id: &str) -> Option<Arc<model::csi::CSIVolume>> {
+        self.csi_volumes
+            .get(&(namespace.to_string(), id.to_string()))
+            .cloned()
     }
 
     fn allocs_by_job(&self, namespace: &str, job_id: &str) -> Vec<Arc<Allocation>> {

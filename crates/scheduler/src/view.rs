@@ -30,6 +30,10 @@ pub trait StateView {
     fn allocs_by_node(&self, node_id: &str) -> Vec<Arc<Allocation>>;
     /// The job's newest deployment, whatever its status.
     fn latest_deployment(&self, namespace: &str, job_id: &str) -> Option<Arc<Deployment>>;
+    /// A registered CSI volume (the CSI feasibility checks); `None` when the view has none.
+    fn csi_volume(&self, _namespace: &str, _id: &str) -> Option<Arc<model::csi::CSIVolume>> {
+        None
+    }
     /// The cluster's scheduler settings; Nomad's defaults unless the server stores others.
     fn scheduler_config(&self) -> SchedulerConfig {
         SchedulerConfig::default()

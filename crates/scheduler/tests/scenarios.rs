@@ -1054,3 +1054,71 @@ fn rolling_back_from_a_failed_canary_stops_it_and_places_no_new_canary() {
         .count();
     assert_eq!(placed_new, 0, "no new canary, no replacement");
 }
+
+#[test]
+fn csi_volumes_place_only_where_a_healthy_node_plugin_runs() {
+    let mut v = cluster(3);
+    let plugin = |healthy| model::csi::CSIInfo {
+        plugin_id: "hostpath".into(),
+        healthy,
+        node_info: Some(model::csi::CSINodeInfo {
+            id: "ext".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    v.update_node("n1", |n| {
+        n.csi_node_plugins.insert("hostpath".into(), plugin(false));
+    });
+    v.update_node("n2", |n| {
+        n.csi_node_plugins.insert("hostpath".into(), plugin(true));
+    });
+    v.upsert_csi_volume(model::csi::CSIVolume {
+        id: "data".into(),
+        namespace: "default".into(),
+        plugin_id: "hostpath".into(),
+        schedulable: true,
+        requested_capabilities: vec![model::csi::CSIVolumeCapability {
+            access_mode: "single-node-writer".into(),
+            attachment_mode: "file-system".into(),
+        }],
+        ..Default::default()
+    });
+    let mut j = job("db", "service", 1);
+    j.task_groups[0].volumes.insert(
+        "data".into(),
+        VolumeRequest {
+            name: "data".into(),
+            volume_type: "csi".into(),
+            source: "data".into(),
+            access_mode: "single-node-writer".into(),
+            attachment_mode: "file-system".into(),
+            ..VolumeRequest::default()
+        },
+    );
+    let j = v.upsert_job(j);
+    check(
+        &v,
+        &eval(&j),
+        r#"place db.web[0] on n2
+           deployment running "Deployment is running": web total=1 canaries=0 placed_canaries=0
+           eval complete"#,
+    );
+    // A volume that does not exist blocks the group, saying so.
+    let mut j2 = job("other", "service", 1);
+    j2.task_groups[0].volumes.insert(
+        "x".into(),
+        VolumeRequest {
+            name: "x".into(),
+            volume_type: "csi".into(),
+            source: "missing".into(),
+            access_mode: "single-node-writer".into(),
+            attachment_mode: "file-system".into(),
+            ..VolumeRequest::default()
+        },
+    );
+    let j2 = v.upsert_job(j2);
+    let o = schedule(&v, &eval(&j2), NOW, SEED).expect("schedules");
+    let s = summary(&v, &o);
+    assert!(s.contains("missing CSI Volume missing"), "{s}");
+}

@@ -12,11 +12,15 @@ pub(crate) mod distinct;
 pub(crate) mod version;
 
 use crate::resources::DeviceAsk;
+use crate::view::StateView;
 use constraint::{glob_match, Rule};
 use model::constraint::{Constraint, Operand};
+use model::csi::CSIVolume;
 use model::group::{TaskGroup, VolumeRequest};
 use model::job::Job;
 use model::node::{Node, NodeStatus, SchedulingEligibility, NODE_POOL_ALL};
+use std::collections::HashSet;
+use std::sync::Arc;
 
 /// `ConstraintFiltered` key of a node lacking a task's driver (Nomad's `FilterConstraintDrivers`).
 pub(crate) const FILTER_DRIVERS: &str = "missing drivers";
@@ -74,6 +78,9 @@ pub(crate) struct GroupChecks {
     group_rules: Vec<Rule>,
     host_volumes: Vec<(String, bool)>,
     csi_volumes: Vec<VolumeRequest>,
+    /// The group's CSI volumes as the stack resolved them; `None` skips the CSI checks (the
+    /// reconciler's in-place check: a running allocation keeps its claims).
+    csi: Option<Vec<CsiAsk>>,
     devices: Vec<DeviceAsk>,
     /// Some rule looks at a value unique to a node (`EscapedComputedClass`).
     pub(crate) escaped: bool,
@@ -111,6 +118,7 @@ impl GroupChecks {
                 .map(|v| (v.source.clone(), v.read_only))
                 .collect(),
             csi_volumes: csi.into_iter().cloned().collect(),
+            csi: None,
             devices: tg
                 .tasks
                 .iter()
@@ -148,7 +156,49 @@ impl GroupChecks {
         {
             return Err(FILTER_DEVICES.into());
         }
-        csi_volumes_feasible(node, &self.csi_volumes)
+        match &self.csi {
+            Some(asks) => csi_volumes_feasible(node, asks),
+            None => Ok(()),
+        }
+    }
+
+    /// Looks up the group's CSI volumes, so [`GroupChecks::check`] also checks them.
+    pub(crate) fn resolve_csi(&mut self, view: &dyn StateView, namespace: &str, job: &Job) {
+        if self.csi_volumes.is_empty() {
+            return;
+        }
+        let own: HashSet<String> = view
+            .allocs_by_job(namespace, &job.id)
+            .iter()
+            .map(|a| a.id.clone())
+            .collect();
+        self.csi = Some(
+            self.csi_volumes
+                .iter()
+                .map(|req| {
+                    // per_alloc: every index has its own volume; the node checks use the first.
+                    let id = if req.per_alloc {
+                        format!("{}[0]", req.source)
+                    } else {
+                        req.source.clone()
+                    };
+                    let volume = view.csi_volume(namespace, &id);
+                    let write_taken_by = volume.as_ref().and_then(|v| {
+                        v.write_claims
+                            .keys()
+                            .find(|alloc| !own.contains(*alloc))
+                            .cloned()
+                    });
+                    CsiAsk {
+                        id,
+                        per_alloc: req.per_alloc,
+                        read_only: req.read_only,
+                        volume,
+                        write_taken_by,
+                    }
+                })
+                .collect(),
+        );
     }
 
     fn has_host_volumes(&self, node: &Node) -> bool {
@@ -171,11 +221,82 @@ pub(crate) fn has_driver(node: &Node, driver: &str) -> bool {
         .is_some_and(|v| matches!(v.as_str(), "1" | "true" | "TRUE" | "True" | "t" | "T"))
 }
 
-/// The hook for CSI volume checks (claims, access modes, plugin health and topology on the node).
-/// Issue #8 (CSI volumes) fills it in, reading volumes through a `StateView` method it adds; until
-/// then every node is feasible for every CSI volume request.
-pub(crate) fn csi_volumes_feasible(node: &Node, volumes: &[VolumeRequest]) -> Result<(), String> {
-    let _ = (node, volumes);
+/// One CSI volume of a group, looked up once per evaluation.
+#[derive(Debug, Clone)]
+pub(crate) struct CsiAsk {
+    pub id: String,
+    pub per_alloc: bool,
+    pub read_only: bool,
+    pub volume: Option<Arc<CSIVolume>>,
+    /// A write claim held by an allocation of another job (a `per_alloc` request's own index
+    /// is checked when it claims).
+    pub write_taken_by: Option<String>,
+}
+
+/// Nomad's `CSIVolumeChecker` (minus the per-node volume limit): the volume exists, the node runs
+/// a healthy node plugin for it, the node is in one of the volume's topologies, and a claim of the
+/// kind asked for can be had. `Err` is Nomad's filter text.
+pub(crate) fn csi_volumes_feasible(node: &Node, asks: &[CsiAsk]) -> Result<(), String> {
+    for ask in asks {
+        let Some(v) = &ask.volume else {
+            return Err(format!("missing CSI Volume {}", ask.id));
+        };
+        let Some(plugin) = node.csi_node_plugins.get(&v.plugin_id) else {
+            return Err(format!(
+                "CSI plugin {} is missing from client {}",
+                v.plugin_id, node.id
+            ));
+        };
+        if !plugin.healthy {
+            return Err(format!(
+                "CSI plugin {} is unhealthy on client {}",
+                v.plugin_id, node.id
+            ));
+        }
+        if !v.topologies.is_empty() {
+            let here = plugin
+                .node_info
+                .as_ref()
+                .and_then(|n| n.accessible_topology.as_ref());
+            if !here.is_some_and(|t| v.topologies.iter().any(|w| w.segments == t.segments)) {
+                return Err("did not meet topology requirement".into());
+            }
+        }
+        if ask.per_alloc {
+            continue;
+        }
+        if ask.read_only {
+            if !v.schedulable {
+                return Err(format!(
+                    "CSI volume {} is unschedulable or has exhausted its available reader claims",
+                    v.id
+                ));
+            }
+        } else {
+            let writable = model::csi::is_writer_access_mode(&v.access_mode)
+                || (v.access_mode.is_empty()
+                    && v.requested_capabilities
+                        .iter()
+                        .any(|c| model::csi::is_writer_access_mode(&c.access_mode)));
+            if !v.schedulable || !writable {
+                return Err(format!(
+                    "CSI volume {} is unschedulable or is read-only",
+                    v.id
+                ));
+            }
+            let single = matches!(
+                v.access_mode.as_str(),
+                model::csi::ACCESS_MODE_SINGLE_NODE_WRITER
+                    | model::csi::ACCESS_MODE_MULTI_NODE_SINGLE_WRITER
+            );
+            if single && ask.write_taken_by.is_some() {
+                return Err(format!(
+                    "CSI volume {} has exhausted its available writer claims",
+                    v.id
+                ));
+            }
+        }
+    }
     Ok(())
 }
 
@@ -270,6 +391,108 @@ mod tests {
         v.volume_type = "csi".into();
         g.volumes.insert("certs".into(), v);
         assert_eq!(GroupChecks::new(&job, &g).check(&n), Ok(()));
+    }
+
+    fn csi_volume(access: &str) -> model::csi::CSIVolume {
+        model::csi::CSIVolume {
+            id: "db".into(),
+            namespace: "default".into(),
+            plugin_id: "ebs".into(),
+            schedulable: true,
+            requested_capabilities: vec![model::csi::CSIVolumeCapability {
+                access_mode: access.into(),
+                attachment_mode: "file-system".into(),
+            }],
+            ..model::csi::CSIVolume::default()
+        }
+    }
+
+    fn csi_node(healthy: bool, zone: &str) -> Node {
+        let mut n = node();
+        n.csi_node_plugins.insert(
+            "ebs".into(),
+            model::csi::CSIInfo {
+                healthy,
+                node_info: Some(model::csi::CSINodeInfo {
+                    id: "i-1".into(),
+                    accessible_topology: Some(model::csi::CSITopology {
+                        segments: [("zone".to_string(), zone.to_string())].into(),
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        );
+        n
+    }
+
+    fn ask(v: Option<model::csi::CSIVolume>, read_only: bool, taken: Option<&str>) -> CsiAsk {
+        CsiAsk {
+            id: "db".into(),
+            per_alloc: false,
+            read_only,
+            volume: v.map(Arc::new),
+            write_taken_by: taken.map(String::from),
+        }
+    }
+
+    #[test]
+    fn csi_volumes_need_the_volume_a_healthy_node_plugin_topology_and_a_free_claim() {
+        let ok = csi_node(true, "a");
+        let v = csi_volume("single-node-writer");
+        assert_eq!(
+            csi_volumes_feasible(&ok, &[ask(Some(v.clone()), false, None)]),
+            Ok(())
+        );
+        assert_eq!(
+            csi_volumes_feasible(&ok, &[ask(None, false, None)]),
+            Err("missing CSI Volume db".into())
+        );
+        assert_eq!(
+            csi_volumes_feasible(&node(), &[ask(Some(v.clone()), false, None)]),
+            Err("CSI plugin ebs is missing from client n1".into())
+        );
+        assert_eq!(
+            csi_volumes_feasible(&csi_node(false, "a"), &[ask(Some(v.clone()), false, None)]),
+            Err("CSI plugin ebs is unhealthy on client n1".into())
+        );
+        let mut zoned = v.clone();
+        zoned.topologies = vec![model::csi::CSITopology {
+            segments: [("zone".to_string(), "b".to_string())].into(),
+        }];
+        assert_eq!(
+            csi_volumes_feasible(&ok, &[ask(Some(zoned), false, None)]),
+            Err("did not meet topology requirement".into())
+        );
+        assert_eq!(
+            csi_volumes_feasible(&csi_node(true, "b"), &[ask(Some(v.clone()), false, None)]),
+            Ok(())
+        );
+        let mut claimed = v.clone();
+        claimed.access_mode = "single-node-writer".into();
+        assert_eq!(
+            csi_volumes_feasible(&ok, &[ask(Some(claimed.clone()), false, Some("other"))]),
+            Err("CSI volume db has exhausted its available writer claims".into())
+        );
+        // Readers are checked when they claim.
+        assert_eq!(
+            csi_volumes_feasible(&ok, &[ask(Some(claimed), true, Some("other"))]),
+            Ok(())
+        );
+        let ro = csi_volume("multi-node-reader-only");
+        assert_eq!(
+            csi_volumes_feasible(&ok, &[ask(Some(ro), false, None)]),
+            Err("CSI volume db is unschedulable or is read-only".into())
+        );
+        let mut down = v;
+        down.schedulable = false;
+        assert_eq!(
+            csi_volumes_feasible(&ok, &[ask(Some(down), true, None)]),
+            Err(
+                "CSI volume db is unschedulable or has exhausted its available reader claims"
+                    .into()
+            )
+        );
     }
 
     #[test]

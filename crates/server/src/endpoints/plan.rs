@@ -150,6 +150,10 @@ impl StateView for PlanView {
         self.base.node(id)
     }
 
+    fn csi_volume(&self, namespace: &str, id: &str) -> Option<Arc<model::csi::CSIVolume>> {
+        self.base.csi_volume(namespace, id)
+    }
+
     fn allocs_by_job(&self, namespace: &str, job_id: &str) -> Vec<Arc<Allocation>> {
         self.base.allocs_by_job(namespace, job_id)
     }

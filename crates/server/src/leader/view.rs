@@ -36,6 +36,15 @@ impl scheduler::StateView for SnapshotView {
         self.snap.nodes("")
     }
 
+    fn csi_volume(&self, namespace: &str, id: &str) -> Option<Arc<model::csi::CSIVolume>> {
+        self.snap.csi_volume(namespace, id).map(|v| {
+            let plugin = self.snap.csi_plugin(&v.plugin_id);
+            let mut v = (*v).clone();
+            v.schedulable = state::csi_schedulable(plugin.as_deref());
+            Arc::new(v)
+        })
+    }
+
     fn node(&self, id: &str) -> Option<Arc<Node>> {
         self.snap.node(id)
     }
