@@ -262,6 +262,10 @@ impl Task {
         }
         if let Some(p) = &mut self.csi_plugin_config {
             p.health_timeout.get_or_insert(Duration::from_secs(30));
+            // Nomad's api.TaskCSIPluginConfig.Canonicalize.
+            if p.mount_dir.is_empty() {
+                p.mount_dir = "/csi".into();
+            }
             if p.stage_publish_base_dir.is_empty() {
                 p.stage_publish_base_dir = "/local/csi".into();
             }
