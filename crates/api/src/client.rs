@@ -147,6 +147,8 @@ pub struct Client {
     http: reqwest::Client,
     config: Config,
     base: Url,
+    /// Sent as `X-Nomad-CSI-Secrets` (`k=v,k2=v2`) when set.
+    csi_secrets: Option<String>,
 }
 
 impl Client {
@@ -161,7 +163,12 @@ impl Client {
                 address: config.address.clone(),
                 reason: root_cause(&e),
             })?;
-        Ok(Client { http, config, base })
+        Ok(Client {
+            http,
+            config,
+            base,
+            csi_secrets: None,
+        })
     }
 
     /// A client configured from `NOMAD_ADDR`, `NOMAD_TOKEN`, `NOMAD_REGION`, `NOMAD_NAMESPACE`.
@@ -182,6 +189,19 @@ impl Client {
     pub fn with_namespace(&self, namespace: impl Into<String>) -> Client {
         let mut c = self.clone();
         c.config.namespace = Some(namespace.into());
+        c
+    }
+
+    /// The same connection, sending CSI secrets (`X-Nomad-CSI-Secrets`) with every request.
+    pub fn with_csi_secrets(&self, secrets: &std::collections::BTreeMap<String, String>) -> Client {
+        let mut c = self.clone();
+        c.csi_secrets = (!secrets.is_empty()).then(|| {
+            secrets
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        });
         c
     }
 
@@ -368,6 +388,9 @@ impl Client {
     ) -> Result<(String, HeaderMap)> {
         if let Some(token) = self.config.token.as_deref().filter(|t| !t.is_empty()) {
             req = req.header("X-Nomad-Token", token);
+        }
+        if let Some(secrets) = &self.csi_secrets {
+            req = req.header("X-Nomad-CSI-Secrets", secrets);
         }
         let resp = req
             .timeout(timeout)

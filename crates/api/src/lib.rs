@@ -31,6 +31,7 @@ pub mod operator;
 pub mod testing;
 pub mod types;
 mod volumes;
+pub use volumes::SnapshotPage;
 
 pub use alloc_ops::LogFollow;
 pub use client::{

@@ -3,8 +3,19 @@
 use crate::client::{Client, QueryOptions, WriteOptions};
 use crate::error::Result;
 use model::csi::{CSIPlugin, CSIPluginListStub, CSIVolume, CSIVolumeListStub};
+use model::wire::CsiSnapshot;
 use reqwest::Method;
 use serde::Deserialize;
+
+/// A page of snapshots (`GET /v1/volumes/snapshot`).
+#[derive(Debug, Deserialize, Default)]
+#[serde(default)]
+pub struct SnapshotPage {
+    #[serde(rename = "Snapshots")]
+    pub snapshots: Vec<CsiSnapshot>,
+    #[serde(rename = "NextToken")]
+    pub next_token: String,
+}
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
@@ -115,6 +126,63 @@ impl Client {
     /// `GET /v1/plugin/csi/:id`.
     pub async fn plugin(&self, id: &str, q: &QueryOptions) -> Result<CSIPlugin> {
         let (v, _) = self.query(&["v1", "plugin", "csi", id], &[], q).await?;
+        Ok(v)
+    }
+
+    /// `PUT /v1/volumes/snapshot`: snapshots `volume_id` (named `name`, or by the plugin).
+    pub async fn create_snapshot(
+        &self,
+        volume_id: &str,
+        name: &str,
+        parameters: &std::collections::BTreeMap<String, String>,
+        w: &WriteOptions,
+    ) -> Result<Vec<CsiSnapshot>> {
+        let body = serde_json::json!({"Snapshots": [{
+            "SourceVolumeID": volume_id, "Name": name, "Parameters": parameters,
+        }]});
+        let (r, _): (SnapshotPage, _) = self
+            .write(
+                Method::PUT,
+                &["v1", "volumes", "snapshot"],
+                &[],
+                Some(&body),
+                w,
+            )
+            .await?;
+        Ok(r.snapshots)
+    }
+
+    /// `DELETE /v1/volumes/snapshot?plugin_id=&snapshot_id=`.
+    pub async fn delete_snapshot(
+        &self,
+        plugin_id: &str,
+        snapshot_id: &str,
+        w: &WriteOptions,
+    ) -> Result<()> {
+        let _: (serde_json::Value, _) = self
+            .write::<(), _>(
+                Method::DELETE,
+                &["v1", "volumes", "snapshot"],
+                &[
+                    ("plugin_id", plugin_id.to_string()),
+                    ("snapshot_id", snapshot_id.to_string()),
+                ],
+                None,
+                w,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// `GET /v1/volumes/snapshot?plugin_id=`: one page, as the plugin pages them.
+    pub async fn list_snapshots(&self, plugin_id: &str, q: &QueryOptions) -> Result<SnapshotPage> {
+        let (v, _) = self
+            .query(
+                &["v1", "volumes", "snapshot"],
+                &[("plugin_id", plugin_id.to_string())],
+                q,
+            )
+            .await?;
         Ok(v)
     }
 }

@@ -275,13 +275,114 @@ fn secrets_header(headers: &HeaderMap) -> Result<BTreeMap<String, String>, ApiEr
     Ok(out)
 }
 
-/// `/v1/volumes/external` and `/v1/volumes/snapshot`: not built yet.
-pub async fn volumes_other(Path(rest): Path<String>) -> Response {
-    ApiError {
-        status: StatusCode::NOT_IMPLEMENTED,
-        message: format!("/v1/volumes/{rest} is not supported yet (volume snapshots and external volume listing)"),
+/// `/v1/volumes/snapshot` (PUT/POST create, DELETE delete, GET list) and `/v1/volumes/external`.
+pub async fn volumes_other(
+    State(st): State<ApiState>,
+    method: Method,
+    Path(rest): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    volumes_other_inner(&st, method, &rest, params, &headers, &body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct SnapshotsBody {
+    #[serde(rename = "Snapshots")]
+    snapshots: Vec<server::csi::SnapshotRequest>,
+}
+
+#[derive(Serialize)]
+struct SnapshotsReply {
+    #[serde(rename = "Snapshots")]
+    snapshots: Vec<model::wire::CsiSnapshot>,
+    #[serde(rename = "NextToken")]
+    next_token: String,
+}
+
+#[derive(Serialize)]
+struct ExternalReply {
+    #[serde(rename = "Volumes")]
+    volumes: Vec<model::wire::CsiExternalVolume>,
+    #[serde(rename = "NextToken")]
+    next_token: String,
+}
+
+async fn volumes_other_inner(
+    st: &ApiState,
+    method: Method,
+    rest: &str,
+    params: HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let q = QueryOptions::parse(params)?;
+    let plugin = || {
+        q.params
+            .get("plugin_id")
+            .filter(|p| !p.is_empty())
+            .cloned()
+            .ok_or_else(|| ApiError::bad_request("missing plugin_id: add ?plugin_id=<plugin>"))
+    };
+    let per_page = i32::try_from(q.per_page.unwrap_or(0)).unwrap_or(i32::MAX);
+    let write = match (rest, &method) {
+        ("snapshot", &Method::PUT | &Method::POST) => {
+            let req: SnapshotsBody = decode(body)?;
+            if req.snapshots.is_empty() {
+                return Err(ApiError::bad_request("Snapshots: at least one is required"));
+            }
+            CsiWrite::SnapshotCreate {
+                namespace: q.namespace.clone(),
+                snapshots: req.snapshots,
+            }
+        }
+        ("snapshot", &Method::DELETE) => CsiWrite::SnapshotDelete {
+            plugin_id: plugin()?,
+            snapshot_id: q
+                .params
+                .get("snapshot_id")
+                .filter(|p| !p.is_empty())
+                .cloned()
+                .ok_or_else(|| ApiError::bad_request("missing snapshot_id"))?,
+            secrets: secrets_header(headers)?,
+        },
+        ("snapshot", &Method::GET) => CsiWrite::SnapshotList {
+            plugin_id: plugin()?,
+            per_page,
+            next_token: q.next_token.clone(),
+            secrets: secrets_header(headers)?,
+        },
+        ("external", &Method::GET) => CsiWrite::ExternalList {
+            plugin_id: plugin()?,
+            per_page,
+            next_token: q.next_token.clone(),
+        },
+        ("snapshot" | "external", _) => return Err(ApiError::invalid_method()),
+        _ => return Err(ApiError::not_found("Not found")),
+    };
+    let external = rest == "external";
+    let r = st.server.csi_write(write).await?;
+    let reply = r.reply.unwrap_or_default();
+    if external {
+        return Ok(reply::plain(
+            &ExternalReply {
+                volumes: reply.volumes,
+                next_token: reply.next_token,
+            },
+            q.pretty,
+        ));
     }
-    .into_response()
+    Ok(reply::plain(
+        &SnapshotsReply {
+            snapshots: reply.snapshots,
+            next_token: reply.next_token,
+        },
+        q.pretty,
+    ))
 }
 
 /// `GET /v1/plugins?type=csi`.

@@ -22,6 +22,75 @@ pub enum VolumeCommand {
     Detach(DetachArgs),
     /// Show CSI volumes, or one volume
     Status(StatusArgs),
+    /// Create, delete or list CSI volume snapshots
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
+}
+
+#[derive(Subcommand)]
+pub enum SnapshotCommand {
+    /// Snapshot a volume: volume snapshot create <volume id> [name]
+    Create(SnapshotCreateArgs),
+    /// Delete a snapshot: volume snapshot delete <plugin id> <snapshot id>
+    Delete(SnapshotDeleteArgs),
+    /// List a plugin's snapshots
+    List(SnapshotListArgs),
+}
+
+#[derive(Args)]
+pub struct SnapshotCreateArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// A parameter for the plugin, key=value (repeatable)
+    #[arg(long = "parameter")]
+    parameters: Vec<String>,
+    /// A secret for the plugin, key=value (repeatable)
+    #[arg(long = "secret")]
+    secrets: Vec<String>,
+    /// Print full IDs
+    #[arg(long)]
+    verbose: bool,
+    /// The volume's ID
+    volume: String,
+    /// The snapshot's name (the plugin picks one when absent)
+    name: Option<String>,
+}
+
+#[derive(Args)]
+pub struct SnapshotDeleteArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// A secret for the plugin, key=value (repeatable)
+    #[arg(long = "secret")]
+    secrets: Vec<String>,
+    /// The plugin's ID
+    plugin: String,
+    /// The snapshot's ID
+    snapshot: String,
+}
+
+#[derive(Args)]
+pub struct SnapshotListArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// The plugin whose snapshots to list
+    #[arg(long)]
+    plugin: String,
+    /// A secret for the plugin, key=value (repeatable)
+    #[arg(long = "secret")]
+    secrets: Vec<String>,
+    /// How many per page
+    #[arg(long = "per-page", default_value_t = 30)]
+    per_page: i32,
+    /// Where the page starts (the NextToken of the page before)
+    #[arg(long = "page-token", default_value = "")]
+    page_token: String,
+    /// Print full IDs
+    #[arg(long)]
+    verbose: bool,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -115,7 +184,137 @@ pub fn run(cmd: VolumeCommand) -> i32 {
             })
         }),
         VolumeCommand::Status(a) => volume_status(a),
+        VolumeCommand::Snapshot(c) => snapshot(c),
     }
+}
+
+/// `key=value` pairs from repeated flags; a pair without `=` is an error naming the flag.
+fn pairs(
+    flag: &str,
+    items: &[String],
+) -> Result<std::collections::BTreeMap<String, String>, String> {
+    items
+        .iter()
+        .map(|p| {
+            p.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| format!("Error: -{flag} {p:?} is not key=value"))
+        })
+        .collect()
+}
+
+fn snapshot_table(snaps: &[model::wire::CsiSnapshot], verbose: bool) -> String {
+    let mut rows = vec![vec![
+        "Snapshot ID".to_string(),
+        "Volume ID".into(),
+        "Size".into(),
+        "Create Time".into(),
+        "Ready?".into(),
+    ]];
+    for s in snaps {
+        let volume = if s.source_volume_id.is_empty() {
+            &s.external_source_volume_id
+        } else {
+            &s.source_volume_id
+        };
+        rows.push(vec![
+            short_id(&s.id, verbose).to_string(),
+            short_id(volume, verbose).to_string(),
+            capacity(s.size_bytes),
+            super::output::format_time(s.create_time.saturating_mul(1_000_000_000)),
+            s.is_ready.to_string(),
+        ]);
+    }
+    format_list(&rows)
+}
+
+fn snapshot(cmd: SnapshotCommand) -> i32 {
+    let (flags, secrets) = match &cmd {
+        SnapshotCommand::Create(a) => (&a.api, &a.secrets),
+        SnapshotCommand::Delete(a) => (&a.api, &a.secrets),
+        SnapshotCommand::List(a) => (&a.api, &a.secrets),
+    };
+    let secrets = match pairs("secret", secrets) {
+        Ok(s) => s,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return 1;
+        }
+    };
+    let client = match flags.client() {
+        Ok(c) => c.with_csi_secrets(&secrets),
+        Err(msg) => {
+            eprintln!("{msg}");
+            return 1;
+        }
+    };
+    let ns = flags
+        .config()
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let w = api::WriteOptions::in_namespace(&ns);
+    block_on(async {
+        match cmd {
+            SnapshotCommand::Create(a) => {
+                let params = match pairs("parameter", &a.parameters) {
+                    Ok(p) => p,
+                    Err(msg) => {
+                        eprintln!("{msg}");
+                        return 1;
+                    }
+                };
+                let name = a.name.clone().unwrap_or_default();
+                match client.create_snapshot(&a.volume, &name, &params, &w).await {
+                    Ok(snaps) => {
+                        for s in &snaps {
+                            println!(
+                                "Completed snapshot of volume {} with snapshot ID {}.",
+                                a.volume, s.id
+                            );
+                        }
+                        println!("\n{}", snapshot_table(&snaps, a.verbose));
+                        0
+                    }
+                    Err(e) => fail("Error snapshotting volume", &e),
+                }
+            }
+            SnapshotCommand::Delete(a) => {
+                match client.delete_snapshot(&a.plugin, &a.snapshot, &w).await {
+                    Ok(()) => {
+                        println!("Deleted snapshot {}.", a.snapshot);
+                        0
+                    }
+                    Err(e) => fail("Error deleting volume snapshot", &e),
+                }
+            }
+            SnapshotCommand::List(a) => {
+                let q = api::QueryOptions {
+                    per_page: Some(a.per_page),
+                    next_token: (!a.page_token.is_empty()).then(|| a.page_token.clone()),
+                    ..query_opts(&a.api)
+                };
+                match client.list_snapshots(&a.plugin, &q).await {
+                    Ok(page) if a.json => {
+                        println!("{}", json_pretty(&page.snapshots));
+                        0
+                    }
+                    Ok(page) => {
+                        if page.snapshots.is_empty() {
+                            println!("No snapshots found");
+                        } else {
+                            println!("{}", snapshot_table(&page.snapshots, a.verbose));
+                        }
+                        if !page.next_token.is_empty() {
+                            println!("\nResults have been paginated. To get the next page run:\n\ncaravan volume snapshot list -plugin {} -page-token {}", a.plugin, page.next_token);
+                        }
+                        0
+                    }
+                    Err(e) => fail("Error listing volume snapshots", &e),
+                }
+            }
+        }
+    })
 }
 
 pub fn run_plugin(cmd: PluginCommand) -> i32 {

@@ -54,6 +54,46 @@ pub enum CsiWrite {
     },
     Claim(CsiVolumeClaimRequest),
     Unpublish(CsiVolumeUnpublishRequest),
+    /// `volume snapshot create`: one serialized CreateSnapshot per request.
+    SnapshotCreate {
+        namespace: String,
+        snapshots: Vec<SnapshotRequest>,
+    },
+    /// `volume snapshot delete`.
+    SnapshotDelete {
+        plugin_id: String,
+        snapshot_id: String,
+        secrets: BTreeMap<String, String>,
+    },
+    /// `volume snapshot list` (a read, but it goes to a controller like the writes).
+    SnapshotList {
+        plugin_id: String,
+        per_page: i32,
+        next_token: String,
+        secrets: BTreeMap<String, String>,
+    },
+    /// `GET /v1/volumes/external`.
+    ExternalList {
+        plugin_id: String,
+        per_page: i32,
+        next_token: String,
+    },
+}
+
+/// One snapshot to take (Nomad's `CSISnapshot` in a create request).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SnapshotRequest {
+    #[serde(rename = "SourceVolumeID")]
+    pub source_volume_id: String,
+    #[serde(rename = "Name")]
+    pub name: String,
+    #[serde(rename = "PluginID")]
+    pub plugin_id: String,
+    #[serde(rename = "Secrets")]
+    pub secrets: BTreeMap<String, String>,
+    #[serde(rename = "Parameters")]
+    pub parameters: BTreeMap<String, String>,
 }
 
 /// What a CSI write answers: the raft index, and the volumes or claim it produced.
@@ -62,6 +102,8 @@ pub struct CsiWriteResponse {
     pub index: u64,
     pub volumes: Vec<CSIVolume>,
     pub claim: Option<CsiVolumeClaimResponse>,
+    /// Snapshot and external-volume calls: the controller's answer.
+    pub reply: Option<model::wire::CsiControllerReply>,
 }
 
 impl Server {
@@ -109,6 +151,69 @@ impl Server {
                 node_id,
             } => self.volume_detach(&namespace, &id, &node_id).await,
             CsiWrite::Claim(req) => self.volume_claim(req).await,
+            CsiWrite::SnapshotCreate {
+                namespace,
+                snapshots,
+            } => self.snapshot_create(&namespace, snapshots).await,
+            CsiWrite::SnapshotDelete {
+                plugin_id,
+                snapshot_id,
+                secrets,
+            } => {
+                let reply = self
+                    .csi_controller_call(
+                        &plugin_id,
+                        "",
+                        "",
+                        CsiControllerCall::DeleteSnapshot {
+                            snapshot_id,
+                            secrets,
+                        },
+                    )
+                    .await?;
+                Ok(with_reply(reply))
+            }
+            CsiWrite::SnapshotList {
+                plugin_id,
+                per_page,
+                next_token,
+                secrets,
+            } => {
+                let mut reply = self
+                    .csi_controller_call(
+                        &plugin_id,
+                        "",
+                        "",
+                        CsiControllerCall::ListSnapshots {
+                            max_entries: per_page,
+                            starting_token: next_token,
+                            secrets,
+                        },
+                    )
+                    .await?;
+                for s in &mut reply.snapshots {
+                    s.plugin_id.clone_from(&plugin_id);
+                }
+                Ok(with_reply(reply))
+            }
+            CsiWrite::ExternalList {
+                plugin_id,
+                per_page,
+                next_token,
+            } => {
+                let reply = self
+                    .csi_controller_call(
+                        &plugin_id,
+                        "",
+                        "",
+                        CsiControllerCall::ListVolumes {
+                            max_entries: per_page,
+                            starting_token: next_token,
+                        },
+                    )
+                    .await?;
+                Ok(with_reply(reply))
+            }
             CsiWrite::Unpublish(req) => {
                 let vol = req.volume_id.clone();
                 let ns = namespace_or_default(&req.namespace);
@@ -178,6 +283,7 @@ impl Server {
             index: r.index,
             volumes: out,
             claim: None,
+            reply: None,
         })
     }
 
@@ -253,6 +359,7 @@ impl Server {
             index,
             volumes: created,
             claim: None,
+            reply: None,
         })
     }
 
@@ -299,6 +406,49 @@ impl Server {
             })
             .await?;
         Ok(index_only(r.index))
+    }
+
+    /// `volume snapshot create`: each snapshot of a registered volume, through its plugin.
+    async fn snapshot_create(
+        &self,
+        namespace: &str,
+        requests: Vec<SnapshotRequest>,
+    ) -> Result<CsiWriteResponse, ServerError> {
+        let mut all = model::wire::CsiControllerReply::default();
+        for req in requests {
+            let snap = self.state().snapshot();
+            let ns = namespace_or_default(namespace);
+            let v = snap.csi_volume(&ns, &req.source_volume_id).ok_or_else(|| {
+                ServerError::not_found(format!("volume not found: {}", req.source_volume_id))
+            })?;
+            if !req.plugin_id.is_empty() && req.plugin_id != v.plugin_id {
+                return Err(ServerError::bad_request(format!(
+                    "volume {} belongs to plugin {}, not {}",
+                    v.id, v.plugin_id, req.plugin_id
+                )));
+            }
+            let mut secrets = v.secrets.clone();
+            secrets.extend(req.secrets);
+            let reply = self
+                .csi_controller_call(
+                    &v.plugin_id,
+                    &ns,
+                    &v.id,
+                    CsiControllerCall::CreateSnapshot {
+                        source_volume_id: v.remote_id().to_string(),
+                        name: req.name,
+                        parameters: req.parameters,
+                        secrets,
+                    },
+                )
+                .await?;
+            for mut s in reply.snapshots {
+                s.source_volume_id.clone_from(&v.id);
+                s.plugin_id.clone_from(&v.plugin_id);
+                all.snapshots.push(s);
+            }
+        }
+        Ok(with_reply(all))
     }
 
     /// `volume detach`: releases every claim of the volume on the node whose allocation has
@@ -435,6 +585,7 @@ impl Server {
                 volume: Some((*v).clone()),
                 index: r.index,
             }),
+            reply: None,
         })
     }
 
@@ -530,6 +681,13 @@ impl Server {
             .await?
             .index;
         Ok(index)
+    }
+}
+
+fn with_reply(reply: model::wire::CsiControllerReply) -> CsiWriteResponse {
+    CsiWriteResponse {
+        reply: Some(reply),
+        ..CsiWriteResponse::default()
     }
 }
 
