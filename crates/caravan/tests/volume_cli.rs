@@ -1,6 +1,6 @@
-//! `caravan volume register|create|status` and `plugin status` against a real agent: spec files are
-//! checked like Nomad's CLI does (located errors), and the agent says CSI volumes are not supported
-//! yet (issue #8) instead of pretending.
+//! `caravan volume …` and `plugin status` against a real agent without any plugin: spec files are
+//! checked like Nomad's CLI does (located errors), a volume whose plugin does not run is refused
+//! with what to do, and the lists are empty. (Volumes with a running plugin: `csi_e2e.rs`.)
 
 mod common;
 
@@ -16,7 +16,7 @@ fn fixture(name: &str) -> String {
 }
 
 #[test]
-fn volume_commands_check_the_spec_and_report_that_csi_is_not_built() {
+fn volume_commands_check_the_spec_and_need_a_running_plugin() {
     let dir = temp_dir("volume-cli");
     let data = dir.join("data").display().to_string();
     let agent = Agent::start(&dir, &["-server", "-data-dir", &data]);
@@ -34,13 +34,28 @@ fn volume_commands_check_the_spec_and_report_that_csi_is_not_built() {
         };
         let (code, _, err) = agent.run(&["volume", verb, &file]);
         assert_eq!(code, 1, "{verb}");
-        assert!(err.contains("not supported yet"), "{verb}: {err}");
+        assert!(err.contains("not found: run the plugin's job first"), "{verb}: {err}");
     }
-    for args in [["volume", "status"], ["plugin", "status"]] {
-        let (code, _, err) = agent.run(&args);
-        assert_eq!(code, 1);
-        assert!(err.contains("not supported yet"), "{err}");
-    }
+    let (code, out, err) = agent.run(&["volume", "status"]);
+    assert_eq!((code, out.trim()), (0, "No CSI volumes"), "{err}");
+    let (code, out, err) = agent.run(&["plugin", "status"]);
+    assert_eq!((code, out.trim()), (0, "No CSI plugins"), "{err}");
+    let (code, _, err) = agent.run(&["volume", "status", "nope"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("No volumes with prefix or ID \"nope\" found"), "{err}");
+    let (code, _, err) = agent.run(&["volume", "deregister", "nope"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("volume not found: nope"), "{err}");
+
     let (status, body) = agent.raw("GET", "/v1/volumes?type=csi", None);
+    assert_eq!((status, body.as_str()), (200, "[]"));
+    let (status, body) = agent.raw("GET", "/v1/volumes?type=host", None);
     assert_eq!(status, 501, "{body}");
+    let (status, _) = agent.raw("GET", "/v1/volume/csi/nope", None);
+    assert_eq!(status, 404);
+    let (status, _) = agent.raw("GET", "/v1/plugin/csi/nope", None);
+    assert_eq!(status, 404);
+    let (status, body) = agent.raw("GET", "/v1/volumes/snapshot", None);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("plugin_id"), "{body}");
 }
