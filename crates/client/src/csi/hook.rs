@@ -198,16 +198,15 @@ async fn claim_and_mount(
     Ok(())
 }
 
-/// Whether the servers may accept the same claim later. By code: no leader, unreachable, late.
-/// rpc has no "retryable" code yet, so Nomad's two retryable claim answers — the volume's
-/// claims are taken for now, or a controller call failed in a retryable way — are told by
-/// their text until it does.
+/// Whether the servers may accept the same claim later, by code: no leader, unreachable, late,
+/// or `Conflict` — the state refuses it for now (the volume's claims are taken, the plugin is
+/// not schedulable yet, or the plugin answered FAILED_PRECONDITION because the volume is still
+/// attached elsewhere: the claim waits for the other one to be released).
 fn claim_retryable(e: &RpcError) -> bool {
     matches!(
         e.code,
-        ErrorCode::NoLeader | ErrorCode::Unavailable | ErrorCode::Timeout
-    ) || e.message.contains("max claims")
-        || e.message.contains("(retryable)")
+        ErrorCode::NoLeader | ErrorCode::Unavailable | ErrorCode::Timeout | ErrorCode::Conflict
+    )
 }
 
 async fn claim_with_retry(
@@ -362,9 +361,11 @@ mod tests {
     fn claims_are_retried_on_transient_answers_only() {
         assert!(claim_retryable(&RpcError::no_leader("x")));
         assert!(claim_retryable(&RpcError::unavailable("x")));
-        assert!(claim_retryable(&RpcError::bad_request(
+        assert!(claim_retryable(&RpcError::new(
+            ErrorCode::Conflict,
             "volume max claims reached"
         )));
+        assert!(!claim_retryable(&RpcError::bad_request("bad access mode")));
         assert!(!claim_retryable(&RpcError::not_found("no such volume")));
         assert!(!claim_retryable(&RpcError::permission_denied("x")));
     }
