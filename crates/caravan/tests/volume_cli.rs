@@ -34,7 +34,10 @@ fn volume_commands_check_the_spec_and_need_a_running_plugin() {
         };
         let (code, _, err) = agent.run(&["volume", verb, &file]);
         assert_eq!(code, 1, "{verb}");
-        assert!(err.contains("not found: run the plugin's job first"), "{verb}: {err}");
+        assert!(
+            err.contains("not found: run the plugin's job first"),
+            "{verb}: {err}"
+        );
     }
     let (code, out, err) = agent.run(&["volume", "status"]);
     assert_eq!((code, out.trim()), (0, "No CSI volumes"), "{err}");
@@ -42,7 +45,10 @@ fn volume_commands_check_the_spec_and_need_a_running_plugin() {
     assert_eq!((code, out.trim()), (0, "No CSI plugins"), "{err}");
     let (code, _, err) = agent.run(&["volume", "status", "nope"]);
     assert_eq!(code, 1);
-    assert!(err.contains("No volumes with prefix or ID \"nope\" found"), "{err}");
+    assert!(
+        err.contains("No volumes with prefix or ID \"nope\" found"),
+        "{err}"
+    );
     let (code, _, err) = agent.run(&["volume", "deregister", "nope"]);
     assert_eq!(code, 1);
     assert!(err.contains("volume not found: nope"), "{err}");

@@ -242,6 +242,15 @@ impl Server {
         result.map(|(r, _)| r)
     }
 
+    /// Resolves the plugin's recorded call, if any, in its turn (the volume watcher calls this
+    /// on a new leader, so a call left in flight is settled even if nothing else comes for it).
+    pub(crate) async fn csi_resolve_plugin(&self, plugin_id: &str) -> Result<(), ServerError> {
+        let transport = self.csi_transport()?;
+        let lock = self.csi_locks().of(plugin_id);
+        let _turn = lock.lock().await;
+        self.resolve_recorded(&*transport, plugin_id).await
+    }
+
     /// Resolves a call recorded for the plugin by an earlier leader (or an earlier failed clear):
     /// waits out its deadline, sends it again, and clears it. Errors while it stays unresolved.
     async fn resolve_recorded(

@@ -88,6 +88,17 @@ pub(crate) async fn run(server: Server, mut stop: watch::Receiver<bool>) {
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let mut tasks = tokio::task::JoinSet::new();
     let mut snap = store.snapshot();
+    // Calls an earlier leader left recorded are settled first, whether or not anything else
+    // comes for their plugins.
+    for op in snap.csi_controller_ops() {
+        let server = server.clone();
+        tasks.spawn(async move {
+            if let Err(e) = server.csi_resolve_plugin(&op.plugin_id).await {
+                tracing::warn!(plugin_id = %op.plugin_id, error = %e,
+                    "volume watcher: a recorded controller call is not resolved yet; the next call for the plugin tries again");
+            }
+        });
+    }
     loop {
         let now = Instant::now();
         let mut wake = now + IDLE_WAIT;
