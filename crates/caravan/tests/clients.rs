@@ -94,17 +94,21 @@ fn a_lost_client_is_marked_down_and_its_allocation_replaced_on_the_other() {
         !first.is_null()
     });
     let lost_node = first["NodeID"].as_str().unwrap().to_string();
-    let node_name = |id: &str| {
-        nodes(&server)
+    // Which client runs it, by the node's name. A failed read must never pick the wrong one:
+    // killing the other client would leave this node alive and the wait below would never end.
+    let mut name = String::new();
+    server.wait_until("the allocation's node is listed", || {
+        name = nodes(&server)
             .into_iter()
-            .find(|n| n["ID"] == id)
+            .find(|n| n["ID"] == lost_node.as_str())
             .and_then(|n| n["Name"].as_str().map(String::from))
-            .unwrap_or_default()
-    };
-    let (doomed, survivor) = if node_name(&lost_node) == "clients-c1" {
-        (c1, c2)
-    } else {
-        (c2, c1)
+            .unwrap_or_default();
+        !name.is_empty()
+    });
+    let (doomed, survivor) = match name.as_str() {
+        "clients-c1" => (c1, c2),
+        "clients-c2" => (c2, c1),
+        other => panic!("the allocation runs on an unexpected node {other:?}"),
     };
     // The allocation's files and stats are reachable from every agent: its own client's API
     // answers, the server's sends the request on to that client, and so does the other client's.
