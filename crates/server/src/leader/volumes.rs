@@ -40,15 +40,29 @@ impl Release {
     }
 }
 
-/// The claims that should be released now: live claims whose allocation is client-terminal (lost
-/// with its node included) or gone, and every past claim.
-pub(crate) fn due(snap: &StateSnapshot) -> Vec<Release> {
+/// How long a stopped allocation's own client has to release its claims (it unpublishes on the
+/// node first, then tells the servers) before the watcher releases them itself.
+pub(crate) const CLIENT_RELEASE_GRACE_NS: i64 = 60 * 1_000_000_000;
+
+/// The claims that should be released now (`now`: Unix nanoseconds): live claims whose allocation
+/// is gone, or client-terminal on a node that is gone or down, or client-terminal for longer than
+/// [`CLIENT_RELEASE_GRACE_NS`] (its client should have released it: the volume may still be
+/// mounted there until then, so the controller must not detach it yet); and every past claim.
+pub(crate) fn due(snap: &StateSnapshot, now: i64) -> Vec<Release> {
     let mut out = Vec::new();
     for v in snap.csi_volumes(None, "") {
         for c in v.read_claims.values().chain(v.write_claims.values()) {
-            let done = snap
-                .alloc(&c.allocation_id)
-                .is_none_or(|a| a.client_terminal());
+            let done = match snap.alloc(&c.allocation_id) {
+                None => true,
+                Some(a) if !a.client_terminal() => false,
+                Some(a) => {
+                    let node_gone = snap.node(&c.node_id).is_none_or(|n| {
+                        n.status == model::node::NodeStatus::Down.as_str()
+                            || n.status == model::node::NodeStatus::Disconnected.as_str()
+                    });
+                    node_gone || now.saturating_sub(a.modify_time) > CLIENT_RELEASE_GRACE_NS
+                }
+            };
             if done {
                 let mut claim = c.clone();
                 claim.state = CSIVolumeClaimState::UNPUBLISHING;
@@ -101,8 +115,9 @@ pub(crate) async fn run(server: Server, mut stop: watch::Receiver<bool>) {
     }
     loop {
         let now = Instant::now();
+        // The idle wait also brings claims whose client grace ran out back into view.
         let mut wake = now + IDLE_WAIT;
-        for release in due(&snap) {
+        for release in due(&snap, crate::endpoints::now_nanos()) {
             let key = release.key();
             {
                 let b = backoff.lock().unwrap_or_else(|p| p.into_inner());
@@ -162,5 +177,114 @@ pub(crate) async fn run(server: Server, mut stop: watch::Receiver<bool>) {
             s = store.wait_for(&tables, last, wake) => s,
             _ = done_rx.recv() => store.snapshot(),
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::leader::testkit::{alloc, job, node, Cluster};
+    use model::csi::{CSIInfo, CSINodeInfo, CSIVolume, CSIVolumeClaimMode};
+    use state::Command;
+
+    const NOW: i64 = 1_000 * 1_000_000_000;
+
+    /// Node n1 with a node plugin, volume v claimed (write) by allocation a1.
+    fn setup() -> (Cluster, model::Job) {
+        let mut c = Cluster::new();
+        let mut n = node("n1", 1000, 1000);
+        n.csi_node_plugins.insert(
+            "p".into(),
+            CSIInfo {
+                healthy: true,
+                node_info: Some(CSINodeInfo {
+                    id: "ext".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        );
+        c.add_node(n);
+        let j = job("web", 1, 100, 100);
+        c.register(&j, "e1");
+        let mut a = alloc("a1", &j, "n1", 100, 100);
+        a.client_status = "running".into();
+        c.apply(Command::AllocUpsert { allocs: vec![a] });
+        c.apply(Command::CsiVolumeRegister {
+            volumes: vec![CSIVolume {
+                id: "v".into(),
+                namespace: "default".into(),
+                plugin_id: "p".into(),
+                ..Default::default()
+            }],
+        });
+        c.apply(Command::CsiVolumeClaim {
+            namespace: "default".into(),
+            volume_id: "v".into(),
+            claim: CSIVolumeClaim {
+                allocation_id: "a1".into(),
+                node_id: "n1".into(),
+                mode: CSIVolumeClaimMode::WRITE,
+                access_mode: "single-node-writer".into(),
+                attachment_mode: "file-system".into(),
+                ..Default::default()
+            },
+        });
+        (c, j)
+    }
+
+    fn stop(c: &mut Cluster, j: &model::Job, modify_time: i64) {
+        let mut a = alloc("a1", j, "n1", 100, 100);
+        a.client_status = "complete".into();
+        a.desired_status = "stop".into();
+        a.modify_time = modify_time;
+        c.apply(Command::AllocUpsert { allocs: vec![a] });
+    }
+
+    #[test]
+    fn a_running_allocation_keeps_its_claim() {
+        let (c, _) = setup();
+        assert!(due(&c.snap(), NOW).is_empty());
+    }
+
+    #[test]
+    fn a_stopped_allocation_on_a_live_node_is_left_to_its_client_for_a_while() {
+        let (mut c, j) = setup();
+        stop(&mut c, &j, NOW - 1_000_000_000);
+        assert!(due(&c.snap(), NOW).is_empty(), "its client unmounts first");
+        let late = due(&c.snap(), NOW + CLIENT_RELEASE_GRACE_NS);
+        assert_eq!(late.len(), 1);
+        assert_eq!(late[0].claim.state, CSIVolumeClaimState::UNPUBLISHING);
+        assert_eq!(late[0].claim.access_mode, "single-node-writer");
+    }
+
+    #[test]
+    fn a_stopped_allocation_on_a_down_node_is_released_at_once() {
+        let (mut c, j) = setup();
+        stop(&mut c, &j, NOW);
+        c.apply(Command::NodeUpdateStatus {
+            node_id: "n1".into(),
+            status: "down".into(),
+            updated_at: 1,
+        });
+        assert_eq!(due(&c.snap(), NOW).len(), 1);
+    }
+
+    #[test]
+    fn past_claims_are_always_due() {
+        let (mut c, _) = setup();
+        c.apply(Command::CsiVolumeClaim {
+            namespace: "default".into(),
+            volume_id: "v".into(),
+            claim: CSIVolumeClaim {
+                allocation_id: "a1".into(),
+                node_id: "n1".into(),
+                state: CSIVolumeClaimState::UNPUBLISHING,
+                ..Default::default()
+            },
+        });
+        let d = due(&c.snap(), NOW);
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].claim.state, CSIVolumeClaimState::UNPUBLISHING);
     }
 }
