@@ -7,6 +7,7 @@
 
 use crate::server::Server;
 use model::csi::{CSIVolumeClaim, CSIVolumeClaimState};
+use model::node::NodeStatus;
 use state::{StateSnapshot, Table};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -40,15 +41,26 @@ impl Release {
     }
 }
 
-/// The claims that should be released now: live claims whose allocation is client-terminal (lost
-/// with its node included) or gone, and every past claim.
+/// The claims that should be released now: live claims whose allocation is gone, or is
+/// client-terminal on a node that is gone (down, disconnected, collected: lost allocations
+/// included), and every past claim (a release under way, resumed from its checkpoint).
+///
+/// A client-terminal allocation on a live node is left to its client, which unpublishes and
+/// unstages the volume and only then releases the claim: releasing it here would detach the
+/// volume at the controller while the node may still have it mounted (the spec wants
+/// ControllerUnpublishVolume after NodeUnstageVolume), and servers do not drive node calls.
 pub(crate) fn due(snap: &StateSnapshot) -> Vec<Release> {
+    let node_gone = |node_id: &str| {
+        snap.node(node_id).is_none_or(|n| {
+            n.status == NodeStatus::Down.as_str() || n.status == NodeStatus::Disconnected.as_str()
+        })
+    };
     let mut out = Vec::new();
     for v in snap.csi_volumes(None, "") {
         for c in v.read_claims.values().chain(v.write_claims.values()) {
             let done = snap
                 .alloc(&c.allocation_id)
-                .is_none_or(|a| a.client_terminal());
+                .is_none_or(|a| a.client_terminal() && node_gone(&c.node_id));
             if done {
                 let mut claim = c.clone();
                 claim.state = CSIVolumeClaimState::UNPUBLISHING;
