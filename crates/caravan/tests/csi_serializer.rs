@@ -86,6 +86,10 @@ struct RecState {
     faults: Vec<Fault>,
     /// The delay inside each call: from, to (ms).
     delay_ms: (u64, u64),
+    /// Node calls (not serialized by anyone but the client, per volume): recorded apart.
+    node_calls: Vec<Call>,
+    /// The delay inside NodeUnpublishVolume and NodeUnstageVolume.
+    node_teardown_delay: Duration,
 }
 
 #[derive(Default)]
@@ -161,6 +165,52 @@ impl Recorder {
 
     fn calls(&self) -> Vec<Call> {
         self.lock().calls.clone()
+    }
+
+    /// Records a node call around `work`.
+    async fn node_call<T>(
+        &self,
+        method: &'static str,
+        instance: &str,
+        volume: &str,
+        work: impl FnOnce() -> Result<T, Status>,
+    ) -> Result<Response<T>, Status> {
+        let (index, delay) = {
+            let mut s = self.lock();
+            s.node_calls.push(Call {
+                method,
+                instance: instance.to_string(),
+                volume: volume.to_string(),
+                start: Instant::now(),
+                end: None,
+                code: None,
+                injected: false,
+            });
+            let teardown = method == "NodeUnpublishVolume" || method == "NodeUnstageVolume";
+            (
+                s.node_calls.len() - 1,
+                if teardown {
+                    s.node_teardown_delay
+                } else {
+                    Duration::ZERO
+                },
+            )
+        };
+        tokio::time::sleep(delay).await;
+        let result = work();
+        let mut s = self.lock();
+        let call = &mut s.node_calls[index];
+        call.end = Some(Instant::now());
+        call.code = result.as_ref().err().map(Status::code);
+        result.map(Response::new)
+    }
+
+    fn node_calls(&self) -> Vec<Call> {
+        self.lock().node_calls.clone()
+    }
+
+    fn set_node_teardown_delay(&self, d: Duration) {
+        self.lock().node_teardown_delay = d;
     }
 
     fn in_flight(&self) -> usize {
@@ -335,43 +385,64 @@ impl Controller for RecordingController {
 }
 
 /// A node service that mounts nothing (the consumers are mock-driver tasks): it reports this
-/// instance's node ID and stages, and makes and removes the target directory.
+/// instance's node ID and stages, makes and removes the target directory, and records each call.
 #[derive(Clone)]
 struct StubNode {
     node_id: String,
+    rec: Arc<Recorder>,
 }
 
 #[tonic::async_trait]
 impl Node for StubNode {
     async fn node_stage_volume(
         &self,
-        _request: Request<v1::NodeStageVolumeRequest>,
+        request: Request<v1::NodeStageVolumeRequest>,
     ) -> Result<Response<v1::NodeStageVolumeResponse>, Status> {
-        Ok(Response::new(v1::NodeStageVolumeResponse {}))
+        let id = &request.get_ref().volume_id;
+        self.rec
+            .node_call("NodeStageVolume", &self.node_id, id, || {
+                Ok(v1::NodeStageVolumeResponse {})
+            })
+            .await
     }
 
     async fn node_unstage_volume(
         &self,
-        _request: Request<v1::NodeUnstageVolumeRequest>,
+        request: Request<v1::NodeUnstageVolumeRequest>,
     ) -> Result<Response<v1::NodeUnstageVolumeResponse>, Status> {
-        Ok(Response::new(v1::NodeUnstageVolumeResponse {}))
+        let id = &request.get_ref().volume_id;
+        self.rec
+            .node_call("NodeUnstageVolume", &self.node_id, id, || {
+                Ok(v1::NodeUnstageVolumeResponse {})
+            })
+            .await
     }
 
     async fn node_publish_volume(
         &self,
         request: Request<v1::NodePublishVolumeRequest>,
     ) -> Result<Response<v1::NodePublishVolumeResponse>, Status> {
-        std::fs::create_dir_all(&request.get_ref().target_path)
-            .map_err(|e| Status::internal(e.to_string()))?;
-        Ok(Response::new(v1::NodePublishVolumeResponse {}))
+        let req = request.get_ref();
+        self.rec
+            .node_call("NodePublishVolume", &self.node_id, &req.volume_id, || {
+                std::fs::create_dir_all(&req.target_path)
+                    .map_err(|e| Status::internal(e.to_string()))?;
+                Ok(v1::NodePublishVolumeResponse {})
+            })
+            .await
     }
 
     async fn node_unpublish_volume(
         &self,
         request: Request<v1::NodeUnpublishVolumeRequest>,
     ) -> Result<Response<v1::NodeUnpublishVolumeResponse>, Status> {
-        let _ = std::fs::remove_dir(&request.get_ref().target_path);
-        Ok(Response::new(v1::NodeUnpublishVolumeResponse {}))
+        let req = request.get_ref();
+        self.rec
+            .node_call("NodeUnpublishVolume", &self.node_id, &req.volume_id, || {
+                let _ = std::fs::remove_dir(&req.target_path);
+                Ok(v1::NodeUnpublishVolumeResponse {})
+            })
+            .await
     }
 
     async fn node_get_capabilities(
@@ -441,6 +512,7 @@ impl RecordingPlugin {
                 }))
                 .add_service(NodeServer::new(StubNode {
                     node_id: name.to_string(),
+                    rec: Arc::clone(&rec),
                 }));
             rt.spawn(router.serve_with_incoming_shutdown(
                 tokio_stream::wrappers::UnixListenerStream::new(listener),
@@ -879,6 +951,8 @@ fn twenty_claims_at_once_never_overlap_and_all_go_to_the_lowest_node_id() {
     }
 
     // Stop: every claim is released (client unpublish and the volume watcher race to do it).
+    // Slow node teardown: the controller must still come after it.
+    c.rec().set_node_teardown_delay(Duration::from_millis(300));
     let (status, body) = c.api().raw("DELETE", "/v1/job/consumers", None);
     assert_eq!(status, 200, "{body}");
     wait_for(
@@ -910,6 +984,28 @@ fn twenty_claims_at_once_never_overlap_and_all_go_to_the_lowest_node_id() {
     );
     assert_eq!(count("DeleteVolume"), 20, "{}", summary(&calls));
     assert_never_overlapped(c.rec());
+    // The spec's order: a volume is detached from a node (ControllerUnpublishVolume) only after
+    // that node unpublished and unstaged it.
+    let node_calls = c.rec().node_calls();
+    for call in calls
+        .iter()
+        .filter(|x| x.method == "ControllerUnpublishVolume")
+    {
+        for teardown in node_calls.iter().filter(|n| {
+            n.volume == call.volume
+                && (n.method == "NodeUnpublishVolume" || n.method == "NodeUnstageVolume")
+        }) {
+            let done = teardown.end.expect("node teardown ended");
+            assert!(
+                call.start >= done,
+                "ControllerUnpublishVolume of {} started {:?} before {} on {} ended",
+                call.volume,
+                done - call.start,
+                teardown.method,
+                teardown.instance
+            );
+        }
+    }
     let elsewhere: Vec<&Call> = calls.iter().filter(|x| x.instance != lowest).collect();
     assert!(
         elsewhere.is_empty(),
