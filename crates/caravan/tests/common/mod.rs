@@ -243,3 +243,128 @@ pub fn header(headers: &[(String, String)], name: &str) -> Option<String> {
         .find(|(k, _)| k == name)
         .map(|(_, v)| v.clone())
 }
+
+/// Waits until `cond` holds, polling every `every`; panics naming `what` after `timeout`. Returns
+/// how long it took.
+pub fn wait_for(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut cond: impl FnMut() -> bool,
+) -> Duration {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(every);
+    }
+    start.elapsed()
+}
+
+/// A short temp dir (`/tmp/cv<pid><tag>`): unix socket paths under it (a plugin's
+/// `<data>/client/csi/plugins/<alloc id>/csi.sock`) must fit the 107 bytes of `sun_path`.
+pub fn short_temp_dir(tag: &str) -> PathBuf {
+    let dir = PathBuf::from(format!("/tmp/cv{}{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Everything a test leaves under its dir goes when this drops (declare it before the agents, so
+/// it drops after them): processes whose command line, working dir or root names the dir (agents,
+/// plugin and raw_exec tasks, exec tasks in their chroots, logmon helpers) are SIGKILLed, mounts
+/// under it are lazily unmounted (deepest first), and the dir is removed once nothing is mounted
+/// there. A failed assertion therefore leaks neither processes nor mounts.
+pub struct Leftovers {
+    pub dir: PathBuf,
+}
+
+impl Leftovers {
+    pub fn new(dir: &Path) -> Leftovers {
+        Leftovers {
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// The processes (other than this one) that belong to the dir.
+    pub fn pids(&self) -> Vec<u32> {
+        let needle = self.dir.display().to_string();
+        let me = std::process::id();
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| *pid != me)
+            .filter(|pid| {
+                let under = |link: &str| {
+                    std::fs::read_link(format!("/proc/{pid}/{link}"))
+                        .is_ok_and(|p| p.starts_with(&self.dir))
+                };
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
+                    || under("cwd")
+                    || under("root")
+            })
+            .collect()
+    }
+
+    /// Mount points under the dir, deepest first.
+    pub fn mounts(&self) -> Vec<PathBuf> {
+        let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mut out: Vec<PathBuf> = text
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .map(|p| PathBuf::from(p.replace("\\040", " ")))
+            .filter(|p| p.starts_with(&self.dir))
+            .collect();
+        out.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+        out.dedup();
+        out
+    }
+
+    pub fn kill_processes(&self) {
+        for _ in 0..5 {
+            let pids = self.pids();
+            if pids.is_empty() {
+                return;
+            }
+            for pid in pids {
+                let _ = Command::new("kill")
+                    .args(["-9", &pid.to_string()])
+                    .stderr(Stdio::null())
+                    .status();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn unmount_all(&self) {
+        for _ in 0..3 {
+            let mounts = self.mounts();
+            if mounts.is_empty() {
+                return;
+            }
+            for m in mounts {
+                let _ = Command::new("umount")
+                    .arg("-l")
+                    .arg(&m)
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
+    }
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        self.kill_processes();
+        self.unmount_all();
+        if self.mounts().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}

@@ -1,0 +1,1276 @@
+//! The controller-call serializer against real agents: servers and client-only agents as processes
+//! on loopback, and a RECORDING CSI plugin served by this test process itself — one unix socket per
+//! client node (each with its own node ID), all sharing one recorder and one hostpath controller.
+//! On each client the plugin "task" is a raw_exec task of a system job that symlinks that node's
+//! socket to where the client expects the plugin's socket, then sleeps.
+//!
+//! The recorder wraps every destructive controller call (CreateVolume, DeleteVolume,
+//! ControllerPublishVolume, ControllerUnpublishVolume, snapshots, expand): start and end, the
+//! instance it reached, how many were in flight, and a small delay inside the call to widen any
+//! overlap window. The call's work runs in its own task, so it finishes even when the caller gives
+//! up (as a storage backend would): a call a dead leader left behind still counts as in flight.
+//! It can answer the first N calls with an injected code.
+//!
+//! What is proven, each against the recorded calls:
+//! - 20 allocations claiming 20 volumes at once all run, no two destructive calls ever overlap, and
+//!   every call goes to the controller on the lowest node ID;
+//! - with three servers, SIGKILLing the leader while publishes are in flight: still no overlap, the
+//!   new leader waits out the in-flight call's deadline before it sends anything, every claim
+//!   completes;
+//! - ABORTED is retried on the same instance with growing gaps; UNAVAILABLE moves the call to the
+//!   next instance, and when every instance is unavailable the claim is retried with growing gaps;
+//! - the claims of a SIGKILLed client are freed within heartbeat TTL + grace + one retry interval
+//!   (plus a margin; the measured time is printed).
+//!
+//! The tests take one lock so they run one at a time (2 cores). Every wait has a deadline; the
+//! `Leftovers` guard kills every process and unmounts everything under the test's dir.
+
+mod common;
+
+use common::{short_temp_dir, wait_for, Agent, Leftovers};
+use csi::hostpath::{self, ControllerService, Hostpath};
+use csi::v1;
+use csi::v1::controller_server::{Controller, ControllerServer};
+use csi::v1::identity_server::IdentityServer;
+use csi::v1::node_server::{Node, NodeServer};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tonic::{Code, Request, Response, Status};
+
+const PLUGIN: &str = "rec";
+const SECOND: Duration = Duration::from_secs(1);
+/// `server::csi::CONTROLLER_CALL_TIMEOUT`: how long a call may be in flight.
+const CONTROLLER_CALL_TIMEOUT: Duration = Duration::from_secs(20);
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The recording plugin
+
+/// One destructive controller call as the plugin saw it.
+#[derive(Debug, Clone)]
+struct Call {
+    method: &'static str,
+    /// The client node (its name) whose socket the call came in on.
+    instance: String,
+    /// The volume's ID at the provider (CreateVolume: the name asked for).
+    volume: String,
+    start: Instant,
+    end: Option<Instant>,
+    /// `None`: answered OK.
+    code: Option<Code>,
+    injected: bool,
+}
+
+/// An injected answer: the next `left` calls of `method` (reaching `instance`, when set) get `code`.
+struct Fault {
+    method: &'static str,
+    instance: Option<String>,
+    code: Code,
+    left: usize,
+}
+
+#[derive(Default)]
+struct RecState {
+    calls: Vec<Call>,
+    in_flight: usize,
+    max_in_flight: usize,
+    faults: Vec<Fault>,
+    /// The delay inside each call: from, to (ms).
+    delay_ms: (u64, u64),
+    /// Node calls (not serialized by anyone but the client, per volume): recorded apart.
+    node_calls: Vec<Call>,
+    /// The delay inside NodeUnpublishVolume and NodeUnstageVolume.
+    node_teardown_delay: Duration,
+}
+
+#[derive(Default)]
+struct Recorder {
+    state: Mutex<RecState>,
+}
+
+impl Recorder {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RecState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A call starts: its index, the injected code if any, and how long to delay it.
+    fn begin(
+        &self,
+        method: &'static str,
+        instance: &str,
+        volume: &str,
+    ) -> (usize, Option<Code>, Duration) {
+        let mut s = self.lock();
+        s.in_flight += 1;
+        s.max_in_flight = s.max_in_flight.max(s.in_flight);
+        let index = s.calls.len();
+        let fault = s
+            .faults
+            .iter_mut()
+            .find(|f| {
+                f.left > 0
+                    && f.method == method
+                    && f.instance.as_deref().is_none_or(|i| i == instance)
+            })
+            .map(|f| {
+                f.left -= 1;
+                f.code
+            });
+        s.calls.push(Call {
+            method,
+            instance: instance.to_string(),
+            volume: volume.to_string(),
+            start: Instant::now(),
+            end: None,
+            code: fault,
+            injected: fault.is_some(),
+        });
+        let (from, to) = s.delay_ms;
+        // Spread over the range, deterministically.
+        let delay = from + (index as u64 * 7919) % (to - from + 1);
+        (index, fault, Duration::from_millis(delay))
+    }
+
+    fn end(&self, index: usize, code: Option<Code>) {
+        let mut s = self.lock();
+        s.in_flight -= 1;
+        let call = &mut s.calls[index];
+        call.end = Some(Instant::now());
+        if !call.injected {
+            call.code = code;
+        }
+    }
+
+    fn inject(&self, method: &'static str, instance: Option<&str>, code: Code, n: usize) {
+        self.lock().faults.push(Fault {
+            method,
+            instance: instance.map(String::from),
+            code,
+            left: n,
+        });
+    }
+
+    fn set_delay_ms(&self, from: u64, to: u64) {
+        self.lock().delay_ms = (from, to.max(from));
+    }
+
+    fn calls(&self) -> Vec<Call> {
+        self.lock().calls.clone()
+    }
+
+    /// Records a node call around `work`.
+    async fn node_call<T>(
+        &self,
+        method: &'static str,
+        instance: &str,
+        volume: &str,
+        work: impl FnOnce() -> Result<T, Status>,
+    ) -> Result<Response<T>, Status> {
+        let (index, delay) = {
+            let mut s = self.lock();
+            s.node_calls.push(Call {
+                method,
+                instance: instance.to_string(),
+                volume: volume.to_string(),
+                start: Instant::now(),
+                end: None,
+                code: None,
+                injected: false,
+            });
+            let teardown = method == "NodeUnpublishVolume" || method == "NodeUnstageVolume";
+            (
+                s.node_calls.len() - 1,
+                if teardown {
+                    s.node_teardown_delay
+                } else {
+                    Duration::ZERO
+                },
+            )
+        };
+        tokio::time::sleep(delay).await;
+        let result = work();
+        let mut s = self.lock();
+        let call = &mut s.node_calls[index];
+        call.end = Some(Instant::now());
+        call.code = result.as_ref().err().map(Status::code);
+        result.map(Response::new)
+    }
+
+    fn node_calls(&self) -> Vec<Call> {
+        self.lock().node_calls.clone()
+    }
+
+    fn set_node_teardown_delay(&self, d: Duration) {
+        self.lock().node_teardown_delay = d;
+    }
+
+    fn in_flight(&self) -> usize {
+        self.lock().in_flight
+    }
+
+    fn max_in_flight(&self) -> usize {
+        self.lock().max_in_flight
+    }
+}
+
+/// The hostpath controller behind one socket, every destructive call recorded.
+#[derive(Clone)]
+struct RecordingController {
+    inner: ControllerService,
+    instance: String,
+    rec: Arc<Recorder>,
+}
+
+impl RecordingController {
+    async fn recorded<T, W>(
+        &self,
+        method: &'static str,
+        volume: String,
+        work: W,
+    ) -> Result<Response<T>, Status>
+    where
+        T: Send + 'static,
+        W: Future<Output = Result<Response<T>, Status>> + Send + 'static,
+    {
+        let (index, fault, delay) = self.rec.begin(method, &self.instance, &volume);
+        if let Some(code) = fault {
+            self.rec.end(index, Some(code));
+            return Err(Status::new(
+                code,
+                format!("injected {code:?} answer to {method}"),
+            ));
+        }
+        let rec = Arc::clone(&self.rec);
+        // Its own task: it runs to the end even if the caller hangs up.
+        let task = tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let result = work.await;
+            rec.end(index, result.as_ref().err().map(Status::code));
+            result
+        });
+        task.await
+            .map_err(|e| Status::internal(format!("recorded call panicked: {e}")))?
+    }
+}
+
+#[tonic::async_trait]
+impl Controller for RecordingController {
+    async fn create_volume(
+        &self,
+        request: Request<v1::CreateVolumeRequest>,
+    ) -> Result<Response<v1::CreateVolumeResponse>, Status> {
+        let inner = self.inner.clone();
+        let name = request.get_ref().name.clone();
+        self.recorded("CreateVolume", name, async move {
+            Controller::create_volume(&inner, request).await
+        })
+        .await
+    }
+
+    async fn delete_volume(
+        &self,
+        request: Request<v1::DeleteVolumeRequest>,
+    ) -> Result<Response<v1::DeleteVolumeResponse>, Status> {
+        let inner = self.inner.clone();
+        let id = request.get_ref().volume_id.clone();
+        self.recorded("DeleteVolume", id, async move {
+            Controller::delete_volume(&inner, request).await
+        })
+        .await
+    }
+
+    async fn controller_publish_volume(
+        &self,
+        request: Request<v1::ControllerPublishVolumeRequest>,
+    ) -> Result<Response<v1::ControllerPublishVolumeResponse>, Status> {
+        let inner = self.inner.clone();
+        let id = request.get_ref().volume_id.clone();
+        self.recorded("ControllerPublishVolume", id, async move {
+            Controller::controller_publish_volume(&inner, request).await
+        })
+        .await
+    }
+
+    async fn controller_unpublish_volume(
+        &self,
+        request: Request<v1::ControllerUnpublishVolumeRequest>,
+    ) -> Result<Response<v1::ControllerUnpublishVolumeResponse>, Status> {
+        let inner = self.inner.clone();
+        let id = request.get_ref().volume_id.clone();
+        self.recorded("ControllerUnpublishVolume", id, async move {
+            Controller::controller_unpublish_volume(&inner, request).await
+        })
+        .await
+    }
+
+    async fn create_snapshot(
+        &self,
+        request: Request<v1::CreateSnapshotRequest>,
+    ) -> Result<Response<v1::CreateSnapshotResponse>, Status> {
+        let inner = self.inner.clone();
+        let id = request.get_ref().source_volume_id.clone();
+        self.recorded("CreateSnapshot", id, async move {
+            Controller::create_snapshot(&inner, request).await
+        })
+        .await
+    }
+
+    async fn delete_snapshot(
+        &self,
+        request: Request<v1::DeleteSnapshotRequest>,
+    ) -> Result<Response<v1::DeleteSnapshotResponse>, Status> {
+        let inner = self.inner.clone();
+        let id = request.get_ref().snapshot_id.clone();
+        self.recorded("DeleteSnapshot", id, async move {
+            Controller::delete_snapshot(&inner, request).await
+        })
+        .await
+    }
+
+    async fn controller_expand_volume(
+        &self,
+        request: Request<v1::ControllerExpandVolumeRequest>,
+    ) -> Result<Response<v1::ControllerExpandVolumeResponse>, Status> {
+        let inner = self.inner.clone();
+        let id = request.get_ref().volume_id.clone();
+        self.recorded("ControllerExpandVolume", id, async move {
+            Controller::controller_expand_volume(&inner, request).await
+        })
+        .await
+    }
+
+    async fn validate_volume_capabilities(
+        &self,
+        request: Request<v1::ValidateVolumeCapabilitiesRequest>,
+    ) -> Result<Response<v1::ValidateVolumeCapabilitiesResponse>, Status> {
+        Controller::validate_volume_capabilities(&self.inner, request).await
+    }
+
+    async fn list_volumes(
+        &self,
+        request: Request<v1::ListVolumesRequest>,
+    ) -> Result<Response<v1::ListVolumesResponse>, Status> {
+        Controller::list_volumes(&self.inner, request).await
+    }
+
+    async fn get_capacity(
+        &self,
+        request: Request<v1::GetCapacityRequest>,
+    ) -> Result<Response<v1::GetCapacityResponse>, Status> {
+        Controller::get_capacity(&self.inner, request).await
+    }
+
+    async fn controller_get_capabilities(
+        &self,
+        request: Request<v1::ControllerGetCapabilitiesRequest>,
+    ) -> Result<Response<v1::ControllerGetCapabilitiesResponse>, Status> {
+        Controller::controller_get_capabilities(&self.inner, request).await
+    }
+
+    async fn list_snapshots(
+        &self,
+        request: Request<v1::ListSnapshotsRequest>,
+    ) -> Result<Response<v1::ListSnapshotsResponse>, Status> {
+        Controller::list_snapshots(&self.inner, request).await
+    }
+}
+
+/// A node service that mounts nothing (the consumers are mock-driver tasks): it reports this
+/// instance's node ID and stages, makes and removes the target directory, and records each call.
+#[derive(Clone)]
+struct StubNode {
+    node_id: String,
+    rec: Arc<Recorder>,
+}
+
+#[tonic::async_trait]
+impl Node for StubNode {
+    async fn node_stage_volume(
+        &self,
+        request: Request<v1::NodeStageVolumeRequest>,
+    ) -> Result<Response<v1::NodeStageVolumeResponse>, Status> {
+        let id = &request.get_ref().volume_id;
+        self.rec
+            .node_call("NodeStageVolume", &self.node_id, id, || {
+                Ok(v1::NodeStageVolumeResponse {})
+            })
+            .await
+    }
+
+    async fn node_unstage_volume(
+        &self,
+        request: Request<v1::NodeUnstageVolumeRequest>,
+    ) -> Result<Response<v1::NodeUnstageVolumeResponse>, Status> {
+        let id = &request.get_ref().volume_id;
+        self.rec
+            .node_call("NodeUnstageVolume", &self.node_id, id, || {
+                Ok(v1::NodeUnstageVolumeResponse {})
+            })
+            .await
+    }
+
+    async fn node_publish_volume(
+        &self,
+        request: Request<v1::NodePublishVolumeRequest>,
+    ) -> Result<Response<v1::NodePublishVolumeResponse>, Status> {
+        let req = request.get_ref();
+        self.rec
+            .node_call("NodePublishVolume", &self.node_id, &req.volume_id, || {
+                std::fs::create_dir_all(&req.target_path)
+                    .map_err(|e| Status::internal(e.to_string()))?;
+                Ok(v1::NodePublishVolumeResponse {})
+            })
+            .await
+    }
+
+    async fn node_unpublish_volume(
+        &self,
+        request: Request<v1::NodeUnpublishVolumeRequest>,
+    ) -> Result<Response<v1::NodeUnpublishVolumeResponse>, Status> {
+        let req = request.get_ref();
+        self.rec
+            .node_call("NodeUnpublishVolume", &self.node_id, &req.volume_id, || {
+                let _ = std::fs::remove_dir(&req.target_path);
+                Ok(v1::NodeUnpublishVolumeResponse {})
+            })
+            .await
+    }
+
+    async fn node_get_capabilities(
+        &self,
+        _request: Request<v1::NodeGetCapabilitiesRequest>,
+    ) -> Result<Response<v1::NodeGetCapabilitiesResponse>, Status> {
+        use v1::node_service_capability::{rpc::Type, Rpc, Type as Cap};
+        Ok(Response::new(v1::NodeGetCapabilitiesResponse {
+            capabilities: vec![v1::NodeServiceCapability {
+                r#type: Some(Cap::Rpc(Rpc {
+                    r#type: Type::StageUnstageVolume as i32,
+                })),
+            }],
+        }))
+    }
+
+    async fn node_get_info(
+        &self,
+        _request: Request<v1::NodeGetInfoRequest>,
+    ) -> Result<Response<v1::NodeGetInfoResponse>, Status> {
+        Ok(Response::new(v1::NodeGetInfoResponse {
+            node_id: self.node_id.clone(),
+            max_volumes_per_node: 0,
+            accessible_topology: None,
+        }))
+    }
+}
+
+/// The plugin served by this process on `<dir>/<instance>.sock`, one socket per client node.
+struct RecordingPlugin {
+    rt: Option<tokio::runtime::Runtime>,
+    rec: Arc<Recorder>,
+    stops: Vec<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl RecordingPlugin {
+    fn start(dir: &Path, instances: &[&str]) -> RecordingPlugin {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let rec = Arc::new(Recorder::default());
+        rec.set_delay_ms(50, 100);
+        let hostpath = Hostpath::open(hostpath::Config {
+            root: dir.join("hp"),
+            node_id: "controller".into(),
+            max_volumes_per_node: 0,
+        })
+        .unwrap();
+        let mut stops = Vec::new();
+        for name in instances {
+            let socket = dir.join(format!("{name}.sock"));
+            let _ = std::fs::remove_file(&socket);
+            let listener = {
+                let _in_rt = rt.enter();
+                tokio::net::UnixListener::bind(&socket).unwrap()
+            };
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            stops.push(stop);
+            let router = tonic::transport::Server::builder()
+                .add_service(IdentityServer::new(hostpath.identity()))
+                .add_service(ControllerServer::new(RecordingController {
+                    inner: hostpath.controller(),
+                    instance: name.to_string(),
+                    rec: Arc::clone(&rec),
+                }))
+                .add_service(NodeServer::new(StubNode {
+                    node_id: name.to_string(),
+                    rec: Arc::clone(&rec),
+                }));
+            rt.spawn(router.serve_with_incoming_shutdown(
+                tokio_stream::wrappers::UnixListenerStream::new(listener),
+                async {
+                    let _ = stopped.await;
+                },
+            ));
+        }
+        RecordingPlugin {
+            rt: Some(rt),
+            rec,
+            stops,
+        }
+    }
+}
+
+impl Drop for RecordingPlugin {
+    fn drop(&mut self) {
+        for stop in self.stops.drain(..) {
+            let _ = stop.send(());
+        }
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cluster
+
+const DRIVERS: &str = "plugin \"mock_driver\" {\n  config {\n    enabled = true\n  }\n}\nplugin \"raw_exec\" {\n  config {\n    enabled = true\n  }\n}\n";
+
+/// Short heartbeats, so a killed client is noticed in seconds.
+const SHORT_HEARTBEATS: &str = "server {\n  heartbeat_grace = \"1s\"\n  min_heartbeat_ttl = \"1s\"\n  failover_heartbeat_ttl = \"3s\"\n}\n";
+const HEARTBEAT_TTL: Duration = Duration::from_secs(1);
+const HEARTBEAT_GRACE: Duration = Duration::from_secs(1);
+/// `server::leader::volumes::RETRY_FIRST`: the volume watcher's first retry delay.
+const WATCHER_RETRY: Duration = Duration::from_millis(500);
+
+/// Fields drop in order: agents first, then the plugin, then everything left under the dir.
+struct Cluster {
+    servers: Vec<Option<Agent>>,
+    clients: Vec<Option<Agent>>,
+    plugin: RecordingPlugin,
+    /// Client node name → node ID.
+    node_ids: BTreeMap<String, String>,
+    _leftovers: Leftovers,
+}
+
+fn agent_dir(base: &Path, name: &str) -> PathBuf {
+    let dir = base.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn leader_rpc(a: &Agent) -> String {
+    a.get("/v1/status/leader")
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default()
+}
+
+impl Cluster {
+    /// `servers` servers (1 or 3), two client-only agents `c1` and `c2`, and the recording
+    /// plugin's system job healthy on both.
+    fn start(tag: &str, servers: usize, server_config: &str) -> Cluster {
+        let base = short_temp_dir(tag);
+        let leftovers = Leftovers::new(&base);
+        let names = ["c1", "c2"];
+        let plugin = RecordingPlugin::start(&base, &names);
+        let mut started: Vec<Option<Agent>> = Vec::new();
+        for i in 0..servers {
+            let dir = agent_dir(&base, &format!("s{i}"));
+            let data = dir.join("d").display().to_string();
+            let extra = dir.join("server.hcl");
+            std::fs::write(&extra, server_config).unwrap();
+            let extra = extra.display().to_string();
+            let agent = if servers == 1 {
+                Agent::start(&dir, &["-server", "-data-dir", &data, "-config", &extra])
+            } else {
+                Agent::spawn(
+                    &dir,
+                    &[
+                        "-server",
+                        "-bootstrap-expect",
+                        &servers.to_string(),
+                        "-data-dir",
+                        &data,
+                        "-config",
+                        &extra,
+                    ],
+                )
+            };
+            started.push(Some(agent));
+        }
+        if servers > 1 {
+            let first = started[0].as_ref().unwrap();
+            let others: Vec<&str> = started[1..]
+                .iter()
+                .map(|s| s.as_ref().unwrap().rpc.as_str())
+                .collect();
+            let mut args = vec!["server", "join"];
+            args.extend(others);
+            let (code, out, err) = first.run(&args);
+            assert_eq!(code, 0, "{out}{err}");
+            for s in started.iter().flatten() {
+                s.wait_until("the cluster elected a leader", || !leader_rpc(s).is_empty());
+            }
+        }
+        let rpcs: Vec<String> = started
+            .iter()
+            .flatten()
+            .map(|s| {
+                if s.rpc.is_empty() {
+                    leader_rpc(s)
+                } else {
+                    s.rpc.clone()
+                }
+            })
+            .collect();
+        let rpcs = rpcs.join(",");
+        let mut clients = Vec::new();
+        for name in names {
+            let dir = agent_dir(&base, name);
+            let data = dir.join("d").display().to_string();
+            let drivers = dir.join("drivers.hcl");
+            std::fs::write(&drivers, DRIVERS).unwrap();
+            let drivers = drivers.display().to_string();
+            clients.push(Some(Agent::start(
+                &dir,
+                &[
+                    "-client",
+                    "-servers",
+                    &rpcs,
+                    "-node",
+                    name,
+                    "-data-dir",
+                    &data,
+                    "-config",
+                    &drivers,
+                ],
+            )));
+        }
+        let mut cluster = Cluster {
+            servers: started,
+            clients,
+            plugin,
+            node_ids: BTreeMap::new(),
+            _leftovers: leftovers,
+        };
+        let api = cluster.api();
+        api.wait_until("both clients ready with mock_driver and raw_exec", || {
+            let nodes = api
+                .get("/v1/nodes")
+                .ok()
+                .and_then(|v| v.as_array().cloned())
+                .unwrap_or_default();
+            nodes.len() == 2
+                && nodes.iter().all(|n| {
+                    n["Status"] == "ready"
+                        && n["Drivers"]["mock_driver"]["Healthy"] == true
+                        && n["Drivers"]["raw_exec"]["Healthy"] == true
+                })
+        });
+        let node_ids = api
+            .get("/v1/nodes")
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| {
+                (
+                    n["Name"].as_str().unwrap().to_string(),
+                    n["ID"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        let job = plugin_job(&base);
+        let (status, body) = api.put("/v1/jobs", &job);
+        assert_eq!(status, 200, "{body}");
+        api.wait_until("the plugin is healthy on both clients", || {
+            api.get(&format!("/v1/plugin/csi/{PLUGIN}"))
+                .is_ok_and(|p| p["ControllersHealthy"] == 2 && p["NodesHealthy"] == 2)
+        });
+        // A client registers its node again when its plugins change, and (unlike Nomad's, which
+        // keeps `ready` once registered) as `initializing` until its next heartbeat; controller
+        // calls skip nodes that are not ready, so wait for both.
+        api.wait_until("both nodes ready again", || all_nodes_ready(api));
+        cluster.node_ids = node_ids;
+        cluster
+    }
+
+    /// A live server to talk to.
+    fn api(&self) -> &Agent {
+        self.servers.iter().flatten().next().expect("a live server")
+    }
+
+    fn rec(&self) -> &Recorder {
+        &self.plugin.rec
+    }
+
+    /// The client node name whose node ID sorts lowest, then the other.
+    fn lowest_and_other(&self) -> (String, String) {
+        let mut by_id: Vec<(&String, &String)> =
+            self.node_ids.iter().map(|(name, id)| (id, name)).collect();
+        by_id.sort();
+        (by_id[0].1.clone(), by_id[1].1.clone())
+    }
+
+    fn kill_client(&mut self, name: &str) {
+        let i = if name == "c1" { 0 } else { 1 };
+        self.clients[i].take().expect("the client runs").kill();
+    }
+
+    /// Creates the volumes at once, each by its own request (they queue on the leader).
+    fn create_volumes(&self, ids: &[String]) {
+        let api = self.api();
+        std::thread::scope(|s| {
+            for id in ids {
+                s.spawn(move || {
+                    let body = json!({"Volumes": [{
+                        "ID": id, "Name": id, "PluginID": PLUGIN,
+                        "RequestedCapabilities": [{"AccessMode": "single-node-writer", "AttachmentMode": "file-system"}]
+                    }]});
+                    let (status, body) = api.put(&format!("/v1/volume/csi/{}/create", enc(id)), &body);
+                    assert_eq!(status, 200, "creating {id}: {body}");
+                });
+            }
+        });
+    }
+
+    fn delete_volumes(&self, ids: &[String]) {
+        let api = self.api();
+        std::thread::scope(|s| {
+            for id in ids {
+                s.spawn(move || {
+                    let (status, body) = api.raw(
+                        "DELETE",
+                        &format!("/v1/volume/csi/{}/delete", enc(id)),
+                        None,
+                    );
+                    assert_eq!(status, 200, "deleting {id}: {body}");
+                });
+            }
+        });
+    }
+
+    fn volume(&self, id: &str) -> Value {
+        self.api()
+            .get(&format!("/v1/volume/csi/{}", enc(id)))
+            .unwrap_or(Value::Null)
+    }
+
+    fn external_id(&self, id: &str) -> String {
+        self.volume(id)["ExternalID"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    fn run_job(&self, job: &Value) {
+        let (status, body) = self.api().put("/v1/jobs", job);
+        assert_eq!(status, 200, "{body}");
+    }
+
+    /// The job's allocations that should run.
+    fn allocs(&self, job: &str) -> Vec<Value> {
+        self.api()
+            .get(&format!("/v1/job/{job}/allocations"))
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|a| a["DesiredStatus"] == "run")
+            .collect()
+    }
+
+    /// Waits until `n` allocations of the job run; returns them.
+    fn wait_running(&self, job: &str, n: usize, timeout: Duration) -> Vec<Value> {
+        let mut running = Vec::new();
+        wait_for(
+            &format!("{n} running allocations of {job}"),
+            timeout,
+            Duration::from_millis(200),
+            || {
+                let all = self.allocs(job);
+                running = all
+                    .iter()
+                    .filter(|a| a["ClientStatus"] == "running")
+                    .cloned()
+                    .collect();
+                if let Some(failed) = all.iter().find(|a| a["ClientStatus"] == "failed") {
+                    panic!("an allocation of {job} failed: {failed}");
+                }
+                running.len() == n
+            },
+        );
+        running
+    }
+
+    /// Whether any claim (live or being released) of the volume names one of `allocs`.
+    fn claimed_by_any(&self, id: &str, allocs: &[String]) -> bool {
+        let v = self.volume(id);
+        ["ReadClaims", "WriteClaims", "PastClaims"].iter().any(|k| {
+            v[k].as_object()
+                .is_some_and(|m| m.keys().any(|a| allocs.contains(a)))
+        })
+    }
+
+    fn has_no_claims(&self, id: &str) -> bool {
+        let v = self.volume(id);
+        !v.is_null()
+            && [
+                "ReadClaims",
+                "WriteClaims",
+                "PastClaims",
+                "ReadAllocs",
+                "WriteAllocs",
+            ]
+            .iter()
+            .all(|k| v[k].as_object().is_none_or(|m| m.is_empty()))
+    }
+}
+
+fn all_nodes_ready(api: &Agent) -> bool {
+    api.get("/v1/nodes")
+        .ok()
+        .and_then(|v| v.as_array().cloned())
+        .is_some_and(|nodes| !nodes.is_empty() && nodes.iter().all(|n| n["Status"] == "ready"))
+}
+
+fn enc(id: &str) -> String {
+    id.replace('[', "%5B").replace(']', "%5D")
+}
+
+fn plugin_job(base: &Path) -> Value {
+    // The client hands the task CSI_ENDPOINT=unix://<socket dir>/csi.sock; `cut -c8-` drops the
+    // scheme (`$CSI_ENDPOINT` without braces: the client interpolates only `${...}`).
+    let script = format!(
+        "ln -sf {}/${{node.unique.name}}.sock \"$(echo \"$CSI_ENDPOINT\" | cut -c8-)\" && exec sleep 3600",
+        base.display()
+    );
+    json!({"Job": {"ID": "rec-plugin", "Type": "system", "TaskGroups": [{"Name": "plugin", "Tasks": [{
+        "Name": "plugin", "Driver": "raw_exec",
+        "Config": {"command": "/bin/sh", "args": ["-c", script]},
+        "CSIPluginConfig": {"ID": PLUGIN, "Type": "monolith", "MountDir": "/csi"},
+        "Resources": {"CPU": 20, "MemoryMB": 16}
+    }]}]}})
+}
+
+/// A service job of `count` mock-driver allocations, each claiming volume `source` (`source[i]`
+/// with `per_alloc`), optionally pinned to one node.
+fn consumer_job(
+    id: &str,
+    count: usize,
+    source: &str,
+    per_alloc: bool,
+    node_id: Option<&str>,
+) -> Value {
+    let constraints = match node_id {
+        Some(n) => json!([{"LTarget": "${node.unique.id}", "RTarget": n, "Operand": "="}]),
+        None => json!([]),
+    };
+    json!({"Job": {"ID": id, "Type": "service", "Constraints": constraints, "TaskGroups": [{
+        "Name": "g", "Count": count,
+        "Volumes": {"data": {"Type": "csi", "Source": source, "AccessMode": "single-node-writer",
+                             "AttachmentMode": "file-system", "PerAlloc": per_alloc}},
+        "Tasks": [{"Name": "t", "Driver": "mock_driver", "Config": {"run_for": "10m"},
+                   "VolumeMounts": [{"Volume": "data", "Destination": "/data"}],
+                   "Resources": {"CPU": 10, "MemoryMB": 10}}]
+    }]}})
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checks over the recorded calls
+
+fn summary(calls: &[Call]) -> String {
+    let mut by: BTreeMap<(&str, &str, String), usize> = BTreeMap::new();
+    for c in calls {
+        let code = c.code.map_or("OK".to_string(), |c| format!("{c:?}"));
+        *by.entry((c.method, c.instance.as_str(), code)).or_default() += 1;
+    }
+    by.iter()
+        .map(|((m, i, code), n)| format!("{m}@{i} {code}: {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// No two recorded calls overlapped: each started after the one before it ended, and the counter
+/// never saw two in flight.
+fn assert_never_overlapped(rec: &Recorder) {
+    let mut calls = rec.calls();
+    assert!(!calls.is_empty(), "no controller calls were recorded");
+    calls.sort_by_key(|c| c.start);
+    for pair in calls.windows(2) {
+        let end = pair[0]
+            .end
+            .unwrap_or_else(|| panic!("a call never ended: {:?}", pair[0]));
+        assert!(
+            pair[1].start >= end,
+            "two destructive controller calls overlapped:\n  {:?}\n  {:?}",
+            pair[0],
+            pair[1]
+        );
+    }
+    assert_eq!(rec.max_in_flight(), 1, "{}", summary(&calls));
+}
+
+fn gaps_ms(calls: &[&Call]) -> Vec<u128> {
+    calls
+        .windows(2)
+        .map(|w| (w[1].start - w[0].start).as_millis())
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tests
+
+#[test]
+fn twenty_claims_at_once_never_overlap_and_all_go_to_the_lowest_node_id() {
+    let _one = one_at_a_time();
+    let c = Cluster::start("a", 1, "");
+    let (lowest, _) = c.lowest_and_other();
+    let ids: Vec<String> = (0..20).map(|i| format!("vol[{i}]")).collect();
+    c.create_volumes(&ids);
+
+    c.run_job(&consumer_job("consumers", 20, "vol", true, None));
+    let running = c.wait_running("consumers", 20, Duration::from_secs(120));
+    // Each allocation holds the write claim of its own volume.
+    for a in &running {
+        let name = a["Name"].as_str().unwrap();
+        let index = name.rsplit_once('[').unwrap().1.trim_end_matches(']');
+        let v = c.volume(&format!("vol[{index}]"));
+        let writers: Vec<&String> = v["WriteClaims"].as_object().unwrap().keys().collect();
+        assert_eq!(writers, [a["ID"].as_str().unwrap()], "vol[{index}]: {v}");
+    }
+
+    // Stop: every claim is released (client unpublish and the volume watcher race to do it).
+    // Slow node teardown: the controller must still come after it.
+    c.rec().set_node_teardown_delay(Duration::from_millis(300));
+    let (status, body) = c.api().raw("DELETE", "/v1/job/consumers", None);
+    assert_eq!(status, 200, "{body}");
+    wait_for(
+        "every claim freed",
+        Duration::from_secs(90),
+        Duration::from_millis(250),
+        || ids.iter().all(|id| c.has_no_claims(id)),
+    );
+    c.delete_volumes(&ids);
+
+    let calls = c.rec().calls();
+    println!("recorded: {}", summary(&calls));
+    let count = |m: &str| {
+        calls
+            .iter()
+            .filter(|x| x.method == m && x.code.is_none())
+            .count()
+    };
+    assert_eq!(count("CreateVolume"), 20, "{}", summary(&calls));
+    assert!(
+        count("ControllerPublishVolume") >= 20,
+        "{}",
+        summary(&calls)
+    );
+    assert!(
+        count("ControllerUnpublishVolume") >= 20,
+        "{}",
+        summary(&calls)
+    );
+    assert_eq!(count("DeleteVolume"), 20, "{}", summary(&calls));
+    assert_never_overlapped(c.rec());
+    // The spec's order: a volume is detached from a node (ControllerUnpublishVolume) only after
+    // that node unpublished and unstaged it.
+    let node_calls = c.rec().node_calls();
+    for call in calls
+        .iter()
+        .filter(|x| x.method == "ControllerUnpublishVolume")
+    {
+        for teardown in node_calls.iter().filter(|n| {
+            n.volume == call.volume
+                && (n.method == "NodeUnpublishVolume" || n.method == "NodeUnstageVolume")
+        }) {
+            let done = teardown.end.expect("node teardown ended");
+            assert!(
+                call.start >= done,
+                "ControllerUnpublishVolume of {} started {:?} before {} on {} ended",
+                call.volume,
+                done - call.start,
+                teardown.method,
+                teardown.instance
+            );
+        }
+    }
+    let elsewhere: Vec<&Call> = calls.iter().filter(|x| x.instance != lowest).collect();
+    assert!(
+        elsewhere.is_empty(),
+        "every call should reach {lowest} (node {}), the lowest node ID: {elsewhere:?}",
+        c.node_ids[&lowest]
+    );
+}
+
+#[test]
+fn killing_the_leader_mid_publish_never_overlaps_and_every_claim_completes() {
+    let _one = one_at_a_time();
+    // Default heartbeats: the election must not get the clients marked down.
+    let mut c = Cluster::start("b", 3, "");
+    let ids: Vec<String> = (0..8).map(|i| format!("kv[{i}]")).collect();
+    c.create_volumes(&ids);
+    // Long calls, so the leader dies with one in flight.
+    c.rec().set_delay_ms(300, 300);
+    let leader = leader_rpc(c.api());
+    let at = c
+        .servers
+        .iter()
+        .position(|s| s.as_ref().is_some_and(|s| s.rpc == leader))
+        .expect("the leader is one of ours");
+
+    c.run_job(&consumer_job("kv", ids.len(), "kv", true, None));
+    let publishes = |rec: &Recorder| {
+        rec.calls()
+            .iter()
+            .filter(|x| x.method == "ControllerPublishVolume")
+            .count()
+    };
+    wait_for(
+        "three publishes recorded, one in flight",
+        Duration::from_secs(60),
+        Duration::from_millis(5),
+        || publishes(c.rec()) >= 3 && c.rec().in_flight() == 1,
+    );
+    c.servers[at].take().unwrap().kill();
+    let killed = Instant::now();
+    let orphan = c.rec().calls().into_iter().find(|x| x.end.is_none());
+    println!("killed the leader {leader} with {orphan:?} in flight");
+
+    let running = c.wait_running("kv", ids.len(), Duration::from_secs(150));
+    println!(
+        "all {} allocations running {} ms after the leader died",
+        running.len(),
+        killed.elapsed().as_millis()
+    );
+    for id in &ids {
+        let v = c.volume(id);
+        assert_eq!(
+            v["WriteClaims"].as_object().map_or(0, |m| m.len()),
+            1,
+            "{id} is claimed once: {v}"
+        );
+    }
+    let calls = c.rec().calls();
+    println!("recorded: {}", summary(&calls));
+    assert_never_overlapped(c.rec());
+    // The new leader found the dead leader's call recorded in Raft and sent nothing to the plugin
+    // until that call's deadline had passed.
+    if let Some(orphan) = orphan {
+        let next = calls
+            .iter()
+            .filter(|x| x.start > killed)
+            .map(|x| x.start)
+            .min()
+            .expect("calls after the leader died");
+        let waited = next - orphan.start;
+        println!(
+            "first call after the kill came {} ms after the orphaned call started",
+            waited.as_millis()
+        );
+        assert!(
+            waited >= CONTROLLER_CALL_TIMEOUT - SECOND,
+            "the new leader sent a call {waited:?} after the orphaned one started, within its {CONTROLLER_CALL_TIMEOUT:?} deadline"
+        );
+        // ... and then sent the orphaned call again (idempotent), before the others.
+        assert!(
+            calls.iter().any(|x| x.start > killed
+                && x.method == orphan.method
+                && x.volume == orphan.volume),
+            "the orphaned call was sent again"
+        );
+    }
+}
+
+#[test]
+fn aborted_and_unavailable_answers_are_retried_with_backoff() {
+    let _one = one_at_a_time();
+    let c = Cluster::start("c", 1, "");
+    let (lowest, other) = c.lowest_and_other();
+    let ids: Vec<String> = ["ab", "un", "down"].iter().map(|s| s.to_string()).collect();
+    c.create_volumes(&ids);
+    c.rec().set_delay_ms(20, 20);
+    let publishes_of = |id: &str| -> Vec<Call> {
+        let ext = c.external_id(id);
+        c.rec()
+            .calls()
+            .into_iter()
+            .filter(|x| x.method == "ControllerPublishVolume" && x.volume == ext)
+            .collect()
+    };
+
+    // ABORTED four times: retried on the same instance, each wait longer than the last.
+    c.rec()
+        .inject("ControllerPublishVolume", None, Code::Aborted, 4);
+    c.run_job(&consumer_job("ab", 1, "ab", false, None));
+    c.wait_running("ab", 1, Duration::from_secs(60));
+    let calls = publishes_of("ab");
+    let codes: Vec<Option<Code>> = calls.iter().map(|x| x.code).collect();
+    assert_eq!(
+        codes,
+        [
+            Some(Code::Aborted),
+            Some(Code::Aborted),
+            Some(Code::Aborted),
+            Some(Code::Aborted),
+            None
+        ],
+        "{calls:?}"
+    );
+    assert!(calls.iter().all(|x| x.instance == lowest), "{calls:?}");
+    let gaps = gaps_ms(&calls.iter().collect::<Vec<_>>());
+    println!("ABORTED retry gaps (ms): {gaps:?}");
+    // The server's backoff: 100 ms, doubling.
+    for (i, g) in gaps.iter().enumerate() {
+        assert!(
+            *g >= 100 << i,
+            "gap {i} is {g} ms, under {} ms: {gaps:?}",
+            100 << i
+        );
+    }
+    assert!(gaps[3] > 2 * gaps[0], "the gaps grow: {gaps:?}");
+
+    // UNAVAILABLE from the lowest instance: the same call goes on to the next one.
+    c.rec().inject(
+        "ControllerPublishVolume",
+        Some(&lowest),
+        Code::Unavailable,
+        1,
+    );
+    c.run_job(&consumer_job("un", 1, "un", false, None));
+    c.wait_running("un", 1, Duration::from_secs(60));
+    let calls = publishes_of("un");
+    let seen: Vec<(&str, Option<Code>)> = calls
+        .iter()
+        .map(|x| (x.instance.as_str(), x.code))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (lowest.as_str(), Some(Code::Unavailable)),
+            (other.as_str(), None)
+        ],
+        "{calls:?}"
+    );
+
+    // UNAVAILABLE everywhere, three rounds: the claim fails and the client claims again with
+    // growing waits, until the plugin answers.
+    c.rec()
+        .inject("ControllerPublishVolume", None, Code::Unavailable, 6);
+    c.run_job(&consumer_job("down", 1, "down", false, None));
+    c.wait_running("down", 1, Duration::from_secs(60));
+    let calls = publishes_of("down");
+    let seen: Vec<(&str, Option<Code>)> = calls
+        .iter()
+        .map(|x| (x.instance.as_str(), x.code))
+        .collect();
+    let u = Some(Code::Unavailable);
+    assert_eq!(
+        seen,
+        [
+            (lowest.as_str(), u),
+            (other.as_str(), u),
+            (lowest.as_str(), u),
+            (other.as_str(), u),
+            (lowest.as_str(), u),
+            (other.as_str(), u),
+            (lowest.as_str(), None)
+        ],
+        "{calls:?}"
+    );
+    let rounds: Vec<&Call> = calls.iter().filter(|x| x.instance == lowest).collect();
+    let gaps = gaps_ms(&rounds);
+    println!("UNAVAILABLE claim retry gaps (ms): {gaps:?}");
+    // The client's backoff: at least 50, 100, 200 ms (half of a doubling step, plus jitter).
+    for (i, g) in gaps.iter().enumerate() {
+        assert!(
+            *g >= 50 << i,
+            "gap {i} is {g} ms, under {} ms: {gaps:?}",
+            50 << i
+        );
+    }
+    assert!(gaps[2] > gaps[0], "the gaps grow: {gaps:?}");
+    assert_never_overlapped(c.rec());
+}
+
+#[test]
+fn a_killed_clients_claims_are_freed_within_ttl_grace_and_one_retry() {
+    let _one = one_at_a_time();
+    let mut c = Cluster::start("d", 1, SHORT_HEARTBEATS);
+    // The victim runs the controller every call goes to, so after it dies the releases must go to
+    // the other instance.
+    let (victim, survivor) = c.lowest_and_other();
+    let victim_id = c.node_ids[&victim].clone();
+    let ids: Vec<String> = (0..3).map(|i| format!("d[{i}]")).collect();
+    c.create_volumes(&ids);
+    c.run_job(&consumer_job(
+        "held",
+        ids.len(),
+        "d",
+        true,
+        Some(&victim_id),
+    ));
+    let running = c.wait_running("held", ids.len(), Duration::from_secs(60));
+    let allocs: Vec<String> = running
+        .iter()
+        .map(|a| a["ID"].as_str().unwrap().to_string())
+        .collect();
+    for id in &ids {
+        assert!(c.claimed_by_any(id, &allocs), "{id}: {}", c.volume(id));
+    }
+
+    c.kill_client(&victim);
+    let killed = Instant::now();
+    let mut down_at = None;
+    let freed = wait_for(
+        "the dead client's claims freed",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || {
+            if down_at.is_none()
+                && c.api()
+                    .get(&format!("/v1/node/{victim_id}"))
+                    .is_ok_and(|n| n["Status"] == "down")
+            {
+                down_at = Some(killed.elapsed());
+            }
+            ids.iter().all(|id| !c.claimed_by_any(id, &allocs))
+        },
+    );
+    let bound = HEARTBEAT_TTL + HEARTBEAT_GRACE + WATCHER_RETRY;
+    // Scheduling the lost allocations, three serialized unpublishes and this loop's polling come
+    // on top; a busy 2-core machine gets a generous margin.
+    let margin = Duration::from_secs(8);
+    println!(
+        "claims of the SIGKILLed client freed {} ms after the kill (node down seen at {:?} ms; TTL + grace + retry = {} ms)",
+        freed.as_millis(),
+        down_at.map(|d| d.as_millis()),
+        bound.as_millis()
+    );
+    assert!(
+        freed <= bound + margin,
+        "claims freed {freed:?} after the kill; expected within {bound:?} + {margin:?}"
+    );
+    let calls = c.rec().calls();
+    let releases: Vec<&Call> = calls
+        .iter()
+        .filter(|x| x.method == "ControllerUnpublishVolume" && x.start > killed)
+        .collect();
+    assert!(releases.len() >= ids.len(), "{}", summary(&calls));
+    assert!(
+        releases.iter().all(|x| x.instance == survivor),
+        "with {victim}'s node down every unpublish goes to {survivor}: {releases:?}"
+    );
+    assert_never_overlapped(c.rec());
+}
