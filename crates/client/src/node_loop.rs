@@ -1,4 +1,4 @@
-//! Keeping the node known to the servers: register (status `initializing`), heartbeat
+//! Keeping the node known to the servers: register (status `initializing` the first time), heartbeat
 //! (`Node.UpdateStatus` with `ready`) at about half the TTL the servers hand out, register again
 //! when a server does not know the node (it lost its state) or when a driver's health changed.
 //!
@@ -63,8 +63,10 @@ impl NodeLoop {
     async fn register(&mut self, backoff: &mut Backoff) -> Option<Duration> {
         let mut shutdown = self.shutdown.clone();
         loop {
-            let mut node = (*self.node.get()).clone();
-            node.status = NodeStatus::Initializing.as_str().into();
+            // The node's own status: `initializing` until the first heartbeat is answered, then
+            // `ready` — a client that registers again (its plugins or drivers changed) stays
+            // ready, as Nomad's does, instead of dropping out of scheduling and controller calls.
+            let node = (*self.node.get()).clone();
             let req = NodeRegisterRequest { node };
             let result = tokio::select! {
                 r = self.conn.register(req) => r,
