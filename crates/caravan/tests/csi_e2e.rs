@@ -48,7 +48,7 @@ fn plugin_job(root: &Path) -> Value {
     json!({"Job": {"ID": "hostpath-plugin", "Type": "system", "TaskGroups": [{"Name": "plugin", "Tasks": [{
         "Name": "plugin", "Driver": "raw_exec",
         "Config": {"command": common::bin().display().to_string(),
-                   "args": ["csi-hostpath", "--root", root.display().to_string(), "--node-id", "${node.unique.name}"]},
+                   "args": ["csi-hostpath", "--root", root.display().to_string(), "--node-id", "${node.unique.name}", "--shared"]},
         "CSIPluginConfig": {"ID": "hostpath", "Type": "monolith", "MountDir": "/csi"},
         "Resources": {"CPU": 50, "MemoryMB": 32}
     }]}]}})

@@ -491,6 +491,7 @@ impl RecordingPlugin {
             root: dir.join("hp"),
             node_id: "controller".into(),
             max_volumes_per_node: 0,
+            shared: true,
         })
         .unwrap();
         let mut stops = Vec::new();

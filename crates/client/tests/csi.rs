@@ -41,6 +41,7 @@ fn serve_plugin(socket: &Path, root: PathBuf) -> tokio::sync::oneshot::Sender<()
             root,
             node_id: "node-a".into(),
             max_volumes_per_node: 0,
+            shared: false,
         },
     )
     .expect("plugin binds its socket");

@@ -58,6 +58,7 @@ impl Harness {
             root: self.root(),
             node_id: "node-1".into(),
             max_volumes_per_node,
+            shared: false,
         };
         let bound = Bound::new(&self.socket, config).unwrap();
         let (shutdown, rx) = oneshot::channel();

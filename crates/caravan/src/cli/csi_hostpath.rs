@@ -21,6 +21,10 @@ pub struct CsiHostpathArgs {
     /// The most volumes one node may have published (0: no limit)
     #[arg(long = "max-volumes", default_value_t = 0)]
     max_volumes: i64,
+    /// Every node shares --root (one machine, or a network file system): volumes have no
+    /// topology and may be published on any node
+    #[arg(long)]
+    shared: bool,
 }
 
 /// Serves the plugin until a signal; exit code 0 after a clean stop.
@@ -30,6 +34,7 @@ pub fn run(args: CsiHostpathArgs) -> Result<i32> {
         root: args.root,
         node_id: args.node_id,
         max_volumes_per_node: args.max_volumes,
+        shared: args.shared,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -501,6 +501,7 @@ mod tests {
             root: dir.join("root"),
             node_id: "n1".into(),
             max_volumes_per_node: 0,
+            shared: false,
         })
         .unwrap();
         let recording = Recording {

@@ -47,7 +47,7 @@ impl ControllerService {
             volume_id: id.to_string(),
             volume_context: Default::default(),
             content_source: record.source.as_ref().map(content_source),
-            accessible_topology: vec![self.plugin.topology()],
+            accessible_topology: self.plugin.topology().into_iter().collect(),
         }
     }
 
@@ -120,7 +120,9 @@ impl ControllerService {
         let Some(req) = req.filter(|r| !r.requisite.is_empty()) else {
             return Ok(());
         };
-        let ours = self.plugin.topology();
+        let Some(ours) = self.plugin.topology() else {
+            return Ok(());
+        };
         let reachable = req.requisite.iter().any(|t| {
             t.segments
                 .iter()

@@ -55,6 +55,9 @@ pub struct Config {
     pub node_id: String,
     /// NodeGetInfo's limit, also enforced by ControllerPublishVolume per node; 0: no limit.
     pub max_volumes_per_node: i64,
+    /// Every node sees the same `root` (one machine, or a shared file system): volumes have no
+    /// topology and any node may publish them. Otherwise a volume lives on the node that made it.
+    pub shared: bool,
 }
 
 /// Why the plugin could not start or stopped with an error.
@@ -135,10 +138,11 @@ impl Hostpath {
         self.inner.config.root.join("snapshots").join(id)
     }
 
-    fn topology(&self) -> v1::Topology {
-        v1::Topology {
+    /// The topology of this node's volumes; `None` with a shared root (reachable everywhere).
+    fn topology(&self) -> Option<v1::Topology> {
+        (!self.inner.config.shared).then(|| v1::Topology {
             segments: [(TOPOLOGY_KEY.to_string(), self.inner.config.node_id.clone())].into(),
-        }
+        })
     }
 }
 

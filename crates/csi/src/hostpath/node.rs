@@ -123,7 +123,7 @@ impl NodeService {
         v1::NodeGetInfoResponse {
             node_id: config.node_id.clone(),
             max_volumes_per_node: config.max_volumes_per_node,
-            accessible_topology: Some(self.plugin.topology()),
+            accessible_topology: self.plugin.topology(),
         }
     }
 }
