@@ -195,6 +195,14 @@ impl StateView for MemView {
             .cloned()
     }
 
+    fn csi_volumes_of_plugin(&self, plugin_id: &str) -> Vec<Arc<model::csi::CSIVolume>> {
+        self.csi_volumes
+            .values()
+            .filter(|v| v.plugin_id == plugin_id)
+            .cloned()
+            .collect()
+    }
+
     fn allocs_by_job(&self, namespace: &str, job_id: &str) -> Vec<Arc<Allocation>> {
         self.by_job
             .get(&(namespace.to_string(), job_id.to_string()))

@@ -34,6 +34,10 @@ pub trait StateView {
     fn csi_volume(&self, _namespace: &str, _id: &str) -> Option<Arc<model::csi::CSIVolume>> {
         None
     }
+    /// Every registered CSI volume of a plugin, in any namespace (the per-node volume limit).
+    fn csi_volumes_of_plugin(&self, _plugin_id: &str) -> Vec<Arc<model::csi::CSIVolume>> {
+        Vec::new()
+    }
     /// The cluster's scheduler settings; Nomad's defaults unless the server stores others.
     fn scheduler_config(&self) -> SchedulerConfig {
         SchedulerConfig::default()

@@ -1122,3 +1122,78 @@ fn csi_volumes_place_only_where_a_healthy_node_plugin_runs() {
     let s = summary(&v, &o);
     assert!(s.contains("missing CSI Volume missing"), "{s}");
 }
+
+#[test]
+fn a_node_at_its_csi_volume_limit_takes_no_more() {
+    let mut v = cluster(2);
+    let plugin = || model::csi::CSIInfo {
+        plugin_id: "hostpath".into(),
+        healthy: true,
+        node_info: Some(model::csi::CSINodeInfo {
+            id: "ext".into(),
+            max_volumes: 1,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    for n in ["n1", "n2"] {
+        v.update_node(n, |node| {
+            node.csi_node_plugins.insert("hostpath".into(), plugin());
+        });
+    }
+    let vol = |id: &str| model::csi::CSIVolume {
+        id: id.into(),
+        namespace: "default".into(),
+        plugin_id: "hostpath".into(),
+        schedulable: true,
+        requested_capabilities: vec![model::csi::CSIVolumeCapability {
+            access_mode: "single-node-writer".into(),
+            attachment_mode: "file-system".into(),
+        }],
+        ..Default::default()
+    };
+    // One node already has one volume of the plugin claimed: it is full. Either way round,
+    // the group lands on the other one.
+    let busy_on = |node: &str| {
+        let mut busy = vol("busy");
+        busy.write_claims.insert(
+            "other-alloc".into(),
+            model::csi::CSIVolumeClaim {
+                allocation_id: "other-alloc".into(),
+                node_id: node.into(),
+                ..Default::default()
+            },
+        );
+        busy
+    };
+    v.upsert_csi_volume(busy_on("n1"));
+    v.upsert_csi_volume(vol("data"));
+    let mut j = job("db", "service", 1);
+    j.task_groups[0].volumes.insert(
+        "data".into(),
+        VolumeRequest {
+            name: "data".into(),
+            volume_type: "csi".into(),
+            source: "data".into(),
+            access_mode: "single-node-writer".into(),
+            attachment_mode: "file-system".into(),
+            ..VolumeRequest::default()
+        },
+    );
+    let j = v.upsert_job(j);
+    check(
+        &v,
+        &eval(&j),
+        r#"place db.web[0] on n2
+           deployment running "Deployment is running": web total=1 canaries=0 placed_canaries=0
+           eval complete"#,
+    );
+    v.upsert_csi_volume(busy_on("n2"));
+    check(
+        &v,
+        &eval(&j),
+        r#"place db.web[0] on n1
+           deployment running "Deployment is running": web total=1 canaries=0 placed_canaries=0
+           eval complete"#,
+    );
+}

@@ -19,7 +19,7 @@ use model::csi::CSIVolume;
 use model::group::{TaskGroup, VolumeRequest};
 use model::job::Job;
 use model::node::{Node, NodeStatus, SchedulingEligibility, NODE_POOL_ALL};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// `ConstraintFiltered` key of a node lacking a task's driver (Nomad's `FilterConstraintDrivers`).
@@ -81,6 +81,8 @@ pub(crate) struct GroupChecks {
     /// The group's CSI volumes as the stack resolved them; `None` skips the CSI checks (the
     /// reconciler's in-place check: a running allocation keeps its claims).
     csi: Option<Vec<CsiAsk>>,
+    /// Per plugin the group uses: node ID → volumes of that plugin claimed there now.
+    csi_used: HashMap<String, HashMap<String, i64>>,
     devices: Vec<DeviceAsk>,
     /// Some rule looks at a value unique to a node (`EscapedComputedClass`).
     pub(crate) escaped: bool,
@@ -119,6 +121,7 @@ impl GroupChecks {
                 .collect(),
             csi_volumes: csi.into_iter().cloned().collect(),
             csi: None,
+            csi_used: HashMap::new(),
             devices: tg
                 .tasks
                 .iter()
@@ -157,9 +160,54 @@ impl GroupChecks {
             return Err(FILTER_DEVICES.into());
         }
         match &self.csi {
-            Some(asks) => csi_volumes_feasible(node, asks),
+            Some(asks) => {
+                csi_volumes_feasible(node, asks)?;
+                self.csi_volume_limits(node, asks)
+            }
             None => Ok(()),
         }
+    }
+
+    /// Nomad's per-node volume limit: the volumes of each plugin already claimed on the node plus
+    /// the group's own (per_alloc ones count one each) must fit the node plugin's `MaxVolumes`
+    /// (0: no limit).
+    fn csi_volume_limits(&self, node: &Node, asks: &[CsiAsk]) -> Result<(), String> {
+        let mut wanted: HashMap<&str, i64> = HashMap::new();
+        for ask in asks {
+            if let Some(v) = &ask.volume {
+                let already = v
+                    .read_claims
+                    .values()
+                    .chain(v.write_claims.values())
+                    .any(|c| c.node_id == node.id);
+                if ask.per_alloc || !already {
+                    *wanted.entry(v.plugin_id.as_str()).or_default() += 1;
+                }
+            }
+        }
+        for (plugin, want) in wanted {
+            let max = node
+                .csi_node_plugins
+                .get(plugin)
+                .and_then(|p| p.node_info.as_ref())
+                .map_or(0, |n| n.max_volumes);
+            if max <= 0 {
+                continue;
+            }
+            let used = self
+                .csi_used
+                .get(plugin)
+                .and_then(|m| m.get(&node.id))
+                .copied()
+                .unwrap_or(0);
+            if used + want > max {
+                return Err(format!(
+                    "CSI plugin {plugin} has the maximum number of volumes on client {}",
+                    node.id
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Looks up the group's CSI volumes, so [`GroupChecks::check`] also checks them.
@@ -167,6 +215,7 @@ impl GroupChecks {
         if self.csi_volumes.is_empty() {
             return;
         }
+        let mut plugins: HashSet<String> = HashSet::new();
         let own: HashSet<String> = view
             .allocs_by_job(namespace, &job.id)
             .iter()
@@ -183,6 +232,9 @@ impl GroupChecks {
                         req.source.clone()
                     };
                     let volume = view.csi_volume(namespace, &id);
+                    if let Some(v) = &volume {
+                        plugins.insert(v.plugin_id.clone());
+                    }
                     let write_taken_by = volume.as_ref().and_then(|v| {
                         v.write_claims
                             .keys()
@@ -199,6 +251,21 @@ impl GroupChecks {
                 })
                 .collect(),
         );
+        for plugin in plugins {
+            let mut per_node: HashMap<String, i64> = HashMap::new();
+            for v in view.csi_volumes_of_plugin(&plugin) {
+                let nodes: HashSet<&str> = v
+                    .read_claims
+                    .values()
+                    .chain(v.write_claims.values())
+                    .map(|c| c.node_id.as_str())
+                    .collect();
+                for n in nodes {
+                    *per_node.entry(n.to_string()).or_default() += 1;
+                }
+            }
+            self.csi_used.insert(plugin, per_node);
+        }
     }
 
     fn has_host_volumes(&self, node: &Node) -> bool {

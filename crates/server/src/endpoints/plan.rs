@@ -154,6 +154,10 @@ impl StateView for PlanView {
         self.base.csi_volume(namespace, id)
     }
 
+    fn csi_volumes_of_plugin(&self, plugin_id: &str) -> Vec<Arc<model::csi::CSIVolume>> {
+        self.base.csi_volumes_of_plugin(plugin_id)
+    }
+
     fn allocs_by_job(&self, namespace: &str, job_id: &str) -> Vec<Arc<Allocation>> {
         self.base.allocs_by_job(namespace, job_id)
     }

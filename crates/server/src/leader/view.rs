@@ -45,6 +45,14 @@ impl scheduler::StateView for SnapshotView {
         })
     }
 
+    fn csi_volumes_of_plugin(&self, plugin_id: &str) -> Vec<Arc<model::csi::CSIVolume>> {
+        self.snap
+            .csi_volumes(None, "")
+            .into_iter()
+            .filter(|v| v.plugin_id == plugin_id)
+            .collect()
+    }
+
     fn node(&self, id: &str) -> Option<Arc<Node>> {
         self.snap.node(id)
     }
