@@ -76,8 +76,8 @@ pub trait Driver: Send + Sync + 'static {
 
     /// Starts a command inside the task's environment with its stdin, stdout and stderr piped
     /// to the caller (`alloc exec`). It runs until it exits or the [`ExecStream`] is dropped,
-    /// which kills it. `tty`: the caller asked for a terminal; drivers without pty support run
-    /// the command on pipes anyway. Drivers that cannot do this say [`DriverError::NotSupported`].
+    /// which kills it. `tty`: the caller asked for a terminal (raw_exec gives it a pty: output
+    /// comes on stdout only); drivers without pty support run the command on pipes anyway. Drivers that cannot do this say [`DriverError::NotSupported`].
     fn exec_streaming<'a>(
         &'a self,
         task_id: &'a str,
@@ -105,6 +105,8 @@ pub struct ExecStream {
     pub exit: Pin<Box<dyn Future<Output = ExitResult> + Send>>,
     /// Kills the command's whole process group; harmless once it is gone.
     pub kill: Box<dyn Fn() + Send + Sync>,
+    /// With a terminal: sets its size (rows, columns). `None` on pipes.
+    pub resize: Option<Box<dyn Fn(u16, u16) + Send + Sync>>,
 }
 
 impl std::fmt::Debug for ExecStream {

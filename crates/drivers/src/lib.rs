@@ -33,6 +33,7 @@ pub mod testing;
 mod exit_cell;
 mod output;
 mod process_group;
+mod pty;
 mod table;
 
 pub use docker::{config::DockerConfig, DockerDriver};

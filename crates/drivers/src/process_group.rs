@@ -167,23 +167,48 @@ pub(crate) fn measure(
     )
 }
 
-/// An `alloc exec` command started by `driver` in task `task_id`, already spawned in its own
-/// process group with piped stdio, as an [`crate::driver::ExecStream`]: its kill signals the whole
-/// group (checked against the leader's start time, so never a recycled pid).
+/// An `alloc exec` command started on pipes, as an [`crate::driver::ExecStream`].
 pub(crate) fn exec_stream_of(
     driver: &'static str,
     task_id: &str,
     mut child: tokio::process::Child,
 ) -> Result<crate::driver::ExecStream, crate::error::DriverError> {
-    let group = child
-        .id()
-        .and_then(ProcIdentity::of)
-        .map(|leader| TaskGroup { leader });
     let io_missing =
         || crate::error::DriverError::invalid(driver, "the exec command's pipes are missing");
     let stdin = child.stdin.take().ok_or_else(io_missing)?;
     let stdout = child.stdout.take().ok_or_else(io_missing)?;
     let stderr = child.stderr.take().ok_or_else(io_missing)?;
+    Ok(exec_stream_with(
+        task_id,
+        child,
+        ExecIo {
+            stdin: Box::pin(stdin),
+            stdout: Box::pin(stdout),
+            stderr: Box::pin(stderr),
+            resize: None,
+        },
+    ))
+}
+
+/// The caller's ends of an exec command's input and output.
+pub(crate) struct ExecIo {
+    pub stdin: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+    pub stdout: std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
+    pub stderr: std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
+    pub resize: Option<Box<dyn Fn(u16, u16) + Send + Sync>>,
+}
+
+/// An `alloc exec` command as an [`crate::driver::ExecStream`]: dropping it kills the
+/// command's process group.
+pub(crate) fn exec_stream_with(
+    task_id: &str,
+    mut child: tokio::process::Child,
+    io: ExecIo,
+) -> crate::driver::ExecStream {
+    let group = child
+        .id()
+        .and_then(ProcIdentity::of)
+        .map(|leader| TaskGroup { leader });
     let id = task_id.to_string();
     let exit = async move {
         match child.wait().await {
@@ -195,15 +220,16 @@ pub(crate) fn exec_stream_of(
             },
         }
     };
-    Ok(crate::driver::ExecStream {
-        stdin: Some(Box::pin(stdin)),
-        stdout: Box::pin(stdout),
-        stderr: Box::pin(stderr),
+    crate::driver::ExecStream {
+        stdin: Some(io.stdin),
+        stdout: io.stdout,
+        stderr: io.stderr,
         exit: Box::pin(exit),
         kill: Box::new(move || {
             if let Some(group) = group {
                 let _ = group.signal(Signal::SIGKILL);
             }
         }),
-    })
+        resize: io.resize,
+    }
 }

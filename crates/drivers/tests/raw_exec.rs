@@ -528,3 +528,31 @@ async fn a_task_with_mounts_is_refused() {
     );
     assert!(!cfg.task_dir.dir.join("started").exists());
 }
+
+#[tokio::test]
+async fn a_streaming_exec_with_a_tty_gets_a_terminal_that_can_be_resized() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = TestDir::new("raw-exec-tty");
+    let d = driver();
+    d.start(sh(dir.path(), "t", "exec sleep 30")).await.unwrap();
+    // It waits for a line, so the size is set before it is read.
+    let cmd: Vec<String> = ["/bin/sh", "-c", "tty; read go; stty size; exit 5"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut s = d.exec_streaming("t", &cmd, true).await.unwrap();
+    (s.resize.as_ref().expect("a terminal can be resized"))(31, 101);
+    let mut stdin = s.stdin.take().unwrap();
+    stdin.write_all(b"go\n").await.unwrap();
+    let mut out = Vec::new();
+    // The master reads EIO once the command is gone: the end of its output.
+    let _ = tokio::time::timeout(LIMIT, s.stdout.read_to_end(&mut out)).await;
+    let out = String::from_utf8_lossy(&out);
+    assert!(out.contains("/dev/pts/"), "{out}");
+    assert!(out.contains("31 101"), "{out}");
+    let exit = tokio::time::timeout(LIMIT, &mut s.exit).await.unwrap();
+    assert_eq!(exit.exit_code, 5);
+    drop(s);
+    d.stop("t", Duration::from_secs(1), "").await.unwrap();
+    d.destroy("t", true).await.unwrap();
+}

@@ -348,6 +348,15 @@ async fn exec_start(
 #[serde(default)]
 struct ExecInput {
     stdin: Option<StdinFrame>,
+    tty_size: Option<TtySize>,
+}
+
+/// `{"tty_size":{"height":24,"width":80}}`: the user's terminal changed size.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct TtySize {
+    height: u16,
+    width: u16,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -396,11 +405,11 @@ async fn pump(mut socket: WebSocket, mut session: ExecSession) {
             },
             incoming = socket.recv() => match incoming {
                 Some(Ok(Message::Text(text))) => {
-                    feed(&mut stdin, text.as_bytes()).await;
+                    feed(&mut stdin, session.resize.as_deref(), text.as_bytes()).await;
                     None
                 }
                 Some(Ok(Message::Binary(bytes))) => {
-                    feed(&mut stdin, &bytes).await;
+                    feed(&mut stdin, session.resize.as_deref(), &bytes).await;
                     None
                 }
                 Some(Ok(_)) => None,
@@ -415,16 +424,22 @@ async fn pump(mut socket: WebSocket, mut session: ExecSession) {
     }
 }
 
-/// Applies one input frame: stdin data is written, `close` closes stdin; `tty_size` is
-/// accepted and ignored (no terminal yet).
+/// Applies one input frame: stdin data is written, `close` closes stdin, `tty_size` resizes
+/// the command's terminal (ignored on pipes).
 async fn feed(
     stdin: &mut Option<std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>>,
+    resize: Option<&(dyn Fn(u16, u16) + Send + Sync)>,
     raw: &[u8],
 ) {
     let Ok(input) = serde_json::from_slice::<ExecInput>(raw) else {
         tracing::debug!("exec: ignoring a frame that is not JSON");
         return;
     };
+    if let (Some(size), Some(resize)) = (&input.tty_size, resize) {
+        if size.height > 0 && size.width > 0 {
+            resize(size.height, size.width);
+        }
+    }
     let Some(frame) = input.stdin else { return };
     if let (Some(data), Some(w)) = (frame.data, stdin.as_mut()) {
         match base64::engine::general_purpose::STANDARD.decode(data) {

@@ -133,6 +133,8 @@ pub struct ExecSession {
     pub exit: Pin<Box<dyn Future<Output = i32> + Send>>,
     /// Whatever must live as long as the session (dropping it kills the command).
     pub guard: Box<dyn Send>,
+    /// With a terminal: sets its size (rows, columns).
+    pub resize: Option<Box<dyn Fn(u16, u16) + Send + Sync>>,
 }
 
 /// Nomad's `HostStats` (`/v1/client/stats`).

@@ -485,6 +485,7 @@ impl httpapi::LocalClient for LocalClientHandle {
                 stdout,
                 stderr,
                 exit: Box::pin(async move { exit.await.exit_code }),
+                resize: stream.resize.take(),
                 guard: Box::new(stream),
             })
         })

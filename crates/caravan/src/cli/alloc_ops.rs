@@ -68,9 +68,9 @@ pub struct ExecArgs {
     /// Pass this terminal's stdin to the command
     #[arg(short = 'i', default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
     stdin: bool,
-    /// Ask for a terminal (accepted; the command runs on pipes for now)
-    #[arg(short = 't', default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
-    tty: bool,
+    /// Run the command on a terminal (default: when this stdin is one)
+    #[arg(short = 't', action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    tty: Option<bool>,
     /// An allocation ID or ID prefix
     alloc: String,
     /// The command and its arguments
@@ -216,8 +216,16 @@ pub fn exec(args: ExecArgs) -> i32 {
                 return 1;
             }
         };
-        let (url, token) = client.exec_url(&alloc.id, &task, &args.command, args.tty);
-        match run_exec(&url, token.as_deref(), args.stdin).await {
+        use std::io::IsTerminal;
+        let tty = args
+            .tty
+            .unwrap_or_else(|| args.stdin && std::io::stdin().is_terminal());
+        let (url, token) = client.exec_url(&alloc.id, &task, &args.command, tty);
+        // The local terminal passes every key through while the remote one is in charge.
+        let _raw = (tty && args.stdin && std::io::stdin().is_terminal())
+            .then(RawTerminal::enter)
+            .flatten();
+        match run_exec(&url, token.as_deref(), args.stdin, tty).await {
             Ok(code) => code,
             Err(msg) => {
                 eprintln!("failed to exec into task: {msg}");
@@ -227,8 +235,61 @@ pub fn exec(args: ExecArgs) -> i32 {
     })
 }
 
+/// This terminal in raw mode until dropped (then as it was).
+struct RawTerminal {
+    saved: nix::sys::termios::Termios,
+}
+
+impl RawTerminal {
+    fn enter() -> Option<RawTerminal> {
+        use nix::sys::termios::{cfmakeraw, tcgetattr, tcsetattr, SetArg};
+        let stdin = std::io::stdin();
+        let saved = tcgetattr(&stdin).ok()?;
+        let mut raw = saved.clone();
+        cfmakeraw(&mut raw);
+        tcsetattr(&stdin, SetArg::TCSANOW, &raw).ok()?;
+        Some(RawTerminal { saved })
+    }
+}
+
+impl Drop for RawTerminal {
+    fn drop(&mut self) {
+        let _ = nix::sys::termios::tcsetattr(
+            std::io::stdin(),
+            nix::sys::termios::SetArg::TCSANOW,
+            &self.saved,
+        );
+    }
+}
+
+/// This terminal's size as a `tty_size` frame, when stdout is a terminal.
+fn tty_size_frame() -> Option<Value> {
+    use std::os::fd::AsRawFd;
+    let mut size = nix::libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes one `winsize` into the struct, which outlives the call.
+    let rc = unsafe {
+        nix::libc::ioctl(
+            std::io::stdout().as_raw_fd(),
+            nix::libc::TIOCGWINSZ,
+            &mut size,
+        )
+    };
+    (rc == 0 && size.ws_row > 0)
+        .then(|| json!({"tty_size": {"height": size.ws_row, "width": size.ws_col}}))
+}
+
 /// Speaks Nomad's exec frames over the WebSocket; returns the command's exit code.
-async fn run_exec(url: &str, token: Option<&str>, with_stdin: bool) -> Result<i32, String> {
+async fn run_exec(
+    url: &str,
+    token: Option<&str>,
+    with_stdin: bool,
+    tty: bool,
+) -> Result<i32, String> {
     let mut request = url
         .into_client_request()
         .map_err(|e| format!("invalid exec URL {url}: {e}"))?;
@@ -258,6 +319,26 @@ async fn run_exec(url: &str, token: Option<&str>, with_stdin: bool) -> Result<i3
         })?;
     let (mut sink, mut source) = socket.split();
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Value>(16);
+    if tty {
+        if let Some(frame) = tty_size_frame() {
+            let _ = tx.send(frame).await;
+        }
+        // Resizes of this terminal follow the command.
+        if let Ok(mut winch) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())
+        {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                while winch.recv().await.is_some() {
+                    if let Some(frame) = tty_size_frame() {
+                        if tx.send(frame).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    }
     if with_stdin {
         tokio::spawn(read_stdin(tx));
     } else {

@@ -538,6 +538,7 @@ impl DockerDriver {
             stderr: Box::pin(err_r),
             exit: Box::pin(exit),
             kill: Box::new(move || abort.abort()),
+            resize: None,
         })
     }
 

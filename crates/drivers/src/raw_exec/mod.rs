@@ -273,6 +273,7 @@ impl RawExecDriver {
         &self,
         task_id: &str,
         cmd: &[String],
+        tty: bool,
     ) -> Result<ExecStream, DriverError> {
         let task = self.tasks.get(task_id)?;
         if task.exit.has_exited() {
@@ -282,6 +283,9 @@ impl RawExecDriver {
             .split_first()
             .ok_or_else(|| DriverError::invalid(NAME, "exec needs a command"))?;
         let program = spawn::lookup_bin(&task.config, bin)?;
+        if tty {
+            return exec_on_pty(&task.config, task_id, &program, args);
+        }
         let mut command = spawn::build_command(
             &task.config,
             &program,
@@ -296,6 +300,61 @@ impl RawExecDriver {
             .map_err(|e| DriverError::io(task_id, "starting the exec command", e))?;
         crate::process_group::exec_stream_of(NAME, task_id, child)
     }
+}
+
+/// `alloc exec -t`: the command on a fresh pty (its controlling terminal); output arrives on
+/// stdout only, as from a terminal.
+fn exec_on_pty(
+    cfg: &TaskConfig,
+    task_id: &str,
+    program: &std::path::Path,
+    args: &[String],
+) -> Result<ExecStream, DriverError> {
+    let io_err = |what: &'static str, e: std::io::Error| DriverError::io(task_id, what, e);
+    let pty = crate::pty::open().map_err(|e| io_err("opening a pty", e))?;
+    let slave = |pty: &crate::pty::Pty| {
+        pty.slave
+            .try_clone()
+            .map(Stdio::from)
+            .map_err(|e| io_err("sharing the pty", e))
+    };
+    let mut command = spawn::build_command(
+        cfg,
+        program,
+        args,
+        &cfg.task_dir.dir,
+        slave(&pty)?,
+        slave(&pty)?,
+    )?;
+    command.stdin(slave(&pty)?);
+    crate::pty::controlling_terminal(&mut command);
+    let child = command
+        .spawn()
+        .map_err(|e| io_err("starting the exec command", e))?;
+    // Only the command may hold the slave: the master reads EOF (EIO) once it is gone.
+    drop(command);
+    let crate::pty::Pty { master, slave } = pty;
+    drop(slave);
+    let writer = master
+        .try_clone()
+        .map_err(|e| io_err("sharing the pty", e))?;
+    let sizer = master
+        .try_clone()
+        .map_err(|e| io_err("sharing the pty", e))?;
+    let reader = tokio::fs::File::from_std(std::fs::File::from(master));
+    let writer = tokio::fs::File::from_std(std::fs::File::from(writer));
+    Ok(crate::process_group::exec_stream_with(
+        task_id,
+        child,
+        crate::process_group::ExecIo {
+            stdin: Box::pin(writer),
+            stdout: Box::pin(reader),
+            stderr: Box::pin(tokio::io::empty()),
+            resize: Some(Box::new(move |rows, cols| {
+                crate::pty::set_size(&sizer, rows, cols)
+            })),
+        },
+    ))
 }
 
 /// The main process's identity, read right after spawn (it cannot have been reaped yet: only
@@ -420,8 +479,8 @@ impl Driver for RawExecDriver {
         &'a self,
         task_id: &'a str,
         cmd: &'a [String],
-        _tty: bool,
+        tty: bool,
     ) -> DriverFuture<'a, ExecStream> {
-        Box::pin(self.exec_stream_in_task(task_id, cmd))
+        Box::pin(self.exec_stream_in_task(task_id, cmd, tty))
     }
 }
