@@ -91,11 +91,24 @@ impl Runners {
     /// Brings the runners in line with the servers' allocations for this node.
     pub async fn reconcile(&self, allocs: Vec<Allocation>) {
         let mut sends: Vec<(mpsc::Sender<AllocCommand>, AllocCommand)> = Vec::new();
+        // Allocations the servers marked `unknown` while this client was cut off: they hear
+        // how each really is, so a reconnect keeps one copy (Nomad's client does the same).
+        let mut resend: Vec<AllocClientUpdate> = Vec::new();
         {
             let mut map = self.map.lock().expect("runners lock");
             let mut seen = BTreeSet::new();
             for alloc in allocs {
                 seen.insert(alloc.id.clone());
+                if alloc.client_status == model::alloc::ALLOC_CLIENT_STATUS_UNKNOWN {
+                    if let Some(h) = map.get(&alloc.id) {
+                        let status = h.status.lock().expect("status lock").clone();
+                        if status.client_status != alloc.client_status
+                            && !status.client_status.is_empty()
+                        {
+                            resend.push(status);
+                        }
+                    }
+                }
                 match map.get_mut(&alloc.id) {
                     Some(h) if h.alloc_modify_index != alloc.alloc_modify_index => {
                         h.alloc_modify_index = alloc.alloc_modify_index;
@@ -127,6 +140,11 @@ impl Runners {
         for (tx, cmd) in sends {
             // A closed channel means the runner already ended (client shutdown).
             let _ = tx.send(cmd).await;
+        }
+        for status in resend {
+            tracing::info!(alloc_id = %status.id, client_status = %status.client_status,
+                "the servers think this allocation is unknown; telling them how it is");
+            let _ = self.ctx.updates.send(status).await;
         }
     }
 }

@@ -573,6 +573,34 @@ impl VolumeRequest {
 }
 
 impl TaskGroup {
+    /// How long its allocations may stay on a disconnected client before they are lost
+    /// (`disconnect.lost_after`, or the older `max_client_disconnect`); `None`: lost at once.
+    pub fn disconnect_lost_after(&self) -> Option<Duration> {
+        self.disconnect
+            .as_ref()
+            .and_then(|d| d.lost_after)
+            .or(self.max_client_disconnect)
+            .filter(|d| d.0 > 0)
+    }
+
+    /// Whether an allocation on a disconnected client is replaced meanwhile (`disconnect.replace`,
+    /// default true).
+    pub fn disconnect_replace(&self) -> bool {
+        self.disconnect
+            .as_ref()
+            .and_then(|d| d.replace)
+            .unwrap_or(true)
+    }
+
+    /// Which copy is kept when a disconnected client comes back (`disconnect.reconcile`,
+    /// default `best_score`).
+    pub fn disconnect_reconcile(&self) -> &str {
+        self.disconnect
+            .as_ref()
+            .and_then(|d| d.reconcile.as_deref())
+            .unwrap_or("best_score")
+    }
+
     /// Fills Nomad's defaults, using the job's policies where the group sets none.
     pub fn canonicalize(&mut self, job: &crate::job::Job, job_type: JobType) {
         self.count.get_or_insert(1);

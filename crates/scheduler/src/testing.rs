@@ -121,8 +121,23 @@ impl MemView {
         for a in plan.node_update.values().flatten() {
             self.upsert_alloc(a.clone());
         }
+        // As the FSM does: an update without its job keeps the stored one, and a replacement
+        // links its previous allocation to itself.
         for a in plan.node_allocation.values().flatten() {
-            self.upsert_alloc(a.clone());
+            let mut a = a.clone();
+            if let Some(old) = self.allocs.get(&a.id) {
+                if a.job.is_none() {
+                    a.job.clone_from(&old.job);
+                }
+                if a.next_allocation.is_empty() {
+                    a.next_allocation.clone_from(&old.next_allocation);
+                }
+            }
+            let (id, previous) = (a.id.clone(), a.previous_allocation.clone());
+            self.upsert_alloc(a);
+            if !previous.is_empty() {
+                self.update_alloc(&previous, |p| p.next_allocation = id);
+            }
         }
         if let Some(d) = &plan.deployment {
             self.upsert_deployment(d.clone());

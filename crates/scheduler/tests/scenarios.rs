@@ -1197,3 +1197,122 @@ fn a_node_at_its_csi_volume_limit_takes_no_more() {
            eval complete"#,
     );
 }
+
+fn disconnect_job(reconcile: &str, replace: bool) -> Job {
+    let mut j = job("web", "service", 1);
+    j.task_groups[0].disconnect = Some(model::group::DisconnectStrategy {
+        lost_after: Some(model::Duration(60 * SEC)),
+        replace: Some(replace),
+        reconcile: Some(reconcile.into()),
+        stop_on_client_after: None,
+    });
+    j
+}
+
+/// The one allocation of `web` on `node`, running.
+fn web_on(v: &MemView, node: &str) -> Allocation {
+    let a = live(v)
+        .into_iter()
+        .find(|a| a.node_id == node)
+        .unwrap_or_else(|| panic!("an allocation on {node}"));
+    (*a).clone()
+}
+
+#[test]
+fn a_disconnected_clients_allocation_becomes_unknown_and_is_replaced_then_lost_when_down() {
+    let mut v = cluster(2);
+    run_and_apply(&mut v, disconnect_job("keep_original", true));
+    let first = live(&v)[0].clone();
+    let (home, other) = if first.node_id == "n1" {
+        ("n1", "n2")
+    } else {
+        ("n2", "n1")
+    };
+    v.update_alloc(&first.id, |a| {
+        a.client_status = ALLOC_CLIENT_STATUS_RUNNING.into()
+    });
+    v.update_node(home, |n| n.status = "disconnected".into());
+    let j = v.job("default", "web").expect("stored");
+    let o = check(
+        &v,
+        &eval(&j),
+        &format!(
+            "eval complete
+             place web.web[0] on {other} replacing web.web[0] on {home}
+             update web.web[0] on {home}"
+        ),
+    );
+    let marked = o.plan.node_allocation[home][0].clone();
+    assert_eq!(marked.client_status, "unknown");
+    v.apply(&o);
+    assert!(
+        !v.alloc(&first.id).unwrap().next_allocation.is_empty(),
+        "the original points at its replacement"
+    );
+    // While it stays disconnected nothing more happens.
+    check(&v, &eval(&j), "eval complete");
+    // Once it is down the original is lost, and not replaced again.
+    v.update_node(home, |n| n.status = "down".into());
+    check(
+        &v,
+        &eval(&j),
+        &format!(
+            "eval complete
+             stop web.web[0] on {home}: alloc is lost since its node is down [lost]"
+        ),
+    );
+}
+
+#[test]
+fn a_reconnecting_client_keeps_one_copy_as_the_group_says() {
+    for (strategy, keeps_original) in [("keep_original", true), ("keep_replacement", false)] {
+        let mut v = cluster(2);
+        run_and_apply(&mut v, disconnect_job(strategy, true));
+        let first = live(&v)[0].clone();
+        let (home, other) = if first.node_id == "n1" {
+            ("n1", "n2")
+        } else {
+            ("n2", "n1")
+        };
+        v.update_node(home, |n| n.status = "disconnected".into());
+        let j = v.job("default", "web").expect("stored");
+        let o = scheduler::schedule(&v, &eval(&j), NOW, SEED).expect("schedules");
+        v.apply(&o);
+        let replacement = web_on(&v, other);
+        // The client comes back and reports its copy running.
+        v.update_node(home, |n| n.status = "ready".into());
+        v.update_alloc(&first.id, |a| {
+            a.client_status = ALLOC_CLIENT_STATUS_RUNNING.into()
+        });
+        v.update_alloc(&replacement.id, |a| {
+            a.client_status = ALLOC_CLIENT_STATUS_RUNNING.into()
+        });
+        let loser = if keeps_original { other } else { home };
+        check(
+            &v,
+            &eval(&j),
+            &format!(
+                "eval complete
+                 stop web.web[0] on {loser}: alloc not needed due to disconnected client reconnect"
+            ),
+        );
+    }
+}
+
+#[test]
+fn without_replace_a_disconnected_allocation_is_only_marked_unknown() {
+    let mut v = cluster(2);
+    run_and_apply(&mut v, disconnect_job("best_score", false));
+    let first = live(&v)[0].clone();
+    v.update_node(&first.node_id, |n| n.status = "disconnected".into());
+    let j = v.job("default", "web").expect("stored");
+    check(
+        &v,
+        &eval(&j),
+        &format!(
+            "eval complete
+             update web.web[0] on {}",
+            first.node_id
+        ),
+    );
+}

@@ -212,3 +212,107 @@ async fn a_node_that_stops_heartbeating_is_marked_down_and_its_alloc_replaced() 
     beating.abort();
     server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_node_with_a_disconnect_block_is_disconnected_first_then_down() {
+    let dir = TempDir::new("disconnect");
+    let mut cfg = ServerConfig::new(dir.0.join("server"), "127.0.0.1:0".parse().unwrap());
+    cfg.raft_heartbeat_ms = 50;
+    cfg.raft_election_timeout_ms = (150, 300);
+    cfg.num_schedulers = 2;
+    cfg.min_heartbeat_ttl = Duration::from_millis(400);
+    cfg.heartbeat_grace = Duration::from_millis(400);
+    cfg.failover_heartbeat_ttl = Duration::from_secs(2);
+    let server = Server::start(cfg).await.expect("server starts");
+    let deadline = Instant::now() + DEADLINE;
+    while !server.schedulers_running() {
+        assert!(Instant::now() < deadline, "the leader loops never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for id in ["a", "b"] {
+        server.node_register(node(id)).await.unwrap();
+    }
+    let alive: Arc<Mutex<BTreeSet<String>>> =
+        Arc::new(Mutex::new(["a", "b"].map(String::from).into()));
+    let beating = {
+        let (server, alive) = (server.clone(), alive.clone());
+        tokio::spawn(async move {
+            loop {
+                let ids: Vec<String> = alive.lock().unwrap().iter().cloned().collect();
+                for id in ids {
+                    let req = NodeUpdateStatusRequest {
+                        node_id: id.clone(),
+                        secret_id: format!("secret-{id}"),
+                        status: "ready".into(),
+                    };
+                    let _ = server.node_update_status(req).await;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let mut j = job("web");
+    j.task_groups[0].disconnect = Some(model::group::DisconnectStrategy {
+        lost_after: Some(model::Duration(3_000_000_000)),
+        ..Default::default()
+    });
+    server
+        .job_register(JobRegisterRequest {
+            job: j,
+            enforce_index: false,
+            job_modify_index: 0,
+            preserve_counts: false,
+            eval_priority: 0,
+        })
+        .await
+        .expect("job registers");
+    let snap = wait_until(&server, "the job is placed", |s| {
+        s.allocs_by_job("default", "web").len() == 1
+    })
+    .await;
+    let first = snap.allocs_by_job("default", "web")[0].clone();
+    let (silent, survivor) = if first.node_id == "a" {
+        ("a", "b")
+    } else {
+        ("b", "a")
+    };
+    let silent_at = Instant::now();
+    alive.lock().unwrap().remove(silent);
+    wait_until(
+        &server,
+        "the silent node is disconnected, its allocation unknown and replaced",
+        |s| {
+            let allocs = s.allocs_by_job("default", "web");
+            node_status(s, silent) == "disconnected"
+                && allocs.iter().any(|a| {
+                    a.id == first.id && a.client_status == "unknown" && a.desired_status == "run"
+                })
+                && allocs
+                    .iter()
+                    .any(|a| a.node_id == survivor && a.previous_allocation == first.id)
+        },
+    )
+    .await;
+    let snap = wait_until(&server, "the node is down after lost_after", |s| {
+        node_status(s, silent) == "down"
+            && s.allocs_by_job("default", "web")
+                .iter()
+                .any(|a| a.id == first.id && a.client_status == "lost")
+    })
+    .await;
+    assert!(
+        silent_at.elapsed() >= Duration::from_secs(3),
+        "down only after lost_after: {:?}",
+        silent_at.elapsed()
+    );
+    // Its replacement is the only one left running, and none more was placed.
+    let live: Vec<_> = snap
+        .allocs_by_job("default", "web")
+        .into_iter()
+        .filter(|a| a.desired_status == "run")
+        .collect();
+    assert_eq!(live.len(), 1, "{live:?}");
+    assert_eq!(live[0].node_id, survivor);
+    beating.abort();
+    server.shutdown().await;
+}

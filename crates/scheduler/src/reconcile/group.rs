@@ -4,12 +4,15 @@ use super::reschedule::{next_reschedule_time, policy_of};
 use super::update::{update_kind, UpdateKind};
 use super::{
     alloc_name, node_taint, ran_successfully, Place, Reconciler, Taint, DESC_LOST, DESC_MIGRATING,
-    DESC_NOT_NEEDED, DESC_RESCHEDULED,
+    DESC_NOT_NEEDED, DESC_RECONNECTED, DESC_RESCHEDULED,
 };
 use crate::feasible::GroupChecks;
 use crate::limits::RESCHEDULE_WINDOW_NS;
 use crate::rng::Rng;
-use model::alloc::{Allocation, ALLOC_CLIENT_STATUS_COMPLETE, ALLOC_CLIENT_STATUS_FAILED};
+use model::alloc::{
+    Allocation, ALLOC_CLIENT_STATUS_COMPLETE, ALLOC_CLIENT_STATUS_FAILED,
+    ALLOC_CLIENT_STATUS_UNKNOWN,
+};
 use model::deployment::{Deployment, DeploymentState, DEPLOYMENT_STATUS_RUNNING};
 use model::group::{TaskGroup, UpdateStrategy};
 use model::job::Job;
@@ -25,6 +28,12 @@ struct Sets {
     migrate: Vec<Arc<Allocation>>,
     reschedule_now: Vec<Arc<Allocation>>,
     reschedule_later: Vec<(Arc<Allocation>, i64)>,
+    /// On a disconnected node, not yet `unknown`: marked so, and replaced when the group says.
+    disconnecting: Vec<Arc<Allocation>>,
+    /// `unknown` on a node now down, already replaced while disconnected: stopped, not replaced.
+    lost_replaced: Vec<Arc<Allocation>>,
+    /// Copies a reconnect made redundant (the group's `disconnect.reconcile` chose the other).
+    reconnect_stops: Vec<Arc<Allocation>>,
 }
 
 /// Why an allocation is replaced under its own name.
@@ -33,6 +42,8 @@ enum Replace {
     Lost,
     Migrate,
     Reschedule,
+    /// On a disconnected node: kept (now `unknown`), replaced meanwhile.
+    Disconnect,
 }
 
 /// What the group's `update` block allows this pass.
@@ -46,15 +57,38 @@ struct Rollout {
     limit: usize,
 }
 
-/// Lost, migrating and rescheduled allocations, each replaced under its own name.
+/// Lost, migrating, rescheduled and disconnected (when the group replaces them) allocations,
+/// each replaced under its own name.
 fn replacements(sets: Sets) -> Vec<(Arc<Allocation>, Replace)> {
+    let disconnected = sets
+        .disconnecting
+        .into_iter()
+        .map(|a| (a, Replace::Disconnect));
     let lost = sets.lost.into_iter().map(|a| (a, Replace::Lost));
     let migrate = sets.migrate.into_iter().map(|a| (a, Replace::Migrate));
     let now = sets
         .reschedule_now
         .into_iter()
         .map(|a| (a, Replace::Reschedule));
-    lost.chain(migrate).chain(now).collect()
+    lost.chain(migrate).chain(now).chain(disconnected).collect()
+}
+
+/// Nomad's `disconnect.reconcile`: which copy stays when a disconnected client comes back —
+/// `keep_original`, `keep_replacement`, `longest_running` (the older), or `best_score` (the
+/// better placement score, the original on a tie).
+fn keep_original(strategy: &str, original: &Allocation, replacement: &Allocation) -> bool {
+    let score = |a: &Allocation| {
+        a.metrics
+            .as_ref()
+            .and_then(|m| m.score_meta_data.iter().find(|s| s.node_id == a.node_id))
+            .map_or(0.0, |s| s.norm_score)
+    };
+    match strategy {
+        "keep_replacement" => false,
+        "keep_original" => true,
+        "longest_running" => original.create_time <= replacement.create_time,
+        _ => score(original) >= score(replacement),
+    }
 }
 
 /// The group's allocations that keep a slot, and those replaced.
@@ -97,6 +131,19 @@ impl Reconciler<'_> {
     ) {
         self.desired(&tg.name);
         let mut sets = self.classify(tg, allocs);
+        for a in std::mem::take(&mut sets.lost_replaced) {
+            self.stop(&a, DESC_LOST, true);
+        }
+        for a in std::mem::take(&mut sets.reconnect_stops) {
+            self.stop(&a, DESC_RECONNECTED, false);
+        }
+        if !tg.disconnect_replace() {
+            // Not replaced: it keeps its slot, unknown, until its node returns or is lost.
+            for a in std::mem::take(&mut sets.disconnecting) {
+                self.mark_unknown(&a);
+                sets.untainted.push(a);
+            }
+        }
         self.stop_old_canaries(&mut sets.untainted);
         let later = std::mem::take(&mut sets.reschedule_later);
         let later_count = later.len();
@@ -179,12 +226,19 @@ impl Reconciler<'_> {
     /// Sorts the group's allocations (Nomad's `filterByTainted` and `filterByRescheduleable`).
     fn classify(&self, tg: &TaskGroup, allocs: &[Arc<Allocation>]) -> Sets {
         let batch = self.input.batch;
-        let tolerates = tg.max_client_disconnect.is_some_and(|d| d.0 > 0)
-            || tg
-                .disconnect
-                .as_ref()
-                .is_some_and(|d| d.lost_after.is_some_and(|l| l.0 > 0));
+        let tolerates = tg.disconnect_lost_after().is_some();
+        let by_id: BTreeMap<&str, &Arc<Allocation>> =
+            allocs.iter().map(|a| (a.id.as_str(), a)).collect();
+        // The replacement placed for `a` while its node was disconnected, if it still runs.
+        let live_replacement = |a: &Allocation| -> Option<Arc<Allocation>> {
+            by_id
+                .get(a.next_allocation.as_str())
+                .filter(|r| !r.server_terminal() && !r.client_terminal())
+                .map(|r| Arc::clone(r))
+        };
+        let unknown = |a: &Allocation| a.client_status == ALLOC_CLIENT_STATUS_UNKNOWN;
         let mut s = Sets::default();
+        let mut reconnecting: Vec<(Arc<Allocation>, Arc<Allocation>)> = Vec::new();
         for a in allocs {
             if a.server_terminal() {
                 if batch && ran_successfully(a) {
@@ -207,9 +261,30 @@ impl Reconciler<'_> {
                 s.migrate.push(a.clone());
                 continue;
             }
+            let replaced = live_replacement(a);
             match node_taint(self.input.nodes, &a.node_id, tolerates) {
+                Taint::Lost if unknown(a) && replaced.is_some() => s.lost_replaced.push(a.clone()),
                 Taint::Lost => s.lost.push(a.clone()),
-                _ => s.untainted.push(a.clone()),
+                // Marked unknown and replaced: its replacement holds the slot for now.
+                Taint::Disconnected if unknown(a) && replaced.is_some() => {}
+                Taint::Disconnected if unknown(a) => s.untainted.push(a.clone()),
+                Taint::Disconnected => s.disconnecting.push(a.clone()),
+                // Back on a ready node while its replacement runs: one of them goes, once its
+                // client has said how the original is.
+                _ => match replaced {
+                    Some(_) if unknown(a) => {}
+                    Some(r) => reconnecting.push((a.clone(), r)),
+                    None => s.untainted.push(a.clone()),
+                },
+            }
+        }
+        for (original, replacement) in reconnecting {
+            if keep_original(tg.disconnect_reconcile(), &original, &replacement) {
+                s.untainted.retain(|a| a.id != replacement.id);
+                s.untainted.push(original);
+                s.reconnect_stops.push(replacement);
+            } else {
+                s.reconnect_stops.push(original);
             }
         }
         s
@@ -442,8 +517,14 @@ impl Reconciler<'_> {
                 Replace::Lost => DESC_LOST,
                 Replace::Migrate => DESC_MIGRATING,
                 Replace::Reschedule => DESC_RESCHEDULED,
+                Replace::Disconnect => "",
             };
-            self.stop(a, desc, *why == Replace::Lost);
+            if *why == Replace::Disconnect {
+                // Kept, unknown, while its replacement runs; a reconnect picks one of them.
+                self.mark_unknown(a);
+            } else {
+                self.stop(a, desc, *why == Replace::Lost);
+            }
             self.push_place(
                 tg,
                 a.name.clone(),
@@ -486,6 +567,15 @@ impl Reconciler<'_> {
             self.desired(&tg.name).place += 1;
         }
         self.results.places.len() + self.results.inplace.len() - before
+    }
+
+    /// The allocation's client status becomes `unknown`: its node is disconnected.
+    fn mark_unknown(&mut self, a: &Arc<Allocation>) {
+        let mut u = (**a).clone();
+        u.client_status = ALLOC_CLIENT_STATUS_UNKNOWN.into();
+        u.client_description = "alloc is unknown since its node is disconnected".into();
+        u.job = None;
+        self.results.attribute_updates.push(u);
     }
 
     fn push_place(

@@ -35,6 +35,8 @@ pub(crate) const DESC_NOT_NEEDED: &str = "alloc not needed due to job update";
 pub(crate) const DESC_MIGRATING: &str = "alloc is being migrated";
 pub(crate) const DESC_UPDATING: &str = "alloc is being updated due to job update";
 pub(crate) const DESC_LOST: &str = "alloc is lost since its node is down";
+/// Nomad's text for the copy a reconnect makes redundant.
+pub(crate) const DESC_RECONNECTED: &str = "alloc not needed due to disconnected client reconnect";
 pub(crate) const DESC_RESCHEDULED: &str = "alloc was rescheduled because it failed";
 pub(crate) const DESC_NODE_TAINTED: &str = "alloc not needed as node is tainted";
 pub(crate) const DESC_FOLLOWUP_EVAL: &str = "created for delayed rescheduling";
@@ -340,6 +342,8 @@ pub(crate) enum Taint {
     /// Down, gone, or disconnected with no tolerance for it: replace the allocation.
     Lost,
     Draining,
+    /// Disconnected, and the group tolerates it for a while (`disconnect.lost_after`).
+    Disconnected,
 }
 
 /// `tolerates_disconnect`: the group keeps allocations on disconnected nodes
@@ -351,6 +355,7 @@ pub(crate) fn node_taint(nodes: &NodeMap, node_id: &str, tolerates_disconnect: b
     match node.status_kind() {
         Some(NodeStatus::Down) => Taint::Lost,
         Some(NodeStatus::Disconnected) if !tolerates_disconnect => Taint::Lost,
+        Some(NodeStatus::Disconnected) => Taint::Disconnected,
         _ if node.drain_strategy.is_some() => Taint::Draining,
         _ => Taint::Fine,
     }

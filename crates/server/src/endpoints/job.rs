@@ -39,10 +39,15 @@ pub fn prepare_job(job: &mut Job) -> Result<(), ServerError> {
 pub(crate) fn unsupported_warnings(job: &Job) -> String {
     let mut out = Vec::new();
     for g in &job.task_groups {
-        if g.disconnect.is_some() || g.max_client_disconnect.is_some() {
+        let client_stop = g
+            .disconnect
+            .as_ref()
+            .is_some_and(|d| d.stop_on_client_after.is_some())
+            || g.stop_after_client_disconnect.is_some();
+        if client_stop {
             out.push(format!(
-                "* Group {:?}: disconnect / max_client_disconnect is not supported yet; allocations on a \
-                 client that stops heartbeating are replaced once its node is down, as if unset",
+                "* Group {:?}: stop_on_client_after / stop_after_client_disconnect is not supported \
+                 yet; a disconnected client keeps its allocations running",
                 g.name
             ));
         }
@@ -273,7 +278,7 @@ mod tests {
     }
 
     #[test]
-    fn an_unbuilt_disconnect_block_is_accepted_with_a_warning_naming_the_group() {
+    fn an_unbuilt_stop_on_client_after_is_accepted_with_a_warning_naming_the_group() {
         let mut job = Job {
             id: "j".into(),
             task_groups: vec![model::TaskGroup {
@@ -282,8 +287,12 @@ mod tests {
             }],
             ..Job::default()
         };
-        assert_eq!(unsupported_warnings(&job), "");
         job.task_groups[0].max_client_disconnect = Some(model::Duration(60_000_000_000));
+        assert_eq!(unsupported_warnings(&job), "", "lost_after is built");
+        job.task_groups[0].disconnect = Some(model::group::DisconnectStrategy {
+            stop_on_client_after: Some(model::Duration(30_000_000_000)),
+            ..Default::default()
+        });
         let w = unsupported_warnings(&job);
         assert!(
             w.contains("Group \"web\"") && w.contains("not supported yet"),

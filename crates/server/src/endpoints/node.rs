@@ -105,18 +105,48 @@ impl Server {
     }
 
     /// On the leader, when the node's heartbeat deadline passed: writes it down, with evaluations
-    /// for its jobs. Nothing when it is gone or already down.
-    pub(crate) async fn node_mark_down(&self, node_id: &str) -> Result<(), ServerError> {
-        let Some(node) = self.state().snapshot().node(node_id) else {
-            return Ok(());
+    /// for its jobs — or `disconnected` first when some of its allocations' groups tolerate a
+    /// disconnect (`disconnect.lost_after`, `max_client_disconnect`): then it goes down once the
+    /// longest of those has passed without a heartbeat. Nothing when it is gone or already down.
+    /// Returns the status written, if any.
+    pub(crate) async fn node_mark_down(
+        &self,
+        node_id: &str,
+    ) -> Result<Option<&'static str>, ServerError> {
+        let snap = self.state().snapshot();
+        let Some(node) = snap.node(node_id) else {
+            return Ok(None);
         };
         if node.status_kind() == Some(NodeStatus::Down) {
-            return Ok(());
+            return Ok(None);
+        }
+        if node.status_kind() != Some(NodeStatus::Disconnected) {
+            if let Some(window) = disconnect_window(&snap, node_id) {
+                self.node_set_status_local(&node, NodeStatus::Disconnected.as_str())
+                    .await?;
+                self.leadership().node_heartbeat(node_id, window);
+                return Ok(Some(NodeStatus::Disconnected.as_str()));
+            }
         }
         self.node_set_status_local(&node, NodeStatus::Down.as_str())
-            .await
-            .map(|_| ())
+            .await?;
+        Ok(Some(NodeStatus::Down.as_str()))
     }
+}
+
+/// The longest `lost_after` among the groups of the node's live allocations, if any tolerates
+/// a disconnect.
+fn disconnect_window(snap: &state::StateSnapshot, node_id: &str) -> Option<std::time::Duration> {
+    snap.allocs_by_node(node_id)
+        .iter()
+        .filter(|a| !a.server_terminal() && !a.client_terminal())
+        .filter_map(|a| {
+            let job = a.job.as_deref()?;
+            let tg = job.task_groups.iter().find(|g| g.name == a.task_group)?;
+            tg.disconnect_lost_after()
+        })
+        .max()
+        .map(|d| std::time::Duration::from_nanos(u64::try_from(d.0).unwrap_or(0)))
 }
 
 fn heartbeat_ttl_ns(server: &Server) -> i64 {

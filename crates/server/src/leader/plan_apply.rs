@@ -101,11 +101,20 @@ fn check_node(snap: &StateSnapshot, plan: &Plan, node_id: &str) -> Result<(), St
     let node = snap
         .node(node_id)
         .ok_or_else(|| "node does not exist".to_string())?;
+    let existing = snap.allocs_by_node(node_id);
+    let existing_ids: HashSet<&str> = existing.iter().map(|a| a.id.as_str()).collect();
+    // Allocations of a disconnected node marked `unknown`: nothing is placed or resized.
+    let marking_unknown = node.status_kind() == Some(NodeStatus::Disconnected)
+        && placing.iter().all(|a| {
+            existing_ids.contains(a.id.as_str())
+                && a.client_status == model::alloc::ALLOC_CLIENT_STATUS_UNKNOWN
+        });
+    if marking_unknown {
+        return Ok(());
+    }
     if node.status_kind() != Some(NodeStatus::Ready) {
         return Err("node is not ready for placements".into());
     }
-    let existing = snap.allocs_by_node(node_id);
-    let existing_ids: HashSet<&str> = existing.iter().map(|a| a.id.as_str()).collect();
     let placing_new = placing
         .iter()
         .any(|a| !existing_ids.contains(a.id.as_str()));

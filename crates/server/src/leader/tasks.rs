@@ -353,7 +353,10 @@ pub(crate) async fn heartbeat_task(server: Server, mut stop: watch::Receiver<boo
                 return;
             }
             match server.node_mark_down(&node_id).await {
-                Ok(()) => tracing::info!(node_id, "node missed its heartbeats; marked down"),
+                Ok(Some(status)) => {
+                    tracing::info!(node_id, status, "node missed its heartbeats")
+                }
+                Ok(None) => {}
                 Err(e) => {
                     tracing::warn!(node_id, error = %e, "marking a node down failed");
                     server.leadership().heartbeat_mark_down_failed(node_id);

@@ -51,6 +51,11 @@ pub(super) fn upsert(tx: &mut Txn, allocs: &[Allocation]) -> Result<(), StateErr
                 if alloc.job.is_none() {
                     alloc.job.clone_from(&old.job);
                 }
+                // Only a replacement's upsert sets it (`link_previous`); an update of the
+                // original in the same plan, written after it, must not erase it.
+                if alloc.next_allocation.is_empty() {
+                    alloc.next_allocation.clone_from(&old.next_allocation);
+                }
             }
         }
         update_deployment_with_alloc(tx, &mut alloc, existing.as_deref());
