@@ -316,3 +316,115 @@ async fn a_silent_node_with_a_disconnect_block_is_disconnected_first_then_down()
     beating.abort();
     server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_returning_copy_is_settled_before_it_counts_as_running() {
+    let dir = TempDir::new("reconnect");
+    let mut cfg = ServerConfig::new(dir.0.join("server"), "127.0.0.1:0".parse().unwrap());
+    cfg.raft_heartbeat_ms = 50;
+    cfg.raft_election_timeout_ms = (150, 300);
+    cfg.num_schedulers = 2;
+    cfg.min_heartbeat_ttl = Duration::from_millis(400);
+    cfg.heartbeat_grace = Duration::from_millis(400);
+    cfg.failover_heartbeat_ttl = Duration::from_secs(2);
+    let server = Server::start(cfg).await.expect("server starts");
+    let deadline = Instant::now() + DEADLINE;
+    while !server.schedulers_running() {
+        assert!(Instant::now() < deadline, "the leader loops never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for id in ["a", "b"] {
+        server.node_register(node(id)).await.unwrap();
+    }
+    let alive: Arc<Mutex<BTreeSet<String>>> =
+        Arc::new(Mutex::new(["a", "b"].map(String::from).into()));
+    let beating = {
+        let (server, alive) = (server.clone(), alive.clone());
+        tokio::spawn(async move {
+            loop {
+                let ids: Vec<String> = alive.lock().unwrap().iter().cloned().collect();
+                for id in ids {
+                    let req = NodeUpdateStatusRequest {
+                        node_id: id.clone(),
+                        secret_id: format!("secret-{id}"),
+                        status: "ready".into(),
+                    };
+                    let _ = server.node_update_status(req).await;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let mut j = job("web");
+    j.task_groups[0].disconnect = Some(model::group::DisconnectStrategy {
+        lost_after: Some(model::Duration(60_000_000_000)),
+        reconcile: Some("keep_original".into()),
+        ..Default::default()
+    });
+    server
+        .job_register(JobRegisterRequest {
+            job: j,
+            enforce_index: false,
+            job_modify_index: 0,
+            preserve_counts: false,
+            eval_priority: 0,
+        })
+        .await
+        .expect("job registers");
+    let snap = wait_until(&server, "the job is placed", |s| {
+        s.allocs_by_job("default", "web").len() == 1
+    })
+    .await;
+    let first = snap.allocs_by_job("default", "web")[0].clone();
+    let silent = first.node_id.clone();
+    alive.lock().unwrap().remove(&silent);
+    let snap = wait_until(&server, "unknown and replaced", |s| {
+        s.allocs_by_job("default", "web")
+            .iter()
+            .any(|a| a.previous_allocation == first.id)
+            && s.alloc(&first.id)
+                .is_some_and(|a| a.client_status == "unknown")
+    })
+    .await;
+    let replacement = snap
+        .allocs_by_job("default", "web")
+        .into_iter()
+        .find(|a| a.previous_allocation == first.id)
+        .unwrap();
+    // The client comes back and says its copy runs; the replacement runs too.
+    alive.lock().unwrap().insert(silent.clone());
+    let running = |id: &str, node: &str| model::wire::NodeUpdateAllocRequest {
+        node_id: node.into(),
+        secret_id: format!("secret-{node}"),
+        allocs: vec![model::wire::AllocClientUpdate {
+            id: id.into(),
+            client_status: "running".into(),
+            ..Default::default()
+        }],
+    };
+    server
+        .node_update_alloc(running(&replacement.id, &replacement.node_id))
+        .await
+        .unwrap();
+    server
+        .node_update_alloc(running(&first.id, &silent))
+        .await
+        .unwrap();
+    // Right after that report: keep_original stopped the replacement first.
+    let snap = server.state().snapshot();
+    let kept: Vec<_> = snap
+        .allocs_by_job("default", "web")
+        .into_iter()
+        .filter(|a| a.desired_status == "run" && a.client_status == "running")
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept[0].id, first.id);
+    let stopped = snap.alloc(&replacement.id).unwrap();
+    assert_eq!(stopped.desired_status, "stop");
+    assert_eq!(
+        stopped.desired_description,
+        "alloc not needed due to disconnected client reconnect"
+    );
+    beating.abort();
+    server.shutdown().await;
+}

@@ -76,7 +76,7 @@ fn replacements(sets: Sets) -> Vec<(Arc<Allocation>, Replace)> {
 /// Nomad's `disconnect.reconcile`: which copy stays when a disconnected client comes back —
 /// `keep_original`, `keep_replacement`, `longest_running` (the older), or `best_score` (the
 /// better placement score, the original on a tie).
-fn keep_original(strategy: &str, original: &Allocation, replacement: &Allocation) -> bool {
+pub fn keep_original(strategy: &str, original: &Allocation, replacement: &Allocation) -> bool {
     let score = |a: &Allocation| {
         a.metrics
             .as_ref()

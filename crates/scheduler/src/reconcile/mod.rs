@@ -15,6 +15,7 @@ pub(crate) mod reschedule;
 pub(crate) mod update;
 
 mod group;
+pub use group::keep_original;
 
 use crate::rng::Rng;
 use crate::time::format_unix_nanos;
@@ -36,7 +37,7 @@ pub(crate) const DESC_MIGRATING: &str = "alloc is being migrated";
 pub(crate) const DESC_UPDATING: &str = "alloc is being updated due to job update";
 pub(crate) const DESC_LOST: &str = "alloc is lost since its node is down";
 /// Nomad's text for the copy a reconnect makes redundant.
-pub(crate) const DESC_RECONNECTED: &str = "alloc not needed due to disconnected client reconnect";
+pub const DESC_RECONNECTED: &str = "alloc not needed due to disconnected client reconnect";
 pub(crate) const DESC_RESCHEDULED: &str = "alloc was rescheduled because it failed";
 pub(crate) const DESC_NODE_TAINTED: &str = "alloc not needed as node is tainted";
 pub(crate) const DESC_FOLLOWUP_EVAL: &str = "created for delayed rescheduling";

@@ -134,6 +134,52 @@ impl Server {
     }
 }
 
+/// For each reported allocation the servers hold as `unknown` (its node was disconnected) that
+/// the client now reports running while its replacement still runs: the copy to stop, marked so.
+fn reconnect_losers(
+    snap: &state::StateSnapshot,
+    updates: &[model::wire::AllocClientUpdate],
+    now: i64,
+) -> Vec<model::alloc::Allocation> {
+    let mut out = Vec::new();
+    for u in updates {
+        let Some(original) = snap.alloc(&u.id) else {
+            continue;
+        };
+        if original.client_status != model::alloc::ALLOC_CLIENT_STATUS_UNKNOWN
+            || u.client_status != model::alloc::ALLOC_CLIENT_STATUS_RUNNING
+            || original.server_terminal()
+        {
+            continue;
+        }
+        let Some(replacement) = snap
+            .alloc(&original.next_allocation)
+            .filter(|r| !r.server_terminal() && !r.client_terminal())
+        else {
+            continue;
+        };
+        let strategy = original
+            .job
+            .as_deref()
+            .and_then(|j| j.task_groups.iter().find(|g| g.name == original.task_group))
+            .map_or("best_score", |g| g.disconnect_reconcile())
+            .to_string();
+        let mut reported = (*original).clone();
+        reported.client_status.clone_from(&u.client_status);
+        let loser = if scheduler::reconnect_keeps_original(&strategy, &reported, &replacement) {
+            replacement
+        } else {
+            original
+        };
+        let mut stop = (*loser).clone();
+        stop.desired_status = model::alloc::ALLOC_DESIRED_STATUS_STOP.into();
+        stop.desired_description = scheduler::DESC_RECONNECTED.into();
+        stop.modify_time = now;
+        out.push(stop);
+    }
+    out
+}
+
 /// The longest `lost_after` among the groups of the node's live allocations, if any tolerates
 /// a disconnect.
 fn disconnect_window(snap: &state::StateSnapshot, node_id: &str) -> Option<std::time::Duration> {
@@ -332,6 +378,13 @@ impl Server {
                     modify_time: now,
                     ..Evaluation::default()
                 });
+        }
+        // A copy coming back from a disconnected client while its replacement runs: the copy
+        // the group's `disconnect.reconcile` drops is stopped first, so the two never both read
+        // as running copies the servers mean to keep.
+        let losers = reconnect_losers(&snap, &req.allocs, now);
+        if !losers.is_empty() {
+            self.apply(Command::AllocUpsert { allocs: losers }).await?;
         }
         let cmd = Command::AllocClientUpdate {
             allocs: req.allocs,
