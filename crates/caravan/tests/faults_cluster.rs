@@ -5,6 +5,9 @@
 //! 1. kill -9 the leader;
 //! 2. partition the leader from everyone, then heal;
 //! 3. partition a client from every server, then heal;
+//! 3b. the same for a client running a group with a `disconnect` block: its node goes
+//!    `disconnected`, the allocation `unknown` and replaced; on heal one copy is kept (the original,
+//!    `reconcile = "keep_original"`) and never two run;
 //! 4. kill a client;
 //! 5. kill every server at once and restart them;
 //! 6. stop a follower while enough is written that it must catch up from a snapshot (sent by the
@@ -44,6 +47,15 @@ fn web_job() -> Value {
         "Tasks": [{"Name": "t", "Driver": "mock_driver",
             "Config": {"run_for": "1h", "stdout_string": ".", "stdout_repeat": 100000,
                        "stdout_repeat_duration": "100ms"},
+            "Resources": {"CPU": 20, "MemoryMB": 16}}]}]}})
+}
+
+/// One allocation that tolerates its client going away for a minute, replaced meanwhile; the
+/// original is kept when its client returns.
+fn disconnect_job() -> Value {
+    json!({"Job": {"ID": "dc", "Type": "service", "TaskGroups": [{"Name": "g", "Count": 1,
+        "Disconnect": {"LostAfter": 60_000_000_000u64, "Replace": true, "Reconcile": "keep_original"},
+        "Tasks": [{"Name": "t", "Driver": "mock_driver", "Config": {"run_for": "1h"},
             "Resources": {"CPU": 20, "MemoryMB": 16}}]}]}})
 }
 
@@ -266,6 +278,81 @@ fn partition_a_client(c: &mut Cluster, report: &mut Report) {
     );
 }
 
+/// Scenario 3b: cut off the client running `dc` (a `disconnect` block): its node goes
+/// `disconnected` (not down), the allocation `unknown`, a replacement runs elsewhere; healed, the
+/// original is kept and the replacement stopped — the sampler checks that two never ran.
+fn partition_a_disconnect_tolerant_client(c: &mut Cluster, report: &mut Report) {
+    // Only for this scenario: a node running it goes `disconnected` rather than down, which the
+    // other scenarios do not expect.
+    register(c, &disconnect_job());
+    c.wait_for("dc runs", || c.running("dc").len() == 1);
+    let running = c.running("dc");
+    let original = running[0]["ID"].as_str().expect("an alloc").to_string();
+    let node = running[0]["NodeID"].as_str().expect("a node").to_string();
+    let ci = c
+        .clients
+        .iter()
+        .position(|a| c.node_id(&a.name).as_deref() == Some(node.as_str()))
+        .expect("the node is one of our clients");
+    let server_ips: Vec<String> = c.servers.iter().map(|s| s.ip().to_string()).collect();
+    let server_ips: Vec<&str> = server_ips.iter().map(String::as_str).collect();
+    c.net.cut(&c.clients[ci].ns, &server_ips);
+    let cut = Instant::now();
+    c.wait_for("the cut-off node is disconnected, not down", || {
+        c.node_status(&node) == "disconnected"
+    });
+    let mut replacement = String::new();
+    c.wait_for("the allocation is unknown and replaced elsewhere", || {
+        let all = c.allocs("dc");
+        // The original names its replacement (NextAllocation), which must be running.
+        let Some(orig) = all.iter().find(|a| a["ID"] == original.as_str()) else {
+            return false;
+        };
+        replacement = orig["NextAllocation"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        orig["ClientStatus"] == "unknown"
+            && all
+                .iter()
+                .any(|a| a["ID"] == replacement.as_str() && a["ClientStatus"] == "running")
+    });
+    record(
+        report,
+        "disconnect block: partition to replacement running",
+        cut.elapsed(),
+    );
+    c.net.heal(&c.clients[ci].ns);
+    let healed = Instant::now();
+    c.wait_for("the original is kept and the replacement stopped", || {
+        let all = c.allocs("dc");
+        let state = |id: &str| {
+            all.iter()
+                .find(|a| a["ID"] == id)
+                .map(|a| (a["DesiredStatus"].clone(), a["ClientStatus"].clone()))
+        };
+        state(&original) == Some((json!("run"), json!("running")))
+            && state(&replacement).is_some_and(|(d, _)| d == "stop")
+    });
+    record(
+        report,
+        "disconnect block: heal to one copy kept",
+        healed.elapsed(),
+    );
+    assert_eq!(c.node_status(&node), "ready");
+    let l = c.leader().expect("a leader");
+    let (status, body) = http(
+        "DELETE",
+        &c.servers[l].http_addr(),
+        "/v1/job/dc?purge=true",
+        None,
+        Duration::from_secs(10),
+    )
+    .expect("job stopped");
+    assert_eq!(status, 200, "{body}");
+    c.wait_for("dc stops", || c.running("dc").is_empty());
+}
+
 /// Scenario 4: SIGKILL a client: its node goes down, its work is replaced; restarted, it runs
 /// nothing old.
 fn kill_a_client(c: &mut Cluster, report: &mut Report) {
@@ -428,6 +515,7 @@ fn faults_keep_acknowledged_writes_and_group_counts() {
     c.wait_for("web runs", || c.running("web").len() == WEB_COUNT);
     let allowed: Counts = [
         ("web/g".to_string(), WEB_COUNT),
+        ("dc/g".to_string(), 1),
         ("probe/g".to_string(), CLIENTS.into()),
     ]
     .into_iter()
@@ -448,6 +536,12 @@ fn faults_keep_acknowledged_writes_and_group_counts() {
     settle(&c, &sampler, "2. partition the leader");
     partition_a_client(&mut c, &mut report);
     settle(&c, &sampler, "3. partition a client");
+    partition_a_disconnect_tolerant_client(&mut c, &mut report);
+    settle(
+        &c,
+        &sampler,
+        "3b. partition a client with a disconnect block",
+    );
     kill_a_client(&mut c, &mut report);
     settle(&c, &sampler, "4. kill a client");
     restart_every_server(&mut c, &mut report);
