@@ -4,10 +4,9 @@
 //!
 //! 1. kill -9 the leader;
 //! 2. partition the leader from everyone, then heal;
-//! 3. partition a client from every server, then heal;
-//! 3b. the same for a client running a group with a `disconnect` block: its node goes
-//!     `disconnected`, the allocation `unknown` and replaced; on heal one copy is kept (the
-//!     original, `reconcile = "keep_original"`) and never two run;
+//! 3. partition a client from every server, then heal; then (3b) the same for a client running a
+//!    group with a `disconnect` block: its node goes `disconnected`, the allocation `unknown` and
+//!    replaced; on heal one copy is kept (the original, `reconcile = "keep_original"`), never two;
 //! 4. kill a client;
 //! 5. kill every server at once and restart them;
 //! 6. stop a follower while enough is written that it must catch up from a snapshot (sent by the
