@@ -36,6 +36,9 @@ pub(crate) enum AllocCommand {
     Update(Box<Allocation>),
     /// The servers forgot the allocation: stop its tasks, remove its directory and state.
     Destroy,
+    /// The client has not reached the servers for the group's `stop_on_client_after` (the
+    /// duration): stop the tasks; the allocation stays, for the servers to hear about.
+    StopDisconnected(std::time::Duration),
 }
 
 pub(crate) struct AllocRunnerHandle {
@@ -48,6 +51,10 @@ pub(crate) struct AllocRunnerHandle {
     /// How to reach each task (`alloc signal|restart|exec`, stats), as of the runner's last
     /// change. Never held across `.await`.
     pub tasks: SharedTasks,
+    /// The group's `stop_on_client_after` (or `stop_after_client_disconnect`), if any.
+    pub stop_on_client_after: Option<std::time::Duration>,
+    /// Already told to stop for being disconnected.
+    pub stopped_disconnected: bool,
 }
 
 /// Each task's runner and running process, shared with the client's user actions.
@@ -213,6 +220,14 @@ impl AllocRunner {
             find_group(&record.alloc).map(|(_, g)| g),
             tokio::time::Instant::now(),
         );
+        let stop_on_client_after = find_group(&record.alloc).and_then(|(_, g)| {
+            g.disconnect
+                .as_ref()
+                .and_then(|d| d.stop_on_client_after)
+                .or(g.stop_after_client_disconnect)
+                .filter(|d| d.0 > 0)
+                .map(|d| std::time::Duration::from_nanos(u64::try_from(d.0).unwrap_or(0)))
+        });
         let (volumes, _) = watch::channel(Arc::new(record.csi_volumes));
         let (alloc_tx, _) = watch::channel(Arc::new(record.alloc));
         let tasks = SharedTasks::default();
@@ -242,6 +257,8 @@ impl AllocRunner {
             alloc_modify_index,
             join,
             tasks,
+            stop_on_client_after,
+            stopped_disconnected: false,
         }
     }
 
@@ -278,6 +295,14 @@ impl AllocRunner {
                 cmd = self.cmds.recv(), if !self.destroying => match cmd {
                     Some(AllocCommand::Update(alloc)) => self.on_update(*alloc).await,
                     Some(AllocCommand::Destroy) => self.on_destroy().await,
+                    Some(AllocCommand::StopDisconnected(after)) => {
+                        if !self.killing {
+                            tracing::warn!(alloc_id = %self.alloc_id(), ?after,
+                                "no server reached for stop_on_client_after; stopping the allocation");
+                            self.kill_all(Some(events::killing_disconnected(after)));
+                            self.advance().await;
+                        }
+                    }
                     None => return self.detach().await,
                 },
                 () = shutting_down(&mut shutdown) => return self.detach().await,

@@ -88,6 +88,35 @@ impl Runners {
         joins
     }
 
+    /// The client has not reached the servers for `disconnected_for`: allocations whose group's
+    /// `stop_on_client_after` has passed are stopped (once).
+    pub fn stop_disconnected(&self, disconnected_for: std::time::Duration) {
+        let mut map = self.map.lock().expect("runners lock");
+        for (id, h) in map.iter_mut() {
+            let Some(after) = h.stop_on_client_after else {
+                continue;
+            };
+            if h.stopped_disconnected || disconnected_for < after {
+                continue;
+            }
+            h.stopped_disconnected = true;
+            if h.cmds
+                .try_send(AllocCommand::StopDisconnected(after))
+                .is_err()
+            {
+                tracing::warn!(alloc_id = %id, "the allocation's runner did not take the stop");
+            }
+        }
+    }
+
+    /// The servers are reachable again: a later disconnect may stop allocations again.
+    pub fn reconnected(&self) {
+        let mut map = self.map.lock().expect("runners lock");
+        for h in map.values_mut() {
+            h.stopped_disconnected = false;
+        }
+    }
+
     /// Brings the runners in line with the servers' allocations for this node.
     pub async fn reconcile(&self, allocs: Vec<Allocation>) {
         let mut sends: Vec<(mpsc::Sender<AllocCommand>, AllocCommand)> = Vec::new();

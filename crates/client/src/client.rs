@@ -97,6 +97,7 @@ impl Client {
                     reregister: Arc::clone(&reregister),
                     shutdown: shutdown_rx.clone(),
                     rng: Rng::new(seed.next_u64()),
+                    runners: Arc::clone(&runners),
                 }
                 .run(),
             ),

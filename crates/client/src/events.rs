@@ -172,6 +172,18 @@ pub fn killing(timeout: Duration) -> TaskEvent {
     e
 }
 
+/// The client stops the task itself: it has not reached the servers for the group's
+/// `stop_on_client_after`.
+pub fn killing_disconnected(after: Duration) -> TaskEvent {
+    event(
+        TASK_EVENT_KILLING,
+        format!(
+            "The client has been disconnected from the servers for longer than stop_on_client_after ({})",
+            model::Duration::from(after)
+        ),
+    )
+}
+
 pub fn killed(error: Option<&str>) -> TaskEvent {
     match error {
         None => event(TASK_EVENT_KILLED, "Task successfully killed"),

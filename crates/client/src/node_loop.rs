@@ -35,6 +35,9 @@ pub(crate) struct NodeLoop {
     pub reregister: Arc<Notify>,
     pub shutdown: watch::Receiver<bool>,
     pub rng: Rng,
+    /// The allocations, to stop those whose `stop_on_client_after` passes while no server
+    /// answers.
+    pub runners: Arc<crate::alloc_sync::Runners>,
 }
 
 /// Why heartbeating stopped.
@@ -97,6 +100,8 @@ impl NodeLoop {
         let mut fingerprint = tokio::time::interval(DRIVER_FINGERPRINT_PERIOD);
         fingerprint.tick().await;
         let mut next = Instant::now();
+        // Since when heartbeats have failed (the client is cut off from every server).
+        let mut failing_since: Option<Instant> = None;
         loop {
             tokio::select! {
                 () = tokio::time::sleep_until(next) => {}
@@ -122,6 +127,9 @@ impl NodeLoop {
             match result {
                 Ok(resp) => {
                     backoff.reset();
+                    if failing_since.take().is_some() {
+                        self.runners.reconnected();
+                    }
                     if self.node.get().status != NodeStatus::Ready.as_str() {
                         self.node
                             .update(|n| n.status = NodeStatus::Ready.as_str().into());
@@ -137,6 +145,8 @@ impl NodeLoop {
                 Err(e) => {
                     let delay = backoff.next_delay().min(self.interval(ttl));
                     tracing::warn!(error = %e, retry_in = ?delay, "heartbeat failed");
+                    let since = *failing_since.get_or_insert_with(Instant::now);
+                    self.runners.stop_disconnected(since.elapsed());
                     next = Instant::now() + delay;
                 }
             }

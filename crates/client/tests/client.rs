@@ -561,3 +561,46 @@ async fn a_deployment_allocation_reports_its_health() {
     assert!(started.elapsed() >= Duration::from_millis(300));
     client.shutdown().await;
 }
+
+/// A group with `disconnect { stop_on_client_after }`: cut off from every server for that long,
+/// the client stops its tasks itself (and says why); the servers hear it once they are back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_on_client_after_stops_tasks_while_no_server_answers() {
+    let dir = TestDir::new("client-stop-after");
+    let server = FakeServer::new(Duration::from_millis(400));
+    let client = start(dir.path(), &server).await;
+    let mut j = job("cut", "service", vec![sh("t", "exec sleep 600")]);
+    j.task_groups[0].disconnect = Some(model::group::DisconnectStrategy {
+        stop_on_client_after: Some(model::Duration(1_000_000_000)),
+        ..Default::default()
+    });
+    let a = alloc(client.node_id(), j);
+    server.add_alloc(a.clone());
+    wait_status(&server, &a.id, "running").await;
+    server.set_unreachable(true);
+    let cut = Instant::now();
+    let status = eventually("the task is stopped by the client", LIMIT, || {
+        client
+            .alloc_status(&a.id)
+            .filter(|s| s.task_states.get("t").is_some_and(|t| t.state == "dead"))
+    })
+    .await;
+    assert!(
+        cut.elapsed() >= Duration::from_secs(1),
+        "{:?}",
+        cut.elapsed()
+    );
+    let events = &status.task_states["t"].events;
+    assert!(
+        events.iter().any(
+            |e| e.event_type == "Killing" && e.display_message.contains("stop_on_client_after")
+        ),
+        "{events:?}"
+    );
+    server.set_unreachable(false);
+    eventually("the servers hear it", LIMIT, || {
+        server.alloc(&a.id).filter(|x| x.client_status != "running")
+    })
+    .await;
+    client.shutdown().await;
+}

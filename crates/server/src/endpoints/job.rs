@@ -34,20 +34,20 @@ pub fn prepare_job(job: &mut Job) -> Result<(), ServerError> {
         .map_err(|errs| ServerError::bad_request(errs.to_string().trim_end().to_string()))
 }
 
-/// Job settings Caravan accepts (so Nomad job files keep working) but does not act on yet, as
-/// Nomad's register `Warnings` (one per line; `job run` prints them).
-pub(crate) fn unsupported_warnings(job: &Job) -> String {
+/// The register `Warnings` (one per line; `job run` prints them): settings Nomad is deprecating,
+/// as Nomad warns about them.
+pub(crate) fn register_warnings(job: &Job) -> String {
     let mut out = Vec::new();
     for g in &job.task_groups {
-        let client_stop = g
-            .disconnect
-            .as_ref()
-            .is_some_and(|d| d.stop_on_client_after.is_some())
-            || g.stop_after_client_disconnect.is_some();
-        if client_stop {
+        if g.max_client_disconnect.is_some() {
             out.push(format!(
-                "* Group {:?}: stop_on_client_after / stop_after_client_disconnect is not supported \
-                 yet; a disconnected client keeps its allocations running",
+                "* Group {:?}: max_client_disconnect will be deprecated in favor of disconnect.lost_after",
+                g.name
+            ));
+        }
+        if g.stop_after_client_disconnect.is_some() {
+            out.push(format!(
+                "* Group {:?}: stop_after_client_disconnect will be deprecated in favor of disconnect.stop_on_client_after",
                 g.name
             ));
         }
@@ -137,7 +137,7 @@ impl Server {
             }
         }
         let now = now_nanos();
-        let warnings = unsupported_warnings(&req.job);
+        let warnings = register_warnings(&req.job);
         let eval = needs_eval(&req.job)
             .then(|| new_eval(&req.job, EVAL_TRIGGER_JOB_REGISTER, req.eval_priority, now));
         let resp = self
@@ -278,24 +278,30 @@ mod tests {
     }
 
     #[test]
-    fn an_unbuilt_stop_on_client_after_is_accepted_with_a_warning_naming_the_group() {
+    fn the_older_disconnect_settings_are_accepted_with_a_deprecation_warning() {
         let mut job = Job {
             id: "j".into(),
             task_groups: vec![model::TaskGroup {
                 name: "web".into(),
+                disconnect: Some(model::group::DisconnectStrategy {
+                    lost_after: Some(model::Duration(60_000_000_000)),
+                    stop_on_client_after: Some(model::Duration(30_000_000_000)),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }],
             ..Job::default()
         };
+        assert_eq!(
+            register_warnings(&job),
+            "",
+            "the disconnect block is current"
+        );
+        job.task_groups[0].disconnect = None;
         job.task_groups[0].max_client_disconnect = Some(model::Duration(60_000_000_000));
-        assert_eq!(unsupported_warnings(&job), "", "lost_after is built");
-        job.task_groups[0].disconnect = Some(model::group::DisconnectStrategy {
-            stop_on_client_after: Some(model::Duration(30_000_000_000)),
-            ..Default::default()
-        });
-        let w = unsupported_warnings(&job);
+        let w = register_warnings(&job);
         assert!(
-            w.contains("Group \"web\"") && w.contains("not supported yet"),
+            w.contains("Group \"web\"") && w.contains("disconnect.lost_after"),
             "{w}"
         );
     }
