@@ -154,3 +154,73 @@ fn three_servers_form_a_cluster_survive_losing_the_leader_and_catch_up() {
             });
     }
 }
+
+/// Autopilot's dead-server cleanup: with a fourth server joined to a cluster built for three, a
+/// server that stops answering is removed from the raft configuration after
+/// `server_stabilization_time`; the cluster never shrinks below the three it was built for.
+#[test]
+fn a_dead_server_is_removed_once_the_cluster_is_larger_than_expected() {
+    let spawn = |name: &str| {
+        let dir = temp_dir(name);
+        let data = dir.join("data").display().to_string();
+        let extra = dir.join("autopilot.hcl");
+        std::fs::write(
+            &extra,
+            "autopilot {\n  server_stabilization_time = \"2s\"\n}\n",
+        )
+        .unwrap();
+        let extra = extra.display().to_string();
+        let agent = Agent::spawn(
+            &dir,
+            &[
+                "-server",
+                "-bootstrap-expect",
+                "3",
+                "-data-dir",
+                &data,
+                "-config",
+                &extra,
+            ],
+        );
+        Server { agent, dir }
+    };
+    let mut servers: Vec<Server> = (0..4).map(|i| spawn(&format!("autopilot-s{i}"))).collect();
+    let three: Vec<String> = servers[1..3].iter().map(|s| s.agent.rpc.clone()).collect();
+    let (code, out, err) = servers[0]
+        .agent
+        .run(&["server", "join", &three[0], &three[1]]);
+    assert_eq!(code, 0, "{out}{err}");
+    servers[0]
+        .agent
+        .wait_until("the three elected a leader", || {
+            !leader_of(&servers[0].agent).is_empty()
+        });
+    let fourth = servers[3].agent.rpc.clone();
+    let (code, out, err) = servers[0].agent.run(&["server", "join", &fourth]);
+    assert_eq!(code, 0, "{out}{err}");
+    let voters = |a: &Agent| {
+        let (_, out, _) = a.run(&["operator", "raft", "list-peers"]);
+        out.lines().filter(|l| l.contains("true")).count()
+    };
+    servers[0]
+        .agent
+        .wait_until("four voters", || voters(&servers[0].agent) == 4);
+    // Stop a follower for good: it is removed, and only it.
+    let leader = leader_of(&servers[0].agent);
+    let at = servers
+        .iter()
+        .position(|s| s.agent.rpc != leader)
+        .expect("a follower");
+    let gone = servers.remove(at);
+    let gone_rpc = gone.agent.rpc.clone();
+    gone.agent.kill();
+    let survivor = &servers[0].agent;
+    survivor.wait_until("the dead server is removed", || {
+        let (_, out, _) = survivor.run(&["operator", "raft", "list-peers"]);
+        !out.contains(&gone_rpc) && out.lines().filter(|l| l.contains("true")).count() == 3
+    });
+    // Three left, as the cluster was built for: another loss is not cleaned up.
+    assert_eq!(voters(survivor), 3);
+    let (status, body) = survivor.put("/v1/jobs", &job("after-cleanup"));
+    assert_eq!(status, 200, "{body}");
+}

@@ -287,6 +287,25 @@ impl RaftNode {
         }
     }
 
+    /// On the leader: how long since each other member last acknowledged it (`None`: never).
+    /// Empty on a follower.
+    pub fn peer_silence(&self) -> std::collections::BTreeMap<u64, Option<Duration>> {
+        use openraft::Instant as _;
+        let me = self.inner.id;
+        self.with_metrics(|m| {
+            m.heartbeat
+                .as_ref()
+                .map(|beats| {
+                    beats
+                        .iter()
+                        .filter(|(id, _)| **id != me)
+                        .map(|(id, at)| (*id, at.as_ref().map(|at| at.elapsed())))
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+    }
+
     /// The voters' ids.
     pub fn voters(&self) -> Vec<u64> {
         self.with_metrics(|m| m.membership_config.membership().voter_ids().collect())

@@ -37,6 +37,12 @@ pub struct ServerConfig {
     /// How long a new leader gives every ready node to heartbeat before marking it down (Nomad's
     /// `failover_heartbeat_ttl`); default 5 min.
     pub failover_heartbeat_ttl: Duration,
+    /// Autopilot's `cleanup_dead_servers`: the leader removes a voter that has not answered it
+    /// for `dead_server_after`, while more voters than `bootstrap_expect` remain.
+    pub cleanup_dead_servers: bool,
+    /// Autopilot's `server_stabilization_time` (10 s): how long a voter may stay silent before it
+    /// counts as dead.
+    pub dead_server_after: Duration,
 }
 
 impl ServerConfig {
@@ -58,6 +64,8 @@ impl ServerConfig {
             min_heartbeat_ttl: limits::DEFAULT_MIN_HEARTBEAT_TTL,
             heartbeat_grace: limits::DEFAULT_HEARTBEAT_GRACE,
             failover_heartbeat_ttl: limits::DEFAULT_FAILOVER_HEARTBEAT_TTL,
+            cleanup_dead_servers: true,
+            dead_server_after: Duration::from_secs(10),
         }
     }
 }

@@ -253,6 +253,7 @@ async fn run_agent(cfg: AgentConfig, dev: bool, client_enabled: bool) -> Result<
     if let Some(n) = server_cfg_block.raft_snapshot_threshold {
         server_cfg.raft_snapshot_every = n;
     }
+    apply_autopilot(&cfg, &mut server_cfg)?;
     // An explicit `advertise { rpc }` wins; otherwise the server advertises the address it bound
     // (so port 0 works).
     server_cfg.rpc_advertise = cfg.advertise.as_ref().and_then(|a| a.rpc.clone());
@@ -609,6 +610,39 @@ async fn start_client(
         .await
         .map_err(|e| anyhow::anyhow!("starting the client: {e}"))?;
     Ok((client, conn))
+}
+
+/// `autopilot { cleanup_dead_servers server_stabilization_time }` (the rest of Nomad's block is
+/// accepted and not used).
+fn apply_autopilot(cfg: &AgentConfig, server_cfg: &mut server::ServerConfig) -> Result<()> {
+    let Some(block) = cfg.autopilot.as_ref() else {
+        return Ok(());
+    };
+    if let Some(v) = block.get("cleanup_dead_servers") {
+        server_cfg.cleanup_dead_servers = match v {
+            serde_json::Value::Bool(b) => *b,
+            serde_json::Value::String(s) if s == "true" => true,
+            serde_json::Value::String(s) if s == "false" => false,
+            other => {
+                anyhow::bail!("autopilot.cleanup_dead_servers: expected true or false, got {other}")
+            }
+        };
+    }
+    if let Some(v) = block.get("server_stabilization_time") {
+        let text = v.as_str().ok_or_else(|| {
+            anyhow::anyhow!(
+                "autopilot.server_stabilization_time: expected a duration like \"10s\", got {v}"
+            )
+        })?;
+        let d = model::Duration::parse(text).map_err(|e| {
+            anyhow::anyhow!(
+                "autopilot.server_stabilization_time: {e} (write a duration like \"10s\")"
+            )
+        })?;
+        server_cfg.dead_server_after =
+            std::time::Duration::from_nanos(u64::try_from(d.0).unwrap_or(0));
+    }
+    Ok(())
 }
 
 /// `plugin "docker" { config { … } }`, or the defaults without one.

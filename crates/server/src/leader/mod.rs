@@ -14,6 +14,7 @@
 //! everything outstanding with "not leader", workers exit. Nothing they held is lost — every
 //! evaluation is in state, and the next leader starts from there.
 
+mod autopilot;
 mod broker;
 pub(crate) mod deploy;
 mod drain;
@@ -250,6 +251,8 @@ impl LeaderLoops {
         tasks.spawn(drain::run(server.clone(), stop_rx.clone()));
         // Rebuilt from state: each job's last launch is its newest child.
         tasks.spawn(periodic::periodic_task(server.clone(), stop_rx.clone()));
+        // Stateless: the leader's own view of its peers.
+        tasks.spawn(autopilot::run(server.clone(), stop_rx.clone()));
         // Stateless: each claim's checkpoint says where its release stands.
         tasks.spawn(volumes::run(server.clone(), stop_rx.clone()));
         *leadership.broker.lock().expect("broker lock") = Some(broker);
