@@ -18,7 +18,7 @@ fn server(name: &str) -> (Agent, String) {
     // leader loops were still starting gets the failover TTL, so that is short too.
     std::fs::write(
         &extra,
-        "server {\n  heartbeat_grace = \"1s\"\n  min_heartbeat_ttl = \"1s\"\n  failover_heartbeat_ttl = \"3s\"\n}\n",
+        "log_level = \"INFO\"\nserver {\n  heartbeat_grace = \"1s\"\n  min_heartbeat_ttl = \"1s\"\n  failover_heartbeat_ttl = \"3s\"\n}\n",
     )
     .unwrap();
     let extra = extra.display().to_string();

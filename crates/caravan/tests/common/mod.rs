@@ -57,7 +57,12 @@ pub struct Agent {
     pub http: String,
     /// The server's rpc address (empty for a client-only agent).
     pub rpc: String,
+    /// The agent's last log lines, shown when a wait on it times out.
+    recent: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
 }
+
+/// How many of an agent's log lines a timed-out wait shows.
+const RECENT_LOG_LINES: usize = 200;
 
 impl Agent {
     /// Starts `caravan agent <args>` with a config that binds loopback on free ports, and waits until
@@ -93,6 +98,8 @@ impl Agent {
             .expect("caravan agent starts");
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
+        let recent = std::sync::Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
+        let keep = std::sync::Arc::clone(&recent);
         std::thread::spawn(move || {
             let mut rpc = String::new();
             // CARAVAN_TEST_LOGS=1 shows the agents' logs (they go to stdout) on the test's stderr.
@@ -100,6 +107,12 @@ impl Agent {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if show {
                     eprintln!("{line}");
+                }
+                if let Ok(mut lines) = keep.lock() {
+                    if lines.len() == RECENT_LOG_LINES {
+                        lines.pop_front();
+                    }
+                    lines.push_back(line.clone());
                 }
                 if line.contains("Advertise Addrs") {
                     if let Some(r) = line.split("RPC: ").nth(1) {
@@ -119,13 +132,26 @@ impl Agent {
             child,
             http: format!("http://{addr}"),
             rpc,
+            recent,
         }
+    }
+
+    /// The agent's last log lines (at most [`RECENT_LOG_LINES`]).
+    pub fn recent_logs(&self) -> String {
+        self.recent
+            .lock()
+            .map(|l| l.iter().cloned().collect::<Vec<_>>().join("\n"))
+            .unwrap_or_default()
     }
 
     pub fn wait_until(&self, what: &str, mut cond: impl FnMut() -> bool) {
         let deadline = Instant::now() + START_DEADLINE;
         while !cond() {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; the agent's last log lines:\n{}",
+                self.recent_logs()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }

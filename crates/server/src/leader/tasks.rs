@@ -344,8 +344,10 @@ pub(crate) async fn follow_task(
 /// deadline, at most [`HEARTBEAT_TICK_MAX`] apart, and writes down the nodes whose deadline passed —
 /// with their node-update evaluations — one at a time.
 pub(crate) async fn heartbeat_task(server: Server, mut stop: watch::Receiver<bool>) {
+    tracing::info!("heartbeat timers running");
     loop {
         let Some((down, next)) = server.leadership().heartbeat_tick(now_nanos()) else {
+            tracing::info!("heartbeat timers stopped: this server no longer leads");
             return;
         };
         for node_id in down {
