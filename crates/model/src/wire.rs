@@ -652,17 +652,7 @@ impl CsiControllerCall {
     /// when a recorded call is resolved).
     pub fn without_secrets(&self) -> CsiControllerCall {
         let mut c = self.clone();
-        match &mut c {
-            CsiControllerCall::ControllerPublishVolume { secrets, .. }
-            | CsiControllerCall::ControllerUnpublishVolume { secrets, .. }
-            | CsiControllerCall::CreateVolume { secrets, .. }
-            | CsiControllerCall::DeleteVolume { secrets, .. }
-            | CsiControllerCall::ValidateVolumeCapabilities { secrets, .. }
-            | CsiControllerCall::CreateSnapshot { secrets, .. }
-            | CsiControllerCall::DeleteSnapshot { secrets, .. }
-            | CsiControllerCall::ListSnapshots { secrets, .. } => secrets.clear(),
-            CsiControllerCall::ListVolumes { .. } => {}
-        }
+        c.set_secrets(BTreeMap::new());
         c
     }
 

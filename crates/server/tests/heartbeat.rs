@@ -88,6 +88,52 @@ fn job(id: &str) -> Job {
     }
 }
 
+/// A single server with short heartbeat timings, its leader loops running.
+async fn start_server(tag: &str) -> (Server, TempDir) {
+    let dir = TempDir::new(tag);
+    let mut cfg = ServerConfig::new(dir.0.join("server"), "127.0.0.1:0".parse().unwrap());
+    cfg.raft_heartbeat_ms = 50;
+    cfg.raft_election_timeout_ms = (150, 300);
+    cfg.num_schedulers = 2;
+    cfg.min_heartbeat_ttl = Duration::from_millis(400);
+    cfg.heartbeat_grace = Duration::from_millis(400);
+    cfg.failover_heartbeat_ttl = Duration::from_secs(2);
+    let server = Server::start(cfg).await.expect("server starts");
+    let deadline = Instant::now() + DEADLINE;
+    while !server.schedulers_running() {
+        assert!(Instant::now() < deadline, "the leader loops never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    (server, dir)
+}
+
+/// The test's clients: every node in `alive` heartbeats every 100 ms. `strict`: every heartbeat
+/// must be answered, with the configured TTL.
+fn heartbeat_while_alive(
+    server: &Server,
+    alive: &Arc<Mutex<BTreeSet<String>>>,
+    strict: bool,
+) -> tokio::task::JoinHandle<()> {
+    let (server, alive) = (server.clone(), alive.clone());
+    tokio::spawn(async move {
+        loop {
+            let ids: Vec<String> = alive.lock().unwrap().iter().cloned().collect();
+            for id in ids {
+                let req = NodeUpdateStatusRequest {
+                    node_id: id.clone(),
+                    secret_id: format!("secret-{id}"),
+                    status: "ready".into(),
+                };
+                let resp = server.node_update_status(req).await;
+                if strict {
+                    assert_eq!(resp.expect("heartbeat").heartbeat_ttl.0, 400_000_000);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
 async fn wait_until(
     server: &Server,
     what: &str,
@@ -115,20 +161,7 @@ fn node_status(snap: &StateSnapshot, id: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_stops_heartbeating_is_marked_down_and_its_alloc_replaced() {
-    let dir = TempDir::new("expiry");
-    let mut cfg = ServerConfig::new(dir.0.join("server"), "127.0.0.1:0".parse().unwrap());
-    cfg.raft_heartbeat_ms = 50;
-    cfg.raft_election_timeout_ms = (150, 300);
-    cfg.num_schedulers = 2;
-    cfg.min_heartbeat_ttl = Duration::from_millis(400);
-    cfg.heartbeat_grace = Duration::from_millis(400);
-    cfg.failover_heartbeat_ttl = Duration::from_secs(2);
-    let server = Server::start(cfg).await.expect("server starts");
-    let deadline = Instant::now() + DEADLINE;
-    while !server.schedulers_running() {
-        assert!(Instant::now() < deadline, "the leader loops never started");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let (server, _dir) = start_server("expiry").await;
 
     for id in ["a", "b"] {
         let resp = server.node_register(node(id)).await.unwrap();
@@ -137,24 +170,7 @@ async fn a_node_that_stops_heartbeating_is_marked_down_and_its_alloc_replaced() 
     // The test's clients: every node in `alive` heartbeats every 100 ms.
     let alive: Arc<Mutex<BTreeSet<String>>> =
         Arc::new(Mutex::new(["a", "b"].map(String::from).into()));
-    let beating = {
-        let (server, alive) = (server.clone(), alive.clone());
-        tokio::spawn(async move {
-            loop {
-                let ids: Vec<String> = alive.lock().unwrap().iter().cloned().collect();
-                for id in ids {
-                    let req = NodeUpdateStatusRequest {
-                        node_id: id.clone(),
-                        secret_id: format!("secret-{id}"),
-                        status: "ready".into(),
-                    };
-                    let resp = server.node_update_status(req).await.expect("heartbeat");
-                    assert_eq!(resp.heartbeat_ttl.0, 400_000_000);
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-    };
+    let beating = heartbeat_while_alive(&server, &alive, true);
 
     server
         .job_register(JobRegisterRequest {
@@ -215,42 +231,13 @@ async fn a_node_that_stops_heartbeating_is_marked_down_and_its_alloc_replaced() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_node_with_a_disconnect_block_is_disconnected_first_then_down() {
-    let dir = TempDir::new("disconnect");
-    let mut cfg = ServerConfig::new(dir.0.join("server"), "127.0.0.1:0".parse().unwrap());
-    cfg.raft_heartbeat_ms = 50;
-    cfg.raft_election_timeout_ms = (150, 300);
-    cfg.num_schedulers = 2;
-    cfg.min_heartbeat_ttl = Duration::from_millis(400);
-    cfg.heartbeat_grace = Duration::from_millis(400);
-    cfg.failover_heartbeat_ttl = Duration::from_secs(2);
-    let server = Server::start(cfg).await.expect("server starts");
-    let deadline = Instant::now() + DEADLINE;
-    while !server.schedulers_running() {
-        assert!(Instant::now() < deadline, "the leader loops never started");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let (server, _dir) = start_server("disconnect").await;
     for id in ["a", "b"] {
         server.node_register(node(id)).await.unwrap();
     }
     let alive: Arc<Mutex<BTreeSet<String>>> =
         Arc::new(Mutex::new(["a", "b"].map(String::from).into()));
-    let beating = {
-        let (server, alive) = (server.clone(), alive.clone());
-        tokio::spawn(async move {
-            loop {
-                let ids: Vec<String> = alive.lock().unwrap().iter().cloned().collect();
-                for id in ids {
-                    let req = NodeUpdateStatusRequest {
-                        node_id: id.clone(),
-                        secret_id: format!("secret-{id}"),
-                        status: "ready".into(),
-                    };
-                    let _ = server.node_update_status(req).await;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-    };
+    let beating = heartbeat_while_alive(&server, &alive, false);
     let mut j = job("web");
     j.task_groups[0].disconnect = Some(model::group::DisconnectStrategy {
         lost_after: Some(model::Duration(3_000_000_000)),
@@ -319,42 +306,13 @@ async fn a_silent_node_with_a_disconnect_block_is_disconnected_first_then_down()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_returning_copy_is_settled_before_it_counts_as_running() {
-    let dir = TempDir::new("reconnect");
-    let mut cfg = ServerConfig::new(dir.0.join("server"), "127.0.0.1:0".parse().unwrap());
-    cfg.raft_heartbeat_ms = 50;
-    cfg.raft_election_timeout_ms = (150, 300);
-    cfg.num_schedulers = 2;
-    cfg.min_heartbeat_ttl = Duration::from_millis(400);
-    cfg.heartbeat_grace = Duration::from_millis(400);
-    cfg.failover_heartbeat_ttl = Duration::from_secs(2);
-    let server = Server::start(cfg).await.expect("server starts");
-    let deadline = Instant::now() + DEADLINE;
-    while !server.schedulers_running() {
-        assert!(Instant::now() < deadline, "the leader loops never started");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let (server, _dir) = start_server("reconnect").await;
     for id in ["a", "b"] {
         server.node_register(node(id)).await.unwrap();
     }
     let alive: Arc<Mutex<BTreeSet<String>>> =
         Arc::new(Mutex::new(["a", "b"].map(String::from).into()));
-    let beating = {
-        let (server, alive) = (server.clone(), alive.clone());
-        tokio::spawn(async move {
-            loop {
-                let ids: Vec<String> = alive.lock().unwrap().iter().cloned().collect();
-                for id in ids {
-                    let req = NodeUpdateStatusRequest {
-                        node_id: id.clone(),
-                        secret_id: format!("secret-{id}"),
-                        status: "ready".into(),
-                    };
-                    let _ = server.node_update_status(req).await;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-    };
+    let beating = heartbeat_while_alive(&server, &alive, false);
     let mut j = job("web");
     j.task_groups[0].disconnect = Some(model::group::DisconnectStrategy {
         lost_after: Some(model::Duration(60_000_000_000)),

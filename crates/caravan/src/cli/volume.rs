@@ -248,11 +248,7 @@ fn snapshot(cmd: SnapshotCommand) -> i32 {
             return 1;
         }
     };
-    let ns = flags
-        .config()
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".into());
+    let ns = namespace_of(flags);
     let w = api::WriteOptions::in_namespace(&ns);
     block_on(async {
         match cmd {
@@ -338,11 +334,7 @@ fn simple(
             return 1;
         }
     };
-    let ns = flags
-        .config()
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".into());
+    let ns = namespace_of(flags);
     block_on(async {
         match f(client, api::WriteOptions::in_namespace(&ns)).await {
             Ok(line) => {
@@ -363,12 +355,7 @@ fn spec(args: SpecArgs, create: bool) -> i32 {
         }
     };
     if volume.namespace.is_empty() {
-        volume.namespace = args
-            .api
-            .config()
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
+        volume.namespace = namespace_of(&args.api);
     }
     let client = match args.api.client() {
         Ok(c) => c,
@@ -401,13 +388,17 @@ fn spec(args: SpecArgs, create: bool) -> i32 {
     })
 }
 
-fn query_opts(flags: &ApiFlags) -> api::QueryOptions {
-    let ns = flags
+/// The namespace the flags (or `NOMAD_NAMESPACE`) name; `default` otherwise.
+fn namespace_of(flags: &ApiFlags) -> String {
+    flags
         .config()
         .namespace
         .clone()
-        .unwrap_or_else(|| "default".into());
-    api::QueryOptions::default().in_namespace(ns)
+        .unwrap_or_else(|| "default".into())
+}
+
+fn query_opts(flags: &ApiFlags) -> api::QueryOptions {
+    api::QueryOptions::default().in_namespace(namespace_of(flags))
 }
 
 fn volume_status(args: StatusArgs) -> i32 {
@@ -458,23 +449,10 @@ fn volume_status(args: StatusArgs) -> i32 {
             println!("Container Storage Interface\n{}", format_list(&rows));
             return 0;
         };
-        let matches: Vec<_> = list
-            .iter()
-            .filter(|v| v.id.starts_with(id.as_str()))
-            .collect();
-        let exact = list.iter().find(|v| v.id == *id);
-        let target = match (exact, matches.as_slice()) {
-            (Some(v), _) => v.id.clone(),
-            (None, [v]) => v.id.clone(),
-            (None, []) => {
-                eprintln!("No volumes with prefix or ID {id:?} found");
-                return 1;
-            }
-            (None, many) => {
-                let ids: Vec<&str> = many.iter().map(|v| v.id.as_str()).collect();
-                eprintln!("Prefix matched multiple volumes:\n{}", ids.join("\n"));
-                return 1;
-            }
+        let ids: Vec<&str> = list.iter().map(|v| v.id.as_str()).collect();
+        let target = match resolve_prefix(&ids, id, "volumes", "No volumes") {
+            Ok(t) => t,
+            Err(code) => return code,
         };
         match client.volume(&target, &q).await {
             Ok(v) if args.json => {
@@ -488,6 +466,26 @@ fn volume_status(args: StatusArgs) -> i32 {
             Err(e) => fail("Error querying volume", &e),
         }
     })
+}
+
+/// The one ID `id` names, exactly or as a prefix (Nomad's messages otherwise; `Err` is the exit
+/// code).
+fn resolve_prefix(ids: &[&str], id: &str, what: &str, none: &str) -> Result<String, i32> {
+    if ids.contains(&id) {
+        return Ok(id.to_string());
+    }
+    let matches: Vec<&str> = ids.iter().copied().filter(|v| v.starts_with(id)).collect();
+    match matches.as_slice() {
+        [one] => Ok((*one).to_string()),
+        [] => {
+            eprintln!("{none} with prefix or ID {id:?} found");
+            Err(1)
+        }
+        many => {
+            eprintln!("Prefix matched multiple {what}:\n{}", many.join("\n"));
+            Err(1)
+        }
+    }
 }
 
 fn or_none(s: &str) -> String {
@@ -650,22 +648,10 @@ fn plugin_status(args: StatusArgs) -> i32 {
             println!("Container Storage Interface\n{}", format_list(&rows));
             return 0;
         };
-        let matches: Vec<_> = list
-            .iter()
-            .filter(|p| p.id.starts_with(id.as_str()))
-            .collect();
-        let target = match (list.iter().find(|p| p.id == *id), matches.as_slice()) {
-            (Some(p), _) => p.id.clone(),
-            (None, [p]) => p.id.clone(),
-            (None, []) => {
-                eprintln!("No plugins(s) with prefix or ID {id:?} found");
-                return 1;
-            }
-            (None, many) => {
-                let ids: Vec<&str> = many.iter().map(|p| p.id.as_str()).collect();
-                eprintln!("Prefix matched multiple plugins:\n{}", ids.join("\n"));
-                return 1;
-            }
+        let ids: Vec<&str> = list.iter().map(|p| p.id.as_str()).collect();
+        let target = match resolve_prefix(&ids, id, "plugins", "No plugins(s)") {
+            Ok(t) => t,
+            Err(code) => return code,
         };
         match client.plugin(&target, &q).await {
             Ok(p) if args.json => {
