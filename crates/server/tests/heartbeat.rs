@@ -91,11 +91,18 @@ fn job(id: &str) -> Job {
 /// A single server with short heartbeat timings, its leader loops running.
 async fn start_server(tag: &str) -> (Server, TempDir) {
     let dir = TempDir::new(tag);
+    let server = start_in(&dir, Duration::from_millis(400)).await;
+    (server, dir)
+}
+
+/// A server on `dir`'s data handing out `ttl` (grace 400 ms, failover TTL 2 s), its leader loops
+/// running.
+async fn start_in(dir: &TempDir, ttl: Duration) -> Server {
     let mut cfg = ServerConfig::new(dir.0.join("server"), "127.0.0.1:0".parse().unwrap());
     cfg.raft_heartbeat_ms = 50;
     cfg.raft_election_timeout_ms = (150, 300);
     cfg.num_schedulers = 2;
-    cfg.min_heartbeat_ttl = Duration::from_millis(400);
+    cfg.min_heartbeat_ttl = ttl;
     cfg.heartbeat_grace = Duration::from_millis(400);
     cfg.failover_heartbeat_ttl = Duration::from_secs(2);
     let server = Server::start(cfg).await.expect("server starts");
@@ -104,7 +111,7 @@ async fn start_server(tag: &str) -> (Server, TempDir) {
         assert!(Instant::now() < deadline, "the leader loops never started");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    (server, dir)
+    server
 }
 
 /// The test's clients: every node in `alive` heartbeats every 100 ms. `strict`: every heartbeat
@@ -384,5 +391,32 @@ async fn a_returning_copy_is_settled_before_it_counts_as_running() {
         "alloc not needed due to disconnected client reconnect"
     );
     beating.abort();
+    server.shutdown().await;
+}
+
+/// A new leader times every node that is not down, whatever its status — Nomad's
+/// `initializeHeartbeatTimers`. A client that registered (`initializing`) while the leader loops
+/// were starting had its own timer dropped; before this it was never marked down, even once dead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_times_initializing_nodes_too() {
+    let dir = TempDir::new("failover-all");
+    // A long TTL, so no timer of this leadership fires before the restart.
+    let server = start_in(&dir, Duration::from_secs(600)).await;
+    let mut early = node("early");
+    early.status = "initializing".into();
+    server.node_register(early).await.unwrap();
+    server.node_register(node("ready")).await.unwrap();
+    let snap = server.state().snapshot();
+    assert_eq!(node_status(&snap, "early"), "initializing");
+    assert_eq!(node_status(&snap, "ready"), "ready");
+    server.shutdown().await;
+    drop(server);
+
+    // The new leadership: neither node ever heartbeats to it.
+    let server = start_in(&dir, Duration::from_millis(400)).await;
+    wait_until(&server, "both silent nodes are down", |s| {
+        node_status(s, "early") == "down" && node_status(s, "ready") == "down"
+    })
+    .await;
     server.shutdown().await;
 }

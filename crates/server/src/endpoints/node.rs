@@ -120,13 +120,27 @@ impl Server {
         if node.status_kind() == Some(NodeStatus::Down) {
             return Ok(None);
         }
-        if node.status_kind() != Some(NodeStatus::Disconnected) {
+        if node.status_kind() == Some(NodeStatus::Disconnected) {
+            // Its timer may be a new leader's failover TTL: it goes down only once its
+            // `lost_after` has passed since it was written disconnected.
             if let Some(window) = disconnect_window(&snap, node_id) {
-                self.node_set_status_local(&node, NodeStatus::Disconnected.as_str())
-                    .await?;
-                self.leadership().node_heartbeat(node_id, window);
-                return Ok(Some(NodeStatus::Disconnected.as_str()));
+                let window_ns = i64::try_from(window.as_nanos()).unwrap_or(i64::MAX);
+                let left = node
+                    .status_updated_at
+                    .saturating_mul(1_000_000_000)
+                    .saturating_add(window_ns)
+                    .saturating_sub(now_nanos());
+                if left > 0 {
+                    let left = std::time::Duration::from_nanos(left.unsigned_abs());
+                    self.leadership().node_heartbeat(node_id, left);
+                    return Ok(None);
+                }
             }
+        } else if let Some(window) = disconnect_window(&snap, node_id) {
+            self.node_set_status_local(&node, NodeStatus::Disconnected.as_str())
+                .await?;
+            self.leadership().node_heartbeat(node_id, window);
+            return Ok(Some(NodeStatus::Disconnected.as_str()));
         }
         self.node_set_status_local(&node, NodeStatus::Down.as_str())
             .await?;

@@ -39,15 +39,8 @@ impl Server {
         snapshot: String,
     ) -> Result<u64, ServerError> {
         let resp = self.apply(Command::StateRestore { snapshot }).await?;
-        let ready = self
-            .state()
-            .snapshot()
-            .nodes("")
-            .iter()
-            .filter(|n| n.status_kind() == Some(model::node::NodeStatus::Ready))
-            .map(|n| n.id.clone())
-            .collect();
-        self.leadership().nodes_restored(ready);
+        let nodes = crate::leader::timed_nodes(&self.state().snapshot());
+        self.leadership().nodes_restored(nodes);
         tracing::info!(
             index = resp.index,
             at = now_nanos(),

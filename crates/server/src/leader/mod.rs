@@ -223,7 +223,8 @@ impl LeaderLoops {
         let leadership = server.leadership();
         {
             // The snapshot is read under the lock, so a node registered before it has a failover
-            // timer and one registered after it gets its timer from its own heartbeat.
+            // timer (whatever its status, but down) and one registered after it gets its timer
+            // from its own registration.
             let mut guard = leadership.heartbeats.lock().expect("heartbeat lock");
             let cfg = server.config();
             let mut engine = heartbeat::Heartbeats::new(heartbeat::Timing {
@@ -231,14 +232,7 @@ impl LeaderLoops {
                 failover_ns: duration_ns(cfg.failover_heartbeat_ttl),
                 retry_ns: limits::HEARTBEAT_RETRY_NS,
             });
-            let nodes = server
-                .state()
-                .snapshot()
-                .nodes("")
-                .iter()
-                .filter(|n| n.status_kind() == Some(model::node::NodeStatus::Ready))
-                .map(|n| n.id.clone())
-                .collect();
+            let nodes = timed_nodes(&server.state().snapshot());
             engine.handle(
                 heartbeat::Event::LeaderGained { nodes },
                 crate::endpoints::now_nanos(),
@@ -283,6 +277,19 @@ impl LeaderLoops {
         leadership.alive.send_replace(false);
         tracing::info!("leader loops stopped");
     }
+}
+
+/// The nodes a new leader (or a restored state) gives the failover TTL: every node that is not
+/// down, as Nomad's `initializeHeartbeatTimers`. Initializing ones too: a client that registered
+/// while the leader loops were starting had its own timer dropped, and would otherwise never be
+/// marked down. Disconnected ones too: when the timer fires, `node_mark_down` waits out what is
+/// left of their `lost_after`.
+pub(crate) fn timed_nodes(snap: &state::StateSnapshot) -> Vec<String> {
+    snap.nodes("")
+        .iter()
+        .filter(|n| n.status_kind() != Some(model::node::NodeStatus::Down))
+        .map(|n| n.id.clone())
+        .collect()
 }
 
 fn duration_ns(d: std::time::Duration) -> i64 {
