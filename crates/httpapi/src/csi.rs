@@ -35,6 +35,15 @@ struct VolumesReply {
     warnings: String,
 }
 
+/// What register and create answer: the volumes as stored, no warnings.
+fn volumes_reply(volumes: Vec<CSIVolume>, index: u64, pretty: bool) -> Response {
+    let body = VolumesReply {
+        volumes,
+        warnings: String::new(),
+    };
+    reply::write(&body, index, pretty)
+}
+
 fn only_csi(q: &QueryOptions) -> Result<bool, ApiError> {
     match q.params.get("type").map(String::as_str) {
         Some("csi") => Ok(true),
@@ -135,14 +144,7 @@ async fn register(
             volumes: req.volumes,
         })
         .await?;
-    Ok(reply::write(
-        &VolumesReply {
-            volumes: r.volumes,
-            warnings: String::new(),
-        },
-        r.index,
-        q.pretty,
-    ))
+    Ok(volumes_reply(r.volumes, r.index, q.pretty))
 }
 
 /// `/v1/volume/csi/:id` and its actions.
@@ -214,14 +216,7 @@ async fn volume_inner(
                     volumes: req.volumes,
                 })
                 .await?;
-            Ok(reply::write(
-                &VolumesReply {
-                    volumes: r.volumes,
-                    warnings: String::new(),
-                },
-                r.index,
-                q.pretty,
-            ))
+            Ok(volumes_reply(r.volumes, r.index, q.pretty))
         }
         ("delete", &Method::DELETE) => {
             let r = st

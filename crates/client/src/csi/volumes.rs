@@ -16,7 +16,6 @@ use crate::csi::registry::{CsiPluginInstance, CsiPluginKind, CsiRegistry};
 use crate::limits::{CSI_NODE_CALL_TIMEOUT, CSI_NODE_CALL_TRIES_MAX};
 use crate::rng::{Backoff, Rng};
 use csi::v1;
-use csi::v1::volume_capability::access_mode::Mode;
 use model::csi::CSIVolume;
 use model::group::CsiMountOptions;
 use serde::{Deserialize, Serialize};
@@ -172,7 +171,7 @@ impl VolumeManager {
         let _lock = self.lock(&volume.id).await;
         let paths = Paths::new(&inst, &volume.id, alloc_id, &usage.dir_name());
         let stages = inst.info.node.as_ref().is_some_and(|n| n.stage_unstage);
-        let capability = capability(usage, volume.mount_options.as_ref());
+        let capability = capability(usage, volume.mount_options.as_ref(), &volume.id)?;
         let remote_id = volume.remote_id().to_string();
         let to_map = |m: &BTreeMap<String, String>| m.clone().into_iter().collect();
         if stages && !is_mount(&paths.staging_host)? {
@@ -299,31 +298,25 @@ where
     }
 }
 
-/// The CSI capability of a usage (access mode, and a mount with its options or a block device).
-fn capability(usage: &CsiVolumeUsage, options: Option<&CsiMountOptions>) -> v1::VolumeCapability {
-    use v1::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
-    let mode = match usage.access_mode.as_str() {
-        model::csi::ACCESS_MODE_SINGLE_NODE_READER => Mode::SingleNodeReaderOnly,
-        model::csi::ACCESS_MODE_SINGLE_NODE_WRITER => Mode::SingleNodeWriter,
-        model::csi::ACCESS_MODE_MULTI_NODE_READER => Mode::MultiNodeReaderOnly,
-        model::csi::ACCESS_MODE_MULTI_NODE_SINGLE_WRITER => Mode::MultiNodeSingleWriter,
-        model::csi::ACCESS_MODE_MULTI_NODE_MULTI_WRITER => Mode::MultiNodeMultiWriter,
-        _ => Mode::Unknown,
-    };
-    let access_type = if usage.attachment_mode == model::csi::ATTACHMENT_MODE_BLOCK_DEVICE {
-        AccessType::Block(BlockVolume {})
-    } else {
-        let options = options.cloned().unwrap_or_default();
-        AccessType::Mount(MountVolume {
-            fs_type: options.fs_type,
-            mount_flags: options.mount_flags,
-            volume_mount_group: String::new(),
-        })
-    };
-    v1::VolumeCapability {
-        access_mode: Some(AccessMode { mode: mode as i32 }),
-        access_type: Some(access_type),
-    }
+/// The CSI capability of a usage (access mode, and a mount with its options or a block device):
+/// the csi crate's mapping, the same the servers use for controller calls.
+fn capability(
+    usage: &CsiVolumeUsage,
+    options: Option<&CsiMountOptions>,
+    volume: &str,
+) -> Result<v1::VolumeCapability, CsiVolumeError> {
+    let options = options.cloned().unwrap_or_default();
+    csi::remote::capability(&model::wire::CsiCapability {
+        access_mode: usage.access_mode.clone(),
+        attachment_mode: usage.attachment_mode.clone(),
+        fs_type: options.fs_type,
+        mount_flags: options.mount_flags,
+    })
+    .map_err(|source| CsiVolumeError::Plugin {
+        call: "VolumeCapability",
+        volume: volume.to_string(),
+        source,
+    })
 }
 
 /// Whether something is mounted exactly at `path`.
@@ -375,6 +368,7 @@ mod tests {
     use super::*;
     use crate::context::SharedNode;
     use csi::v1::node_server::{Node, NodeServer};
+    use csi::v1::volume_capability::access_mode::Mode;
     use model::node::Node as ClusterNode;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
@@ -556,7 +550,7 @@ mod tests {
         let created = client
             .create_volume(v1::CreateVolumeRequest {
                 name: "shared".into(),
-                volume_capabilities: vec![capability(&usage, None)],
+                volume_capabilities: vec![capability(&usage, None, "shared").unwrap()],
                 ..Default::default()
             })
             .await
@@ -655,7 +649,7 @@ mod tests {
             access_mode: "single-node-reader-only".into(),
         };
         assert_eq!(usage.dir_name(), "ro-block-device-single-node-reader-only");
-        let cap = capability(&usage, None);
+        let cap = capability(&usage, None, "v").unwrap();
         assert_eq!(
             cap.access_mode.unwrap().mode,
             Mode::SingleNodeReaderOnly as i32

@@ -555,20 +555,7 @@ impl Server {
                     CsiControllerCall::ControllerPublishVolume {
                         volume_id: v.remote_id().to_string(),
                         node_id: external_node_id.clone(),
-                        capability: CsiCapability {
-                            access_mode: req.access_mode.clone(),
-                            attachment_mode: req.attachment_mode.clone(),
-                            fs_type: v
-                                .mount_options
-                                .as_ref()
-                                .map(|m| m.fs_type.clone())
-                                .unwrap_or_default(),
-                            mount_flags: v
-                                .mount_options
-                                .as_ref()
-                                .map(|m| m.mount_flags.clone())
-                                .unwrap_or_default(),
-                        },
+                        capability: wire_capability(&v, &req.access_mode, &req.attachment_mode),
                         read_only: req.claim == CSIVolumeClaimMode::READ,
                         secrets: v.secrets.clone(),
                         volume_context: v.context.clone(),
@@ -707,7 +694,7 @@ fn namespace_or_default(ns: &str) -> String {
 }
 
 /// Down, disconnected or garbage-collected: nothing can be undone on that node.
-fn node_is_gone(snap: &StateSnapshot, node_id: &str) -> bool {
+pub(crate) fn node_is_gone(snap: &StateSnapshot, node_id: &str) -> bool {
     snap.node(node_id).is_none_or(|n| {
         n.status == NodeStatus::Down.as_str() || n.status == NodeStatus::Disconnected.as_str()
     })
@@ -728,21 +715,19 @@ fn needs_controller_publish(snap: &StateSnapshot, plugin_id: &str) -> bool {
 fn wire_capabilities(v: &CSIVolume) -> Vec<CsiCapability> {
     v.requested_capabilities
         .iter()
-        .map(|c| CsiCapability {
-            access_mode: c.access_mode.clone(),
-            attachment_mode: c.attachment_mode.clone(),
-            fs_type: v
-                .mount_options
-                .as_ref()
-                .map(|m| m.fs_type.clone())
-                .unwrap_or_default(),
-            mount_flags: v
-                .mount_options
-                .as_ref()
-                .map(|m| m.mount_flags.clone())
-                .unwrap_or_default(),
-        })
+        .map(|c| wire_capability(v, &c.access_mode, &c.attachment_mode))
         .collect()
+}
+
+/// A capability with the volume's mount options (file system type, mount flags).
+fn wire_capability(v: &CSIVolume, access_mode: &str, attachment_mode: &str) -> CsiCapability {
+    let options = v.mount_options.clone().unwrap_or_default();
+    CsiCapability {
+        access_mode: access_mode.to_string(),
+        attachment_mode: attachment_mode.to_string(),
+        fs_type: options.fs_type,
+        mount_flags: options.mount_flags,
+    }
 }
 
 /// Namespace default, then the volume's own validation (every error, each naming its field).

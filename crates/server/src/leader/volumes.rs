@@ -56,11 +56,8 @@ pub(crate) fn due(snap: &StateSnapshot, now: i64) -> Vec<Release> {
                 None => true,
                 Some(a) if !a.client_terminal() => false,
                 Some(a) => {
-                    let node_gone = snap.node(&c.node_id).is_none_or(|n| {
-                        n.status == model::node::NodeStatus::Down.as_str()
-                            || n.status == model::node::NodeStatus::Disconnected.as_str()
-                    });
-                    node_gone || now.saturating_sub(a.modify_time) > CLIENT_RELEASE_GRACE_NS
+                    crate::csi::node_is_gone(snap, &c.node_id)
+                        || now.saturating_sub(a.modify_time) > CLIENT_RELEASE_GRACE_NS
                 }
             };
             if done {
