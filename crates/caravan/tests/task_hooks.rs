@@ -1,7 +1,8 @@
 //! Task prestart hooks on a real `caravan agent -dev` running raw_exec batch jobs: templates
 //! (`env`, `file`, pipes, `env = true`), artifacts from a local path and from a tiny HTTP server
 //! (a tar.gz unpacked, checksums verified), a dispatched job's payload file, and the events of
-//! a wrong checksum and of a template function that needs Consul. Every wait has a deadline.
+//! a wrong checksum and of a template function that needs Consul; templates rendered again
+//! while the task runs (`change_mode` signal, restart and script). Every wait has a deadline.
 
 mod common;
 
@@ -148,6 +149,7 @@ fn prestart_hooks_write_templates_artifacts_and_payloads() {
     a_wrong_checksum_fails_the_task(&agent, &input);
     a_consul_function_fails_the_task(&agent);
     a_dispatched_payload_is_written(&agent);
+    changed_templates_signal_and_restart(&agent, &dir.join("data"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -251,4 +253,136 @@ fn a_dispatched_payload_is_written(agent: &Agent) {
     assert_eq!((code, out.as_str()), (0, "payload-bytes"), "{err}");
     stop(agent, &child);
     stop(agent, "param");
+}
+
+/// A long-running service task whose template reads `local/input` (written by a `noop`
+/// template first); returns its task JSON.
+fn watched_task(name: &str, script: &str, template: Value) -> Value {
+    json!({
+        "Name": name, "Driver": "raw_exec",
+        "Config": {"command": "/bin/sh", "args": ["-c", script]},
+        "Resources": {"CPU": 50, "MemoryMB": 32},
+        "KillTimeout": 1_000_000_000_i64,
+        "Templates": [
+            {"EmbeddedTmpl": "one", "DestPath": "local/input", "ChangeMode": "noop"},
+            template
+        ]
+    })
+}
+
+fn task_events(alloc: &Value, task: &str) -> Vec<(String, String)> {
+    let mut a = alloc.clone();
+    a["TaskStates"]["t"] = alloc["TaskStates"][task].clone();
+    events(&a)
+}
+
+/// A file a template reads changes under a running task: the `signal` template's task gets
+/// SIGHUP (and reads the new file), the `restart` one is restarted with the new `env = true`
+/// variable, the `script` one runs its change script inside the task; with Nomad's events.
+fn changed_templates_signal_and_restart(agent: &Agent, data: &Path) {
+    let sig = watched_task(
+        "sig",
+        "trap 'echo \"hup $(cat local/sig.txt)\"' HUP; echo started; while :; do sleep 0.1; done",
+        json!({"EmbeddedTmpl": "{{ file \"local/input\" }}", "DestPath": "local/sig.txt",
+               "ChangeMode": "signal", "ChangeSignal": "SIGHUP", "Splay": 0}),
+    );
+    let rs = watched_task(
+        "rs",
+        "echo \"value=$VALUE\"; while :; do sleep 0.1; done",
+        json!({"EmbeddedTmpl": "VALUE={{ file \"local/input\" }}\n", "DestPath": "local/vars.env",
+               "Envvars": true, "ChangeMode": "restart", "Splay": 0}),
+    );
+    let sc = watched_task(
+        "sc",
+        "while :; do sleep 0.1; done",
+        json!({"EmbeddedTmpl": "{{ file \"local/input\" }}", "DestPath": "local/sc.txt",
+               "ChangeMode": "script", "Splay": 0,
+               "ChangeScript": {"Command": "/bin/sh",
+                                "Args": ["-c", "cp local/sc.txt local/reloaded"],
+                                "Timeout": 5_000_000_000_i64, "FailOnError": true}}),
+    );
+    let job = json!({"Job": {"ID": "watched", "Type": "service", "TaskGroups": [{
+        "Name": "g", "Count": 1, "Tasks": [sig, rs, sc]
+    }]}});
+    register(agent, &job);
+    let mut id = String::new();
+    agent.wait_until("both watched tasks run", || {
+        let Ok(list) = agent.get("/v1/job/watched/allocations") else {
+            return false;
+        };
+        let Some(a) = list.as_array().and_then(|l| l.first()).cloned() else {
+            return false;
+        };
+        id = a["ID"].as_str().unwrap_or_default().to_string();
+        ["sig", "rs", "sc"]
+            .iter()
+            .all(|t| a["TaskStates"][t]["State"] == "running")
+    });
+    let logs = |task: &str| agent.run(&["alloc", "logs", &id, task]).1;
+    agent.wait_until("both tasks printed their start", || {
+        logs("sig").contains("started") && logs("rs").contains("value=one")
+    });
+    let alloc_dir = ["client/alloc", "alloc"]
+        .iter()
+        .map(|d| data.join(d).join(&id))
+        .find(|p| p.is_dir())
+        .expect("the allocation's directory under the data dir");
+    for task in ["sig", "rs", "sc"] {
+        std::fs::write(alloc_dir.join(task).join("local/input"), "two").unwrap();
+    }
+
+    let mut alloc = Value::Null;
+    agent.wait_until(
+        "the signal task hears SIGHUP and reads the new file",
+        || {
+            alloc = agent
+                .get(&format!("/v1/allocation/{id}"))
+                .unwrap_or(Value::Null);
+            task_events(&alloc, "sig")
+                .iter()
+                .any(|(t, m)| t == "Signaling" && m == "Template re-rendered")
+                && logs("sig").contains("hup two")
+        },
+    );
+    assert_eq!(
+        alloc["TaskStates"]["sig"]["Restarts"], 0,
+        "a signal is no restart"
+    );
+    agent.wait_until(
+        "the restart task starts again with the new variable",
+        || {
+            alloc = agent
+                .get(&format!("/v1/allocation/{id}"))
+                .unwrap_or(Value::Null);
+            alloc["TaskStates"]["rs"]["Restarts"] == 1
+                && alloc["TaskStates"]["rs"]["State"] == "running"
+                && logs("rs").contains("value=two")
+        },
+    );
+    let evs = task_events(&alloc, "rs");
+    assert!(
+        evs.iter().any(|(t, m)| t == "Restart Signaled"
+            && m == "Template with change_mode restart re-rendered"),
+        "{evs:?}"
+    );
+    agent.wait_until("the script task's change script ran in it", || {
+        alloc = agent
+            .get(&format!("/v1/allocation/{id}"))
+            .unwrap_or(Value::Null);
+        task_events(&alloc, "sc").iter().any(|(t, m)| {
+            t == "Task hook message" && m.starts_with("Template successfully ran script /bin/sh")
+        })
+    });
+    assert_eq!(
+        std::fs::read_to_string(alloc_dir.join("sc/local/reloaded")).unwrap(),
+        "two"
+    );
+    assert_eq!(alloc["TaskStates"]["sc"]["Restarts"], 0);
+    assert_eq!(alloc["ClientStatus"], "running");
+    assert_eq!(
+        std::fs::read_to_string(alloc_dir.join("rs/local/input")).unwrap(),
+        "two",
+        "the noop template's unchanged output is not written over the new file"
+    );
+    stop(agent, "watched");
 }

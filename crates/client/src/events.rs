@@ -143,6 +143,53 @@ pub fn signaling(signal: &str) -> TaskEvent {
 /// The reason `alloc restart` gives, as Nomad's.
 pub const REASON_USER_RESTART: &str = "User requested restart";
 
+/// The reason a re-rendered `change_mode = "restart"` template gives, as Nomad's.
+pub const REASON_TEMPLATE_RESTART: &str = "Template with change_mode restart re-rendered";
+
+/// Nomad's event for a task hook's message (a template's change script ran).
+pub const TASK_EVENT_HOOK_MESSAGE: &str = "Task hook message";
+
+/// A re-rendered `change_mode = "signal"` template: Nomad's "Signaling" event.
+pub fn template_signaling(signal: &str) -> TaskEvent {
+    let mut e = event(TASK_EVENT_SIGNALING, "Template re-rendered");
+    e.task_signal = signal.to_string();
+    e
+}
+
+/// A re-rendered template's `change_script` ran and exited 0.
+pub fn template_script_ran(script: &model::task::ChangeScript, code: i32) -> TaskEvent {
+    event(
+        TASK_EVENT_HOOK_MESSAGE,
+        format!(
+            "Template successfully ran script {} with arguments: {:?}. Exit code: {code}",
+            script.command, script.args
+        ),
+    )
+}
+
+/// A re-rendered template's `change_script` failed (could not run, or exited non-zero).
+pub fn template_script_failed(
+    script: &model::task::ChangeScript,
+    error: &str,
+    code: i32,
+) -> TaskEvent {
+    event(
+        TASK_EVENT_HOOK_FAILED,
+        format!(
+            "Template failed to run script {} with arguments {:?} on change: {error} Exit code: {code}",
+            script.command, script.args
+        ),
+    )
+}
+
+/// Why the template manager kills the task (a signal it could not send, a failed script with
+/// `fail_on_error`).
+pub fn template_kill(why: &str) -> TaskEvent {
+    let mut e = event(TASK_EVENT_KILLING, why);
+    e.kill_reason = why.to_string();
+    e
+}
+
 /// `alloc restart`: Nomad's "Restart Signaled" event.
 pub fn restart_signaled(reason: &str) -> TaskEvent {
     let mut e = event(TASK_EVENT_RESTART_SIGNAL, reason);

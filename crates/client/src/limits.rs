@@ -61,6 +61,10 @@ pub const DRIVER_FINGERPRINT_PERIOD: Duration = Duration::from_secs(30);
 pub const TEMPLATE_NESTING_MAX: usize = 64;
 pub const TEMPLATE_OUTPUT_BYTES_MAX: usize = 16 << 20;
 pub const TEMPLATE_FILE_BYTES_MAX: u64 = 4 << 20;
+/// How often a running task's templates are rendered again to find changed files.
+pub const TEMPLATE_WATCH_PERIOD: Duration = Duration::from_secs(1);
+/// A template's `change_script` without a timeout gets this one (Nomad's default).
+pub const TEMPLATE_SCRIPT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
 
 /// Artifacts: the largest download (and decompressed `.gz`), the http connect and per-read
 /// timeouts, and how deep a copied local directory may nest.

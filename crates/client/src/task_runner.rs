@@ -12,11 +12,12 @@ use crate::allocdir::AllocDir;
 use crate::context::{find_task, RunnerContext};
 use crate::csi::supervisor::{self, PluginSetup, PluginSupervisor, SupervisorEvent};
 use crate::events;
-use crate::limits::{KILL_TIMEOUT_MAX, RUNNER_QUEUE_CAPACITY};
+use crate::limits::{KILL_TIMEOUT_MAX, RUNNER_QUEUE_CAPACITY, TEMPLATE_SCRIPT_TIMEOUT_DEFAULT};
 use crate::restart::{Decision, RestartTracker};
 use crate::rng::Rng;
 use crate::state_db::TaskRecord;
 use crate::task_hooks;
+use crate::task_hooks::watch::{TemplateChange, TemplateWatch};
 use crate::taskenv::{EnvInputs, TaskEnv, TaskPaths};
 use drivers::{
     Driver, DriverError, ExitResult, FsIsolation, TaskConfig, TaskHandle, TaskResources,
@@ -107,6 +108,9 @@ pub(crate) struct TaskRunner {
     hook_env: BTreeMap<String, String>,
     /// A CSI plugin task's supervisor while its process runs (probes, registration).
     supervisor: Option<PluginSupervisor>,
+    /// The task's templates, rendered again while it runs (`change_mode`); `None` without
+    /// templates, and after a client restart (the reattached task keeps its files as they are).
+    templates: Option<TemplateWatch>,
 }
 
 /// Where the runner goes next.
@@ -128,6 +132,7 @@ enum WaitEnd {
     Signal(String, oneshot::Sender<Result<(), AllocActionError>>),
     Restart(oneshot::Sender<Result<(), AllocActionError>>),
     Plugin(SupervisorEvent),
+    Template(TemplateChange),
 }
 
 impl TaskRunner {
@@ -163,6 +168,7 @@ impl TaskRunner {
             prestart_done: false,
             hook_env: BTreeMap::new(),
             supervisor: None,
+            templates: None,
             name,
             alloc: alloc.alloc,
             volumes: alloc.volumes,
@@ -353,12 +359,18 @@ impl TaskRunner {
                 return Err(self.hook_failed(events::artifact_failed(&msg), true).await);
             }
         }
+        let watched = (task.clone(), env.clone(), dir.clone());
         let rendered =
             tokio::task::spawn_blocking(move || task_hooks::render_templates(&task, &env, &dir))
                 .await
                 .unwrap_or_else(|e| Err(format!("the template worker failed: {e}")));
         match rendered {
-            Ok(vars) => self.hook_env = vars,
+            Ok(rendered) => {
+                self.hook_env = rendered.vars.clone();
+                let (task, env, dir) = watched;
+                let rng = Rng::new(self.rng.next_u64());
+                self.templates = TemplateWatch::new(task, env, dir, rendered, rng);
+            }
             Err(msg) => return Err(self.hook_failed(events::template_failed(&msg), false).await),
         }
         self.prestart_done = true;
@@ -502,6 +514,7 @@ impl TaskRunner {
                 Some(TaskCommand::Detach) | None => WaitEnd::Detach,
             },
             ev = supervisor::next_event(&mut self.supervisor) => WaitEnd::Plugin(ev),
+            change = task_hooks::watch::next_change(&mut self.templates) => WaitEnd::Template(change),
         };
         match end {
             WaitEnd::Detach => Step::Done,
@@ -514,7 +527,11 @@ impl TaskRunner {
                 let _ = reply.send(sent.map_err(AllocActionError::from));
                 Step::Wait { driver, task_id }
             }
-            WaitEnd::Restart(reply) => self.restart(driver, task_id, reply).await,
+            WaitEnd::Restart(reply) => {
+                self.restart(driver, task_id, events::REASON_USER_RESTART, Some(reply))
+                    .await
+            }
+            WaitEnd::Template(change) => self.template_changed(driver, task_id, change).await,
             WaitEnd::Plugin(SupervisorEvent::Event(e)) => {
                 self.push(*e);
                 self.report().await;
@@ -544,17 +561,21 @@ impl TaskRunner {
         &mut self,
         driver: Arc<dyn Driver>,
         task_id: String,
-        reply: oneshot::Sender<Result<(), AllocActionError>>,
+        reason: &str,
+        reply: Option<oneshot::Sender<Result<(), AllocActionError>>>,
     ) -> Step {
-        tracing::info!(task = %self.name, %task_id, "restart requested");
-        self.push(events::restart_signaled(events::REASON_USER_RESTART));
+        tracing::info!(task = %self.name, %task_id, reason, "restart requested");
+        self.push(events::restart_signaled(reason));
         self.report().await;
         let alloc = self.alloc.borrow().clone();
         let timeout = find_task(&alloc, &self.name)
             .map(|(_, _, t)| t)
             .map_or(Duration::from_secs(5), kill_timeout);
         if let Err(e) = driver.stop(&task_id, timeout, "").await {
-            let _ = reply.send(Err(e.into()));
+            tracing::warn!(task = %self.name, %task_id, error = %e, "stopping the task for a restart failed");
+            if let Some(reply) = reply {
+                let _ = reply.send(Err(e.into()));
+            }
             return Step::Wait { driver, task_id };
         }
         if let Ok(Ok(exit)) = tokio::time::timeout(timeout, driver.wait(&task_id)).await {
@@ -563,14 +584,68 @@ impl TaskRunner {
         self.forget(&*driver, &task_id).await;
         self.record.state.restarts += 1;
         self.record.state.last_restart = Some(crate::time::now_rfc3339());
-        self.push(events::restarting(
-            Duration::ZERO,
-            events::REASON_USER_RESTART,
-        ));
+        self.push(events::restarting(Duration::ZERO, reason));
         events::transition(&mut self.record.state, TASK_STATE_PENDING);
         self.report().await;
-        let _ = reply.send(Ok(()));
+        if let Some(reply) = reply {
+            let _ = reply.send(Ok(()));
+        }
         Step::Start
+    }
+
+    /// Templates were rendered again with new output: the task hears of it as their
+    /// `change_mode`s ask (Nomad's template manager). The variables of `env = true` templates
+    /// take effect at the next start. A signal that cannot be sent, or a failing script with
+    /// `fail_on_error`, kills the task as failed.
+    async fn template_changed(
+        &mut self,
+        driver: Arc<dyn Driver>,
+        task_id: String,
+        change: TemplateChange,
+    ) -> Step {
+        self.hook_env.clone_from(&change.vars);
+        if change.restart {
+            let reason = events::REASON_TEMPLATE_RESTART;
+            return self.restart(driver, task_id, reason, None).await;
+        }
+        for signal in &change.signals {
+            if let Err(e) = driver.signal(&task_id, signal).await {
+                let why = format!("Sending signals [{signal}] failed: {e}");
+                self.record.state.failed = true;
+                let event = events::template_kill(&why);
+                return self.kill(&*driver, &task_id, Some(Box::new(event))).await;
+            }
+            self.push(events::template_signaling(signal));
+        }
+        for script in &change.scripts {
+            let mut cmd = vec![script.command.clone()];
+            cmd.extend(script.args.iter().cloned());
+            let timeout = match u64::try_from(script.timeout.0).unwrap_or(0) {
+                0 => TEMPLATE_SCRIPT_TIMEOUT_DEFAULT,
+                ns => Duration::from_nanos(ns),
+            };
+            let ran = driver.exec(&task_id, &cmd, timeout).await;
+            match ran {
+                Ok(r) if r.exit.exit_code == 0 && r.exit.err.is_none() => {
+                    self.push(events::template_script_ran(script, r.exit.exit_code));
+                }
+                other => {
+                    let (code, why) = match other {
+                        Ok(r) => (r.exit.exit_code, r.exit.err.unwrap_or_default()),
+                        Err(e) => (-1, e.to_string()),
+                    };
+                    self.push(events::template_script_failed(script, &why, code));
+                    if script.fail_on_error {
+                        self.record.state.failed = true;
+                        let event =
+                            events::template_kill("Template script failed, task is being killed");
+                        return self.kill(&*driver, &task_id, Some(Box::new(event))).await;
+                    }
+                }
+            }
+        }
+        self.report().await;
+        Step::Wait { driver, task_id }
     }
 
     /// Frees what the driver holds for an exited task and drops the handle; a CSI plugin is

@@ -35,7 +35,7 @@ pub struct EnvInputs<'a> {
 }
 
 /// The environment of one task, and the node values `${attr.*}`, `${node.*}`, `${meta.*}` name.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TaskEnv {
     env: BTreeMap<String, String>,
     node_values: BTreeMap<String, String>,

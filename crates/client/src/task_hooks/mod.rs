@@ -9,6 +9,7 @@
 
 pub(crate) mod artifact;
 pub(crate) mod template;
+pub(crate) mod watch;
 
 use crate::limits::TEMPLATE_FILE_BYTES_MAX;
 use crate::taskenv::TaskEnv;
@@ -137,28 +138,88 @@ impl template::Host for TaskHost<'_> {
     }
 }
 
-/// The template hook: renders every `template` block; returns the variables of those with
-/// `env = true`, which join the task's environment.
+/// What the template hook rendered: the variables of `env = true` templates, which join the
+/// task's environment, and each template's output in the order of the task's `template` blocks
+/// (the [`watch::TemplateWatch`] compares later renders with them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Rendered {
+    pub vars: BTreeMap<String, String>,
+    pub outputs: Vec<String>,
+}
+
+/// The template hook: renders and writes every `template` block.
 pub(crate) fn render_templates(
     task: &Task,
     env: &TaskEnv,
     dir: &TaskDir,
-) -> Result<BTreeMap<String, String>, String> {
-    let mut vars = BTreeMap::new();
+) -> Result<Rendered, String> {
+    let mut rendered = Rendered::default();
     for t in &task.templates {
         let dest = env.interpolate(&t.dest_path);
-        let rendered =
+        let (path, out, mode) =
             render_one(t, &dest, env, dir).map_err(|e| format!("template {dest:?}: {e}"))?;
+        write_file(&path, out.as_bytes(), mode).map_err(|e| format!("template {dest:?}: {e}"))?;
+        rendered.outputs.push(out);
+    }
+    rendered.vars = env_vars(task, env, &rendered.outputs)?;
+    Ok(rendered)
+}
+
+/// Renders every template again and writes those whose output differs from `previous` (which
+/// becomes the new outputs); returns the indexes of the changed ones. A template that fails to
+/// render now fails the whole pass and nothing is written, as a first render would.
+pub(crate) fn rerender_templates(
+    task: &Task,
+    env: &TaskEnv,
+    dir: &TaskDir,
+    previous: &mut Rendered,
+) -> Result<Vec<usize>, String> {
+    let mut fresh = Vec::with_capacity(task.templates.len());
+    for t in &task.templates {
+        let dest = env.interpolate(&t.dest_path);
+        fresh.push(render_one(t, &dest, env, dir).map_err(|e| format!("template {dest:?}: {e}"))?);
+    }
+    let mut changed = Vec::new();
+    for (i, (path, out, mode)) in fresh.into_iter().enumerate() {
+        if previous.outputs.get(i) == Some(&out) {
+            continue;
+        }
+        write_file(&path, out.as_bytes(), mode)?;
+        match previous.outputs.get_mut(i) {
+            Some(slot) => *slot = out,
+            None => previous.outputs.push(out),
+        }
+        changed.push(i);
+    }
+    if !changed.is_empty() {
+        previous.vars = env_vars(task, env, &previous.outputs)?;
+    }
+    Ok(changed)
+}
+
+/// The variables of the `env = true` templates' outputs.
+fn env_vars(
+    task: &Task,
+    env: &TaskEnv,
+    outputs: &[String],
+) -> Result<BTreeMap<String, String>, String> {
+    let mut vars = BTreeMap::new();
+    for (t, out) in task.templates.iter().zip(outputs) {
         if t.envvars {
-            let parsed =
-                parse_env_file(&rendered).map_err(|e| format!("template {dest:?}: {e}"))?;
-            vars.extend(parsed);
+            let dest = env.interpolate(&t.dest_path);
+            vars.extend(parse_env_file(out).map_err(|e| format!("template {dest:?}: {e}"))?);
         }
     }
     Ok(vars)
 }
 
-fn render_one(t: &Template, dest: &str, env: &TaskEnv, dir: &TaskDir) -> Result<String, String> {
+/// A template's destination, output and file mode.
+fn render_one(
+    t: &Template,
+    dest: &str,
+    env: &TaskEnv,
+    dir: &TaskDir,
+) -> Result<(PathBuf, String, u32), String> {
     let path = confine(&dir.dir, dest, "destination")?;
     let src = if t.embedded_tmpl.is_empty() {
         let source = env.interpolate(&t.source_path);
@@ -189,8 +250,7 @@ fn render_one(t: &Template, dest: &str, env: &TaskEnv, dir: &TaskDir) -> Result<
         .ok()
         .filter(|m| *m <= 0o7777)
         .ok_or_else(|| format!("perms {perms:?} is not an octal mode like \"0644\""))?;
-    write_file(&path, out.as_bytes(), mode)?;
-    Ok(out)
+    Ok((path, out, mode))
 }
 
 /// An env template's output (`KEY=value` lines, `#` comments, `export ` prefixes, quoted
