@@ -1,7 +1,8 @@
 //! Client-only agents against a server agent, all real processes on loopback with free ports: two
 //! clients register through `-servers`, their HTTP APIs forward to the server, and when one client
 //! dies its node is marked down after TTL + grace and its allocation is replaced on the other.
-//! Mock-driver tasks only, so nothing outlives the agents. Every wait has a deadline.
+//! Mock-driver tasks there, so nothing outlives the agents; `alloc exec` through every agent runs
+//! a raw_exec task that is stopped before the agents go. Every wait has a deadline.
 
 mod common;
 
@@ -32,10 +33,15 @@ fn server(name: &str) -> (Agent, String) {
 }
 
 fn client(name: &str, servers: &str) -> Agent {
+    client_with(name, servers, "")
+}
+
+/// A client-only agent with the mock driver and `extra` agent configuration.
+fn client_with(name: &str, servers: &str, extra: &str) -> Agent {
     let dir = temp_dir(name);
     let data = dir.join("data").display().to_string();
     let mock = dir.join("mock.hcl");
-    std::fs::write(&mock, MOCK).unwrap();
+    std::fs::write(&mock, format!("{MOCK}{extra}")).unwrap();
     let mock = mock.display().to_string();
     Agent::start(
         &dir,
@@ -166,4 +172,85 @@ fn a_client_without_servers_is_refused_with_what_to_set() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("-servers"), "{err}");
+}
+
+/// `alloc exec` works through any agent, as Nomad's: the allocation's own client answers, the
+/// server relays the stream to it, and so does the other client (which asks the servers where the
+/// allocation runs).
+#[test]
+fn alloc_exec_reaches_the_allocation_through_any_agent() {
+    let (server, rpc) = server("exec-server");
+    let raw_exec = "plugin \"raw_exec\" {\n  config {\n    enabled = true\n  }\n}\n";
+    let c1 = client_with("exec-c1", &rpc, raw_exec);
+    let c2 = client_with("exec-c2", &rpc, raw_exec);
+    server.wait_until("both clients ready", || {
+        let n = nodes(&server);
+        n.len() == 2 && n.iter().all(|x| x["Status"] == "ready")
+    });
+    let job = json!({"Job": {"ID": "sleeper", "Type": "service", "TaskGroups": [{
+        "Name": "g", "Count": 1,
+        "Tasks": [{"Name": "t", "Driver": "raw_exec",
+                   "Config": {"command": "/bin/sleep", "args": ["300"]},
+                   "KillTimeout": 1_000_000_000_i64,
+                   "Resources": {"CPU": 20, "MemoryMB": 16}}]
+    }]}});
+    let (status, body) = server.put("/v1/jobs", &job);
+    assert_eq!(status, 200, "{body}");
+    let mut alloc = Value::Null;
+    server.wait_until("the sleeper runs", || {
+        let allocs = server
+            .get("/v1/job/sleeper/allocations")
+            .unwrap_or(Value::Null);
+        alloc = allocs
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|a| a["ClientStatus"] == "running")
+            .cloned()
+            .unwrap_or(Value::Null);
+        !alloc.is_null()
+    });
+    let alloc_id = alloc["ID"].as_str().unwrap().to_string();
+    let node_id = alloc["NodeID"].as_str().unwrap().to_string();
+    let mut owner_name = String::new();
+    server.wait_until("the sleeper's node is listed", || {
+        owner_name = nodes(&server)
+            .into_iter()
+            .find(|n| n["ID"] == node_id.as_str())
+            .and_then(|n| n["Name"].as_str().map(String::from))
+            .unwrap_or_default();
+        !owner_name.is_empty()
+    });
+    let (owner, other) = match owner_name.as_str() {
+        "exec-c1" => (&c1, &c2),
+        "exec-c2" => (&c2, &c1),
+        name => panic!("the sleeper runs on an unexpected node {name:?}"),
+    };
+    for (agent, what) in [
+        (owner, "its own client"),
+        (&server, "the server"),
+        (other, "the other client"),
+    ] {
+        let (code, out, err) = agent.run(&[
+            "alloc",
+            "exec",
+            "-i=false",
+            "-t=false",
+            &alloc_id,
+            "/bin/echo",
+            "hi",
+        ]);
+        assert_eq!((code, out.as_str()), (0, "hi\n"), "through {what}: {err}");
+        let (code, _, err) = agent.run(&[
+            "alloc", "exec", "-i=false", "-t=false", &alloc_id, "/bin/sh", "-c", "exit 3",
+        ]);
+        assert_eq!(code, 3, "through {what}, the command's exit code: {err}");
+    }
+    let (code, _, err) = server.run(&["job", "stop", "sleeper"]);
+    assert_eq!(code, 0, "{err}");
+    server.wait_until("the sleeper is stopped", || {
+        server
+            .get(&format!("/v1/allocation/{alloc_id}"))
+            .is_ok_and(|a| a["ClientStatus"] == "complete")
+    });
 }

@@ -125,10 +125,19 @@ async fn elsewhere_to_server(
         .contains_key(server::http_forward::FORWARDED_HEADER)
         && client_alloc_id(req.uri().path())
             .is_some_and(|id| fs::local_alloc_root(&*st.client, id).is_err());
-    if elsewhere && !req.headers().contains_key(axum::http::header::UPGRADE) {
+    if !elsewhere {
+        return next.run(req).await;
+    }
+    if !req.headers().contains_key(axum::http::header::UPGRADE) {
         return forward(State(st), req).await;
     }
-    next.run(req).await
+    let Some(alloc_id) = client_alloc_id(req.uri().path()).map(str::to_string) else {
+        return next.run(req).await;
+    };
+    match owner_http_addr(&st, &alloc_id).await {
+        Ok(addr) => relay_exec(req, &st, &addr).await,
+        Err(resp) => resp,
+    }
 }
 
 async fn client_csi_controller(
@@ -180,7 +189,7 @@ fn client_alloc_id(path: &str) -> Option<&str> {
 
 /// Middleware of a server agent's router: a `/v1/client/...` request for an allocation that runs on
 /// another node goes to that node's agent over HTTP (Nomad forwards such calls to the client), and
-/// its answer streams back. The exec WebSocket is not forwarded.
+/// its answer streams back; the exec WebSocket is relayed ([`crate::exec_relay`]).
 pub(crate) async fn client_paths_to_owner(
     State(st): State<crate::ApiState>,
     req: Request<Body>,
@@ -192,7 +201,6 @@ pub(crate) async fn client_paths_to_owner(
     if req
         .headers()
         .contains_key(server::http_forward::FORWARDED_HEADER)
-        || req.headers().contains_key(axum::http::header::UPGRADE)
     {
         return next.run(req).await;
     }
@@ -211,6 +219,9 @@ pub(crate) async fn client_paths_to_owner(
     else {
         return next.run(req).await;
     };
+    if req.headers().contains_key(axum::http::header::UPGRADE) {
+        return relay_exec(req, &st, &addr).await;
+    }
     let (parts, body) = req.into_parts();
     let body = match axum::body::to_bytes(body, BODY_BYTES_MAX).await {
         Ok(b) => b,
@@ -273,6 +284,64 @@ pub(crate) async fn client_paths_to_owner(
             .insert(axum::http::header::CONTENT_TYPE, ct);
     }
     response
+}
+
+/// Accepts the caller's exec WebSocket upgrade and relays it to the agent at `addr`.
+async fn relay_exec<S: Send + Sync>(req: Request<Body>, state: &S, addr: &str) -> Response {
+    use axum::extract::FromRequestParts;
+    let (mut parts, _) = req.into_parts();
+    let ws = match axum::extract::ws::WebSocketUpgrade::from_request_parts(&mut parts, state).await
+    {
+        Ok(ws) => ws,
+        Err(rejection) => return rejection.into_response(),
+    };
+    let uri = path_and_query(&parts.uri);
+    crate::exec_relay::relay(ws, addr, &uri, &parts.headers).await
+}
+
+/// The HTTP address of the agent that runs `alloc_id`, asked of the servers (a client-only agent
+/// holds no state of other nodes).
+async fn owner_http_addr(st: &ClientAgentState, alloc_id: &str) -> Result<String, Response> {
+    let get = |path: String| {
+        let st = st.clone();
+        async move {
+            let req = Request::get(path)
+                .body(Body::empty())
+                .map_err(|e| ApiError::bad_request(e.to_string()).into_response())?;
+            let resp = forward(State(st), req).await;
+            let status = resp.status();
+            let body = axum::body::to_bytes(resp.into_body(), BODY_BYTES_MAX)
+                .await
+                .map_err(|e| ApiError::bad_request(e.to_string()).into_response())?;
+            if !status.is_success() {
+                let message = String::from_utf8_lossy(&body).trim().to_string();
+                return Err(ApiError { status, message }.into_response());
+            }
+            serde_json::from_slice::<serde_json::Value>(&body).map_err(|e| {
+                ApiError {
+                    status: StatusCode::BAD_GATEWAY,
+                    message: format!("a server's answer is not JSON: {e}"),
+                }
+                .into_response()
+            })
+        }
+    };
+    let alloc = get(format!("/v1/allocation/{alloc_id}")).await?;
+    let node_id = alloc["NodeID"].as_str().unwrap_or_default().to_string();
+    let node = get(format!("/v1/node/{node_id}")).await?;
+    node["HTTPAddr"]
+        .as_str()
+        .filter(|a| !a.is_empty())
+        .map(str::to_string)
+        .ok_or_else(|| {
+            ApiError {
+                status: StatusCode::BAD_GATEWAY,
+                message: format!(
+                    "allocation {alloc_id} runs on node {node_id}, whose agent has no HTTP address"
+                ),
+            }
+            .into_response()
+        })
 }
 
 async fn logs(

@@ -12,6 +12,7 @@ mod csi;
 mod deployments;
 mod error;
 mod evals;
+mod exec_relay;
 pub mod forward;
 pub use csi::HttpCsiTransport;
 mod fs;
