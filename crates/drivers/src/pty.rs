@@ -46,3 +46,30 @@ pub(crate) fn controlling_terminal(cmd: &mut tokio::process::Command) {
         });
     }
 }
+
+/// The exec stream of `child`, started on `pty`'s slave (the caller has dropped every other copy
+/// of the slave): stdin writes and stdout reads the master; stderr is empty, as from a terminal;
+/// resizes go to the master.
+pub(crate) fn exec_stream(
+    task_id: &str,
+    child: tokio::process::Child,
+    pty: Pty,
+) -> Result<crate::driver::ExecStream, crate::DriverError> {
+    let io_err = |e| crate::DriverError::io(task_id, "sharing the pty", e);
+    let Pty { master, slave } = pty;
+    drop(slave);
+    let writer = master.try_clone().map_err(io_err)?;
+    let sizer = master.try_clone().map_err(io_err)?;
+    let reader = tokio::fs::File::from_std(std::fs::File::from(master));
+    let writer = tokio::fs::File::from_std(std::fs::File::from(writer));
+    Ok(crate::process_group::exec_stream_with(
+        task_id,
+        child,
+        crate::process_group::ExecIo {
+            stdin: Box::pin(writer),
+            stdout: Box::pin(reader),
+            stderr: Box::pin(tokio::io::empty()),
+            resize: Some(Box::new(move |rows, cols| set_size(&sizer, rows, cols))),
+        },
+    ))
+}

@@ -358,6 +358,40 @@ async fn signals_reach_the_task() {
     d.destroy(&cfg.id, false).await.unwrap();
 }
 
+/// `alloc exec -t` in a container: a Docker exec with a terminal, resized from the caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tty_exec_gets_a_terminal_that_can_be_resized() {
+    use tokio::io::AsyncReadExt;
+    let dir = TestDir::new("docker-tty");
+    let d = driver();
+    let cfg = sh(dir.path(), "tty", "echo ready; exec sleep 300");
+    let _c = cleanup(&cfg);
+    d.start(cfg.clone()).await.unwrap();
+    // Docker applies a resize on its own call: the command waits (bounded) until it sees it.
+    let cmd: Vec<String> = [
+        "sh",
+        "-c",
+        "test -t 0 && test -t 1 && echo on-a-tty; i=0; \
+         while [ \"$(stty size)\" != '31 101' ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done; \
+         stty size; exit 5",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut s = d.exec_streaming(&cfg.id, &cmd, true).await.unwrap();
+    (s.resize.as_ref().expect("a terminal can be resized"))(31, 101);
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(LIMIT, s.stdout.read_to_end(&mut out)).await;
+    let out = String::from_utf8_lossy(&out);
+    assert!(out.contains("on-a-tty"), "{out}");
+    assert!(out.contains("31 101"), "{out}");
+    let exit = tokio::time::timeout(LIMIT, &mut s.exit).await.unwrap();
+    assert_eq!(exit.exit_code, 5);
+    drop(s);
+    d.stop(&cfg.id, Duration::from_secs(1), "").await.unwrap();
+    d.destroy(&cfg.id, false).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_no_task_uses_is_removed_after_the_delay() {
     let dir = TestDir::new("docker-gc");

@@ -353,6 +353,43 @@ async fn output_is_rotated(driver: ExecDriver) -> Result<(), String> {
     Ok(())
 }
 
+/// `alloc exec -t` into an exec task: the command's stdin and stdout are a terminal, which the
+/// caller resizes; output arrives on stdout (as from a terminal) and the exit code comes back.
+async fn exec_with_a_tty(driver: &ExecDriver, id: &str) -> Result<(), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // It waits for a line, so the size is set before it is read.
+    let cmd: Vec<String> = [
+        "/bin/sh",
+        "-c",
+        "test -t 0 && test -t 1 && echo on-a-tty; read go; stty size; exit 5",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut s = driver
+        .exec_streaming(id, &cmd, true)
+        .await
+        .map_err(|e| e.to_string())?;
+    let resize = s
+        .resize
+        .as_ref()
+        .ok_or("a terminal that cannot be resized")?;
+    resize(31, 101);
+    let mut stdin = s.stdin.take().ok_or("no stdin")?;
+    stdin.write_all(b"go\n").await.map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    // The master reads EIO once the command is gone: the end of its output.
+    let _ = tokio::time::timeout(Duration::from_secs(30), s.stdout.read_to_end(&mut out)).await;
+    let out = String::from_utf8_lossy(&out).to_string();
+    let exit = tokio::time::timeout(Duration::from_secs(30), &mut s.exit)
+        .await
+        .map_err(|_| "the tty command never exited".to_string())?;
+    if !out.contains("on-a-tty") || !out.contains("31 101") || exit.exit_code != 5 {
+        return Err(format!("tty exec: exit {} output {out:?}", exit.exit_code));
+    }
+    Ok(())
+}
+
 /// `alloc exec` into an exec task: the command sees the task's PID namespace (its PID 1 is the
 /// task's shell) and the task's chroot, and its exit code comes back.
 async fn exec_inside_the_task(driver: ExecDriver) -> Result<(), String> {
@@ -390,7 +427,7 @@ async fn exec_inside_the_task(driver: ExecDriver) -> Result<(), String> {
     } else {
         let (_, code) = run("exit 3").await?;
         if code == 3 {
-            Ok(())
+            exec_with_a_tty(&driver, &id).await
         } else {
             Err(format!("exit code {code}, not 3"))
         }

@@ -518,6 +518,22 @@ impl DockerDriver {
             }
         });
         let abort = pump.abort_handle();
+        // With a terminal, the user's window size goes to the exec's (Docker sends SIGWINCH).
+        let resize: Option<Box<dyn Fn(u16, u16) + Send + Sync>> = tty.then(|| {
+            let (docker, exec_id) = (docker.clone(), exec.id.clone());
+            Box::new(move |rows: u16, cols: u16| {
+                let (docker, exec_id) = (docker.clone(), exec_id.clone());
+                let size = bollard::exec::ResizeExecOptions {
+                    height: rows,
+                    width: cols,
+                };
+                tokio::spawn(async move {
+                    if let Err(e) = docker.resize_exec(&exec_id, size).await {
+                        tracing::debug!(%exec_id, error = %e, "resizing the exec's terminal failed");
+                    }
+                });
+            }) as Box<dyn Fn(u16, u16) + Send + Sync>
+        });
         let exit = async move {
             let _ = pump.await;
             match docker.inspect_exec(&exec_id).await {
@@ -538,7 +554,7 @@ impl DockerDriver {
             stderr: Box::pin(err_r),
             exit: Box::pin(exit),
             kill: Box::new(move || abort.abort()),
-            resize: None,
+            resize,
         })
     }
 

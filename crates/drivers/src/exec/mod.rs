@@ -674,9 +674,9 @@ impl Driver for ExecDriver {
         &'a self,
         task_id: &'a str,
         cmd: &'a [String],
-        _tty: bool,
+        tty: bool,
     ) -> DriverFuture<'a, crate::driver::ExecStream> {
-        Box::pin(self.exec_in_task(task_id, cmd))
+        Box::pin(self.exec_in_task(task_id, cmd, tty))
     }
 }
 
@@ -687,11 +687,13 @@ impl ExecDriver {
     /// `alloc exec` inside an exec task: util-linux's `nsenter` joins the task's mount, UTS, IPC
     /// and PID namespaces and its root (the chroot) and working directory, as the task's user,
     /// with the task's environment; the command joins the task's cgroup, so it counts against the
-    /// task's limits.
+    /// task's limits. `tty`: the command gets a fresh pty as its terminal (nsenter starts a new
+    /// session on it; the command, forked into the task's namespaces, inherits it).
     async fn exec_in_task(
         &self,
         task_id: &str,
         cmd: &[String],
+        tty: bool,
     ) -> Result<crate::driver::ExecStream, DriverError> {
         let task = self.tasks.get(task_id)?;
         if task.exit.has_exited() {
@@ -719,24 +721,46 @@ impl ExecDriver {
         if !task.config.env.contains_key("PATH") {
             command.env("PATH", EXEC_DEFAULT_PATH);
         }
-        command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        let child = command.spawn().map_err(|e| {
+        command.kill_on_drop(true);
+        let spawn_err = |e| {
             DriverError::io(
                 task_id,
                 "starting nsenter for exec (is util-linux installed?)",
                 e,
             )
-        })?;
-        if let Some(pid) = child.id() {
-            if let Err(e) = task.cgroup.add_process(pid) {
-                tracing::warn!(task_id, error = %e, "the exec command could not join the task's cgroup");
+        };
+        let join_cgroup = |child: &tokio::process::Child| {
+            if let Some(pid) = child.id() {
+                if let Err(e) = task.cgroup.add_process(pid) {
+                    tracing::warn!(task_id, error = %e, "the exec command could not join the task's cgroup");
+                }
             }
+        };
+        if tty {
+            let pty =
+                crate::pty::open().map_err(|e| DriverError::io(task_id, "opening a pty", e))?;
+            let slave = || {
+                pty.slave
+                    .try_clone()
+                    .map(Stdio::from)
+                    .map_err(|e| DriverError::io(task_id, "sharing the pty", e))
+            };
+            command.stdin(slave()?).stdout(slave()?).stderr(slave()?);
+            crate::raw_exec::spawn::new_session(&mut command);
+            crate::pty::controlling_terminal(&mut command);
+            let child = command.spawn().map_err(spawn_err)?;
+            join_cgroup(&child);
+            // Only the command may hold the slave: the master reads EOF (EIO) once it is gone.
+            drop(command);
+            return crate::pty::exec_stream(task_id, child, pty);
         }
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let child = command.spawn().map_err(spawn_err)?;
+        join_cgroup(&child);
         crate::process_group::exec_stream_of(NAME, task_id, child)
     }
 }

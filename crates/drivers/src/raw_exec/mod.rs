@@ -333,28 +333,7 @@ fn exec_on_pty(
         .map_err(|e| io_err("starting the exec command", e))?;
     // Only the command may hold the slave: the master reads EOF (EIO) once it is gone.
     drop(command);
-    let crate::pty::Pty { master, slave } = pty;
-    drop(slave);
-    let writer = master
-        .try_clone()
-        .map_err(|e| io_err("sharing the pty", e))?;
-    let sizer = master
-        .try_clone()
-        .map_err(|e| io_err("sharing the pty", e))?;
-    let reader = tokio::fs::File::from_std(std::fs::File::from(master));
-    let writer = tokio::fs::File::from_std(std::fs::File::from(writer));
-    Ok(crate::process_group::exec_stream_with(
-        task_id,
-        child,
-        crate::process_group::ExecIo {
-            stdin: Box::pin(writer),
-            stdout: Box::pin(reader),
-            stderr: Box::pin(tokio::io::empty()),
-            resize: Some(Box::new(move |rows, cols| {
-                crate::pty::set_size(&sizer, rows, cols)
-            })),
-        },
-    ))
+    crate::pty::exec_stream(task_id, child, pty)
 }
 
 /// The main process's identity, read right after spawn (it cannot have been reaped yet: only
