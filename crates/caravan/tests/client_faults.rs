@@ -34,10 +34,18 @@ fn a_client_killed_with_sigkill_reattaches_to_the_same_running_task() {
             .and_then(|v| v.as_array().map(Vec::len))
             == Some(1)
     });
+    // Its template reads a file an artifact put in `local/`; SIGCONT leaves `sleep` running.
+    let input = dir.join("input.txt");
+    std::fs::write(&input, "one").unwrap();
     let job = json!({"Job": {"ID": "sleeper", "Type": "service", "TaskGroups": [{"Name": "g", "Tasks": [{
         "Name": "t", "Driver": "raw_exec",
         "Config": {"command": "/bin/sh", "args": ["-c", format!("echo $$ > {}; exec sleep 600", pid_file.display())]},
-        "Resources": {"CPU": 50, "MemoryMB": 16}
+        "Resources": {"CPU": 50, "MemoryMB": 16},
+        "Artifacts": [{"GetterSource": input.display().to_string()}],
+        "Templates": [
+            {"EmbeddedTmpl": "{{ file \"local/input.txt\" }}", "DestPath": "local/copy",
+             "ChangeMode": "signal", "ChangeSignal": "SIGCONT", "Splay": 0}
+        ]
     }]}]}});
     let (status, body) = agent.put("/v1/jobs", &job);
     assert_eq!(status, 200, "{body}");
@@ -88,6 +96,33 @@ fn a_client_killed_with_sigkill_reattaches_to_the_same_running_task() {
         Some(json!(alloc_id)),
         "no replacement allocation"
     );
+
+    // The reattached task's templates are watched again.
+    let task_dir = ["client/alloc", "alloc"]
+        .iter()
+        .map(|d| dir.join("data").join(d).join(&alloc_id).join("t"))
+        .find(|p| p.is_dir())
+        .expect("the task's directory under the data dir");
+    std::fs::write(task_dir.join("local/input.txt"), "two").unwrap();
+    agent.wait_until(
+        "the re-rendered template signals the reattached task",
+        || {
+            agent
+                .get(&format!("/v1/allocation/{alloc_id}"))
+                .ok()
+                .and_then(|a| a["TaskStates"]["t"]["Events"].as_array().cloned())
+                .is_some_and(|evs| {
+                    evs.iter().any(|e| {
+                        e["Type"] == "Signaling" && e["DisplayMessage"] == "Template re-rendered"
+                    })
+                })
+        },
+    );
+    assert_eq!(
+        std::fs::read_to_string(task_dir.join("local/copy")).unwrap(),
+        "two"
+    );
+    assert!(pid_alive(pid), "a signal is no restart");
 
     let out = agent.caravan(&["job", "stop", "sleeper"]);
     assert!(

@@ -109,7 +109,7 @@ pub(crate) struct TaskRunner {
     /// A CSI plugin task's supervisor while its process runs (probes, registration).
     supervisor: Option<PluginSupervisor>,
     /// The task's templates, rendered again while it runs (`change_mode`); `None` without
-    /// templates, and after a client restart (the reattached task keeps its files as they are).
+    /// templates.
     templates: Option<TemplateWatch>,
 }
 
@@ -244,12 +244,36 @@ impl TaskRunner {
                 tracing::info!(task = %self.name, task_id = %handle.task_id, pid = ?handle.pid, "reattached to task");
                 let alloc = self.alloc.borrow().clone();
                 self.supervise(&alloc, &*driver);
+                self.watch_reattached_templates(&alloc, &*driver);
                 Step::Wait {
                     driver,
                     task_id: handle.task_id,
                 }
             }
             Err(e) => self.lost_task(&format!("cannot reattach: {e}")).await,
+        }
+    }
+
+    /// After a client restart, a reattached task's templates are watched again from what their
+    /// files hold now; one whose render differs (it changed while the client was away) acts on
+    /// its `change_mode` at the first pass, as Nomad's template hook does on restore.
+    fn watch_reattached_templates(&mut self, alloc: &Allocation, driver: &dyn Driver) {
+        let Some((_, _, task)) = find_task(alloc, &self.name) else {
+            return;
+        };
+        if task.templates.is_empty() {
+            return;
+        }
+        let task = task.clone();
+        match self.task_env(alloc, driver) {
+            Ok((env, dir)) => {
+                let rendered = task_hooks::rendered_on_disk(&task, &env, &dir);
+                let rng = Rng::new(self.rng.next_u64());
+                self.templates = TemplateWatch::new(task, env, dir, rendered, rng);
+            }
+            Err(e) => {
+                tracing::warn!(task = %self.name, error = %e, "cannot watch the reattached task's templates");
+            }
         }
     }
 

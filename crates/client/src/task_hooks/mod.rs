@@ -197,6 +197,24 @@ pub(crate) fn rerender_templates(
     Ok(changed)
 }
 
+/// What a task's templates hold on disk now: after a client restart, the baseline the watcher
+/// compares its renders with. A file that cannot be read counts as empty (it is rendered again).
+pub(crate) fn rendered_on_disk(task: &Task, env: &TaskEnv, dir: &TaskDir) -> Rendered {
+    let outputs: Vec<String> = task
+        .templates
+        .iter()
+        .map(|t| {
+            let dest = env.interpolate(&t.dest_path);
+            confine(&dir.dir, &dest, "destination")
+                .ok()
+                .and_then(|p| std::fs::read_to_string(p).ok())
+                .unwrap_or_default()
+        })
+        .collect();
+    let vars = env_vars(task, env, &outputs).unwrap_or_default();
+    Rendered { vars, outputs }
+}
+
 /// The variables of the `env = true` templates' outputs.
 fn env_vars(
     task: &Task,
