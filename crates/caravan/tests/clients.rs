@@ -67,6 +67,35 @@ fn nodes(agent: &Agent) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// The job's running allocation, once there is one, and the name of its node, once listed.
+fn running_alloc(server: &Agent, job: &str) -> (Value, String) {
+    let mut alloc = Value::Null;
+    server.wait_until(&format!("an allocation of {job} runs"), || {
+        let allocs = server
+            .get(&format!("/v1/job/{job}/allocations"))
+            .unwrap_or(Value::Null);
+        alloc = allocs
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|a| a["ClientStatus"] == "running")
+            .cloned()
+            .unwrap_or(Value::Null);
+        !alloc.is_null()
+    });
+    let node_id = alloc["NodeID"].as_str().unwrap_or_default().to_string();
+    let mut name = String::new();
+    server.wait_until(&format!("the node of {job}'s allocation is listed"), || {
+        name = nodes(server)
+            .into_iter()
+            .find(|n| n["ID"] == node_id.as_str())
+            .and_then(|n| n["Name"].as_str().map(String::from))
+            .unwrap_or_default();
+        !name.is_empty()
+    });
+    (alloc, name)
+}
+
 #[test]
 fn a_lost_client_is_marked_down_and_its_allocation_replaced_on_the_other() {
     let (server, rpc) = server("clients-server");
@@ -87,30 +116,10 @@ fn a_lost_client_is_marked_down_and_its_allocation_replaced_on_the_other() {
     // Submitted through a client agent, forwarded to the server.
     let (status, body) = c2.put("/v1/jobs", &job);
     assert_eq!(status, 200, "{body}");
-    let mut first = Value::Null;
-    server.wait_until("the allocation runs", || {
-        let allocs = server.get("/v1/job/one/allocations").unwrap_or(Value::Null);
-        first = allocs
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|a| a["ClientStatus"] == "running")
-            .cloned()
-            .unwrap_or(Value::Null);
-        !first.is_null()
-    });
-    let lost_node = first["NodeID"].as_str().unwrap().to_string();
     // Which client runs it, by the node's name. A failed read must never pick the wrong one:
     // killing the other client would leave this node alive and the wait below would never end.
-    let mut name = String::new();
-    server.wait_until("the allocation's node is listed", || {
-        name = nodes(&server)
-            .into_iter()
-            .find(|n| n["ID"] == lost_node.as_str())
-            .and_then(|n| n["Name"].as_str().map(String::from))
-            .unwrap_or_default();
-        !name.is_empty()
-    });
+    let (first, name) = running_alloc(&server, "one");
+    let lost_node = first["NodeID"].as_str().unwrap().to_string();
     let (doomed, survivor) = match name.as_str() {
         "clients-c1" => (c1, c2),
         "clients-c2" => (c2, c1),
@@ -196,31 +205,8 @@ fn alloc_exec_reaches_the_allocation_through_any_agent() {
     }]}});
     let (status, body) = server.put("/v1/jobs", &job);
     assert_eq!(status, 200, "{body}");
-    let mut alloc = Value::Null;
-    server.wait_until("the sleeper runs", || {
-        let allocs = server
-            .get("/v1/job/sleeper/allocations")
-            .unwrap_or(Value::Null);
-        alloc = allocs
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|a| a["ClientStatus"] == "running")
-            .cloned()
-            .unwrap_or(Value::Null);
-        !alloc.is_null()
-    });
+    let (alloc, owner_name) = running_alloc(&server, "sleeper");
     let alloc_id = alloc["ID"].as_str().unwrap().to_string();
-    let node_id = alloc["NodeID"].as_str().unwrap().to_string();
-    let mut owner_name = String::new();
-    server.wait_until("the sleeper's node is listed", || {
-        owner_name = nodes(&server)
-            .into_iter()
-            .find(|n| n["ID"] == node_id.as_str())
-            .and_then(|n| n["Name"].as_str().map(String::from))
-            .unwrap_or_default();
-        !owner_name.is_empty()
-    });
     let (owner, other) = match owner_name.as_str() {
         "exec-c1" => (&c1, &c2),
         "exec-c2" => (&c2, &c1),
