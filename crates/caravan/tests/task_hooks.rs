@@ -384,5 +384,13 @@ fn changed_templates_signal_and_restart(agent: &Agent, data: &Path) {
         "two",
         "the noop template's unchanged output is not written over the new file"
     );
+    // raw_exec tasks outlive a killed agent: they must be gone before the test drops it.
+    let (status, body) = agent.raw("DELETE", "/v1/job/watched", None);
+    assert_eq!(status, 200, "{body}");
+    agent.wait_until("the watched tasks are stopped", || {
+        agent
+            .get(&format!("/v1/allocation/{id}"))
+            .is_ok_and(|a| a["ClientStatus"] == "complete")
+    });
     stop(agent, "watched");
 }
