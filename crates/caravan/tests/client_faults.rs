@@ -1,5 +1,6 @@
 //! The client under faults, with real agent processes: a client killed with SIGKILL comes back to the
-//! same running task, and a task that keeps failing is rescheduled as its job asks.
+//! same running task, a task that keeps failing is rescheduled as its job asks, and `job stop`
+//! ends a task's whole process tree, a grandchild that ignores the stop signal included.
 
 mod common;
 
@@ -15,8 +16,27 @@ fn alloc_of(agent: &Agent, job: &str) -> Option<Value> {
         .cloned()
 }
 
+/// Whether the process exists and is not a zombie (a killed orphan waits for init to reap it).
 fn pid_alive(pid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z")
+    })
+}
+
+/// Reads a pid the task wrote into `path`, once it is there.
+fn pid_in(agent: &Agent, path: &std::path::Path) -> u32 {
+    let mut pid = 0;
+    agent.wait_until(&format!("{} is written", path.display()), || {
+        pid = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        pid != 0
+    });
+    pid
 }
 
 /// Regression guard for the client's durable state: after SIGKILL and restart the task was neither
@@ -179,5 +199,82 @@ fn a_task_that_keeps_failing_fails_its_allocation_and_is_rescheduled() {
     assert_eq!(
         first_full["TaskStates"]["t"]["Restarts"], 1,
         "restarted once per its policy before failing"
+    );
+}
+
+/// `job stop` ends the whole process tree of a raw_exec task within its `kill_timeout`: the
+/// background `sleep` ignores SIGINT (sh makes asynchronous commands ignore it), so only the kill of
+/// the task's whole process group ends it. The task's events say what happened, as Nomad's.
+#[test]
+fn job_stop_ends_the_whole_process_tree_within_kill_timeout() {
+    let dir = temp_dir("stop-tree");
+    let data = dir.join("data").display().to_string();
+    let agent = Agent::start(&dir, &["-dev", "-data-dir", &data]);
+    agent.wait_until("the dev client registered", || {
+        agent
+            .get("/v1/nodes")
+            .ok()
+            .and_then(|v| v.as_array().map(Vec::len))
+            == Some(1)
+    });
+    let (leader_file, grandchild_file) = (dir.join("leader.pid"), dir.join("grandchild.pid"));
+    let script = format!(
+        "sleep 1000 & echo $! > {}; echo $$ > {}; wait",
+        grandchild_file.display(),
+        leader_file.display()
+    );
+    let kill_timeout = std::time::Duration::from_secs(2);
+    let job = json!({"Job": {"ID": "tree", "Type": "service", "TaskGroups": [{"Name": "g", "Tasks": [{
+        "Name": "t", "Driver": "raw_exec",
+        "Config": {"command": "/bin/sh", "args": ["-c", script]},
+        "KillTimeout": 2_000_000_000_i64,
+        "Resources": {"CPU": 50, "MemoryMB": 16}
+    }]}]}});
+    let (status, body) = agent.put("/v1/jobs", &job);
+    assert_eq!(status, 200, "{body}");
+    let leader = pid_in(&agent, &leader_file);
+    let grandchild = pid_in(&agent, &grandchild_file);
+    assert!(pid_alive(leader) && pid_alive(grandchild));
+    let alloc_id = alloc_of(&agent, "tree").unwrap()["ID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let began = std::time::Instant::now();
+    let (code, _, err) = agent.run(&["job", "stop", "tree"]);
+    assert_eq!(code, 0, "{err}");
+    agent.wait_until("the whole process tree is gone", || {
+        !pid_alive(leader) && !pid_alive(grandchild)
+    });
+    let took = began.elapsed();
+    // A bound on correctness, not speed: the group is killed at the timeout; the rest is the
+    // stop's evaluation, the client's next allocation query and this poll.
+    assert!(
+        took < kill_timeout + std::time::Duration::from_secs(15),
+        "the tree outlived kill_timeout: {took:?}"
+    );
+    let mut kinds = Vec::new();
+    agent.wait_until("the allocation reports the kill", || {
+        kinds = agent
+            .get(&format!("/v1/allocation/{alloc_id}"))
+            .ok()
+            .and_then(|a| a["TaskStates"]["t"]["Events"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .map(|e| {
+                format!(
+                    "{}: {}",
+                    e["Type"].as_str().unwrap_or_default(),
+                    e["DisplayMessage"].as_str().unwrap_or_default()
+                )
+            })
+            .collect();
+        kinds.iter().any(|k| k.starts_with("Killed:"))
+    });
+    assert!(
+        kinds
+            .iter()
+            .any(|k| k == "Killing: Sent interrupt. Waiting 2s before force killing"),
+        "{kinds:?}"
     );
 }
