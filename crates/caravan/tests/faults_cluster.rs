@@ -338,7 +338,16 @@ fn partition_a_disconnect_tolerant_client(c: &mut Cluster, report: &mut Report) 
         "disconnect block: heal to one copy kept",
         healed.elapsed(),
     );
-    assert_eq!(c.node_status(&node), "ready");
+    // The client's allocation report can land before its next heartbeat does (a heartbeat sent
+    // into the partition waits out its call timeout): the node turns ready with that heartbeat.
+    c.wait_for("the returning node is ready again", || {
+        c.node_status(&node) == "ready"
+    });
+    record(
+        report,
+        "disconnect block: heal to node ready",
+        healed.elapsed(),
+    );
     let l = c.leader().expect("a leader");
     let (status, body) = http(
         "DELETE",
