@@ -26,6 +26,20 @@ fn pid_alive(pid: u32) -> bool {
     })
 }
 
+/// `caravan agent -dev` on `dir`'s data, once its client is registered.
+fn start_dev(dir: &std::path::Path) -> Agent {
+    let data = dir.join("data").display().to_string();
+    let agent = Agent::start(dir, &["-dev", "-data-dir", &data]);
+    agent.wait_until("the dev client registered", || {
+        agent
+            .get("/v1/nodes")
+            .ok()
+            .and_then(|v| v.as_array().map(Vec::len))
+            == Some(1)
+    });
+    agent
+}
+
 /// Reads a pid the task wrote into `path`, once it is there.
 fn pid_in(agent: &Agent, path: &std::path::Path) -> u32 {
     let mut pid = 0;
@@ -44,16 +58,8 @@ fn pid_in(agent: &Agent, path: &std::path::Path) -> u32 {
 #[test]
 fn a_client_killed_with_sigkill_reattaches_to_the_same_running_task() {
     let dir = temp_dir("reattach");
-    let data = dir.join("data").display().to_string();
     let pid_file = dir.join("task.pid");
-    let agent = Agent::start(&dir, &["-dev", "-data-dir", &data]);
-    agent.wait_until("the dev client registered", || {
-        agent
-            .get("/v1/nodes")
-            .ok()
-            .and_then(|v| v.as_array().map(Vec::len))
-            == Some(1)
-    });
+    let agent = start_dev(&dir);
     // Its template reads a file an artifact put in `local/`; SIGCONT leaves `sleep` running.
     let input = dir.join("input.txt");
     std::fs::write(&input, "one").unwrap();
@@ -86,7 +92,7 @@ fn a_client_killed_with_sigkill_reattaches_to_the_same_running_task() {
     agent.kill();
     assert!(pid_alive(pid), "the task must outlive its client");
 
-    let agent = Agent::start(&dir, &["-dev", "-data-dir", &data]);
+    let agent = start_dev(&dir);
     agent.wait_until(
         "the client reports the same allocation running again",
         || {
@@ -156,15 +162,7 @@ fn a_client_killed_with_sigkill_reattaches_to_the_same_running_task() {
 #[test]
 fn a_task_that_keeps_failing_fails_its_allocation_and_is_rescheduled() {
     let dir = temp_dir("reschedule");
-    let data = dir.join("data").display().to_string();
-    let agent = Agent::start(&dir, &["-dev", "-data-dir", &data]);
-    agent.wait_until("the dev client registered", || {
-        agent
-            .get("/v1/nodes")
-            .ok()
-            .and_then(|v| v.as_array().map(Vec::len))
-            == Some(1)
-    });
+    let agent = start_dev(&dir);
     let job = json!({"Job": {"ID": "flaky", "Type": "batch", "TaskGroups": [{
         "Name": "g",
         "RestartPolicy": {"Attempts": 1, "Interval": 3_600_000_000_000_i64, "Delay": 100_000_000, "Mode": "fail"},
@@ -208,15 +206,7 @@ fn a_task_that_keeps_failing_fails_its_allocation_and_is_rescheduled() {
 #[test]
 fn job_stop_ends_the_whole_process_tree_within_kill_timeout() {
     let dir = temp_dir("stop-tree");
-    let data = dir.join("data").display().to_string();
-    let agent = Agent::start(&dir, &["-dev", "-data-dir", &data]);
-    agent.wait_until("the dev client registered", || {
-        agent
-            .get("/v1/nodes")
-            .ok()
-            .and_then(|v| v.as_array().map(Vec::len))
-            == Some(1)
-    });
+    let agent = start_dev(&dir);
     let (leader_file, grandchild_file) = (dir.join("leader.pid"), dir.join("grandchild.pid"));
     let script = format!(
         "sleep 1000 & echo $! > {}; echo $$ > {}; wait",
