@@ -162,6 +162,26 @@ async fn wait_until(
     }
 }
 
+/// Registers `job` (one group of count 1) and returns its allocation once placed.
+async fn place_one(server: &Server, job: Job) -> model::alloc::Allocation {
+    let id = job.id.clone();
+    server
+        .job_register(JobRegisterRequest {
+            job,
+            enforce_index: false,
+            job_modify_index: 0,
+            preserve_counts: false,
+            eval_priority: 0,
+        })
+        .await
+        .expect("job registers");
+    let snap = wait_until(server, "the job is placed", |s| {
+        s.allocs_by_job("default", &id).len() == 1
+    })
+    .await;
+    (*snap.allocs_by_job("default", &id)[0]).clone()
+}
+
 fn node_status(snap: &StateSnapshot, id: &str) -> String {
     snap.node(id).map(|n| n.status.clone()).unwrap_or_default()
 }
@@ -179,21 +199,7 @@ async fn a_node_that_stops_heartbeating_is_marked_down_and_its_alloc_replaced() 
         Arc::new(Mutex::new(["a", "b"].map(String::from).into()));
     let beating = heartbeat_while_alive(&server, &alive, true);
 
-    server
-        .job_register(JobRegisterRequest {
-            job: job("web"),
-            enforce_index: false,
-            job_modify_index: 0,
-            preserve_counts: false,
-            eval_priority: 0,
-        })
-        .await
-        .expect("job registers");
-    let snap = wait_until(&server, "the job is placed", |s| {
-        s.allocs_by_job("default", "web").len() == 1
-    })
-    .await;
-    let first = snap.allocs_by_job("default", "web")[0].clone();
+    let first = place_one(&server, job("web")).await;
     let (silent, survivor) = if first.node_id == "a" {
         ("a", "b")
     } else {
@@ -250,21 +256,7 @@ async fn a_silent_node_with_a_disconnect_block_is_disconnected_first_then_down()
         lost_after: Some(model::Duration(3_000_000_000)),
         ..Default::default()
     });
-    server
-        .job_register(JobRegisterRequest {
-            job: j,
-            enforce_index: false,
-            job_modify_index: 0,
-            preserve_counts: false,
-            eval_priority: 0,
-        })
-        .await
-        .expect("job registers");
-    let snap = wait_until(&server, "the job is placed", |s| {
-        s.allocs_by_job("default", "web").len() == 1
-    })
-    .await;
-    let first = snap.allocs_by_job("default", "web")[0].clone();
+    let first = place_one(&server, j).await;
     let (silent, survivor) = if first.node_id == "a" {
         ("a", "b")
     } else {
@@ -326,21 +318,7 @@ async fn a_returning_copy_is_settled_before_it_counts_as_running() {
         reconcile: Some("keep_original".into()),
         ..Default::default()
     });
-    server
-        .job_register(JobRegisterRequest {
-            job: j,
-            enforce_index: false,
-            job_modify_index: 0,
-            preserve_counts: false,
-            eval_priority: 0,
-        })
-        .await
-        .expect("job registers");
-    let snap = wait_until(&server, "the job is placed", |s| {
-        s.allocs_by_job("default", "web").len() == 1
-    })
-    .await;
-    let first = snap.allocs_by_job("default", "web")[0].clone();
+    let first = place_one(&server, j).await;
     let silent = first.node_id.clone();
     alive.lock().unwrap().remove(&silent);
     let snap = wait_until(&server, "unknown and replaced", |s| {
