@@ -43,8 +43,10 @@ use tonic::{Code, Request, Response, Status};
 
 const PLUGIN: &str = "rec";
 const SECOND: Duration = Duration::from_secs(1);
-/// `server::csi::CONTROLLER_CALL_TIMEOUT`: how long a call may be in flight.
+/// How long a call may be in flight, as the leader-kill test sets it (`server {
+/// csi_controller_timeout }`; the default, 2 min, would make the test wait that long).
 const CONTROLLER_CALL_TIMEOUT: Duration = Duration::from_secs(20);
+const CALL_TIMEOUT_20S: &str = "server {\n  csi_controller_timeout = \"20s\"\n}\n";
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -1019,7 +1021,7 @@ fn twenty_claims_at_once_never_overlap_and_all_go_to_the_lowest_node_id() {
 fn killing_the_leader_mid_publish_never_overlaps_and_every_claim_completes() {
     let _one = one_at_a_time();
     // Default heartbeats: the election must not get the clients marked down.
-    let mut c = Cluster::start("b", 3, "");
+    let mut c = Cluster::start("b", 3, CALL_TIMEOUT_20S);
     let ids: Vec<String> = (0..8).map(|i| format!("kv[{i}]")).collect();
     c.create_volumes(&ids);
     // Long calls, so the leader dies with one in flight.

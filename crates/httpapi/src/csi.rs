@@ -542,20 +542,27 @@ impl server::csi::CsiTransport for HttpCsiTransport {
                 .timeout(timeout)
                 .send()
                 .await
-                .map_err(|e| CallFailure::Unreachable(format!("{url}: {e}")))?;
+                .map_err(|e| {
+                    // Only a failed connect proves the call never reached the agent; anything
+                    // after that (a reset, a timeout) may have reached the plugin.
+                    if e.is_connect() || e.is_builder() {
+                        CallFailure::NotDelivered(format!("{url}: {e}"))
+                    } else {
+                        CallFailure::Lost(format!("{url}: {e}"))
+                    }
+                })?;
             let status = resp.status();
             let bytes = resp
                 .bytes()
                 .await
-                .map_err(|e| CallFailure::Unreachable(format!("{url}: {e}")))?;
+                .map_err(|e| CallFailure::Lost(format!("{url}: {e}")))?;
             if status.is_success() {
-                return serde_json::from_slice(&bytes).map_err(|e| {
-                    CallFailure::Unreachable(format!("{url}: undecodable answer: {e}"))
-                });
+                return serde_json::from_slice(&bytes)
+                    .map_err(|e| CallFailure::Lost(format!("{url}: undecodable answer: {e}")));
             }
             match serde_json::from_slice::<model::wire::CsiCallError>(&bytes) {
                 Ok(e) => Err(CallFailure::Plugin(e)),
-                Err(_) => Err(CallFailure::Unreachable(format!(
+                Err(_) => Err(CallFailure::Lost(format!(
                     "{url}: {status}: {}",
                     String::from_utf8_lossy(&bytes)
                 ))),

@@ -357,6 +357,31 @@ pub struct CSIControllerOp {
     /// The Raft index that recorded it.
     #[serde(rename = "CreateIndex")]
     pub create_index: u64,
+    /// The Raft index of its last change (a renewal or a takeover): a takeover or renewal must
+    /// name it, so a change made from a stale read is refused.
+    #[serde(rename = "ModifyIndex")]
+    pub modify_index: u64,
+    /// The server (raft node ID) that may send this call now, and the term it led in when it
+    /// took the record: only that server, in that term, sends, renews or clears it.
+    #[serde(rename = "Owner")]
+    pub owner: u64,
+    #[serde(rename = "Term")]
+    pub term: u64,
+    /// Sends of this call so far (the first included).
+    #[serde(rename = "Attempts")]
+    pub attempts: u32,
+    /// Whether an earlier send may have reached the plugin without a definite answer (a lost
+    /// reply, `DEADLINE_EXCEEDED`): then the call may still run at the provider, and nothing
+    /// else goes to the plugin until a send of this same call gets a definite answer.
+    #[serde(rename = "Unresolved")]
+    pub unresolved: bool,
+    /// Why the last send did not settle it, for `volume status` and the logs.
+    #[serde(rename = "LastError")]
+    pub last_error: String,
+    /// What a resend needs besides the request: for `CreateVolume`, the volume to register with
+    /// the plugin's reply (so a resent create never leaves an orphan volume).
+    #[serde(rename = "Context")]
+    pub context: serde_json::Value,
 }
 
 /// A plugin as `GET /v1/plugins?type=csi` lists it.

@@ -43,6 +43,12 @@ pub struct ServerConfig {
     /// Autopilot's `server_stabilization_time` (10 s): how long a voter may stay silent before it
     /// counts as dead.
     pub dead_server_after: Duration,
+    /// How long one CSI controller call may take before its client gives up on it
+    /// (`server { csi_controller_timeout }`); default 2 min, as cloud attaches take minutes.
+    pub csi_controller_timeout: Duration,
+    /// How many CSI controller calls may wait for one plugin's turn before more are refused as
+    /// busy; default 50.
+    pub csi_max_queued: usize,
 }
 
 impl ServerConfig {
@@ -66,6 +72,8 @@ impl ServerConfig {
             failover_heartbeat_ttl: limits::DEFAULT_FAILOVER_HEARTBEAT_TTL,
             cleanup_dead_servers: true,
             dead_server_after: Duration::from_secs(10),
+            csi_controller_timeout: crate::csi::DEFAULT_CONTROLLER_CALL_TIMEOUT,
+            csi_max_queued: crate::csi::DEFAULT_MAX_QUEUED,
         }
     }
 }

@@ -38,18 +38,53 @@ impl Drop for TempDir {
 struct Seen {
     node: String,
     method: String,
+    /// CreateVolume: the name asked for.
+    name: String,
     at: Instant,
 }
 
+/// A scripted answer.
+#[derive(Debug, Clone, Copy)]
+enum Act {
+    /// Answer with this gRPC code (0: OK).
+    Code(i32),
+    /// The plugin works for `work_ms` (and the work counts as in flight all along), but the
+    /// answer is lost after 10 ms: a reset connection, an agent restarting mid-call.
+    Lost { work_ms: u64 },
+}
+
 /// A fake fleet of controller instances: records every call, counts how many destructive calls
-/// are in flight at once, and answers from a script (default: OK after a short delay).
+/// are in flight at once (work that goes on after a lost answer included), and answers from a
+/// script (default: OK after a short delay). While `gate` is write-locked by the test, calls
+/// wait inside the plugin.
 #[derive(Default)]
 struct Recorder {
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
     seen: Mutex<Vec<Seen>>,
-    /// Per node: the gRPC codes of the next answers (0 = OK).
-    script: Mutex<std::collections::HashMap<String, VecDeque<i32>>>,
+    /// Per node: the next answers.
+    script: Mutex<std::collections::HashMap<String, VecDeque<Act>>>,
+    gate: Arc<tokio::sync::RwLock<()>>,
+}
+
+impl Recorder {
+    fn script(&self, node: &str, acts: &[Act]) {
+        self.script
+            .lock()
+            .unwrap()
+            .insert(node.into(), acts.iter().copied().collect());
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    fn creates(&self) -> Vec<Seen> {
+        self.seen()
+            .into_iter()
+            .filter(|s| s.method == "CreateVolume")
+            .collect()
+    }
 }
 
 struct Fake(Arc<Recorder>);
@@ -71,20 +106,40 @@ impl CsiTransport for Fake {
             rec.seen.lock().unwrap().push(Seen {
                 node: node.clone(),
                 method: req.call.method().to_string(),
+                name: uuid_like(&req),
                 at: Instant::now(),
             });
-            // Long enough that overlapping calls would be seen overlapping.
-            tokio::time::sleep(Duration::from_millis(15)).await;
-            let code = rec
+            let act = rec
                 .script
                 .lock()
                 .unwrap()
                 .get_mut(&node)
                 .and_then(VecDeque::pop_front)
-                .unwrap_or(0);
-            if destructive {
-                rec.in_flight.fetch_sub(1, Ordering::SeqCst);
-            }
+                .unwrap_or(Act::Code(0));
+            let gate = Arc::clone(&rec.gate);
+            let work = {
+                let rec = Arc::clone(&rec);
+                let work_ms = match act {
+                    Act::Lost { work_ms } => work_ms,
+                    Act::Code(_) => 15,
+                };
+                tokio::spawn(async move {
+                    let _open = gate.read().await;
+                    // Long enough that overlapping calls would be seen overlapping.
+                    tokio::time::sleep(Duration::from_millis(work_ms)).await;
+                    if destructive {
+                        rec.in_flight.fetch_sub(1, Ordering::SeqCst);
+                    }
+                })
+            };
+            let code = match act {
+                Act::Lost { .. } => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    return Err(CallFailure::Lost("connection reset by peer".into()));
+                }
+                Act::Code(code) => code,
+            };
+            let _ = work.await;
             if code != 0 {
                 return Err(CallFailure::Plugin(CsiCallError {
                     code,
@@ -159,8 +214,17 @@ fn volume(id: &str) -> CSIVolume {
 }
 
 async fn server(tag: &str, rec: &Arc<Recorder>) -> (Server, TempDir) {
+    server_with(tag, rec, |_| {}).await
+}
+
+async fn server_with(
+    tag: &str,
+    rec: &Arc<Recorder>,
+    tune: impl FnOnce(&mut ServerConfig),
+) -> (Server, TempDir) {
     let dir = TempDir::new(tag);
     let mut cfg = ServerConfig::new(dir.0.join("server"), "127.0.0.1:0".parse().unwrap());
+    tune(&mut cfg);
     cfg.raft_heartbeat_ms = 50;
     cfg.raft_election_timeout_ms = (150, 300);
     cfg.num_schedulers = 1;
@@ -236,10 +300,7 @@ async fn aborted_is_retried_with_backoff_and_unavailable_moves_to_the_next_insta
         .await
         .unwrap();
     // ABORTED (10) twice on "a", then OK.
-    rec.script
-        .lock()
-        .unwrap()
-        .insert("a".into(), [10, 10].into());
+    rec.script("a", &[Act::Code(10), Act::Code(10)]);
     server
         .csi_write(CsiWrite::Create {
             namespace: "default".into(),
@@ -264,7 +325,7 @@ async fn aborted_is_retried_with_backoff_and_unavailable_moves_to_the_next_insta
 
     // UNAVAILABLE (14) on "a": the call goes to "b".
     rec.seen.lock().unwrap().clear();
-    rec.script.lock().unwrap().insert("a".into(), [14].into());
+    rec.script("a", &[Act::Code(14)]);
     server
         .csi_write(CsiWrite::Create {
             namespace: "default".into(),
@@ -284,7 +345,7 @@ async fn aborted_is_retried_with_backoff_and_unavailable_moves_to_the_next_insta
 
     // A plugin error that is final (INVALID_ARGUMENT, 3) is not retried anywhere.
     rec.seen.lock().unwrap().clear();
-    rec.script.lock().unwrap().insert("a".into(), [3].into());
+    rec.script("a", &[Act::Code(3)]);
     let err = server
         .csi_write(CsiWrite::Create {
             namespace: "default".into(),
@@ -320,5 +381,219 @@ async fn with_no_usable_controller_the_error_names_each_instance_and_why() {
     );
     assert!(msg.contains("node b: its node is down"), "{msg}");
     assert!(rec.seen.lock().unwrap().is_empty());
+    server.shutdown().await;
+}
+
+async fn create(server: &Server, id: &str) -> Result<(), server::ServerError> {
+    server
+        .csi_write(CsiWrite::Create {
+            namespace: "default".into(),
+            volumes: vec![volume(id)],
+        })
+        .await
+        .map(|_| ())
+}
+
+async fn two_nodes(server: &Server) {
+    for id in ["a", "b"] {
+        server.node_register(node(id, "ready", true)).await.unwrap();
+    }
+}
+
+async fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A reply lost after the call reached the plugin (which goes on working) is no proof that the
+/// call did not run: the call is not moved to the next instance at once (that overlapped the
+/// first instance's work before), but sent again, to the same instance, once the lost send's
+/// deadline has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_reply_is_waited_out_and_sent_again_to_the_same_instance() {
+    let rec = Arc::new(Recorder::default());
+    let timeout = Duration::from_secs(2);
+    let (server, _dir) = server_with("lost", &rec, |c| c.csi_controller_timeout = timeout).await;
+    two_nodes(&server).await;
+    // The plugin on "a" works for 1.5 s on the first call; its answer is lost after 10 ms.
+    rec.script("a", &[Act::Lost { work_ms: 1500 }]);
+    let started = Instant::now();
+    create(&server, "v1").await.expect("resent and answered");
+    let creates = rec.creates();
+    assert_eq!(
+        creates.iter().map(|s| s.node.as_str()).collect::<Vec<_>>(),
+        ["a", "a"],
+        "{creates:?}"
+    );
+    let gap = creates[1].at - creates[0].at;
+    assert!(
+        gap >= timeout,
+        "the resend came {gap:?} after the lost send, within its {timeout:?} deadline"
+    );
+    assert_eq!(
+        rec.max_in_flight.load(Ordering::SeqCst),
+        1,
+        "calls overlapped"
+    );
+    assert!(server.state().snapshot().csi_controller_ops().is_empty());
+    println!("lost reply resolved in {:?}", started.elapsed());
+    server.shutdown().await;
+}
+
+/// DEADLINE_EXCEEDED does not clear the record: the call may still run at the provider. It is
+/// sent again (to the same instance) until answered; when every send runs out of time the caller
+/// is told to retry, the record stays with its reason, and the next call for the plugin first
+/// resends it — a late success of a CreateVolume then registers the volume (no orphan).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadline_exceeded_keeps_the_record_until_a_late_success() {
+    let rec = Arc::new(Recorder::default());
+    let timeout = Duration::from_secs(1);
+    let (server, _dir) =
+        server_with("deadline", &rec, |c| c.csi_controller_timeout = timeout).await;
+    two_nodes(&server).await;
+    // One timeout, then a late success within the same request.
+    rec.script("a", &[Act::Code(4)]);
+    create(&server, "v1")
+        .await
+        .expect("the late success counts");
+    assert_eq!(rec.creates().len(), 2);
+    assert!(rec.creates().iter().all(|s| s.node == "a"));
+
+    // Three timeouts: the caller is told, the record stays (with why), nothing else is sent.
+    rec.seen.lock().unwrap().clear();
+    rec.script("a", &[Act::Code(4), Act::Code(4), Act::Code(4)]);
+    let err = create(&server, "v2").await.unwrap_err();
+    assert!(err.message.contains("stays recorded"), "{err}");
+    let op = server
+        .state()
+        .snapshot()
+        .csi_controller_op("p")
+        .expect("the unresolved call stays recorded");
+    assert!(op.unresolved, "{op:?}");
+    assert_eq!(op.attempts, 3);
+    assert!(op.last_error.contains("scripted code 4"), "{op:?}");
+    assert!(server
+        .state()
+        .snapshot()
+        .csi_volume("default", "v2")
+        .is_none());
+
+    // The next call resends v2's create first (late success: v2 is registered with the
+    // plugin's reply), then makes its own.
+    rec.seen.lock().unwrap().clear();
+    create(&server, "v3")
+        .await
+        .expect("v3 made after v2 resolved");
+    let names: Vec<String> = rec.creates().into_iter().map(|s| s.name).collect();
+    assert_eq!(names, ["v2", "v3"]);
+    let v2 = server
+        .state()
+        .snapshot()
+        .csi_volume("default", "v2")
+        .expect("the resent create registered its volume");
+    assert_eq!(v2.external_id, "ext-v2");
+    assert!(server.state().snapshot().csi_controller_ops().is_empty());
+    assert_eq!(
+        rec.max_in_flight.load(Ordering::SeqCst),
+        1,
+        "calls overlapped"
+    );
+    server.shutdown().await;
+}
+
+/// Waiting is bounded and fair: with one call running and 50 waiting, the next is refused as
+/// busy at once; the 50 then run one at a time in the order they came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_of_fifty_answers_busy_and_drains_in_order() {
+    let rec = Arc::new(Recorder::default());
+    let (server, _dir) = server_with("queue", &rec, |c| c.csi_max_queued = 50).await;
+    two_nodes(&server).await;
+    let hold = Arc::clone(&rec.gate).write_owned().await;
+    let mut calls = Vec::new();
+    let spawn = |id: String| {
+        let server = server.clone();
+        tokio::spawn(async move { create(&server, &id).await })
+    };
+    calls.push(spawn("w00".into()));
+    wait_until(
+        "the first call in the plugin",
+        Duration::from_secs(10),
+        || rec.creates().len() == 1,
+    )
+    .await;
+    for i in 1..=50 {
+        calls.push(spawn(format!("w{i:02}")));
+        wait_until("the call queued", Duration::from_secs(10), || {
+            server.csi_queued("p") == i
+        })
+        .await;
+    }
+    let busy = create(&server, "w51").await.unwrap_err();
+    assert!(
+        busy.message.contains("plugin p busy: 50 calls queued"),
+        "{busy}"
+    );
+    drop(hold);
+    for c in calls {
+        c.await.unwrap().expect("queued call ran");
+    }
+    let names: Vec<String> = rec.creates().into_iter().map(|s| s.name).collect();
+    let expected: Vec<String> = (0..=50).map(|i| format!("w{i:02}")).collect();
+    assert_eq!(names, expected, "FIFO");
+    assert_eq!(
+        rec.max_in_flight.load(Ordering::SeqCst),
+        1,
+        "calls overlapped"
+    );
+    assert_eq!(server.csi_queued("p"), 0);
+    server.shutdown().await;
+}
+
+/// Identical requests (same call, volume and arguments) join the one queued instead of queueing
+/// again, and a caller that gives up while queued leaves the queue (its call is never sent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_requests_join_and_a_caller_that_gives_up_leaves_the_queue() {
+    let rec = Arc::new(Recorder::default());
+    let (server, _dir) = server("join", &rec).await;
+    two_nodes(&server).await;
+    let hold = Arc::clone(&rec.gate).write_owned().await;
+    let first = {
+        let server = server.clone();
+        tokio::spawn(async move { create(&server, "first").await })
+    };
+    wait_until(
+        "the first call in the plugin",
+        Duration::from_secs(10),
+        || rec.creates().len() == 1,
+    )
+    .await;
+    let same: Vec<_> = (0..5)
+        .map(|_| {
+            let server = server.clone();
+            tokio::spawn(async move { create(&server, "dup").await })
+        })
+        .collect();
+    wait_until("the duplicate queued", Duration::from_secs(10), || {
+        server.csi_queued("p") == 1
+    })
+    .await;
+    // A caller that gives up: queued, then gone.
+    let quitter = tokio::time::timeout(Duration::from_millis(300), create(&server, "quit")).await;
+    assert!(quitter.is_err(), "it was still waiting");
+    assert_eq!(server.csi_queued("p"), 1, "only the duplicates' call waits");
+    drop(hold);
+    first.await.unwrap().unwrap();
+    for s in same {
+        s.await.unwrap().expect("joined the one call");
+    }
+    let names: Vec<String> = rec.creates().into_iter().map(|s| s.name).collect();
+    assert_eq!(
+        names,
+        ["first", "dup"],
+        "one call for five identical requests"
+    );
     server.shutdown().await;
 }

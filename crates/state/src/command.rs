@@ -220,10 +220,33 @@ pub enum Command {
     CsiControllerOpBegin {
         op: model::csi::CSIControllerOp,
     },
-    /// Clears the plugin's in-flight call if it is still `op_id`.
+    /// Clears the plugin's in-flight call if it is still `op_id`, owned by `owner` in `term`
+    /// (`owner` 0: any owner, as older entries in the log were written).
     CsiControllerOpEnd {
         plugin_id: String,
         op_id: String,
+        #[serde(default)]
+        owner: u64,
+        #[serde(default)]
+        term: u64,
+    },
+    /// Renews the plugin's recorded call before it is sent again, or hands it to a new leader
+    /// (compare-and-set): refused unless the record is still `op_id` at `expect_index`, and a
+    /// change of owner is refused until the recorded deadline (plus slack) has passed at `now`
+    /// and from an older term.
+    CsiControllerOpRenew {
+        plugin_id: String,
+        op_id: String,
+        expect_index: u64,
+        owner: u64,
+        term: u64,
+        /// Unix nanoseconds, as the proposing leader's clock read it.
+        now: i64,
+        deadline: i64,
+        controller_node_id: String,
+        attempts: u32,
+        unresolved: bool,
+        last_error: String,
     },
 }
 
@@ -273,6 +296,7 @@ impl Command {
             Command::CsiVolumeClaim { .. } => "CsiVolumeClaim",
             Command::CsiControllerOpBegin { .. } => "CsiControllerOpBegin",
             Command::CsiControllerOpEnd { .. } => "CsiControllerOpEnd",
+            Command::CsiControllerOpRenew { .. } => "CsiControllerOpRenew",
         }
     }
 }

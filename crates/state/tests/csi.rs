@@ -333,6 +333,8 @@ fn one_controller_call_in_flight_per_plugin() {
     fsm.apply(Command::CsiControllerOpEnd {
         plugin_id: "p".into(),
         op_id: "op2".into(),
+        owner: 0,
+        term: 0,
     });
     assert_eq!(
         fsm.snap().csi_controller_op("p").unwrap().create_index,
@@ -341,6 +343,8 @@ fn one_controller_call_in_flight_per_plugin() {
     fsm.apply(Command::CsiControllerOpEnd {
         plugin_id: "p".into(),
         op_id: "op1".into(),
+        owner: 0,
+        term: 0,
     });
     assert!(fsm.snap().csi_controller_op("p").is_none());
     fsm.apply(begin(op("op2", "p")));
@@ -349,4 +353,85 @@ fn one_controller_call_in_flight_per_plugin() {
     let restored = state::StateStore::new();
     restored.restore(&mut &saved[..]).unwrap();
     assert_eq!(restored.snapshot().csi_controller_ops().len(), 2);
+}
+
+/// The record of a call is handed over only by compare-and-set: a renewal from a stale read is
+/// refused, a new owner must wait out the deadline and come from a newer term, and once taken
+/// over the old owner can neither renew nor clear it.
+#[test]
+fn a_recorded_call_is_taken_over_only_by_compare_and_set() {
+    let mut fsm = Fsm::default();
+    let deadline = 1_000_000_000_000;
+    let r = fsm.apply(Command::CsiControllerOpBegin {
+        op: CSIControllerOp {
+            id: "op1".into(),
+            plugin_id: "p".into(),
+            method: "ControllerPublishVolume".into(),
+            owner: 1,
+            term: 3,
+            deadline,
+            ..CSIControllerOp::default()
+        },
+    });
+    let renew =
+        |expect_index: u64, owner: u64, term: u64, now: i64| Command::CsiControllerOpRenew {
+            plugin_id: "p".into(),
+            op_id: "op1".into(),
+            expect_index,
+            owner,
+            term,
+            now,
+            deadline: now + 20_000_000_000,
+            controller_node_id: "n1".into(),
+            attempts: 2,
+            unresolved: true,
+            last_error: "reply lost".into(),
+        };
+    let slack = state::CONTROLLER_OP_DEADLINE_SLACK_NS;
+    // Server 2 (term 4) before the deadline and slack: refused.
+    let err = fsm
+        .try_apply(renew(r.index, 2, 4, deadline + slack - 1))
+        .unwrap_err();
+    assert!(err.to_string().contains("may still be in flight"), "{err}");
+    // The owner renews (its own term, any time).
+    let renewed = fsm.apply(renew(r.index, 1, 3, deadline - 5));
+    let op = fsm.snap().csi_controller_op("p").unwrap();
+    assert_eq!((op.owner, op.term, op.attempts), (1, 3, 2));
+    assert_eq!(op.modify_index, renewed.index);
+    assert!(op.unresolved);
+    // Server 2 read the record before that renewal: its takeover names the old index.
+    let err = fsm
+        .try_apply(renew(r.index, 2, 4, deadline + 2 * slack))
+        .unwrap_err();
+    assert!(err.to_string().contains("changed at index"), "{err}");
+    // An older term never takes it.
+    let late = op.deadline + slack + 1;
+    let err = fsm.try_apply(renew(renewed.index, 2, 2, late)).unwrap_err();
+    assert!(err.to_string().contains("owned in term 3"), "{err}");
+    // After the renewed deadline, from a newer term, with the current index: taken over.
+    fsm.apply(renew(renewed.index, 2, 4, late));
+    let op = fsm.snap().csi_controller_op("p").unwrap();
+    assert_eq!((op.owner, op.term), (2, 4));
+    // The deposed owner can neither renew it nor clear it.
+    let err = fsm
+        .try_apply(renew(op.modify_index, 1, 3, late))
+        .unwrap_err();
+    assert!(err.to_string().contains("owned in term 4"), "{err}");
+    let err = fsm
+        .try_apply(Command::CsiControllerOpEnd {
+            plugin_id: "p".into(),
+            op_id: "op1".into(),
+            owner: 1,
+            term: 3,
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("taken over by server 2"), "{err}");
+    assert!(fsm.snap().csi_controller_op("p").is_some());
+    fsm.apply(Command::CsiControllerOpEnd {
+        plugin_id: "p".into(),
+        op_id: "op1".into(),
+        owner: 2,
+        term: 4,
+    });
+    assert!(fsm.snap().csi_controller_op("p").is_none());
 }

@@ -250,6 +250,12 @@ async fn run_agent(cfg: AgentConfig, dev: bool, client_enabled: bool) -> Result<
     if let Some(ttl) = server_cfg_block.failover_heartbeat_ttl {
         server_cfg.failover_heartbeat_ttl = ttl;
     }
+    if let Some(t) = server_cfg_block.csi_controller_timeout {
+        if t < std::time::Duration::from_secs(1) || t > std::time::Duration::from_secs(3600) {
+            bail!("server.csi_controller_timeout = {t:?}: must be between 1s and 1h (default 2m)");
+        }
+        server_cfg.csi_controller_timeout = t;
+    }
     if let Some(n) = server_cfg_block.raft_snapshot_threshold {
         server_cfg.raft_snapshot_every = n;
     }

@@ -245,6 +245,10 @@ section! {
         /// How long a new leader waits for every node's first heartbeat before marking it down.
         #[serde(with = "super::duration::serde_opt")]
         failover_heartbeat_ttl: Duration => Kind::Duration,
+        /// Caravan: how long one CSI controller call (attach, detach, create, …) may take before
+        /// it is given up on (default 2m).
+        #[serde(with = "super::duration::serde_opt")]
+        csi_controller_timeout: Duration => Kind::Duration,
         /// Raft entries between state snapshots (each snapshot compacts the log).
         raft_snapshot_threshold: u64 => Kind::Uint(u64::MAX),
         /// Gossip encryption key.

@@ -4,7 +4,13 @@
 
 pub mod controller;
 
-pub use controller::{CallFailure, CsiTransport, CONTROLLER_CALL_TIMEOUT};
+pub mod plan;
+
+pub use controller::{
+    CallFailure, CsiTransport, DEFAULT_CONTROLLER_CALL_TIMEOUT, DEFAULT_MAX_QUEUED,
+};
+
+use controller::CallAbout;
 
 use crate::error::ServerError;
 use crate::server::Server;
@@ -163,8 +169,7 @@ impl Server {
                 let reply = self
                     .csi_controller_call(
                         &plugin_id,
-                        "",
-                        "",
+                        CallAbout::default(),
                         CsiControllerCall::DeleteSnapshot {
                             snapshot_id,
                             secrets,
@@ -182,8 +187,7 @@ impl Server {
                 let mut reply = self
                     .csi_controller_call(
                         &plugin_id,
-                        "",
-                        "",
+                        CallAbout::default(),
                         CsiControllerCall::ListSnapshots {
                             max_entries: per_page,
                             starting_token: next_token,
@@ -204,8 +208,7 @@ impl Server {
                 let reply = self
                     .csi_controller_call(
                         &plugin_id,
-                        "",
-                        "",
+                        CallAbout::default(),
                         CsiControllerCall::ListVolumes {
                             max_entries: per_page,
                             starting_token: next_token,
@@ -249,8 +252,7 @@ impl Server {
                 let reply = self
                     .csi_controller_call(
                         &v.plugin_id,
-                        &v.namespace,
-                        &v.id,
+                        CallAbout::volume(&v.namespace, &v.id),
                         CsiControllerCall::ValidateVolumeCapabilities {
                             volume_id: v.remote_id().to_string(),
                             capabilities: wire_capabilities(&v),
@@ -325,8 +327,10 @@ impl Server {
             let reply = self
                 .csi_controller_call(
                     &v.plugin_id,
-                    &v.namespace,
-                    &v.id,
+                    CallAbout {
+                        context: serde_json::to_value(&v).unwrap_or_default(),
+                        ..CallAbout::volume(&v.namespace, &v.id)
+                    },
                     CsiControllerCall::CreateVolume {
                         name: if v.name.is_empty() {
                             v.id.clone()
@@ -384,8 +388,7 @@ impl Server {
         match self
             .csi_controller_call(
                 &v.plugin_id,
-                namespace,
-                id,
+                CallAbout::volume(namespace, id),
                 CsiControllerCall::DeleteVolume {
                     volume_id: v.remote_id().to_string(),
                     secrets: all,
@@ -432,8 +435,7 @@ impl Server {
             let reply = self
                 .csi_controller_call(
                     &v.plugin_id,
-                    &ns,
-                    &v.id,
+                    CallAbout::volume(&ns, &v.id),
                     CsiControllerCall::CreateSnapshot {
                         source_volume_id: v.remote_id().to_string(),
                         name: req.name,
@@ -550,8 +552,7 @@ impl Server {
             let reply = self
                 .csi_controller_call(
                     &v.plugin_id,
-                    &ns,
-                    &v.id,
+                    CallAbout::volume(&ns, &v.id),
                     CsiControllerCall::ControllerPublishVolume {
                         volume_id: v.remote_id().to_string(),
                         node_id: external_node_id.clone(),
@@ -647,8 +648,7 @@ impl Server {
                 let result = self
                     .csi_controller_call(
                         &v.plugin_id,
-                        namespace,
-                        volume_id,
+                        CallAbout::volume(namespace, volume_id),
                         CsiControllerCall::ControllerUnpublishVolume {
                             volume_id: v.remote_id().to_string(),
                             node_id: external,

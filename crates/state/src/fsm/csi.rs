@@ -317,19 +317,99 @@ pub(super) fn op_begin(tx: &mut Txn, op: &CSIControllerOp) -> Result<(), StateEr
     }
     let mut op = op.clone();
     op.create_index = tx.index();
+    op.modify_index = tx.index();
+    op.attempts = op.attempts.max(1);
     tx.put_csi_controller_op(op);
     Ok(())
 }
 
-/// `CsiControllerOpEnd`: clears the plugin's call only if it is still this one.
-pub(super) fn op_end(tx: &mut Txn, plugin_id: &str, op_id: &str) {
-    if tx
-        .csi_controller_ops()
-        .get(plugin_id)
-        .is_some_and(|op| op.id == op_id)
-    {
-        tx.delete_csi_controller_op(plugin_id);
+/// How long past a recorded call's deadline another server must wait before it takes the call
+/// over (the clocks of servers and clients are not perfectly in step).
+pub const CONTROLLER_OP_DEADLINE_SLACK_NS: i64 = 1_000_000_000;
+
+/// `CsiControllerOpRenew`: compare-and-set on the record's version. The owner renews before
+/// each resend; a new leader takes the record over only once its deadline has passed.
+pub(super) fn op_renew(tx: &mut Txn, cmd: &crate::Command) -> Result<(), StateError> {
+    let crate::Command::CsiControllerOpRenew {
+        plugin_id,
+        op_id,
+        expect_index,
+        owner,
+        term,
+        now,
+        deadline,
+        controller_node_id,
+        attempts,
+        unresolved,
+        last_error,
+    } = cmd
+    else {
+        return Err(StateError::invalid("not a controller call renewal"));
+    };
+    let Some(current) = tx.csi_controller_ops().get(plugin_id).cloned() else {
+        return Err(StateError::Conflict(format!(
+            "plugin {plugin_id}: controller call {op_id} is no longer recorded"
+        )));
+    };
+    if current.id != *op_id || current.modify_index != *expect_index {
+        return Err(StateError::Conflict(format!(
+            "plugin {plugin_id}: controller call {} changed at index {} (expected {op_id} at {expect_index})",
+            current.id, current.modify_index
+        )));
     }
+    if *term < current.term {
+        return Err(StateError::Conflict(format!(
+            "plugin {plugin_id}: controller call {op_id} is owned in term {}, not {term}",
+            current.term
+        )));
+    }
+    let takeover = current.owner != *owner || current.term != *term;
+    if takeover
+        && *now
+            < current
+                .deadline
+                .saturating_add(CONTROLLER_OP_DEADLINE_SLACK_NS)
+    {
+        return Err(StateError::Conflict(format!(
+            "plugin {plugin_id}: controller call {op_id} may still be in flight until its deadline"
+        )));
+    }
+    let mut op = (*current).clone();
+    op.owner = *owner;
+    op.term = *term;
+    op.deadline = *deadline;
+    op.controller_node_id.clone_from(controller_node_id);
+    op.attempts = *attempts;
+    op.unresolved = *unresolved;
+    op.last_error.clone_from(last_error);
+    op.modify_index = tx.index();
+    tx.put_csi_controller_op(op);
+    Ok(())
+}
+
+/// `CsiControllerOpEnd`: clears the plugin's call only if it is still this one, and (when the
+/// command names an owner) still owned by that server in that term.
+pub(super) fn op_end(
+    tx: &mut Txn,
+    plugin_id: &str,
+    op_id: &str,
+    owner: u64,
+    term: u64,
+) -> Result<(), StateError> {
+    let Some(current) = tx.csi_controller_ops().get(plugin_id).cloned() else {
+        return Ok(());
+    };
+    if current.id != op_id {
+        return Ok(());
+    }
+    if owner != 0 && (current.owner != owner || current.term != term) {
+        return Err(StateError::Conflict(format!(
+            "plugin {plugin_id}: controller call {op_id} was taken over by server {} in term {}",
+            current.owner, current.term
+        )));
+    }
+    tx.delete_csi_controller_op(plugin_id);
+    Ok(())
 }
 
 /// The node's plugin entries after it registered (Nomad's `upsertCSIPluginsForNode`, and the

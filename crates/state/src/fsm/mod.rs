@@ -308,10 +308,13 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
             claim,
         } => csi::claim(tx, namespace, volume_id, claim).map(|()| plain),
         Command::CsiControllerOpBegin { op } => csi::op_begin(tx, op).map(|()| plain),
-        Command::CsiControllerOpEnd { plugin_id, op_id } => {
-            csi::op_end(tx, plugin_id, op_id);
-            Ok(plain)
-        }
+        Command::CsiControllerOpEnd {
+            plugin_id,
+            op_id,
+            owner,
+            term,
+        } => csi::op_end(tx, plugin_id, op_id, *owner, *term).map(|()| plain),
+        Command::CsiControllerOpRenew { .. } => csi::op_renew(tx, cmd).map(|()| plain),
         // The store replaces its whole root for a restore before the FSM sees commands.
         Command::StateRestore { .. } => Err(StateError::invalid(
             "a state restore is applied by the store, not the FSM",
