@@ -89,6 +89,32 @@ impl Client {
         Ok(())
     }
 
+    /// `PUT /v1/operator/raft/transfer-leadership?id=|address=`: hands leadership to that
+    /// server; returns the answer (`ID` and `Address` of the new leader).
+    pub async fn raft_transfer_leadership(
+        &self,
+        id: Option<&str>,
+        address: Option<&str>,
+    ) -> Result<serde_json::Value> {
+        let mut params: Vec<(&'static str, String)> = Vec::new();
+        if let Some(id) = id {
+            params.push(("id", id.to_string()));
+        }
+        if let Some(a) = address {
+            params.push(("address", a.to_string()));
+        }
+        let (v, _): (serde_json::Value, _) = self
+            .write::<(), _>(
+                Method::PUT,
+                &["v1", "operator", "raft", "transfer-leadership"],
+                &params,
+                None,
+                &WriteOptions::default(),
+            )
+            .await?;
+        Ok(v)
+    }
+
     /// `GET /v1/operator/snapshot`: the cluster's state as a file.
     pub async fn snapshot_save(&self) -> Result<String> {
         self.get_text(&["v1", "operator", "snapshot"], &[]).await

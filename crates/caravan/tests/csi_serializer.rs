@@ -1017,14 +1017,29 @@ fn twenty_claims_at_once_never_overlap_and_all_go_to_the_lowest_node_id() {
     );
 }
 
-#[test]
-fn killing_the_leader_mid_publish_never_overlaps_and_every_claim_completes() {
+/// How the leader loses its leadership in [`leader_lost_mid_publish`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum LeaderLoss {
+    /// SIGKILL.
+    Kill,
+    /// `caravan operator raft transfer-leadership`: it steps down alive, its call still in flight.
+    Transfer,
+    /// SIGSTOP until another server leads, then SIGCONT: cut off from everyone (as by a partition)
+    /// and back, believing for a moment that it still leads.
+    Pause,
+}
+
+/// Three servers, eight volumes claimed at once with slow publishes; the leader loses leadership
+/// (as `how` says) with a publish in flight. No two destructive calls ever overlap, the new
+/// leader sends nothing until the orphaned call's deadline has passed and then sends it again,
+/// and every claim completes.
+fn leader_lost_mid_publish(tag: &str, how: LeaderLoss) {
     let _one = one_at_a_time();
     // Default heartbeats: the election must not get the clients marked down.
-    let mut c = Cluster::start("b", 3, CALL_TIMEOUT_20S);
+    let mut c = Cluster::start(tag, 3, CALL_TIMEOUT_20S);
     let ids: Vec<String> = (0..8).map(|i| format!("kv[{i}]")).collect();
     c.create_volumes(&ids);
-    // Long calls, so the leader dies with one in flight.
+    // Long calls, so the leader loses leadership with one in flight.
     c.rec().set_delay_ms(300, 300);
     let leader = leader_rpc(c.api());
     let at = c
@@ -1046,16 +1061,74 @@ fn killing_the_leader_mid_publish_never_overlaps_and_every_claim_completes() {
         Duration::from_millis(5),
         || publishes(c.rec()) >= 3 && c.rec().in_flight() == 1,
     );
-    c.servers[at].take().unwrap().kill();
-    let killed = Instant::now();
+    // The call in flight as leadership is lost (its work goes on in the plugin).
     let orphan = c.rec().calls().into_iter().find(|x| x.end.is_none());
-    println!("killed the leader {leader} with {orphan:?} in flight");
+    let lost = Instant::now();
+    match how {
+        LeaderLoss::Kill => c.servers[at].take().unwrap().kill(),
+        LeaderLoss::Transfer => {
+            let cfg = c.api().get("/v1/operator/raft/configuration").unwrap();
+            let to = cfg["Servers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["Leader"] == false)
+                .and_then(|s| s["ID"].as_str())
+                .expect("a follower")
+                .to_string();
+            let (code, out, err) = c.servers[at].as_ref().unwrap().run(&[
+                "operator",
+                "raft",
+                "transfer-leadership",
+                "-peer-id",
+                &to,
+            ]);
+            assert_eq!(code, 0, "{out}{err}");
+            assert!(out.contains("Transferred leadership"), "{out}");
+        }
+        LeaderLoss::Pause => {
+            let pid = c.servers[at].as_ref().unwrap().pid().to_string();
+            let sig = |s: &str| {
+                let st = std::process::Command::new("kill")
+                    .args([s, &pid])
+                    .status()
+                    .unwrap();
+                assert!(st.success(), "kill {s} {pid}");
+            };
+            sig("-STOP");
+            let others: Vec<&Agent> = c
+                .servers
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != at)
+                .filter_map(|(_, s)| s.as_ref())
+                .collect();
+            let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                wait_for(
+                    "another server leads",
+                    Duration::from_secs(60),
+                    Duration::from_millis(50),
+                    || {
+                        others.iter().any(|s| {
+                            let l = leader_rpc(s);
+                            !l.is_empty() && l != leader
+                        })
+                    },
+                )
+            }));
+            sig("-CONT");
+            if let Err(p) = waited {
+                std::panic::resume_unwind(p);
+            }
+        }
+    }
+    println!("{how:?}: the leader {leader} lost leadership with {orphan:?} in flight");
 
     let running = c.wait_running("kv", ids.len(), Duration::from_secs(150));
     println!(
-        "all {} allocations running {} ms after the leader died",
+        "{how:?}: all {} allocations running {} ms after the leader lost leadership",
         running.len(),
-        killed.elapsed().as_millis()
+        lost.elapsed().as_millis()
     );
     for id in &ids {
         let v = c.volume(id);
@@ -1068,32 +1141,55 @@ fn killing_the_leader_mid_publish_never_overlaps_and_every_claim_completes() {
     let calls = c.rec().calls();
     println!("recorded: {}", summary(&calls));
     assert_never_overlapped(c.rec());
-    // The new leader found the dead leader's call recorded in Raft and sent nothing to the plugin
-    // until that call's deadline had passed.
+    // Whoever leads next found the call recorded in Raft and sent nothing to the plugin until
+    // that call's deadline had passed.
     if let Some(orphan) = orphan {
         let next = calls
             .iter()
-            .filter(|x| x.start > killed)
+            .filter(|x| x.start > lost)
             .map(|x| x.start)
             .min()
-            .expect("calls after the leader died");
+            .expect("calls after leadership was lost");
         let waited = next - orphan.start;
         println!(
-            "first call after the kill came {} ms after the orphaned call started",
+            "{how:?}: first call after the loss came {} ms after the orphaned call started",
             waited.as_millis()
         );
         assert!(
             waited >= CONTROLLER_CALL_TIMEOUT - SECOND,
-            "the new leader sent a call {waited:?} after the orphaned one started, within its {CONTROLLER_CALL_TIMEOUT:?} deadline"
+            "a call was sent {waited:?} after the orphaned one started, within its {CONTROLLER_CALL_TIMEOUT:?} deadline"
         );
         // ... and then sent the orphaned call again (idempotent), before the others.
         assert!(
-            calls.iter().any(|x| x.start > killed
-                && x.method == orphan.method
-                && x.volume == orphan.volume),
+            calls
+                .iter()
+                .any(|x| x.start > lost && x.method == orphan.method && x.volume == orphan.volume),
             "the orphaned call was sent again"
         );
     }
+    if how != LeaderLoss::Kill {
+        // The old leader is alive, and no longer leads.
+        let old = c.servers[at].as_ref().unwrap();
+        old.wait_until("the old leader to follow", || {
+            let l = leader_rpc(old);
+            !l.is_empty() && l != leader
+        });
+    }
+}
+
+#[test]
+fn killing_the_leader_mid_publish_never_overlaps_and_every_claim_completes() {
+    leader_lost_mid_publish("b", LeaderLoss::Kill);
+}
+
+#[test]
+fn a_leader_transferring_leadership_mid_publish_never_overlaps_and_every_claim_completes() {
+    leader_lost_mid_publish("e", LeaderLoss::Transfer);
+}
+
+#[test]
+fn a_leader_cut_off_and_back_mid_publish_never_overlaps_and_every_claim_completes() {
+    leader_lost_mid_publish("f", LeaderLoss::Pause);
 }
 
 #[test]

@@ -261,6 +261,10 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/v1/operator/raft/peer", any(operator::remove_peer))
         .route(
+            "/v1/operator/raft/transfer-leadership",
+            any(operator::transfer_leadership),
+        )
+        .route(
             "/v1/operator/snapshot",
             any(operator::snapshot).layer(axum::extract::DefaultBodyLimit::max(
                 operator::SNAPSHOT_BYTES_MAX,

@@ -1,4 +1,5 @@
-//! `PUT /v1/agent/join`, `/v1/operator/raft/configuration`, `DELETE /v1/operator/raft/peer`.
+//! `PUT /v1/agent/join`, `/v1/operator/raft/configuration`, `DELETE /v1/operator/raft/peer`,
+//! `PUT /v1/operator/raft/transfer-leadership`.
 
 use crate::error::ApiError;
 use crate::query::QueryOptions;
@@ -96,6 +97,57 @@ pub async fn configuration(State(st): State<ApiState>, Query(params): Params) ->
     reply::plain(&json!({"Servers": servers, "Index": index}), pretty)
 }
 
+/// `PUT /v1/operator/raft/transfer-leadership?id=ID` or `?address=HOST:PORT` (Nomad 1.7): the
+/// leader hands its leadership to that server and steps down alive.
+pub async fn transfer_leadership(
+    State(st): State<ApiState>,
+    method: Method,
+    Query(params): Params,
+) -> Response {
+    if method != Method::PUT && method != Method::POST {
+        return ApiError::invalid_method().into_response();
+    }
+    let id = match peer_id(&st, &params) {
+        Ok(id) => id,
+        Err(e) => return e.into_response(),
+    };
+    match st.server.server_transfer_leadership(Some(id)).await {
+        Ok(to) => {
+            let addr = st
+                .server
+                .members()
+                .into_iter()
+                .find(|m| m.raft_id == to)
+                .map(|m| m.addr)
+                .unwrap_or_default();
+            reply::plain(&json!({"ID": to.to_string(), "Address": addr}), false)
+        }
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+/// The raft ID named by `?id=` or `?address=`.
+fn peer_id(
+    st: &ApiState,
+    params: &std::collections::HashMap<String, String>,
+) -> Result<u64, ApiError> {
+    match (params.get("id"), params.get("address")) {
+        (Some(id), _) if !id.is_empty() => id
+            .parse::<u64>()
+            .map_err(|_| ApiError::bad_request(format!("id {id:?} is not a raft server ID"))),
+        (_, Some(addr)) if !addr.is_empty() => st
+            .server
+            .members()
+            .iter()
+            .find(|m| &m.addr == addr)
+            .map(|m| m.raft_id)
+            .ok_or_else(|| ApiError::not_found(format!("no raft peer at address {addr:?}"))),
+        _ => Err(ApiError::bad_request(
+            "must specify either ?id with the server's ID or ?address with the IP:port",
+        )),
+    }
+}
+
 /// `DELETE /v1/operator/raft/peer?id=ID` or `?address=HOST:PORT`.
 pub async fn remove_peer(
     State(st): State<ApiState>,
@@ -105,29 +157,9 @@ pub async fn remove_peer(
     if method != Method::DELETE {
         return ApiError::invalid_method().into_response();
     }
-    let id = match (params.get("id"), params.get("address")) {
-        (Some(id), _) if !id.is_empty() => match id.parse::<u64>() {
-            Ok(id) => id,
-            Err(_) => {
-                return ApiError::bad_request(format!("id {id:?} is not a raft server ID"))
-                    .into_response()
-            }
-        },
-        (_, Some(addr)) if !addr.is_empty() => {
-            match st.server.members().iter().find(|m| &m.addr == addr) {
-                Some(m) => m.raft_id,
-                None => {
-                    return ApiError::not_found(format!("no raft peer at address {addr:?}"))
-                        .into_response()
-                }
-            }
-        }
-        _ => {
-            return ApiError::bad_request(
-                "must specify either ?id with the server's ID or ?address with the IP:port",
-            )
-            .into_response()
-        }
+    let id = match peer_id(&st, &params) {
+        Ok(id) => id,
+        Err(e) => return e.into_response(),
     };
     match st.server.server_remove(id).await {
         Ok(()) => reply::plain(&serde_json::Value::Null, false),

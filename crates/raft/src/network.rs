@@ -1,7 +1,8 @@
 //! Raft messages between servers, over `rpc`.
 //!
-//! Methods (served by `RaftNode::handle_rpc`): `Raft.AppendEntries`, `Raft.Vote` and
-//! `Raft.Snapshot` (a full snapshot in chunks; the last chunk installs it). Every request names
+//! Methods (served by `RaftNode::handle_rpc`): `Raft.AppendEntries`, `Raft.Vote`,
+//! `Raft.Snapshot` (a full snapshot in chunks; the last chunk installs it) and
+//! `Raft.TransferLeader` (a leader hands its leadership to the named node). Every request names
 //! the node it is meant for, so a message that reaches whoever now holds an old address is
 //! refused instead of obeyed.
 
@@ -10,7 +11,8 @@ use crate::types::{Bytes, Entry, Snapshot, SnapshotMeta, TypeConfig, Vote};
 use openraft::errors::{RPCError, ReplicationClosed, StreamingError, Timeout, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::{BasicNode, EntryPayload, OptionalSend, RPCTypes};
 use serde::de::DeserializeOwned;
@@ -21,6 +23,7 @@ use std::time::Duration;
 pub(crate) const APPEND_ENTRIES: &str = "Raft.AppendEntries";
 pub(crate) const VOTE: &str = "Raft.Vote";
 pub(crate) const SNAPSHOT: &str = "Raft.Snapshot";
+pub(crate) const TRANSFER_LEADER: &str = "Raft.TransferLeader";
 
 /// A raft request addressed to one node.
 #[derive(Serialize, Deserialize)]
@@ -218,6 +221,21 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         self.call(VOTE, &req, timeout)
             .await
             .map_err(|e| self.rpc_error(RPCTypes::Vote, timeout, e))
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        rpc: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let timeout = option.hard_ttl();
+        let req = Addressed {
+            target: self.target,
+            rpc,
+        };
+        self.call(TRANSFER_LEADER, &req, timeout)
+            .await
+            .map_err(|e| self.rpc_error(RPCTypes::TransferLeader, timeout, e))
     }
 
     async fn full_snapshot(

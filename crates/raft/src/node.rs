@@ -5,7 +5,9 @@ use crate::limits::{
     SNAPSHOT_INSTALL_TIMEOUT, WRITE_TIMEOUT,
 };
 use crate::log_store::LogStore;
-use crate::network::{Addressed, Network, SnapshotChunk, APPEND_ENTRIES, SNAPSHOT, VOTE};
+use crate::network::{
+    Addressed, Network, SnapshotChunk, APPEND_ENTRIES, SNAPSHOT, TRANSFER_LEADER, VOTE,
+};
 use crate::snapshot::SnapshotFiles;
 use crate::state_machine::{SmStore, StateMachine};
 use crate::types::{Bytes, Snapshot, TypeConfig};
@@ -61,6 +63,9 @@ pub enum RaftError {
     Storage(String),
     #[error("raft is shut down")]
     Shutdown,
+    /// A leadership transfer named a server that is not a voter.
+    #[error("server {0} is not a voter of this cluster")]
+    NotVoter(u64),
     /// The raft core stopped unexpectedly; the node must be taken out of service.
     #[error("raft stopped: {0}")]
     Fatal(String),
@@ -82,6 +87,7 @@ impl From<RaftError> for rpc::RpcError {
             }
             RaftError::Timeout | RaftError::LeadershipLost => rpc::ErrorCode::Timeout,
             RaftError::TooLarge { .. } => rpc::ErrorCode::BadRequest,
+            RaftError::NotVoter(_) => rpc::ErrorCode::NotFound,
             RaftError::Shutdown => rpc::ErrorCode::Unavailable,
             RaftError::Config(_)
             | RaftError::Bootstrap(_)
@@ -306,6 +312,48 @@ impl RaftNode {
         })
     }
 
+    /// On the leader: hands leadership to voter `to` (Nomad's `transfer-leadership`) and waits
+    /// until `to` leads. The old leader steps down at once; it stays a voter.
+    pub async fn transfer_leader(&self, to: u64, timeout: Duration) -> Result<(), RaftError> {
+        if !self.is_leader() {
+            return Err(self.forward_error());
+        }
+        if to == self.inner.id {
+            return Ok(());
+        }
+        if !self.voters().contains(&to) {
+            return Err(RaftError::NotVoter(to));
+        }
+        self.inner
+            .raft
+            .trigger()
+            .transfer_leader(to)
+            .await
+            .map_err(from_fatal)?;
+        let mut rx = self.inner.raft.metrics();
+        let wait = async {
+            loop {
+                if rx.borrow_watched().current_leader == Some(to) {
+                    return Ok(());
+                }
+                if rx.changed().await.is_err() {
+                    return Err(RaftError::Shutdown);
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait)
+            .await
+            .map_err(|_| RaftError::Timeout)?
+    }
+
+    fn forward_error(&self) -> RaftError {
+        let leader = self.leader();
+        RaftError::ForwardToLeader {
+            leader_id: leader.as_ref().map(|l| l.0),
+            leader_addr: leader.map(|l| l.1),
+        }
+    }
+
     /// The voters' ids.
     pub fn voters(&self) -> Vec<u64> {
         self.with_metrics(|m| m.membership_config.membership().voter_ids().collect())
@@ -446,6 +494,19 @@ impl RaftNode {
                     .vote(req)
                     .await
                     .map_err(|e| self.stopped_error(e))?;
+                encode(&resp)
+            }
+            TRANSFER_LEADER => {
+                let req: openraft::raft::TransferLeaderRequest<TypeConfig> =
+                    self.addressed(method, body)?;
+                let resp = self
+                    .inner
+                    .raft
+                    .handle_transfer_leader(req)
+                    .await
+                    .map_err(|e| {
+                        rpc::RpcError::unavailable(format!("raft on node {}: {e}", self.inner.id))
+                    })?;
                 encode(&resp)
             }
             SNAPSHOT => {

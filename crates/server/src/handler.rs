@@ -117,6 +117,12 @@ impl rpc::Handler for RpcHandler {
                     })
                     .await
                 }
+                crate::join::SERVER_TRANSFER_LEADERSHIP => {
+                    call(body, |id: Option<u64>| async move {
+                        server.server_transfer_leadership(id).await
+                    })
+                    .await
+                }
                 crate::join::SERVER_REMOVE => {
                     call(
                         body,

@@ -12,6 +12,7 @@
 
 use crate::error::ServerError;
 use crate::server::Server;
+use rpc::ErrorCode;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -20,6 +21,9 @@ use tokio::sync::watch;
 pub const SERVER_INFO: &str = "Server.Info";
 pub const SERVER_JOIN: &str = "Server.Join";
 pub const SERVER_REMOVE: &str = "Server.Remove";
+pub const SERVER_TRANSFER_LEADERSHIP: &str = "Server.TransferLeadership";
+/// How long a leadership transfer may take before it is reported as failed.
+const TRANSFER_TIMEOUT: Duration = Duration::from_secs(30);
 pub const SERVER_BOOTSTRAP: &str = "Server.Bootstrap";
 
 /// How often the join loop looks again.
@@ -103,6 +107,46 @@ impl Server {
                     raft::RaftError::Bootstrap(m) => ServerError::not_found(m),
                     other => ServerError::from(other),
                 })
+            }
+        }
+    }
+
+    /// Hands leadership to server `id` (`operator raft transfer-leadership`; `None`: to the
+    /// voter that is most caught up), on the leader; returns the new leader's ID. The old leader
+    /// steps down alive: the step-down case of every leader-loop guarantee, without a kill.
+    pub async fn server_transfer_leadership(&self, id: Option<u64>) -> Result<u64, ServerError> {
+        match self.forward_target().await? {
+            Some(leader) => self.forward(&leader, SERVER_TRANSFER_LEADERSHIP, &id).await,
+            None => {
+                let me = self.node_id();
+                let to = match id {
+                    Some(id) => id,
+                    None => self
+                        .raft()
+                        .voters()
+                        .into_iter()
+                        .find(|v| *v != me)
+                        .ok_or_else(|| {
+                            ServerError::bad_request(
+                                "this server is the only voter: there is no server to transfer leadership to",
+                            )
+                        })?,
+                };
+                tracing::info!(from = me, to, "transferring leadership");
+                self.raft()
+                    .transfer_leader(to, TRANSFER_TIMEOUT)
+                    .await
+                    .map_err(|e| match e {
+                        raft::RaftError::NotVoter(id) => ServerError::not_found(format!(
+                            "server {id} is not a voter of this cluster (caravan operator raft list-peers lists them)"
+                        )),
+                        raft::RaftError::Timeout => ServerError::new(
+                            ErrorCode::Timeout,
+                            format!("server {to} did not take over leadership within {TRANSFER_TIMEOUT:?}"),
+                        ),
+                        other => ServerError::from(other),
+                    })?;
+                Ok(to)
             }
         }
     }

@@ -58,10 +58,10 @@ enum Command {
     /// Work with client nodes: status
     #[command(subcommand)]
     Node(node::NodeCommand),
-    /// Operate the cluster: raft list-peers, raft remove-peer
+    /// Operate the cluster: raft list-peers, remove-peer, transfer-leadership; snapshots
     #[command(subcommand)]
     Operator(operator::OperatorCommand),
-    /// Work with CSI volumes: register, create, status (not supported yet by the agent)
+    /// Work with CSI volumes: register, create, status, detach, snapshots
     #[command(subcommand)]
     Volume(volume::VolumeCommand),
     /// Work with CSI plugins: status (not supported yet by the agent)

@@ -1,4 +1,4 @@
-//! `caravan operator raft list-peers|remove-peer` and `operator snapshot save|restore`.
+//! `caravan operator raft list-peers|remove-peer|transfer-leadership` and `operator snapshot save|restore`.
 
 use super::connect::{block_on, fail, ApiFlags};
 use super::output::{format_list, row};
@@ -35,6 +35,8 @@ pub enum RaftCommand {
     ListPeers(ListPeersArgs),
     /// Remove a server from the raft cluster
     RemovePeer(RemovePeerArgs),
+    /// Hand leadership to the given server (the leader steps down)
+    TransferLeadership(RemovePeerArgs),
 }
 
 #[derive(Args)]
@@ -62,6 +64,7 @@ pub fn run(cmd: OperatorCommand) -> i32 {
     match cmd {
         OperatorCommand::Raft(RaftCommand::ListPeers(a)) => list_peers(a),
         OperatorCommand::Raft(RaftCommand::RemovePeer(a)) => remove_peer(a),
+        OperatorCommand::Raft(RaftCommand::TransferLeadership(a)) => transfer_leadership(a),
         OperatorCommand::Snapshot(SnapshotCommand::Save(a)) => snapshot_save(a),
         OperatorCommand::Snapshot(SnapshotCommand::Restore(a)) => snapshot_restore(a),
     }
@@ -179,6 +182,34 @@ fn remove_peer(args: RemovePeerArgs) -> i32 {
                 0
             }
             Err(e) => fail("Failed to remove raft peer", &e),
+        }
+    })
+}
+
+fn transfer_leadership(args: RemovePeerArgs) -> i32 {
+    let (id, addr) = (args.peer_id.as_deref(), args.peer_address.as_deref());
+    if id.is_some() == addr.is_some() {
+        eprintln!("Exactly one of -peer-id and -peer-address must be given");
+        return 1;
+    }
+    let client = match args.api.client() {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return 1;
+        }
+    };
+    block_on(async {
+        match client.raft_transfer_leadership(id, addr).await {
+            Ok(v) => {
+                println!(
+                    "Transferred leadership to peer with id {:?} (address {:?})",
+                    v["ID"].as_str().unwrap_or_default(),
+                    v["Address"].as_str().unwrap_or_default()
+                );
+                0
+            }
+            Err(e) => fail("Failed to transfer leadership", &e),
         }
     })
 }

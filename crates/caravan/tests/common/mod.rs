@@ -189,6 +189,11 @@ impl Agent {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// The agent's process ID (to pause it with SIGSTOP, say).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 impl Agent {
