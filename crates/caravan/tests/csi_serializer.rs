@@ -50,8 +50,47 @@ const CALL_TIMEOUT_20S: &str = "server {\n  csi_controller_timeout = \"20s\"\n}\
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+/// The tests' turn, with CPU load beside them: one busy loop per core for as long as the guard
+/// lives. Agents slow under load are where "slow" turns into "dead" (a late answer taken for a
+/// lost one, a call moved on too soon), so every guarantee here is checked under it.
+struct Turn {
+    _one: std::sync::MutexGuard<'static, ()>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    spinners: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.spinners.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn one_at_a_time() -> Turn {
+    let one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let spinners = (0..cores)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut x: u64 = 1;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for _ in 0..10_000 {
+                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    }
+                    std::hint::black_box(x);
+                }
+            })
+        })
+        .collect();
+    Turn {
+        _one: one,
+        stop,
+        spinners,
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -92,6 +131,10 @@ struct RecState {
     node_calls: Vec<Call>,
     /// The delay inside NodeUnpublishVolume and NodeUnstageVolume.
     node_teardown_delay: Duration,
+    /// How long the next NodeUnstageVolume takes (once).
+    slow_unstage: Option<Duration>,
+    /// Instances whose node service answers UNAVAILABLE (its node plugin is gone).
+    node_down: Vec<String>,
 }
 
 #[derive(Default)]
@@ -177,7 +220,7 @@ impl Recorder {
         volume: &str,
         work: impl FnOnce() -> Result<T, Status>,
     ) -> Result<Response<T>, Status> {
-        let (index, delay) = {
+        let (index, delay, down) = {
             let mut s = self.lock();
             s.node_calls.push(Call {
                 method,
@@ -189,17 +232,28 @@ impl Recorder {
                 injected: false,
             });
             let teardown = method == "NodeUnpublishVolume" || method == "NodeUnstageVolume";
+            let slow = if method == "NodeUnstageVolume" {
+                s.slow_unstage.take()
+            } else {
+                None
+            };
+            let down = s.node_down.iter().any(|n| n == instance);
             (
                 s.node_calls.len() - 1,
-                if teardown {
+                slow.unwrap_or(if teardown {
                     s.node_teardown_delay
                 } else {
                     Duration::ZERO
-                },
+                }),
+                down,
             )
         };
         tokio::time::sleep(delay).await;
-        let result = work();
+        let result = if down {
+            Err(Status::unavailable("the node plugin is gone"))
+        } else {
+            work()
+        };
         let mut s = self.lock();
         let call = &mut s.node_calls[index];
         call.end = Some(Instant::now());
@@ -213,6 +267,18 @@ impl Recorder {
 
     fn set_node_teardown_delay(&self, d: Duration) {
         self.lock().node_teardown_delay = d;
+    }
+
+    fn set_slow_unstage(&self, d: Duration) {
+        self.lock().slow_unstage = Some(d);
+    }
+
+    fn set_node_down(&self, instance: &str, down: bool) {
+        let mut s = self.lock();
+        s.node_down.retain(|n| n != instance);
+        if down {
+            s.node_down.push(instance.to_string());
+        }
     }
 
     fn in_flight(&self) -> usize {
@@ -559,6 +625,8 @@ const WATCHER_RETRY: Duration = Duration::from_millis(500);
 struct Cluster {
     servers: Vec<Option<Agent>>,
     clients: Vec<Option<Agent>>,
+    /// How each client was started (its dir and arguments), to start it again.
+    client_starts: Vec<(PathBuf, Vec<String>)>,
     plugin: RecordingPlugin,
     /// Client node name → node ID.
     node_ids: BTreeMap<String, String>,
@@ -638,30 +706,35 @@ impl Cluster {
             .collect();
         let rpcs = rpcs.join(",");
         let mut clients = Vec::new();
+        let mut client_starts = Vec::new();
         for name in names {
             let dir = agent_dir(&base, name);
             let data = dir.join("d").display().to_string();
             let drivers = dir.join("drivers.hcl");
             std::fs::write(&drivers, DRIVERS).unwrap();
             let drivers = drivers.display().to_string();
-            clients.push(Some(Agent::start(
-                &dir,
-                &[
-                    "-client",
-                    "-servers",
-                    &rpcs,
-                    "-node",
-                    name,
-                    "-data-dir",
-                    &data,
-                    "-config",
-                    &drivers,
-                ],
-            )));
+            let args: Vec<String> = [
+                "-client",
+                "-servers",
+                &rpcs,
+                "-node",
+                name,
+                "-data-dir",
+                &data,
+                "-config",
+                &drivers,
+            ]
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            clients.push(Some(Agent::start(&dir, &refs)));
+            client_starts.push((dir, args));
         }
         let mut cluster = Cluster {
             servers: started,
             clients,
+            client_starts,
             plugin,
             node_ids: BTreeMap::new(),
             _leftovers: leftovers,
@@ -728,6 +801,14 @@ impl Cluster {
     fn kill_client(&mut self, name: &str) {
         let i = if name == "c1" { 0 } else { 1 };
         self.clients[i].take().expect("the client runs").kill();
+    }
+
+    /// Starts a killed client again with its data dir (it reattaches to its tasks).
+    fn restart_client(&mut self, name: &str) {
+        let i = if name == "c1" { 0 } else { 1 };
+        let (dir, args) = &self.client_starts[i];
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.clients[i] = Some(Agent::start(dir, &refs));
     }
 
     /// Creates the volumes at once, each by its own request (they queue on the leader).
@@ -990,6 +1071,22 @@ fn twenty_claims_at_once_never_overlap_and_all_go_to_the_lowest_node_id() {
     // The spec's order: a volume is detached from a node (ControllerUnpublishVolume) only after
     // that node unpublished and unstaged it.
     let node_calls = c.rec().node_calls();
+    // Every volume staged on a node was unstaged there (a stop once unpublished and never
+    // unstaged).
+    for stage in node_calls
+        .iter()
+        .filter(|n| n.method == "NodeStageVolume" && n.code.is_none())
+    {
+        assert!(
+            node_calls.iter().any(|n| n.method == "NodeUnstageVolume"
+                && n.volume == stage.volume
+                && n.instance == stage.instance
+                && n.start > stage.start),
+            "{} was staged on {} and never unstaged",
+            stage.volume,
+            stage.instance
+        );
+    }
     for call in calls
         .iter()
         .filter(|x| x.method == "ControllerUnpublishVolume")
@@ -1372,4 +1469,208 @@ fn a_killed_clients_claims_are_freed_within_ttl_grace_and_one_retry() {
         "with {victim}'s node down every unpublish goes to {survivor}: {releases:?}"
     );
     assert_never_overlapped(c.rec());
+}
+
+/// The detach of one volume: the end of its node teardown on `instance`, and the start of its
+/// ControllerUnpublishVolume, if any.
+fn teardown_then_detach(c: &Cluster, volume_ext: &str) -> (Vec<Call>, Vec<Call>) {
+    let node: Vec<Call> = c
+        .rec()
+        .node_calls()
+        .into_iter()
+        .filter(|n| n.volume == volume_ext)
+        .collect();
+    let detach: Vec<Call> = c
+        .rec()
+        .calls()
+        .into_iter()
+        .filter(|x| x.method == "ControllerUnpublishVolume" && x.volume == volume_ext)
+        .collect();
+    (node, detach)
+}
+
+/// A NodeUnstageVolume that takes 90 s (longer than the 60 s a stopped allocation's client gets
+/// before the volume watcher releases its claim itself) delays ControllerUnpublishVolume until it
+/// ended: the watcher asks the node to detach, and the node answers only once its own unstage is
+/// done (node calls for one volume are serialized there).
+#[test]
+fn a_slow_node_unstage_delays_the_controller_detach_until_it_ended() {
+    let _one = one_at_a_time();
+    let c = Cluster::start("g", 1, "");
+    let (lowest, _) = c.lowest_and_other();
+    let node_id = c.node_ids[&lowest].clone();
+    c.create_volumes(&["slow".to_string()]);
+    c.run_job(&consumer_job("slow", 1, "slow", false, Some(&node_id)));
+    c.wait_running("slow", 1, Duration::from_secs(60));
+    let ext = c.external_id("slow");
+    c.rec().set_slow_unstage(Duration::from_secs(90));
+    let stopped = Instant::now();
+    let (status, body) = c.api().raw("DELETE", "/v1/job/slow", None);
+    assert_eq!(status, 200, "{body}");
+    wait_for(
+        "the claim freed",
+        Duration::from_secs(240),
+        Duration::from_millis(250),
+        || c.has_no_claims("slow"),
+    );
+    println!(
+        "claim freed {} ms after the stop",
+        stopped.elapsed().as_millis()
+    );
+    let (node, detach) = teardown_then_detach(&c, &ext);
+    let unstage = node
+        .iter()
+        .find(|n| n.method == "NodeUnstageVolume")
+        .expect("the node unstaged the volume");
+    let unstaged = unstage.end.expect("the unstage ended");
+    println!(
+        "NodeUnstageVolume took {} ms",
+        (unstaged - unstage.start).as_millis()
+    );
+    assert!(!detach.is_empty(), "the controller detached it in the end");
+    for d in &detach {
+        assert!(
+            d.start >= unstaged,
+            "ControllerUnpublishVolume started {:?} before the slow NodeUnstageVolume ended",
+            unstaged - d.start
+        );
+    }
+    assert_never_overlapped(c.rec());
+}
+
+/// A node plugin that is gone while a volume is mounted: the claim is never detached under the
+/// mount. It stays `unpublishing` with the reason, visible in `volume status`, until the node
+/// plugin is back; then the release completes.
+#[test]
+fn a_node_plugin_that_is_gone_leaves_the_claim_unpublishing_with_the_reason() {
+    let _one = one_at_a_time();
+    let c = Cluster::start("h", 1, "");
+    let (lowest, _) = c.lowest_and_other();
+    let node_id = c.node_ids[&lowest].clone();
+    c.create_volumes(&["held".to_string()]);
+    c.run_job(&consumer_job("held", 1, "held", false, Some(&node_id)));
+    c.wait_running("held", 1, Duration::from_secs(60));
+    let ext = c.external_id("held");
+    c.rec().set_node_down(&lowest, true);
+    let (status, body) = c.api().raw("DELETE", "/v1/job/held", None);
+    assert_eq!(status, 200, "{body}");
+    // Past the client's 60 s: the watcher asks the node, which cannot unpublish.
+    let stuck = |c: &Cluster| {
+        let v = c.volume("held");
+        v["PastClaims"].as_object().is_some_and(|m| {
+            m.values().any(|claim| {
+                claim["State"] == 4
+                    && claim["LastError"]
+                        .as_str()
+                        .is_some_and(|e| e.contains("has not unpublished it"))
+            })
+        })
+    };
+    wait_for(
+        "the claim stuck at unpublishing with its reason",
+        Duration::from_secs(150),
+        Duration::from_millis(500),
+        || stuck(&c),
+    );
+    let (_, detach) = teardown_then_detach(&c, &ext);
+    assert!(
+        detach.is_empty(),
+        "the controller detached a volume still mounted on its node: {detach:?}"
+    );
+    let (code, out, err) = c.api().run(&["volume", "status", "held"]);
+    assert_eq!(code, 0, "{out}{err}");
+    println!("{out}");
+    assert!(out.contains("Releasing Claims"), "{out}");
+    assert!(out.contains("unpublishing"), "{out}");
+    assert!(out.contains("has not unpublished it"), "{out}");
+    // The node plugin comes back: the release completes.
+    c.rec().set_node_down(&lowest, false);
+    wait_for(
+        "the claim freed once the node plugin is back",
+        Duration::from_secs(120),
+        Duration::from_millis(250),
+        || c.has_no_claims("held"),
+    );
+    let (node, detach) = teardown_then_detach(&c, &ext);
+    let last_teardown = node
+        .iter()
+        .filter(|n| n.code.is_none() && n.method.starts_with("NodeUn"))
+        .filter_map(|n| n.end)
+        .max()
+        .expect("the node tore it down");
+    assert!(!detach.is_empty());
+    assert!(
+        detach.iter().all(|d| d.start >= last_teardown),
+        "{detach:?}"
+    );
+    assert_never_overlapped(c.rec());
+}
+
+/// The agent that runs the lowest controller is killed and started again while a publish it
+/// carries is in flight (the plugin outlives its agent and keeps working). The server got no
+/// answer, which is not proof the call did not run: it sends nothing else to the plugin — least
+/// of all the same call to the other instance — until the call's deadline has passed.
+#[test]
+fn an_agent_restart_mid_attach_never_overlaps_and_every_claim_completes() {
+    let _one = one_at_a_time();
+    let mut c = Cluster::start("i", 1, CALL_TIMEOUT_20S);
+    let (lowest, _) = c.lowest_and_other();
+    let ids: Vec<String> = (0..4).map(|i| format!("ra[{i}]")).collect();
+    c.create_volumes(&ids);
+    c.rec().set_delay_ms(1500, 1500);
+    c.run_job(&consumer_job("ra", ids.len(), "ra", true, None));
+    wait_for(
+        "a publish in flight",
+        Duration::from_secs(60),
+        Duration::from_millis(5),
+        || {
+            c.rec().in_flight() == 1
+                && c.rec()
+                    .calls()
+                    .iter()
+                    .any(|x| x.method == "ControllerPublishVolume" && x.end.is_none())
+        },
+    );
+    let orphan = c
+        .rec()
+        .calls()
+        .into_iter()
+        .find(|x| x.end.is_none())
+        .expect("the call in flight");
+    assert_eq!(orphan.instance, lowest, "{orphan:?}");
+    c.kill_client(&lowest);
+    let killed = Instant::now();
+    c.restart_client(&lowest);
+    println!(
+        "restarted {lowest} {} ms after the kill",
+        killed.elapsed().as_millis()
+    );
+    c.wait_running("ra", ids.len(), Duration::from_secs(180));
+    for id in &ids {
+        let v = c.volume(id);
+        assert_eq!(
+            v["WriteClaims"].as_object().map_or(0, |m| m.len()),
+            1,
+            "{id} is claimed once: {v}"
+        );
+    }
+    let calls = c.rec().calls();
+    println!("recorded: {}", summary(&calls));
+    assert_never_overlapped(c.rec());
+    let next = calls
+        .iter()
+        .filter(|x| x.start > killed)
+        .min_by_key(|x| x.start)
+        .expect("calls after the restart");
+    let waited = next.start - orphan.start;
+    println!(
+        "first call after the restart: {} on {}, {} ms after the orphaned call started",
+        next.method,
+        next.instance,
+        waited.as_millis()
+    );
+    assert!(
+        waited >= CONTROLLER_CALL_TIMEOUT - SECOND,
+        "a call went out {waited:?} after the unanswered one started, within its deadline"
+    );
 }

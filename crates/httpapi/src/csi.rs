@@ -489,6 +489,46 @@ pub(crate) async fn client_controller_inner(
     }
 }
 
+/// `POST /v1/client/csi/node/detach` on a full agent.
+pub async fn client_node_detach(
+    State(st): State<ApiState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    client_node_detach_inner(&st, &headers, &body).await
+}
+
+/// The client half of a server's node step: unpublish and unstage a volume for an allocation.
+pub(crate) async fn client_node_detach_inner(
+    st: &dyn crate::client_allocs::ClientFor,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Response {
+    let client = match st.local_client() {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
+    };
+    let secret = headers
+        .get(model::wire::CSI_NODE_SECRET_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let req: model::wire::CsiNodeDetachRequest = match serde_json::from_slice(body) {
+        Ok(r) => r,
+        Err(e) => {
+            return call_error(
+                StatusCode::BAD_REQUEST,
+                3,
+                format!("undecodable node detach request: {e}"),
+            )
+        }
+    };
+    match client.csi_node_detach(&secret, req).await {
+        Ok(()) => (StatusCode::OK, axum::Json(serde_json::json!({}))).into_response(),
+        Err(e) => (StatusCode::BAD_GATEWAY, axum::Json(e)).into_response(),
+    }
+}
+
 fn call_error(status: StatusCode, code: i32, message: String) -> Response {
     (
         status,
@@ -496,6 +536,10 @@ fn call_error(status: StatusCode, code: i32, message: String) -> Response {
     )
         .into_response()
 }
+
+/// How long a server waits for a client's node detach (unpublish and unstage, each retried):
+/// past it the claim stays `unpublishing` and the release is tried again later.
+const NODE_DETACH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// How servers reach client agents for controller calls: HTTP to the node's advertised address.
 pub struct HttpCsiTransport {
@@ -559,6 +603,52 @@ impl server::csi::CsiTransport for HttpCsiTransport {
             if status.is_success() {
                 return serde_json::from_slice(&bytes)
                     .map_err(|e| CallFailure::Lost(format!("{url}: undecodable answer: {e}")));
+            }
+            match serde_json::from_slice::<model::wire::CsiCallError>(&bytes) {
+                Ok(e) => Err(CallFailure::Plugin(e)),
+                Err(_) => Err(CallFailure::Lost(format!(
+                    "{url}: {status}: {}",
+                    String::from_utf8_lossy(&bytes)
+                ))),
+            }
+        })
+    }
+
+    fn node_detach(
+        &self,
+        node: &model::node::Node,
+        req: model::wire::CsiNodeDetachRequest,
+    ) -> futures::future::BoxFuture<'static, Result<(), server::csi::CallFailure>> {
+        use server::csi::CallFailure;
+        let url = format!(
+            "http://{}{}",
+            node.http_addr,
+            model::wire::CSI_NODE_DETACH_PATH
+        );
+        let secret = node.secret_id.clone();
+        let http = self.http.clone();
+        Box::pin(async move {
+            let resp = http
+                .post(&url)
+                .header(model::wire::CSI_NODE_SECRET_HEADER, secret)
+                .json(&req)
+                .timeout(NODE_DETACH_TIMEOUT)
+                .send()
+                .await
+                .map_err(|e| {
+                    if e.is_connect() || e.is_builder() {
+                        CallFailure::NotDelivered(format!("{url}: {e}"))
+                    } else {
+                        CallFailure::Lost(format!("{url}: {e}"))
+                    }
+                })?;
+            let status = resp.status();
+            let bytes = resp
+                .bytes()
+                .await
+                .map_err(|e| CallFailure::Lost(format!("{url}: {e}")))?;
+            if status.is_success() {
+                return Ok(());
             }
             match serde_json::from_slice::<model::wire::CsiCallError>(&bytes) {
                 Ok(e) => Err(CallFailure::Plugin(e)),

@@ -77,6 +77,24 @@ pub trait LocalClient: Send + Sync {
         command: &'a [String],
         tty: bool,
     ) -> LocalFuture<'a, ExecSession>;
+    /// Unpublishes and unstages a volume for an allocation on this node (a server's node step of
+    /// a claim release) for a server that proved it knows the node's secret. Errors keep the
+    /// plugin's gRPC code where there is one.
+    fn csi_node_detach<'a>(
+        &'a self,
+        _node_secret: &'a str,
+        req: model::wire::CsiNodeDetachRequest,
+    ) -> Pin<Box<dyn Future<Output = Result<(), model::wire::CsiCallError>> + Send + 'a>> {
+        Box::pin(async move {
+            Err(model::wire::CsiCallError {
+                code: 12,
+                message: format!(
+                    "volume {}: this client cannot make node calls",
+                    req.volume_id
+                ),
+            })
+        })
+    }
     /// Makes a controller call to this client's controller plugin for a server that proved it
     /// knows the node's secret. Errors keep the plugin's gRPC code.
     fn csi_controller<'a>(
@@ -246,6 +264,10 @@ pub fn router(state: ApiState) -> Router {
         .route(
             model::wire::CSI_CONTROLLER_PATH,
             axum::routing::post(csi::client_controller),
+        )
+        .route(
+            model::wire::CSI_NODE_DETACH_PATH,
+            axum::routing::post(csi::client_node_detach),
         )
         .route("/v1/client/gc", any(client_allocs::client_gc))
         .route("/v1/status/leader", get(agent::leader))

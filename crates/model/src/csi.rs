@@ -137,6 +137,10 @@ pub struct CSIVolumeClaim {
     pub attachment_mode: String,
     #[serde(rename = "State")]
     pub state: CSIVolumeClaimState,
+    /// Caravan: why a release is stuck at this step (the node could not unpublish, the
+    /// controller could not detach), for `volume status`; empty while all is well.
+    #[serde(rename = "LastError", skip_serializing_if = "String::is_empty")]
+    pub last_error: String,
 }
 
 /// A registered CSI volume. The plugin-health fields are filled when the volume is read.
@@ -687,6 +691,7 @@ mod tests {
                 access_mode: ACCESS_MODE_SINGLE_NODE_WRITER.into(),
                 attachment_mode: ATTACHMENT_MODE_FILE_SYSTEM.into(),
                 state: CSIVolumeClaimState::TAKEN,
+                last_error: String::new(),
             };
             let zone = CSITopology {
                 segments: [("zone".to_string(), "us-east-1a".to_string())].into(),

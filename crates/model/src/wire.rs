@@ -510,6 +510,31 @@ pub struct AllocStopResponse {
 /// Where a server sends a controller call to the client agent that runs the controller plugin
 /// (Nomad's `ClientCSI.*` over its client connection; Caravan's client agents answer on HTTP).
 pub const CSI_CONTROLLER_PATH: &str = "/v1/client/csi/controller";
+/// Where a server asks a client agent to unpublish and unstage a volume for an allocation before
+/// the controller detaches it (Nomad's `ClientCSI.NodeDetachVolume`).
+pub const CSI_NODE_DETACH_PATH: &str = "/v1/client/csi/node/detach";
+
+/// What a server sends to `CSI_NODE_DETACH_PATH`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CsiNodeDetachRequest {
+    #[serde(rename = "PluginID")]
+    pub plugin_id: String,
+    #[serde(rename = "VolumeID")]
+    pub volume_id: String,
+    /// The provider's ID of the volume (empty: the same as `VolumeID`).
+    #[serde(rename = "ExternalID")]
+    pub external_id: String,
+    #[serde(rename = "AllocID")]
+    pub alloc_id: String,
+    #[serde(rename = "ReadOnly")]
+    pub read_only: bool,
+    #[serde(rename = "AttachmentMode")]
+    pub attachment_mode: String,
+    #[serde(rename = "AccessMode")]
+    pub access_mode: String,
+}
+
 /// The header with the target node's secret: a client agent runs controller calls only for
 /// servers that know it.
 pub const CSI_NODE_SECRET_HEADER: &str = "x-caravan-node-secret";

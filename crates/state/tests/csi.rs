@@ -63,6 +63,7 @@ fn claim(alloc: &str, mode: CSIVolumeClaimMode, state: CSIVolumeClaimState) -> C
         access_mode: "single-node-writer".into(),
         attachment_mode: "file-system".into(),
         state,
+        last_error: String::new(),
     }
 }
 
@@ -271,6 +272,18 @@ fn a_release_moves_through_past_claims_and_frees_the_volume() {
     let v = fsm.snap().csi_volume("default", "v1").unwrap();
     assert!(v.past_claims.is_empty());
     assert_eq!(v.access_mode, "single-node-writer", "a2 still holds it");
+    // A late checkpoint of a second release of a1 (the client's and the watcher's crossed)
+    // does not bring the freed claim back.
+    fsm.apply(claim_cmd(
+        "v1",
+        claim(
+            "a1",
+            CSIVolumeClaimMode::WRITE,
+            CSIVolumeClaimState::NODE_DETACHED,
+        ),
+    ));
+    let v = fsm.snap().csi_volume("default", "v1").unwrap();
+    assert!(v.past_claims.is_empty(), "{:?}", v.past_claims);
     fsm.apply(claim_cmd(
         "v1",
         claim(

@@ -364,6 +364,47 @@ async fn run_agent(cfg: AgentConfig, dev: bool, client_enabled: bool) -> Result<
 struct LocalClientHandle(Arc<client::Client>);
 
 impl httpapi::LocalClient for LocalClientHandle {
+    fn csi_node_detach<'a>(
+        &'a self,
+        node_secret: &'a str,
+        req: model::wire::CsiNodeDetachRequest,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<(), model::wire::CsiCallError>> + Send + 'a>,
+    > {
+        Box::pin(async move {
+            let refuse = |code: i32, message: String| model::wire::CsiCallError { code, message };
+            if node_secret.is_empty() || node_secret != self.0.node().secret_id {
+                return Err(refuse(
+                    7,
+                    "the node secret does not match this client".into(),
+                ));
+            }
+            let usage = client::CsiVolumeUsage {
+                read_only: req.read_only,
+                attachment_mode: req.attachment_mode.clone(),
+                access_mode: req.access_mode.clone(),
+            };
+            self.0
+                .csi_node_detach(
+                    &req.plugin_id,
+                    &req.volume_id,
+                    &req.external_id,
+                    &req.alloc_id,
+                    &usage,
+                )
+                .await
+                .map_err(|e| match &e {
+                    // UNAVAILABLE: the volume may still be mounted here; the server keeps the
+                    // claim and tries again.
+                    client::CsiVolumeError::PluginNotFound(_) => refuse(14, e.to_string()),
+                    client::CsiVolumeError::Plugin { source, .. } => {
+                        refuse(source.code() as i32, e.to_string())
+                    }
+                    client::CsiVolumeError::Io { .. } => refuse(13, e.to_string()),
+                })
+        })
+    }
+
     fn csi_controller<'a>(
         &'a self,
         node_secret: &'a str,

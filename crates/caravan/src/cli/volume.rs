@@ -555,6 +555,28 @@ fn format_volume(v: &CSIVolume, verbose: bool, short: bool) -> String {
     if short {
         return out;
     }
+    if !v.past_claims.is_empty() {
+        // Claims being released: the step each is at and, when it is stuck, why.
+        let mut rows = vec![vec![
+            "Alloc ID".to_string(),
+            "Node ID".into(),
+            "Step".into(),
+            "Last Error".into(),
+        ]];
+        for (id, c) in &v.past_claims {
+            rows.push(vec![
+                short_id(id, verbose).to_string(),
+                short_id(&c.node_id, verbose).to_string(),
+                c.state.to_string(),
+                if c.last_error.is_empty() {
+                    "<none>".into()
+                } else {
+                    c.last_error.clone()
+                },
+            ]);
+        }
+        out.push_str(&format!("\n\nReleasing Claims\n{}", format_list(&rows)));
+    }
     let allocs: Vec<_> = v.write_allocs.iter().chain(v.read_allocs.iter()).collect();
     if allocs.is_empty() {
         out.push_str("\n\nAllocations\nNo allocations placed");

@@ -281,6 +281,7 @@ async fn release(ctx: &RunnerContext, alloc_id: &str, v: &MountedVolume) {
             access_mode: String::new(),
             attachment_mode: String::new(),
             state: CSIVolumeClaimState::UNPUBLISHING,
+            last_error: String::new(),
         },
         secret_id: node.secret_id.clone(),
     };

@@ -98,6 +98,21 @@ pub trait CsiTransport: Send + Sync + 'static {
         node: &Node,
         req: CsiControllerRequest,
     ) -> BoxFuture<'static, Result<CsiControllerReply, CallFailure>>;
+
+    /// Asks the client agent of `node` to unpublish and unstage a volume for an allocation (the
+    /// node step of a claim release), and waits for its answer.
+    fn node_detach(
+        &self,
+        node: &Node,
+        req: model::wire::CsiNodeDetachRequest,
+    ) -> BoxFuture<'static, Result<(), CallFailure>> {
+        let _ = (node, req);
+        Box::pin(async {
+            Err(CallFailure::NotDelivered(
+                "this server cannot reach client agents for node calls".into(),
+            ))
+        })
+    }
 }
 
 type ReplyFuture = BoxFuture<'static, Result<CsiControllerReply, ServerError>>;
@@ -116,13 +131,61 @@ struct PluginQueue {
     joinable: Mutex<HashMap<String, WeakShared<ReplyFuture>>>,
 }
 
-/// The per-plugin queues of this server.
+/// The per-plugin queues of this server, and one lock per claim being released.
 #[derive(Default)]
 pub(crate) struct ControllerLocks {
     plugins: Mutex<HashMap<String, Arc<PluginQueue>>>,
+    claims: Arc<Mutex<HashMap<ClaimKey, Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+type ClaimKey = (String, String, String);
+
+/// A claim's release turn: a client's release and the watcher's never run at once for one
+/// claim. Dropping it forgets the lock when nobody else waits for it.
+pub(crate) struct ClaimTurn {
+    map: Arc<Mutex<HashMap<ClaimKey, Arc<tokio::sync::Mutex<()>>>>>,
+    key: ClaimKey,
+    lock: Arc<tokio::sync::Mutex<()>>,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for ClaimTurn {
+    fn drop(&mut self) {
+        self.guard.take();
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        // The map's Arc and ours: nobody waits.
+        if Arc::strong_count(&self.lock) == 2 {
+            map.remove(&self.key);
+        }
+    }
 }
 
 impl ControllerLocks {
+    /// Waits for the release turn of one claim.
+    pub(crate) async fn claim_turn(
+        &self,
+        namespace: &str,
+        volume_id: &str,
+        alloc_id: &str,
+    ) -> ClaimTurn {
+        let key = (
+            namespace.to_string(),
+            volume_id.to_string(),
+            alloc_id.to_string(),
+        );
+        let lock = {
+            let mut map = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+            Arc::clone(map.entry(key.clone()).or_default())
+        };
+        let guard = Arc::clone(&lock).lock_owned().await;
+        ClaimTurn {
+            map: Arc::clone(&self.claims),
+            key,
+            lock,
+            guard: Some(guard),
+        }
+    }
+
     fn of(&self, plugin_id: &str) -> Arc<PluginQueue> {
         let mut map = self.plugins.lock().unwrap_or_else(|p| p.into_inner());
         Arc::clone(map.entry(plugin_id.to_string()).or_default())
@@ -242,13 +305,19 @@ pub(crate) fn failure_error(plugin_id: &str, method: &str, f: &CallFailure) -> S
     ServerError::new(code, format!("plugin {plugin_id}: {method} failed: {f}"))
 }
 
+/// A check made in the plugin's turn, right before a call is first sent: an error skips the
+/// call (and is returned).
+pub(crate) type Precondition = Arc<dyn Fn(&StateSnapshot) -> Result<(), ServerError> + Send + Sync>;
+
 /// What a destructive call is about, for its record (and for what a resend needs).
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub(crate) struct CallAbout {
     pub namespace: String,
     pub volume_id: String,
     /// Kept in the record for a resend: for `CreateVolume`, the volume to register with the reply.
     pub context: serde_json::Value,
+    /// Checked in the call's turn, after any recorded call was resolved.
+    pub precondition: Option<Precondition>,
 }
 
 impl CallAbout {
@@ -257,6 +326,7 @@ impl CallAbout {
             namespace: namespace.to_string(),
             volume_id: volume_id.to_string(),
             context: serde_json::Value::Null,
+            precondition: None,
         }
     }
 }
@@ -408,6 +478,9 @@ impl Server {
         let Some((about, call)) = new else {
             return Ok(last);
         };
+        if let Some(check) = &about.precondition {
+            check(&self.state().snapshot())?;
+        }
         let mut flight = Flight {
             plugin_id: plugin_id.to_string(),
             method: call.method(),

@@ -138,7 +138,12 @@ pub(crate) async fn run(server: Server, mut stop: watch::Receiver<bool>) {
             let done = done_tx.clone();
             tasks.spawn(async move {
                 let result = server
-                    .release_claim(&release.namespace, &release.volume_id, release.claim.clone())
+                    .release_claim(
+                        &release.namespace,
+                        &release.volume_id,
+                        release.claim.clone(),
+                        crate::csi::ReleaseBy::Server,
+                    )
                     .await;
                 {
                     let mut b = backoff.lock().unwrap_or_else(|p| p.into_inner());

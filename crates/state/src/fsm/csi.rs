@@ -174,8 +174,13 @@ pub(super) fn claim(
                 .remove(&claim.allocation_id)
                 .or_else(|| volume.write_claims.remove(&claim.allocation_id))
                 .or_else(|| volume.past_claims.get(&claim.allocation_id).cloned());
-            let mut past = known.unwrap_or_else(|| claim.clone());
+            // A claim already freed stays freed: a late checkpoint of a second release (the
+            // client's and the watcher's can cross) must not bring it back.
+            let Some(mut past) = known else {
+                return Ok(());
+            };
             past.state = claim.state;
+            past.last_error.clone_from(&claim.last_error);
             if past.node_id.is_empty() {
                 past.node_id.clone_from(&claim.node_id);
             }
