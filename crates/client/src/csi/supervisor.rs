@@ -38,6 +38,54 @@ pub const MOUNT_DIR_DEFAULT: &str = "/csi";
 /// Nomad's default `stage_publish_base_dir`.
 pub const STAGE_PUBLISH_BASE_DIR_DEFAULT: &str = "/local/csi";
 
+/// The longest unix socket path (`sun_path` holds 108 bytes with the terminating NUL).
+pub const SOCKET_PATH_MAX: usize = 107;
+/// The short run dir's name, under `/run` (or the temp dir where there is no `/run`).
+const RUN_DIR_NAME: &str = "caravan-csi";
+
+/// The socket directory for a plugin allocation: `wanted` (`<data_dir>/client/csi/plugins/<alloc>`)
+/// when its socket path fits a unix socket address, else a short directory in the run dir
+/// named by a hash of `wanted` (the same every time, so a restarted client finds the socket of
+/// a plugin it reattaches to).
+fn socket_dir_for(wanted: &Path) -> PathBuf {
+    if wanted.join(CSI_SOCKET_NAME).as_os_str().len() <= SOCKET_PATH_MAX {
+        return wanted.to_path_buf();
+    }
+    let run = if Path::new("/run").is_dir() {
+        PathBuf::from("/run").join(RUN_DIR_NAME)
+    } else {
+        std::env::temp_dir().join(RUN_DIR_NAME)
+    };
+    // FNV-1a: stable across builds and platforms.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in wanted.as_os_str().as_encoded_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    run.join(format!("{h:016x}"))
+}
+
+/// Creates `dir` (mode 0700) unless it exists, and refuses one that is a symlink or is not this
+/// process's own (another user could otherwise plant a socket directory in a shared temp dir).
+fn make_private_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("creating {}: {e}", dir.display())),
+    }
+    let meta =
+        std::fs::symlink_metadata(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "{} is not a private directory of this agent's user (uid {me}, mode 0700); remove it",
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
 /// Where a plugin task's directories are and how the task is told.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct PluginSetup {
@@ -62,7 +110,7 @@ impl PluginSetup {
         cfg: &TaskCsiPluginConfig,
         isolation: FsIsolation,
     ) -> PluginSetup {
-        let socket_dir = csi_root.join("plugins").join(alloc_id);
+        let socket_dir = socket_dir_for(&csi_root.join("plugins").join(alloc_id));
         let base_dir_host = csi_root.join(&cfg.plugin_type).join(&cfg.id);
         let or = |v: &str, d: &str| {
             if v.is_empty() {
@@ -121,9 +169,25 @@ impl PluginSetup {
         self.socket_dir.join(CSI_SOCKET_NAME)
     }
 
-    /// Creates both directories (mode 0700: only root talks to plugins).
+    /// Creates both directories (mode 0700: only root talks to plugins). Fails, saying what to
+    /// change, when the socket path cannot fit a unix socket address even in the short run dir.
     pub fn create_dirs(&self) -> Result<(), String> {
         use std::os::unix::fs::DirBuilderExt;
+        let socket = self.socket();
+        let len = socket.as_os_str().len();
+        if len > SOCKET_PATH_MAX {
+            return Err(format!(
+                "the CSI plugin's socket path {} is {len} bytes, over the {SOCKET_PATH_MAX}-byte limit of unix socket paths, and so is the short run dir's; use a shorter data_dir (or TMPDIR)",
+                socket.display()
+            ));
+        }
+        if let Some(run) = self
+            .socket_dir
+            .parent()
+            .filter(|p| p.ends_with(RUN_DIR_NAME))
+        {
+            make_private_dir(run)?;
+        }
         for dir in [&self.socket_dir, &self.base_dir_host] {
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -349,6 +413,55 @@ mod tests {
         assert_eq!(s.base_dir_plugin, s.base_dir_host);
         assert!(s.mounts.is_empty());
         assert_eq!(s.health_timeout, Duration::from_secs(5));
+    }
+
+    /// A data dir a few levels deep (an agent per folder under a temp folder) once made the
+    /// socket path pass the 107-byte limit, and the plugin never became healthy.
+    #[test]
+    fn a_deep_data_dir_gets_a_short_socket_path_the_same_every_time() {
+        let deep = Path::new(
+            "/tmp/caravan-tests-1234567/some-test-with-a-long-name/agent-c1/data/client/csi",
+        );
+        let alloc = "5b2d1c1e-8d3f-4f7a-9f3c-2a1b0c9d8e7f";
+        let long = deep.join("plugins").join(alloc).join(CSI_SOCKET_NAME);
+        assert!(
+            long.as_os_str().len() > SOCKET_PATH_MAX,
+            "{}",
+            long.display()
+        );
+        for isolation in [FsIsolation::None, FsIsolation::Chroot] {
+            let s = PluginSetup::plan(deep, alloc, &cfg(), isolation);
+            assert!(
+                s.socket().as_os_str().len() <= SOCKET_PATH_MAX,
+                "{}",
+                s.socket().display()
+            );
+            assert!(
+                s.socket_dir.parent().unwrap().ends_with(RUN_DIR_NAME),
+                "{:?}",
+                s.socket_dir
+            );
+            // A restarted client computes the same path for the plugin it reattaches to.
+            assert_eq!(s, PluginSetup::plan(deep, alloc, &cfg(), isolation));
+            // Another allocation gets its own.
+            assert_ne!(
+                s.socket_dir,
+                PluginSetup::plan(deep, "another-alloc", &cfg(), isolation).socket_dir
+            );
+        }
+        let s = PluginSetup::plan(deep, alloc, &cfg(), FsIsolation::None);
+        assert_eq!(s.endpoint, format!("unix://{}", s.socket().display()));
+        let s = PluginSetup::plan(deep, alloc, &cfg(), FsIsolation::Chroot);
+        assert_eq!(s.mounts[0].host_path, s.socket_dir);
+    }
+
+    #[test]
+    fn a_socket_path_that_cannot_fit_fails_the_task_saying_what_to_change() {
+        let mut s = PluginSetup::plan(Path::new("/d/client/csi"), "a1", &cfg(), FsIsolation::None);
+        s.socket_dir = PathBuf::from(format!("/{}", "x".repeat(120)));
+        let err = s.create_dirs().unwrap_err();
+        assert!(err.contains("107-byte limit"), "{err}");
+        assert!(err.contains("shorter data_dir"), "{err}");
     }
 
     #[test]
