@@ -137,8 +137,12 @@ fn a_volume_written_on_one_client_is_read_back_on_the_other() {
         eprintln!("SKIPPED: the CSI end-to-end test needs root (bind mounts, exec chroots)");
         return;
     }
-    let base = short_temp_dir("e2e");
-    let leftovers = Leftovers::new(&base);
+    let top = short_temp_dir("e2e");
+    let leftovers = Leftovers::new(&top);
+    // Agents a few folders deep, as people lay them out: the plugins' sockets must still fit
+    // the 107 bytes of a unix socket path (they once did not, and the plugin never got healthy).
+    let base = top.join("agents-each-in-its-own-folder").join("under-a-deeper-tree");
+    std::fs::create_dir_all(&base).unwrap();
     let root = base.join("hp");
 
     let sdir = base.join("s");

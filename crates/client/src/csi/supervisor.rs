@@ -218,6 +218,7 @@ pub(crate) struct PluginSupervisor {
     registry: Arc<CsiRegistry>,
     plugin_id: String,
     alloc_id: String,
+    socket_dir: PathBuf,
 }
 
 impl PluginSupervisor {
@@ -225,6 +226,7 @@ impl PluginSupervisor {
         let (tx, events) = mpsc::channel(CSI_SUPERVISOR_QUEUE_CAPACITY);
         let plugin_id = setup.plugin_id.clone();
         let alloc_id = setup.alloc_id.clone();
+        let socket_dir = setup.socket_dir.clone();
         let join = tokio::spawn(supervise(Arc::clone(&registry), setup, tx));
         PluginSupervisor {
             join,
@@ -232,6 +234,7 @@ impl PluginSupervisor {
             registry,
             plugin_id,
             alloc_id,
+            socket_dir,
         }
     }
 
@@ -247,6 +250,15 @@ impl PluginSupervisor {
     pub fn stop(self) {
         self.join.abort();
         self.registry.deregister(&self.plugin_id, &self.alloc_id);
+        // A socket dir in the short run dir is nobody else's to clean up (one under the data
+        // dir goes with it).
+        if self
+            .socket_dir
+            .parent()
+            .is_some_and(|p| p.ends_with(RUN_DIR_NAME))
+        {
+            let _ = std::fs::remove_dir_all(&self.socket_dir);
+        }
         tracing::info!(plugin_id = %self.plugin_id, alloc_id = %self.alloc_id, "CSI plugin deregistered");
     }
 }
