@@ -141,7 +141,9 @@ fn a_volume_written_on_one_client_is_read_back_on_the_other() {
     let leftovers = Leftovers::new(&top);
     // Agents a few folders deep, as people lay them out: the plugins' sockets must still fit
     // the 107 bytes of a unix socket path (they once did not, and the plugin never got healthy).
-    let base = top.join("agents-each-in-its-own-folder").join("under-a-deeper-tree");
+    let base = top
+        .join("agents-each-in-its-own-folder")
+        .join("under-a-deeper-tree");
     std::fs::create_dir_all(&base).unwrap();
     let root = base.join("hp");
 

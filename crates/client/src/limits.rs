@@ -93,5 +93,7 @@ pub const CSI_PLUGIN_WAIT: Duration = Duration::from_secs(60);
 pub const CSI_CLAIM_RETRY_FOR: Duration = Duration::from_secs(24 * 3600);
 pub const CSI_CLAIM_RETRY_DELAY_MAX: Duration = Duration::from_secs(60);
 /// The deadline of `CSIVolume.Claim` and `CSIVolume.Unpublish`: the server may call a
-/// controller plugin (through another client) before it answers.
-pub const CSI_SERVER_CALL_TIMEOUT: Duration = Duration::from_secs(150);
+/// controller plugin (through another client) before it answers, after waiting its turn behind
+/// other calls for that plugin (each may take the 2-minute controller deadline). Past it the
+/// servers cancel the request (it leaves the plugin's queue) and the hook tries again.
+pub const CSI_SERVER_CALL_TIMEOUT: Duration = Duration::from_secs(600);

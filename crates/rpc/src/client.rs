@@ -121,7 +121,9 @@ impl Client {
         timeout: Duration,
     ) -> Result<Value, RpcError> {
         let deadline = Instant::now() + timeout;
-        match tokio::time::timeout_at(deadline, self.call_inner(addr, method, &body)).await {
+        match tokio::time::timeout_at(deadline, self.call_inner(addr, method, &body, deadline))
+            .await
+        {
             Ok(result) => result,
             Err(_) => Err(RpcError::timeout(format!(
                 "{method} to {addr}: no answer within {timeout:?}"
@@ -142,10 +144,14 @@ impl Client {
             .map_err(|e| RpcError::internal(format!("{}: decoding response: {e}", M::NAME)))
     }
 
-    async fn call_inner(&self, addr: &str, method: &str, body: &Value) -> Result<Value, RpcError> {
+    async fn call_inner(
+        &self,
+        addr: &str,
+        method: &str,
+        body: &Value,
+        deadline: Instant,
+    ) -> Result<Value, RpcError> {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-        let bytes = frame::encode(&RequestOut { id, method, body })
-            .map_err(|e| RpcError::bad_request(format!("{method}: request not sent: {e}")))?;
         let conn = self.connection(addr).await?;
         let _permit: OwnedSemaphorePermit = conn
             .shared
@@ -157,6 +163,16 @@ impl Client {
         let (tx, rx) = oneshot::channel();
         let pending = PendingGuard::insert(&conn.shared, id, tx)
             .ok_or_else(|| RpcError::unavailable(format!("{addr}: connection closed")))?;
+        // What is left of the caller's wait, as of sending: the server gives up with it.
+        let left = deadline.saturating_duration_since(Instant::now());
+        let timeout_ms = Some(u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1));
+        let bytes = frame::encode(&RequestOut {
+            id,
+            method,
+            body,
+            timeout_ms,
+        })
+        .map_err(|e| RpcError::bad_request(format!("{method}: request not sent: {e}")))?;
         if conn.tx.send(bytes).await.is_err() {
             return Err(RpcError::unavailable(format!("{addr}: connection closed")));
         }

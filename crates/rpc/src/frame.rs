@@ -18,6 +18,10 @@ pub(crate) struct RequestOut<'a> {
     pub id: u64,
     pub method: &'a str,
     pub body: &'a Value,
+    /// How long the caller waits for the answer, from when it sent the request: the server
+    /// cancels the handler past it, since nobody is left to read its answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -26,6 +30,8 @@ pub(crate) struct RequestIn {
     pub method: String,
     #[serde(default)]
     pub body: Value,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
 }
 
 /// Just the id of a request frame that failed to decode, so it can still be answered.

@@ -109,7 +109,24 @@ fn decode_request(bytes: &[u8]) -> Result<RequestIn, Option<Vec<u8>>> {
 
 async fn run_call(handler: Arc<dyn Handler>, req: RequestIn, tx: mpsc::Sender<Vec<u8>>) {
     let id = req.id;
-    let result = handler.handle(req.method, req.body).await;
+    let result = match req.timeout_ms {
+        // Past the caller's wait nobody reads the answer: the handler is cancelled (dropped),
+        // so a request waiting in a queue leaves it instead of piling up behind its retries.
+        Some(ms) => {
+            let method = req.method.clone();
+            tokio::time::timeout(
+                std::time::Duration::from_millis(ms),
+                handler.handle(req.method, req.body),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                Err(RpcError::timeout(format!(
+                    "{method}: the caller stopped waiting after {ms} ms; cancelled"
+                )))
+            })
+        }
+        None => handler.handle(req.method, req.body).await,
+    };
     let bytes = match frame::encode(&Response { id, result }) {
         Ok(bytes) => bytes,
         Err(e) => {

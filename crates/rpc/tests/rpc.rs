@@ -14,14 +14,27 @@ use tokio::sync::{oneshot, Notify};
 #[derive(Default)]
 struct TestHandler {
     entered: Arc<Notify>,
+    /// Set when a `Test.Hang` handler is dropped (cancelled).
+    dropped: Arc<Notify>,
+}
+
+/// Notifies when dropped.
+struct OnDrop(Arc<Notify>);
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        self.0.notify_one();
+    }
 }
 
 impl Handler for TestHandler {
     fn handle(&self, method: String, body: Value) -> BoxFuture<'static, Result<Value, RpcError>> {
         let entered = self.entered.clone();
+        let dropped = self.dropped.clone();
         Box::pin(async move {
             match method.as_str() {
                 "Test.Hang" => {
+                    let _cancelled = OnDrop(dropped);
                     entered.notify_one();
                     std::future::pending().await
                 }
@@ -41,6 +54,7 @@ impl Handler for TestHandler {
 struct Server {
     addr: String,
     entered: Arc<Notify>,
+    dropped: Arc<Notify>,
     stop: Option<oneshot::Sender<()>>,
     done: tokio::task::JoinHandle<()>,
 }
@@ -52,12 +66,14 @@ impl Server {
         let (stop, stopped) = oneshot::channel::<()>();
         let handler = TestHandler::default();
         let entered = handler.entered.clone();
+        let dropped = handler.dropped.clone();
         let done = tokio::spawn(serve(listener, Arc::new(handler), async {
             let _ = stopped.await;
         }));
         Server {
             addr,
             entered,
+            dropped,
             stop: Some(stop),
             done,
         }
@@ -204,6 +220,24 @@ async fn a_slow_handler_times_out_and_the_connection_stays_usable() {
             .unwrap(),
         json!("after")
     );
+    server.stop().await;
+}
+
+/// A caller that stops waiting takes the handler with it: the server cancels a handler once the
+/// caller's timeout (sent with the request) has passed, so work nobody waits for — a request
+/// queued behind a busy plugin, say — does not pile up behind the caller's retries.
+#[tokio::test]
+async fn a_handler_whose_caller_stopped_waiting_is_cancelled() {
+    let server = Server::start().await;
+    let client = Client::new(Duration::from_millis(200));
+    let err = client
+        .call_raw(&server.addr, "Test.Hang", Value::Null)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::Timeout, "{err}");
+    tokio::time::timeout(Duration::from_secs(10), server.dropped.notified())
+        .await
+        .expect("the server cancelled the handler");
     server.stop().await;
 }
 

@@ -370,8 +370,24 @@ impl Server {
         method: &str,
         req: &Req,
     ) -> Result<Resp, ServerError> {
+        self.forward_timeout(addr, method, req, self.inner.rpc_client.timeout())
+            .await
+    }
+
+    /// [`Server::forward`] with a wait of its own (the leader cancels the request past it).
+    pub(crate) async fn forward_timeout<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        addr: &str,
+        method: &str,
+        req: &Req,
+        timeout: std::time::Duration,
+    ) -> Result<Resp, ServerError> {
         let body = serde_json::to_value(req).map_err(|e| ServerError::internal(e.to_string()))?;
-        let value = self.inner.rpc_client.call_raw(addr, method, body).await?;
+        let value = self
+            .inner
+            .rpc_client
+            .call_raw_timeout(addr, method, body, timeout)
+            .await?;
         serde_json::from_value(value).map_err(|e| {
             ServerError::internal(format!("undecodable {method} response from {addr}: {e}"))
         })

@@ -33,6 +33,10 @@ use std::sync::Arc;
 /// The rpc method a follower forwards CSI writes with.
 pub const CSI_WRITE: &str = "CSI.Write";
 
+/// How long a follower waits for the leader's answer to a forwarded CSI write: as long as a
+/// client waits for `CSIVolume.Claim` (a controller call may wait its turn, then take minutes).
+const CSI_FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// A CSI write as forwarded to the leader.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum CsiWrite {
@@ -117,7 +121,13 @@ impl Server {
     /// Runs a CSI write on the leader (forwarding when this server does not lead).
     pub async fn csi_write(&self, write: CsiWrite) -> Result<CsiWriteResponse, ServerError> {
         match self.forward_target().await? {
-            Some(leader) => self.forward(&leader, CSI_WRITE, &write).await,
+            // As long as the client waits (its own deadline cancels this sooner): a forward that
+            // gave up earlier would take the request out of the plugin's queue while the client
+            // still waits, and its retry would queue at the back.
+            Some(leader) => {
+                self.forward_timeout(&leader, CSI_WRITE, &write, CSI_FORWARD_TIMEOUT)
+                    .await
+            }
             None => self.csi_write_local(write).await,
         }
     }
