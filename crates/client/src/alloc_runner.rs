@@ -144,16 +144,35 @@ pub(crate) struct AllocRunner {
 enum VolumePhase {
     /// Mounted (or none wanted): tasks may start.
     Ready,
-    /// Being claimed and mounted; no task starts until this ends.
-    Mounting(JoinHandle<(Volumes, Result<(), String>)>),
-    /// Every task is dead and the release was handed to the background.
+    /// Being claimed and mounted; no task starts until this ends. The progress says what was
+    /// claimed so far, should the mounting be aborted.
+    Mounting(JoinHandle<(Volumes, Result<(), String>)>, hook::Progress),
+    /// Every task is dead and the volumes are being unmounted and released in the background;
+    /// they stay in the allocation's record until that ends.
+    Releasing(JoinHandle<()>),
+    /// Released.
     Released,
+}
+
+/// What ended: the mounting, or the release.
+enum VolumeStep {
+    Mounted((Volumes, Result<(), String>)),
+    Released,
+}
+
+/// The end of the mounting step or of the release; pending for ever in any other phase.
+async fn volume_step(phase: &mut VolumePhase) -> VolumeStep {
+    if let VolumePhase::Releasing(join) = phase {
+        let _ = join.await;
+        return VolumeStep::Released;
+    }
+    VolumeStep::Mounted(mounting(phase).await)
 }
 
 /// The end of the mounting step; pending for ever in any other phase.
 async fn mounting(phase: &mut VolumePhase) -> (Volumes, Result<(), String>) {
     match phase {
-        VolumePhase::Mounting(join) => match join.await {
+        VolumePhase::Mounting(join, _) => match join.await {
             Ok(done) => done,
             Err(e) => (Volumes::new(), Err(format!("the CSI hook failed: {e}"))),
         },
@@ -289,7 +308,10 @@ impl AllocRunner {
             tokio::select! {
                 Some(report) = self.reports.recv() => self.on_report(report).await,
                 () = sleep_until_some(health_check) => self.advance().await,
-                done = mounting(&mut self.volume_phase) => self.on_volumes(done).await,
+                step = volume_step(&mut self.volume_phase) => match step {
+                    VolumeStep::Mounted(done) => self.on_volumes(done).await,
+                    VolumeStep::Released => self.on_released().await,
+                },
                 // Once destroying, the client has let go of this runner (its command channel
                 // closes); the runner finishes the destroy on its own.
                 cmd = self.cmds.recv(), if !self.destroying => match cmd {
@@ -320,7 +342,11 @@ impl AllocRunner {
         }
         let restored = (**self.volumes.borrow()).clone();
         let ctx = Arc::clone(&self.ctx);
-        self.volume_phase = VolumePhase::Mounting(tokio::spawn(hook::prerun(ctx, alloc, restored)));
+        let progress = hook::Progress::default();
+        self.volume_phase = VolumePhase::Mounting(
+            tokio::spawn(hook::prerun(ctx, alloc, restored, Arc::clone(&progress))),
+            progress,
+        );
     }
 
     /// The volumes are claimed and mounted, or the hook failed: then no task starts and each
@@ -343,9 +369,13 @@ impl AllocRunner {
     /// Once every task is dead: unmount and release the volumes in the background.
     async fn release_volumes(&mut self) {
         if self.killing {
-            if let VolumePhase::Mounting(join) = &self.volume_phase {
-                // Stopped before its volumes were ready: nothing will use them.
+            if let VolumePhase::Mounting(join, progress) = &self.volume_phase {
+                // Stopped before its volumes were ready: nothing will use them. What it had
+                // claimed (or started mounting) so far is released like the rest.
                 join.abort();
+                let mut volumes = (**self.volumes.borrow()).clone();
+                volumes.extend(progress.lock().unwrap_or_else(|p| p.into_inner()).clone());
+                self.volumes.send_replace(Arc::new(volumes));
                 self.volume_phase = VolumePhase::Ready;
             }
         }
@@ -357,7 +387,13 @@ impl AllocRunner {
         if volumes.is_empty() {
             return;
         }
-        hook::spawn_release(Arc::clone(&self.ctx), self.alloc_id(), volumes);
+        let join = hook::spawn_release(Arc::clone(&self.ctx), self.alloc_id(), volumes);
+        self.volume_phase = VolumePhase::Releasing(join);
+        self.persist().await;
+    }
+
+    /// The background release ended: the volumes leave the allocation's record.
+    async fn on_released(&mut self) {
         self.volumes.send_replace(Arc::default());
         self.volume_phase = VolumePhase::Released;
         self.persist().await;
@@ -434,9 +470,12 @@ impl AllocRunner {
 
     /// Every task is dead or its runner has ended.
     fn settled(&self) -> bool {
-        self.slots
-            .values()
-            .all(|s| s.is_dead() || s.runner.as_ref().is_none_or(|r| r.join.is_finished()))
+        // A release under way keeps the record (and its volumes) until it ended.
+        !matches!(self.volume_phase, VolumePhase::Releasing(_))
+            && self
+                .slots
+                .values()
+                .all(|s| s.is_dead() || s.runner.as_ref().is_none_or(|r| r.join.is_finished()))
     }
 
     /// Moves the allocation forward after any change: failure handling, lifecycle starts,
@@ -490,7 +529,7 @@ impl AllocRunner {
 
     /// Starts what the lifecycle allows now (nothing while volumes are being mounted).
     fn start_ready_tasks(&mut self) {
-        if matches!(self.volume_phase, VolumePhase::Mounting(_)) {
+        if matches!(self.volume_phase, VolumePhase::Mounting(..)) {
             return;
         }
         self.start_where(|s| matches!(s.role, Role::Prestart { .. }));

@@ -44,6 +44,8 @@ struct FakeState {
     csi_unpublishes: Vec<CsiVolumeUnpublishRequest>,
     /// How many coming claims fail with `NoLeader` (retryable) first.
     csi_claim_failures: u32,
+    /// Volumes whose claims always fail with `NoLeader` (a claim that keeps retrying).
+    csi_claims_stuck: Vec<String>,
 }
 
 impl FakeServer {
@@ -146,6 +148,11 @@ impl FakeServer {
     /// Registers a CSI volume that claims can name.
     pub fn add_csi_volume(&self, volume: CSIVolume) {
         self.with(|s| s.csi_volumes.insert(volume.id.clone(), volume));
+    }
+
+    /// Makes every claim of `volume_id` fail with a retryable `NoLeader`, for ever.
+    pub fn stick_csi_claims(&self, volume_id: &str) {
+        self.with(|s| s.csi_claims_stuck.push(volume_id.to_string()));
     }
 
     /// Makes the next `n` claims fail with a retryable `NoLeader`.
@@ -279,8 +286,8 @@ impl FakeServer {
         self.check_node(&req.node_id, &req.secret_id)?;
         self.with(|s| {
             s.csi_claims.push(req.clone());
-            if s.csi_claim_failures > 0 {
-                s.csi_claim_failures -= 1;
+            if s.csi_claim_failures > 0 || s.csi_claims_stuck.contains(&req.volume_id) {
+                s.csi_claim_failures = s.csi_claim_failures.saturating_sub(1);
                 return Err(RpcError::no_leader("fake server: no cluster leader"));
             }
             let volume = s.csi_volumes.get(&req.volume_id).cloned().ok_or_else(|| {

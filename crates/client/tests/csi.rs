@@ -210,14 +210,21 @@ fn is_mounted(path: &Path) -> bool {
 /// A group volume of type csi: claimed (through one retryable failure), staged and published by
 /// the plugin task's hostpath plugin, handed to the task's volume_mount, and on stop unmounted
 /// and released with an Unpublishing claim.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_csi_volume_is_claimed_mounted_into_the_task_and_released_on_stop() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: bind mounts need root");
-        return;
-    }
+/// A client with the hostpath plugin registered (its allocation's ID) and volume `data` created
+/// through it and known to the fake server.
+struct WithVolume {
+    dir: TestDir,
+    server: Arc<FakeServer>,
+    mock: Arc<MockDriver>,
+    client: Client,
+    node_id: String,
+    plugin_alloc_id: String,
+    /// The plugin serves until this is dropped.
+    _plugin: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn with_volume() -> WithVolume {
     let dir = TestDir::new("csi");
-    let _cleanup = MountCleanup(dir.path().to_path_buf());
     let server = FakeServer::new(Duration::from_millis(500));
     let mock = Arc::new(MockDriver::new());
     let drivers: Vec<Arc<dyn Driver>> = vec![mock.clone()];
@@ -265,27 +272,64 @@ async fn a_csi_volume_is_claimed_mounted_into_the_task_and_released_on_stop() {
         plugin_id: "hostpath".into(),
         ..Default::default()
     });
+    WithVolume {
+        dir,
+        server,
+        mock,
+        client,
+        node_id,
+        plugin_alloc_id,
+        _plugin,
+    }
+}
+
+/// A job whose group asks for the CSI volumes named, in order, mounted into its one task.
+fn volume_job(volumes: &[&str]) -> model::Job {
+    let mut app = task("app", "mock_driver", json!({"run_for": "10m"}));
+    app.volume_mounts = volumes
+        .iter()
+        .map(|v| model::task::VolumeMount {
+            volume: (*v).into(),
+            destination: format!("/srv/{v}"),
+            ..Default::default()
+        })
+        .collect();
+    let mut j = job("app", "service", vec![app]);
+    for v in volumes {
+        j.task_groups[0].volumes.insert(
+            (*v).into(),
+            model::group::VolumeRequest {
+                name: (*v).into(),
+                volume_type: "csi".into(),
+                source: (*v).into(),
+                access_mode: "single-node-writer".into(),
+                attachment_mode: "file-system".into(),
+                ..Default::default()
+            },
+        );
+    }
+    j
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_csi_volume_is_claimed_mounted_into_the_task_and_released_on_stop() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: bind mounts need root");
+        return;
+    }
+    let WithVolume {
+        dir,
+        server,
+        mock,
+        client,
+        node_id,
+        plugin_alloc_id,
+        _plugin,
+    } = with_volume().await;
+    let _cleanup = MountCleanup(dir.path().to_path_buf());
     server.fail_csi_claims(1);
 
-    let mut app = task("app", "mock_driver", json!({"run_for": "10m"}));
-    app.volume_mounts = vec![model::task::VolumeMount {
-        volume: "data".into(),
-        destination: "/srv/data".into(),
-        ..Default::default()
-    }];
-    let mut j = job("app", "service", vec![app]);
-    j.task_groups[0].volumes.insert(
-        "data".into(),
-        model::group::VolumeRequest {
-            name: "data".into(),
-            volume_type: "csi".into(),
-            source: "data".into(),
-            access_mode: "single-node-writer".into(),
-            attachment_mode: "file-system".into(),
-            ..Default::default()
-        },
-    );
-    let a = alloc(&node_id, j);
+    let a = alloc(&node_id, volume_job(&["data"]));
     let app_id = a.id.clone();
     server.add_alloc(a);
     eventually("the app runs", LIMIT, || {
@@ -408,5 +452,55 @@ async fn an_unknown_volume_fails_the_allocation_before_its_tasks_start() {
         "{e:?}"
     );
     assert!(mock.started().is_empty(), "no task started");
+    client.shutdown().await;
+}
+
+/// An allocation stopped while its volumes are still being claimed: the prerun is aborted, and
+/// what it had already claimed and mounted is still unmounted and released (it was lost with the
+/// aborted hook before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allocation_stopped_mid_prerun_still_releases_what_it_mounted() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: bind mounts need root");
+        return;
+    }
+    let WithVolume {
+        dir,
+        server,
+        client,
+        node_id,
+        _plugin,
+        ..
+    } = with_volume().await;
+    let _cleanup = MountCleanup(dir.path().to_path_buf());
+    // "data" is claimed and mounted; the claim of "late" never goes through.
+    server.add_csi_volume(model::csi::CSIVolume {
+        id: "late".into(),
+        namespace: "default".into(),
+        plugin_id: "hostpath".into(),
+        ..Default::default()
+    });
+    server.stick_csi_claims("late");
+    let a = alloc(&node_id, volume_job(&["data", "late"]));
+    let app_id = a.id.clone();
+    server.add_alloc(a);
+    let published = dir.path().join(format!(
+        "client/csi/monolith/hostpath/per-alloc/{app_id}/data/rw-file-system-single-node-writer"
+    ));
+    eventually("data mounted and late being claimed", LIMIT, || {
+        (is_mounted(&published) && server.csi_claims().iter().any(|c| c.volume_id == "late"))
+            .then_some(())
+    })
+    .await;
+    server.stop_alloc(&app_id);
+    let released = eventually("data's claim is released", LIMIT, || {
+        server
+            .csi_unpublishes()
+            .into_iter()
+            .find(|u| u.volume_id == "data")
+    })
+    .await;
+    assert_eq!(released.claim.allocation_id, app_id);
+    assert!(!is_mounted(&published), "unpublished before the release");
     client.shutdown().await;
 }

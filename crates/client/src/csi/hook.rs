@@ -43,6 +43,11 @@ pub struct MountedVolume {
     pub external_node_id: String,
     /// Where it is published on the host; empty when claimed but not mounted.
     pub host_path: PathBuf,
+    /// A mount was started: the node may hold a staging or publish mount of it even though
+    /// `host_path` is empty (a NodePublish failed after NodeStage, the hook was aborted
+    /// mid-mount), so a release unmounts it too.
+    #[serde(default)]
+    pub mount_started: bool,
 }
 
 /// The allocation's volumes: alias → volume.
@@ -82,14 +87,51 @@ pub(crate) async fn prerun(
     ctx: Arc<RunnerContext>,
     alloc: Arc<Allocation>,
     restored: Volumes,
+    progress: Progress,
 ) -> (Volumes, Result<(), String>) {
-    let mut out = Volumes::new();
+    let mut out = Tracked {
+        volumes: Volumes::new(),
+        progress,
+    };
+    let (volumes, result) = prerun_inner(&ctx, &alloc, &restored, &mut out).await;
+    (volumes, result)
+}
+
+/// What prerun has claimed (and started mounting) so far, seen by the allocation runner too: a
+/// prerun aborted midway (the allocation stopped) still has its claims released and its mounts
+/// undone.
+pub(crate) type Progress = Arc<std::sync::Mutex<Volumes>>;
+
+/// The volumes, each change also written to the shared progress.
+struct Tracked {
+    volumes: Volumes,
+    progress: Progress,
+}
+
+impl Tracked {
+    fn insert(&mut self, alias: String, v: MountedVolume) {
+        self.progress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(alias.clone(), v.clone());
+        self.volumes.insert(alias, v);
+    }
+}
+
+async fn prerun_inner(
+    ctx: &Arc<RunnerContext>,
+    alloc: &Arc<Allocation>,
+    restored: &Volumes,
+    out: &mut Tracked,
+) -> (Volumes, Result<(), String>) {
+    let ctx = Arc::clone(ctx);
+    let alloc = Arc::clone(alloc);
     let requests = csi_requests(&alloc);
     if requests.is_empty() {
-        return (out, Ok(()));
+        return (out.volumes.clone(), Ok(()));
     }
     if let Err(e) = check_drivers(&ctx, &alloc) {
-        return (out, Err(e));
+        return (out.volumes.clone(), Err(e));
     }
     for (alias, req) in requests {
         if let Some(v) = restored.get(&alias) {
@@ -99,11 +141,11 @@ pub(crate) async fn prerun(
                 continue;
             }
         }
-        if let Err(e) = claim_and_mount(&ctx, &alloc, &alias, &req, &mut out).await {
-            return (out, Err(e));
+        if let Err(e) = claim_and_mount(&ctx, &alloc, &alias, &req, out).await {
+            return (out.volumes.clone(), Err(e));
         }
     }
-    (out, Ok(()))
+    (out.volumes.clone(), Ok(()))
 }
 
 /// Nomad refuses CSI volumes when no task's driver can mount anything.
@@ -128,7 +170,7 @@ async fn claim_and_mount(
     alloc: &Allocation,
     alias: &str,
     req: &VolumeRequest,
-    out: &mut Volumes,
+    out: &mut Tracked,
 ) -> Result<(), String> {
     let id = volume_id(req, alloc);
     let node = ctx.node.get();
@@ -167,6 +209,7 @@ async fn claim_and_mount(
         usage,
         external_node_id: String::new(),
         host_path: PathBuf::new(),
+        mount_started: false,
     };
     out.insert(alias.to_string(), mounted.clone());
     let plugin = ctx
@@ -181,6 +224,9 @@ async fn claim_and_mount(
             )
         })?;
     mounted.external_node_id = plugin.info.node.map(|n| n.node_id).unwrap_or_default();
+    // From here the node may hold a mount of it, whatever happens to this call.
+    mounted.mount_started = true;
+    out.insert(alias.to_string(), mounted.clone());
     mounted.host_path = ctx
         .csi
         .volumes
@@ -228,22 +274,25 @@ async fn claim_with_retry(
     }
 }
 
-/// Unmounts and releases every volume in the background, each step retried until it works.
-pub(crate) fn spawn_release(ctx: Arc<RunnerContext>, alloc_id: String, volumes: Volumes) {
-    if volumes.is_empty() {
-        return;
-    }
+/// Unmounts and releases every volume in the background, each step retried until it works; the
+/// handle ends when all are done (the allocation keeps its volumes persisted until then, so a
+/// client restarted midway releases them again).
+pub(crate) fn spawn_release(
+    ctx: Arc<RunnerContext>,
+    alloc_id: String,
+    volumes: Volumes,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         for v in volumes.into_values() {
             release(&ctx, &alloc_id, &v).await;
         }
-    });
+    })
 }
 
 async fn release(ctx: &RunnerContext, alloc_id: &str, v: &MountedVolume) {
     let give_up = Instant::now() + CSI_CLAIM_RETRY_FOR;
     let mut backoff = Backoff::new(Rng::from_entropy());
-    if !v.host_path.as_os_str().is_empty() {
+    if !v.host_path.as_os_str().is_empty() || v.mount_started {
         loop {
             let done = ctx
                 .csi
@@ -407,6 +456,7 @@ mod tests {
                 },
                 external_node_id: String::new(),
                 host_path: "/host/v".into(),
+                mount_started: true,
             },
         );
         let mounts = task_mounts(&task, &volumes, &requests).unwrap();

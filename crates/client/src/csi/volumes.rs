@@ -174,6 +174,25 @@ impl VolumeManager {
         let capability = capability(usage, volume.mount_options.as_ref(), &volume.id)?;
         let remote_id = volume.remote_id().to_string();
         let to_map = |m: &BTreeMap<String, String>| m.clone().into_iter().collect();
+        let usage_dir = usage.dir_name();
+        if stages
+            && is_mount(&paths.staging_host)?
+            && !still_published(&inst.base_dir_host, &volume.id, &usage_dir)
+        {
+            // A staging mount no allocation publishes from: left by one whose release never
+            // finished, and possibly stale (the volume may have been detached and attached
+            // again since). It is unstaged and staged afresh rather than reused.
+            tracing::warn!(volume = %volume.id, path = %paths.staging_host.display(),
+                "a staging mount nobody uses is left from an earlier allocation; unstaging it first");
+            let req = v1::NodeUnstageVolumeRequest {
+                volume_id: remote_id.clone(),
+                staging_target_path: paths.staging_plugin.display().to_string(),
+            };
+            with_retries("NodeUnstageVolume", &volume.id, || {
+                client.node_unstage_volume(req.clone())
+            })
+            .await?;
+        }
         if stages && !is_mount(&paths.staging_host)? {
             create_dir(&paths.staging_host)?;
             let req = v1::NodeStageVolumeRequest {
@@ -629,6 +648,41 @@ mod tests {
             "node calls for one volume overlapped: {calls:?}"
         );
         assert!(manager.locks.lock().unwrap().is_empty(), "locks are freed");
+
+        // A staging mount left by an allocation whose release never finished (unpublished,
+        // never unstaged) is not reused by the next one: it is unstaged and staged afresh.
+        let c = manager
+            .mount_volume("hp", &volume, "alloc-c", &usage, &BTreeMap::new())
+            .await
+            .unwrap();
+        client
+            .node_unpublish_volume(v1::NodeUnpublishVolumeRequest {
+                volume_id: created.volume_id.clone(),
+                target_path: c.display().to_string(),
+            })
+            .await
+            .unwrap();
+        let _ = std::fs::remove_dir_all(base.join("per-alloc/alloc-c"));
+        assert!(
+            is_mount(&staging).unwrap(),
+            "the leak: staged, published by nobody"
+        );
+        recording.calls.lock().unwrap().clear();
+        let d = manager
+            .mount_volume("hp", &volume, "alloc-d", &usage, &BTreeMap::new())
+            .await
+            .unwrap();
+        assert_eq!(
+            *recording.calls.lock().unwrap(),
+            ["unstage", "stage", "publish"],
+            "the stale staging mount is unstaged before the volume is staged again"
+        );
+        assert!(is_mount(&d).unwrap() && is_mount(&staging).unwrap());
+        manager
+            .unmount_volume("hp", "shared", &created.volume_id, "alloc-d", &usage)
+            .await
+            .unwrap();
+        assert!(!is_mount(&staging).unwrap());
 
         // A plugin that is not registered is a retryable error.
         let e = manager
