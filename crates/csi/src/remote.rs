@@ -262,6 +262,27 @@ pub async fn dispatch(
                 .collect();
             reply.next_token = r.next_token;
         }
+        CsiControllerCall::ControllerExpandVolume {
+            volume_id,
+            capacity_min,
+            capacity_max,
+            capability: cap,
+            secrets,
+        } => {
+            let r = client
+                .controller_expand_volume(v1::ControllerExpandVolumeRequest {
+                    volume_id,
+                    capacity_range: Some(v1::CapacityRange {
+                        required_bytes: capacity_min,
+                        limit_bytes: capacity_max,
+                    }),
+                    secrets: hash(&secrets),
+                    volume_capability: cap.as_ref().map(capability).transpose()?,
+                })
+                .await?;
+            reply.capacity = r.capacity_bytes;
+            reply.node_expansion_required = r.node_expansion_required;
+        }
     }
     Ok(reply)
 }

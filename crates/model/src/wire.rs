@@ -645,6 +645,19 @@ pub enum CsiControllerCall {
         #[serde(rename = "StartingToken", default)]
         starting_token: String,
     },
+    ControllerExpandVolume {
+        #[serde(rename = "VolumeID")]
+        volume_id: String,
+        #[serde(rename = "CapacityMin", default)]
+        capacity_min: i64,
+        #[serde(rename = "CapacityMax", default)]
+        capacity_max: i64,
+        /// The capability the volume is used with, when it is in use.
+        #[serde(rename = "Capability", default)]
+        capability: Option<CsiCapability>,
+        #[serde(rename = "Secrets", default)]
+        secrets: BTreeMap<String, String>,
+    },
 }
 
 impl CsiControllerCall {
@@ -660,6 +673,7 @@ impl CsiControllerCall {
             CsiControllerCall::DeleteSnapshot { .. } => "DeleteSnapshot",
             CsiControllerCall::ListSnapshots { .. } => "ListSnapshots",
             CsiControllerCall::ListVolumes { .. } => "ListVolumes",
+            CsiControllerCall::ControllerExpandVolume { .. } => "ControllerExpandVolume",
         }
     }
 
@@ -691,7 +705,8 @@ impl CsiControllerCall {
             | CsiControllerCall::ValidateVolumeCapabilities { secrets, .. }
             | CsiControllerCall::CreateSnapshot { secrets, .. }
             | CsiControllerCall::DeleteSnapshot { secrets, .. }
-            | CsiControllerCall::ListSnapshots { secrets, .. } => *secrets = value,
+            | CsiControllerCall::ListSnapshots { secrets, .. }
+            | CsiControllerCall::ControllerExpandVolume { secrets, .. } => *secrets = value,
             CsiControllerCall::ListVolumes { .. } => {}
         }
     }
@@ -718,8 +733,12 @@ pub struct CsiControllerReply {
     /// CreateVolume: the provider's volume ID.
     #[serde(rename = "ExternalID")]
     pub external_id: String,
+    /// CreateVolume, ControllerExpandVolume: the volume's size now.
     #[serde(rename = "Capacity")]
     pub capacity: i64,
+    /// ControllerExpandVolume: the nodes that mount it must grow it too (NodeExpandVolume).
+    #[serde(rename = "NodeExpansionRequired")]
+    pub node_expansion_required: bool,
     #[serde(rename = "VolumeContext")]
     pub volume_context: BTreeMap<String, String>,
     #[serde(rename = "Topologies")]

@@ -146,9 +146,16 @@ impl CsiTransport for Fake {
                     message: format!("scripted code {code}"),
                 }));
             }
+            let capacity = match &req.call {
+                model::wire::CsiControllerCall::ControllerExpandVolume { capacity_min, .. } => {
+                    *capacity_min
+                }
+                _ => 0,
+            };
             Ok(CsiControllerReply {
                 external_id: format!("ext-{}", uuid_like(&req)),
                 confirmed: true,
+                capacity,
                 ..CsiControllerReply::default()
             })
         })
@@ -181,6 +188,7 @@ fn node(id: &str, status: &str, healthy: bool) -> Node {
         controller_info: Some(CSIControllerInfo {
             supports_create_delete: true,
             supports_attach_detach: true,
+            supports_expand: true,
             ..CSIControllerInfo::default()
         }),
         ..CSIInfo::default()
@@ -595,5 +603,50 @@ async fn identical_requests_join_and_a_caller_that_gives_up_leaves_the_queue() {
         ["first", "dup"],
         "one call for five identical requests"
     );
+    server.shutdown().await;
+}
+
+/// `volume register` asking for more than the volume's capacity expands it: one serialized
+/// ControllerExpandVolume to the lowest healthy instance, and the new capacity recorded; the
+/// same size again expands nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registering_a_larger_capacity_expands_the_volume_once() {
+    let rec = Arc::new(Recorder::default());
+    let (server, _dir) = server("expand", &rec).await;
+    two_nodes(&server).await;
+    create(&server, "v1").await.unwrap();
+    let gib = 1 << 30;
+    let register = |min: i64| {
+        let server = server.clone();
+        async move {
+            let mut v = volume("v1");
+            v.requested_capacity_min = min;
+            server
+                .csi_write(CsiWrite::Register {
+                    namespace: "default".into(),
+                    volumes: vec![v],
+                })
+                .await
+        }
+    };
+    register(10 * gib).await.expect("expanded");
+    let expands = || {
+        rec.seen()
+            .into_iter()
+            .filter(|s| s.method == "ControllerExpandVolume")
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(expands().len(), 1);
+    assert_eq!(expands()[0].node, "a");
+    let v = server
+        .state()
+        .snapshot()
+        .csi_volume("default", "v1")
+        .unwrap();
+    assert_eq!(v.capacity, 10 * gib);
+    register(10 * gib).await.expect("nothing to expand");
+    assert_eq!(expands().len(), 1, "the same size again expands nothing");
+    assert_eq!(rec.max_in_flight.load(Ordering::SeqCst), 1);
+    assert!(server.state().snapshot().csi_controller_ops().is_empty());
     server.shutdown().await;
 }

@@ -32,6 +32,9 @@ impl Server {
             })?;
             if let Some(old) = snap.csi_volume(&v.namespace, &v.id) {
                 merge_into(&old, &mut v)?;
+                if v.requested_capacity_min > 0 && v.requested_capacity_min > old.capacity {
+                    self.volume_expand(&snap, &old, &mut v).await?;
+                }
             } else if v.topologies.is_empty() {
                 if let Some(req) = &v.requested_topologies {
                     v.topologies.clone_from(&req.required);
@@ -76,6 +79,70 @@ impl Server {
             claim: None,
             reply: None,
         })
+    }
+
+    /// A re-register asking for more than the volume's capacity (Nomad's expansion): one
+    /// serialized ControllerExpandVolume, and the capacity it answers with is recorded. A volume
+    /// in use whose node plugin can expand (NodeExpandVolume) is refused: Caravan does not grow
+    /// a mounted file system on the nodes yet.
+    async fn volume_expand(
+        &self,
+        snap: &state::StateSnapshot,
+        old: &CSIVolume,
+        v: &mut CSIVolume,
+    ) -> Result<(), ServerError> {
+        let plugin = snap.csi_plugin(&v.plugin_id);
+        let can_expand = plugin.as_ref().is_some_and(|p| {
+            p.controllers.values().any(|c| {
+                c.controller_info
+                    .as_ref()
+                    .is_some_and(|i| i.supports_expand)
+            })
+        });
+        if !can_expand {
+            return Err(ServerError::bad_request(format!(
+                "volume {}: capacity_min {} is more than its capacity {}, but plugin {} has no controller that can expand volumes (EXPAND_VOLUME); register it with its current size",
+                v.id, v.requested_capacity_min, old.capacity, v.plugin_id
+            )));
+        }
+        let node_expands = plugin.as_ref().is_some_and(|p| {
+            p.nodes
+                .values()
+                .any(|n| n.node_info.as_ref().is_some_and(|i| i.supports_expand))
+        });
+        if old.in_use() && node_expands {
+            return Err(ServerError::new(
+                ErrorCode::Conflict,
+                format!(
+                    "volume {}: expanding a volume in use whose node plugin grows it on the node (NodeExpandVolume) is not supported yet; stop the allocations that claim it, then register it again",
+                    v.id
+                ),
+            ));
+        }
+        let capability = old
+            .write_claims
+            .values()
+            .chain(old.read_claims.values())
+            .next()
+            .map(|c| super::wire_capability(v, &c.access_mode, &c.attachment_mode));
+        let reply = self
+            .csi_controller_call(
+                &v.plugin_id,
+                CallAbout::volume(&v.namespace, &v.id),
+                CsiControllerCall::ControllerExpandVolume {
+                    volume_id: v.remote_id().to_string(),
+                    capacity_min: v.requested_capacity_min,
+                    capacity_max: v.requested_capacity_max,
+                    capability,
+                    secrets: v.secrets.clone(),
+                },
+            )
+            .await?;
+        if reply.node_expansion_required && old.in_use() {
+            tracing::warn!(volume = %v.id, "the plugin asks the nodes to expand the volume too; it grows there when next staged");
+        }
+        v.capacity = reply.capacity.max(v.requested_capacity_min);
+        Ok(())
     }
 
     pub(super) async fn volume_create(
