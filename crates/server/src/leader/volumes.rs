@@ -9,7 +9,6 @@ use crate::server::Server;
 use model::csi::{CSIVolumeClaim, CSIVolumeClaimState};
 use state::{StateSnapshot, Table};
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -81,9 +80,63 @@ pub(crate) fn due(snap: &StateSnapshot, now: i64) -> Vec<Release> {
     out
 }
 
+/// The watcher's engine: which releases to start now, and when to look again. It takes the
+/// state, the time and each release's outcome, and does no I/O (the loop below carries its
+/// decisions out), so its rules are unit-tested without processes: one release per claim at a
+/// time, a failed one retried after a delay doubling from [`RETRY_FIRST`] to [`RETRY_MAX`], a
+/// successful one forgetting its delay.
 #[derive(Default)]
-struct Backoff {
-    next: HashMap<Key, (Instant, Duration)>,
+pub(crate) struct WatcherEngine {
+    running: HashSet<Key>,
+    retry_at: HashMap<Key, (Instant, Duration)>,
+}
+
+impl WatcherEngine {
+    /// The releases to start now (marked running), and the latest time to look again even if
+    /// nothing changes (the grace of a stopped allocation, a retry coming due).
+    pub(crate) fn tick(
+        &mut self,
+        snap: &StateSnapshot,
+        now_ns: i64,
+        now: Instant,
+    ) -> (Vec<Release>, Instant) {
+        let mut wake = now + IDLE_WAIT;
+        let mut start = Vec::new();
+        for release in due(snap, now_ns) {
+            let key = release.key();
+            if let Some((at, _)) = self.retry_at.get(&key) {
+                if *at > now {
+                    wake = wake.min(*at);
+                    continue;
+                }
+            }
+            if self.running.insert(key) {
+                start.push(release);
+            }
+        }
+        (start, wake)
+    }
+
+    /// A release ended; a failure is tried again after the next delay.
+    pub(crate) fn finished(
+        &mut self,
+        release: &Release,
+        ok: bool,
+        now: Instant,
+    ) -> Option<Duration> {
+        let key = release.key();
+        self.running.remove(&key);
+        if ok {
+            self.retry_at.remove(&key);
+            return None;
+        }
+        let delay = self
+            .retry_at
+            .get(&key)
+            .map_or(RETRY_FIRST, |(_, d)| (*d * 2).min(RETRY_MAX));
+        self.retry_at.insert(key, (now + delay, delay));
+        Some(delay)
+    }
 }
 
 pub(crate) async fn run(server: Server, mut stop: watch::Receiver<bool>) {
@@ -94,9 +147,8 @@ pub(crate) async fn run(server: Server, mut stop: watch::Receiver<bool>) {
         Table::Nodes,
         Table::CsiPlugins,
     ];
-    let running: Arc<Mutex<HashSet<Key>>> = Arc::default();
-    let backoff: Arc<Mutex<Backoff>> = Arc::default();
-    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let mut engine = WatcherEngine::default();
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(Release, bool)>();
     let mut tasks = tokio::task::JoinSet::new();
     let mut snap = store.snapshot();
     // Calls an earlier leader left recorded are settled first, whether or not anything else
@@ -111,30 +163,9 @@ pub(crate) async fn run(server: Server, mut stop: watch::Receiver<bool>) {
         });
     }
     loop {
-        let now = Instant::now();
-        // The idle wait also brings claims whose client grace ran out back into view.
-        let mut wake = now + IDLE_WAIT;
-        for release in due(&snap, crate::endpoints::now_nanos()) {
-            let key = release.key();
-            {
-                let b = backoff.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some((at, _)) = b.next.get(&key) {
-                    if *at > now {
-                        wake = wake.min(*at);
-                        continue;
-                    }
-                }
-            }
-            if !running
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(key.clone())
-            {
-                continue;
-            }
+        let (start, wake) = engine.tick(&snap, crate::endpoints::now_nanos(), Instant::now());
+        for release in start {
             let server = server.clone();
-            let running = Arc::clone(&running);
-            let backoff = Arc::clone(&backoff);
             let done = done_tx.clone();
             tasks.spawn(async move {
                 let result = server
@@ -145,28 +176,11 @@ pub(crate) async fn run(server: Server, mut stop: watch::Receiver<bool>) {
                         crate::csi::ReleaseBy::Server,
                     )
                     .await;
-                {
-                    let mut b = backoff.lock().unwrap_or_else(|p| p.into_inner());
-                    match result {
-                        Ok(_) => {
-                            b.next.remove(&key);
-                        }
-                        Err(e) => {
-                            let delay = b
-                                .next
-                                .get(&key)
-                                .map_or(RETRY_FIRST, |(_, d)| (*d * 2).min(RETRY_MAX));
-                            tracing::warn!(volume = %release.volume_id, alloc = %release.claim.allocation_id,
-                                error = %e, retry_in = ?delay, "volume watcher: releasing a claim failed");
-                            b.next.insert(key.clone(), (Instant::now() + delay, delay));
-                        }
-                    }
+                if let Err(e) = &result {
+                    tracing::warn!(volume = %release.volume_id, alloc = %release.claim.allocation_id,
+                        error = %e, "volume watcher: releasing a claim failed");
                 }
-                running
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&key);
-                let _ = done.send(());
+                let _ = done.send((release, result.is_ok()));
             });
         }
         while tasks.try_join_next().is_some() {}
@@ -177,7 +191,12 @@ pub(crate) async fn run(server: Server, mut stop: watch::Receiver<bool>) {
                 return;
             }
             s = store.wait_for(&tables, last, wake) => s,
-            _ = done_rx.recv() => store.snapshot(),
+            Some((release, ok)) = done_rx.recv() => {
+                if let Some(delay) = engine.finished(&release, ok, Instant::now()) {
+                    tracing::debug!(volume = %release.volume_id, retry_in = ?delay, "volume watcher: retrying later");
+                }
+                store.snapshot()
+            }
         };
     }
 }
@@ -270,6 +289,42 @@ mod tests {
             updated_at: 1,
         });
         assert_eq!(due(&c.snap(), NOW).len(), 1);
+    }
+
+    #[test]
+    fn the_engine_runs_one_release_per_claim_and_backs_off_a_failed_one() {
+        let (mut c, j) = setup();
+        stop(&mut c, &j, NOW);
+        c.apply(Command::NodeUpdateStatus {
+            node_id: "n1".into(),
+            status: "down".into(),
+            updated_at: 1,
+        });
+        let mut e = WatcherEngine::default();
+        let t0 = Instant::now();
+        let (start, _) = e.tick(&c.snap(), NOW, t0);
+        assert_eq!(start.len(), 1);
+        // Still running: not started twice.
+        assert!(e.tick(&c.snap(), NOW, t0).0.is_empty());
+        // It failed: not again before the delay, and the loop wakes for it.
+        assert_eq!(e.finished(&start[0], false, t0), Some(RETRY_FIRST));
+        let (again, wake) = e.tick(&c.snap(), NOW, t0);
+        assert!(again.is_empty());
+        assert_eq!(wake, t0 + RETRY_FIRST);
+        let (again, _) = e.tick(&c.snap(), NOW, t0 + RETRY_FIRST);
+        assert_eq!(again.len(), 1);
+        // The delay doubles, up to its cap.
+        let mut last = RETRY_FIRST;
+        for _ in 0..10 {
+            let d = e.finished(&again[0], false, t0).unwrap();
+            assert!(d == (last * 2).min(RETRY_MAX), "{d:?} after {last:?}");
+            last = d;
+            e.running.insert(again[0].key());
+        }
+        assert_eq!(last, RETRY_MAX);
+        // A success forgets the delay.
+        assert_eq!(e.finished(&again[0], true, t0), None);
+        assert_eq!(e.tick(&c.snap(), NOW, t0).0.len(), 1);
     }
 
     #[test]
