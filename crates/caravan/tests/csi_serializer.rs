@@ -627,6 +627,8 @@ struct Cluster {
     clients: Vec<Option<Agent>>,
     /// How each client was started (its dir and arguments), to start it again.
     client_starts: Vec<(PathBuf, Vec<String>)>,
+    /// The test's dir.
+    base: PathBuf,
     plugin: RecordingPlugin,
     /// Client node name → node ID.
     node_ids: BTreeMap<String, String>,
@@ -735,6 +737,7 @@ impl Cluster {
             servers: started,
             clients,
             client_starts,
+            base: base.clone(),
             plugin,
             node_ids: BTreeMap::new(),
             _leftovers: leftovers,
@@ -904,6 +907,18 @@ impl Cluster {
             v[k].as_object()
                 .is_some_and(|m| m.keys().any(|a| allocs.contains(a)))
         })
+    }
+
+    /// Each volume holds exactly one write claim.
+    fn assert_each_claimed_once(&self, ids: &[String]) {
+        for id in ids {
+            let v = self.volume(id);
+            assert_eq!(
+                v["WriteClaims"].as_object().map_or(0, |m| m.len()),
+                1,
+                "{id} is claimed once: {v}"
+            );
+        }
     }
 
     fn has_no_claims(&self, id: &str) -> bool {
@@ -1121,9 +1136,131 @@ enum LeaderLoss {
     Kill,
     /// `caravan operator raft transfer-leadership`: it steps down alive, its call still in flight.
     Transfer,
-    /// SIGSTOP until another server leads, then SIGCONT: cut off from everyone (as by a partition)
-    /// and back, believing for a moment that it still leads.
+    /// SIGSTOP until another server leads, then SIGCONT: cut off from everyone and back,
+    /// believing for a moment that it still leads.
     Pause,
+    /// A network partition between the leader and the other servers, while it still reaches
+    /// the clients (and they it), until another server leads; then healed.
+    Partition,
+}
+
+/// A partition between one server process and the others on loopback: each side's processes
+/// in a `net_cls` cgroup of its own, and iptables dropping what one side sends to the other's
+/// rpc port. Clients are in neither, so they still reach both sides. Removed on drop.
+struct ServerPartition {
+    root: PathBuf,
+    mounted: bool,
+    rules: Vec<Vec<String>>,
+    pids: Vec<u32>,
+}
+
+impl ServerPartition {
+    const LEADER: &'static str = "0x00100001";
+    const PEERS: &'static str = "0x00100002";
+
+    fn cut(base: &Path, leader: (u32, &str), peers: &[(u32, &str)]) -> ServerPartition {
+        let sys = Path::new("/sys/fs/cgroup/net_cls");
+        let (root, mounted) = if sys.join("cgroup.procs").exists() {
+            (sys.to_path_buf(), false)
+        } else {
+            let root = base.join("net_cls");
+            std::fs::create_dir_all(&root).unwrap();
+            let st = std::process::Command::new("mount")
+                .args(["-t", "cgroup", "-o", "net_cls", "net_cls"])
+                .arg(&root)
+                .status()
+                .unwrap();
+            assert!(st.success(), "mounting the net_cls cgroup");
+            (root, true)
+        };
+        let mut part = ServerPartition {
+            root,
+            mounted,
+            rules: Vec::new(),
+            pids: Vec::new(),
+        };
+        let group = |name: &str, classid: &str, pids: &[u32]| {
+            let dir = part.root.join(format!("cv{}{name}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("net_cls.classid"), classid).unwrap();
+            for pid in pids {
+                std::fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
+            }
+        };
+        group("leader", Self::LEADER, &[leader.0]);
+        let peer_pids: Vec<u32> = peers.iter().map(|p| p.0).collect();
+        group("peers", Self::PEERS, &peer_pids);
+        part.pids.push(leader.0);
+        part.pids.extend(peer_pids);
+        let port = |addr: &str| addr.rsplit(':').next().unwrap().to_string();
+        for (_, rpc) in peers {
+            part.rules.push(
+                [
+                    "-m",
+                    "cgroup",
+                    "--cgroup",
+                    Self::LEADER,
+                    "-p",
+                    "tcp",
+                    "--dport",
+                    &port(rpc),
+                    "-j",
+                    "DROP",
+                ]
+                .map(String::from)
+                .to_vec(),
+            );
+        }
+        part.rules.push(
+            [
+                "-m",
+                "cgroup",
+                "--cgroup",
+                Self::PEERS,
+                "-p",
+                "tcp",
+                "--dport",
+                &port(leader.1),
+                "-j",
+                "DROP",
+            ]
+            .map(String::from)
+            .to_vec(),
+        );
+        for rule in &part.rules {
+            let st = std::process::Command::new("iptables")
+                .arg("-I")
+                .arg("OUTPUT")
+                .args(rule)
+                .status()
+                .unwrap();
+            assert!(st.success(), "iptables -I OUTPUT {rule:?}");
+        }
+        part
+    }
+}
+
+impl Drop for ServerPartition {
+    fn drop(&mut self) {
+        for rule in &self.rules {
+            let _ = std::process::Command::new("iptables")
+                .arg("-D")
+                .arg("OUTPUT")
+                .args(rule)
+                .status();
+        }
+        for pid in &self.pids {
+            let _ = std::fs::write(self.root.join("cgroup.procs"), pid.to_string());
+        }
+        for name in ["leader", "peers"] {
+            let _ = std::fs::remove_dir(self.root.join(format!("cv{}{name}", std::process::id())));
+        }
+        if self.mounted {
+            let _ = std::process::Command::new("umount")
+                .arg(&self.root)
+                .status();
+        }
+    }
 }
 
 /// Three servers, eight volumes claimed at once with slow publishes; the leader loses leadership
@@ -1183,6 +1320,39 @@ fn leader_lost_mid_publish(tag: &str, how: LeaderLoss) {
             assert_eq!(code, 0, "{out}{err}");
             assert!(out.contains("Transferred leadership"), "{out}");
         }
+        LeaderLoss::Partition => {
+            fn pid(s: &Agent) -> (u32, &str) {
+                (s.pid(), s.rpc.as_str())
+            }
+            let old = pid(c.servers[at].as_ref().unwrap());
+            let peers: Vec<(u32, &str)> = c
+                .servers
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != at)
+                .filter_map(|(_, s)| s.as_ref().map(pid))
+                .collect();
+            let cut = ServerPartition::cut(&c.base, old, &peers);
+            let others: Vec<&Agent> = c
+                .servers
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != at)
+                .filter_map(|(_, s)| s.as_ref())
+                .collect();
+            wait_for(
+                "another server leads",
+                Duration::from_secs(60),
+                Duration::from_millis(50),
+                || {
+                    others.iter().any(|s| {
+                        let l = leader_rpc(s);
+                        !l.is_empty() && l != leader
+                    })
+                },
+            );
+            drop(cut);
+        }
         LeaderLoss::Pause => {
             let pid = c.servers[at].as_ref().unwrap().pid().to_string();
             let sig = |s: &str| {
@@ -1227,14 +1397,7 @@ fn leader_lost_mid_publish(tag: &str, how: LeaderLoss) {
         running.len(),
         lost.elapsed().as_millis()
     );
-    for id in &ids {
-        let v = c.volume(id);
-        assert_eq!(
-            v["WriteClaims"].as_object().map_or(0, |m| m.len()),
-            1,
-            "{id} is claimed once: {v}"
-        );
-    }
+    c.assert_each_claimed_once(&ids);
     let calls = c.rec().calls();
     println!("recorded: {}", summary(&calls));
     assert_never_overlapped(c.rec());
@@ -1287,6 +1450,26 @@ fn a_leader_transferring_leadership_mid_publish_never_overlaps_and_every_claim_c
 #[test]
 fn a_leader_cut_off_and_back_mid_publish_never_overlaps_and_every_claim_completes() {
     leader_lost_mid_publish("f", LeaderLoss::Pause);
+}
+
+/// Needs root (cgroups, iptables); CI runs as root.
+#[test]
+fn a_leader_partitioned_from_its_peers_mid_publish_never_overlaps_and_every_claim_completes() {
+    if !nix_is_root() {
+        eprintln!("SKIPPED: the partition needs root (net_cls cgroups and iptables)");
+        return;
+    }
+    leader_lost_mid_publish("j", LeaderLoss::Partition);
+}
+
+fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .as_deref()
+        == Some("0")
 }
 
 #[test]
@@ -1646,14 +1829,7 @@ fn an_agent_restart_mid_attach_never_overlaps_and_every_claim_completes() {
         killed.elapsed().as_millis()
     );
     c.wait_running("ra", ids.len(), Duration::from_secs(180));
-    for id in &ids {
-        let v = c.volume(id);
-        assert_eq!(
-            v["WriteClaims"].as_object().map_or(0, |m| m.len()),
-            1,
-            "{id} is claimed once: {v}"
-        );
-    }
+    c.assert_each_claimed_once(&ids);
     let calls = c.rec().calls();
     println!("recorded: {}", summary(&calls));
     assert_never_overlapped(c.rec());
