@@ -457,6 +457,38 @@ pub async fn client_controller(
     client_controller_inner(&st, &headers, &body).await
 }
 
+/// What every server-driven client call starts with: this agent's client, the node secret the
+/// server sent, and the decoded request — or the answer refusing it.
+fn client_call<T: serde::de::DeserializeOwned>(
+    st: &dyn crate::client_allocs::ClientFor,
+    headers: &HeaderMap,
+    body: &[u8],
+    what: &str,
+) -> Result<(std::sync::Arc<dyn crate::LocalClient>, String, T), Box<Response>> {
+    let client = st.local_client().map_err(|e| Box::new(e.into_response()))?;
+    let secret = headers
+        .get(model::wire::CSI_NODE_SECRET_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let req = serde_json::from_slice(body).map_err(|e| {
+        Box::new(call_error(
+            StatusCode::BAD_REQUEST,
+            3,
+            format!("undecodable {what}: {e}"),
+        ))
+    })?;
+    Ok((client, secret, req))
+}
+
+/// A client call's answer: its JSON, or the plugin's error with its gRPC code.
+fn client_answer<T: serde::Serialize>(r: Result<T, model::wire::CsiCallError>) -> Response {
+    match r {
+        Ok(reply) => (StatusCode::OK, axum::Json(reply)).into_response(),
+        Err(e) => (StatusCode::BAD_GATEWAY, axum::Json(e)).into_response(),
+    }
+}
+
 /// The client half of a controller call: a server (that knows this node's secret) asks this
 /// agent's client to call its controller plugin.
 pub(crate) async fn client_controller_inner(
@@ -464,29 +496,16 @@ pub(crate) async fn client_controller_inner(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Response {
-    let client = match st.local_client() {
-        Ok(c) => c,
-        Err(e) => return e.into_response(),
+    let (client, secret, req) = match client_call::<model::wire::CsiControllerRequest>(
+        st,
+        headers,
+        body,
+        "controller call",
+    ) {
+        Ok(x) => x,
+        Err(r) => return *r,
     };
-    let secret = headers
-        .get(model::wire::CSI_NODE_SECRET_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
-    let req: model::wire::CsiControllerRequest = match serde_json::from_slice(body) {
-        Ok(r) => r,
-        Err(e) => {
-            return call_error(
-                StatusCode::BAD_REQUEST,
-                3,
-                format!("undecodable controller call: {e}"),
-            )
-        }
-    };
-    match client.csi_controller(&secret, req).await {
-        Ok(reply) => (StatusCode::OK, axum::Json(reply)).into_response(),
-        Err(e) => (StatusCode::BAD_GATEWAY, axum::Json(e)).into_response(),
-    }
+    client_answer(client.csi_controller(&secret, req).await)
 }
 
 /// `POST /v1/client/csi/node/detach` on a full agent.
@@ -504,29 +523,21 @@ pub(crate) async fn client_node_detach_inner(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Response {
-    let client = match st.local_client() {
-        Ok(c) => c,
-        Err(e) => return e.into_response(),
+    let (client, secret, req) = match client_call::<model::wire::CsiNodeDetachRequest>(
+        st,
+        headers,
+        body,
+        "node detach request",
+    ) {
+        Ok(x) => x,
+        Err(r) => return *r,
     };
-    let secret = headers
-        .get(model::wire::CSI_NODE_SECRET_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
-    let req: model::wire::CsiNodeDetachRequest = match serde_json::from_slice(body) {
-        Ok(r) => r,
-        Err(e) => {
-            return call_error(
-                StatusCode::BAD_REQUEST,
-                3,
-                format!("undecodable node detach request: {e}"),
-            )
-        }
-    };
-    match client.csi_node_detach(&secret, req).await {
-        Ok(()) => (StatusCode::OK, axum::Json(serde_json::json!({}))).into_response(),
-        Err(e) => (StatusCode::BAD_GATEWAY, axum::Json(e)).into_response(),
-    }
+    client_answer(
+        client
+            .csi_node_detach(&secret, req)
+            .await
+            .map(|()| serde_json::json!({})),
+    )
 }
 
 fn call_error(status: StatusCode, code: i32, message: String) -> Response {

@@ -363,6 +363,20 @@ async fn run_agent(cfg: AgentConfig, dev: bool, client_enabled: bool) -> Result<
 /// The HTTP API's view of this agent's client (for `/v1/client/fs/*`).
 struct LocalClientHandle(Arc<client::Client>);
 
+impl LocalClientHandle {
+    /// PERMISSION_DENIED unless `secret` is this node's: only servers that know the node may
+    /// drive its plugins.
+    fn check_node_secret(&self, secret: &str) -> Result<(), model::wire::CsiCallError> {
+        if secret.is_empty() || secret != self.0.node().secret_id {
+            return Err(model::wire::CsiCallError {
+                code: 7,
+                message: "the node secret does not match this client".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
 impl httpapi::LocalClient for LocalClientHandle {
     fn csi_node_detach<'a>(
         &'a self,
@@ -373,12 +387,7 @@ impl httpapi::LocalClient for LocalClientHandle {
     > {
         Box::pin(async move {
             let refuse = |code: i32, message: String| model::wire::CsiCallError { code, message };
-            if node_secret.is_empty() || node_secret != self.0.node().secret_id {
-                return Err(refuse(
-                    7,
-                    "the node secret does not match this client".into(),
-                ));
-            }
+            self.check_node_secret(node_secret)?;
             let usage = client::CsiVolumeUsage {
                 read_only: req.read_only,
                 attachment_mode: req.attachment_mode.clone(),
@@ -419,13 +428,7 @@ impl httpapi::LocalClient for LocalClientHandle {
     > {
         Box::pin(async move {
             let refuse = |code: i32, message: String| model::wire::CsiCallError { code, message };
-            if node_secret.is_empty() || node_secret != self.0.node().secret_id {
-                // PERMISSION_DENIED: only servers that know this node may drive its plugins.
-                return Err(refuse(
-                    7,
-                    "the node secret does not match this client".into(),
-                ));
-            }
+            self.check_node_secret(node_secret)?;
             let Some(plugin) = self.0.csi_controller(&req.plugin_id) else {
                 // UNAVAILABLE, so the server tries the next controller instance.
                 return Err(refuse(

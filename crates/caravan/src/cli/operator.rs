@@ -156,18 +156,26 @@ fn list_peers(args: ListPeersArgs) -> i32 {
     })
 }
 
-fn remove_peer(args: RemovePeerArgs) -> i32 {
+/// The peer a `-peer-id` / `-peer-address` command names, and a client; or the exit code.
+fn peer_and_client(
+    args: &RemovePeerArgs,
+) -> Result<(Option<&str>, Option<&str>, api::Client), i32> {
     let (id, addr) = (args.peer_id.as_deref(), args.peer_address.as_deref());
     if id.is_some() == addr.is_some() {
         eprintln!("Exactly one of -peer-id and -peer-address must be given");
-        return 1;
+        return Err(1);
     }
-    let client = match args.api.client() {
-        Ok(c) => c,
-        Err(msg) => {
-            eprintln!("{msg}");
-            return 1;
-        }
+    let client = args.api.client().map_err(|msg| {
+        eprintln!("{msg}");
+        1
+    })?;
+    Ok((id, addr, client))
+}
+
+fn remove_peer(args: RemovePeerArgs) -> i32 {
+    let (id, addr, client) = match peer_and_client(&args) {
+        Ok(x) => x,
+        Err(code) => return code,
     };
     block_on(async {
         match client.raft_remove_peer(id, addr).await {
@@ -187,17 +195,9 @@ fn remove_peer(args: RemovePeerArgs) -> i32 {
 }
 
 fn transfer_leadership(args: RemovePeerArgs) -> i32 {
-    let (id, addr) = (args.peer_id.as_deref(), args.peer_address.as_deref());
-    if id.is_some() == addr.is_some() {
-        eprintln!("Exactly one of -peer-id and -peer-address must be given");
-        return 1;
-    }
-    let client = match args.api.client() {
-        Ok(c) => c,
-        Err(msg) => {
-            eprintln!("{msg}");
-            return 1;
-        }
+    let (id, addr, client) = match peer_and_client(&args) {
+        Ok(x) => x,
+        Err(code) => return code,
     };
     block_on(async {
         match client.raft_transfer_leadership(id, addr).await {
