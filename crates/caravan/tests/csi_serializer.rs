@@ -135,6 +135,8 @@ struct RecState {
     slow_unstage: Option<Duration>,
     /// Instances whose node service answers UNAVAILABLE (its node plugin is gone).
     node_down: Vec<String>,
+    /// The next call of this method takes this long.
+    hang: Option<(&'static str, Duration)>,
 }
 
 #[derive(Default)]
@@ -182,7 +184,16 @@ impl Recorder {
         let (from, to) = s.delay_ms;
         // Spread over the range, deterministically.
         let delay = from + (index as u64 * 7919) % (to - from + 1);
-        (index, fault, Duration::from_millis(delay))
+        let hang = match s.hang.as_ref() {
+            Some((m, _)) if *m == method => s.hang.take().map(|(_, d)| d),
+            _ => None,
+        };
+        (index, fault, hang.unwrap_or(Duration::from_millis(delay)))
+    }
+
+    /// The next call of `method` works for `d` (past its deadline, say) before it answers.
+    fn hang_next(&self, method: &'static str, d: Duration) {
+        self.lock().hang = Some((method, d));
     }
 
     fn end(&self, index: usize, code: Option<Code>) {
@@ -1849,4 +1860,47 @@ fn an_agent_restart_mid_attach_never_overlaps_and_every_claim_completes() {
         waited >= CONTROLLER_CALL_TIMEOUT - SECOND,
         "a call went out {waited:?} after the unanswered one started, within its deadline"
     );
+}
+
+/// A publish that hangs past its 20 s deadline (the provider finishes it 200 ms later): the
+/// client agent gives up at the deadline and answers DEADLINE_EXCEEDED; the call stays recorded,
+/// nothing else goes to the plugin, and the same publish is sent again to the same instance once
+/// the deadline (and slack) has passed; its late success completes the claim.
+#[test]
+fn a_publish_hung_past_its_deadline_is_resent_only_after_it_and_completes() {
+    let _one = one_at_a_time();
+    let c = Cluster::start("k", 1, CALL_TIMEOUT_20S);
+    let (lowest, _) = c.lowest_and_other();
+    let ids = vec!["hung".to_string()];
+    c.create_volumes(&ids);
+    c.rec().hang_next(
+        "ControllerPublishVolume",
+        CONTROLLER_CALL_TIMEOUT + Duration::from_millis(200),
+    );
+    c.run_job(&consumer_job("hung", 1, "hung", false, None));
+    c.wait_running("hung", 1, Duration::from_secs(120));
+    c.assert_each_claimed_once(&ids);
+    let publishes: Vec<Call> = c
+        .rec()
+        .calls()
+        .into_iter()
+        .filter(|x| x.method == "ControllerPublishVolume")
+        .collect();
+    println!("publishes: {publishes:?}");
+    assert!(publishes.len() >= 2, "{publishes:?}");
+    assert!(
+        publishes.iter().all(|x| x.instance == lowest),
+        "{publishes:?}"
+    );
+    let gap = publishes[1].start - publishes[0].start;
+    println!(
+        "the resend came {} ms after the hung publish started",
+        gap.as_millis()
+    );
+    // The deadline runs from just before the send, so the plugin saw a little under 20 s.
+    assert!(
+        gap >= CONTROLLER_CALL_TIMEOUT,
+        "resent {gap:?} after the hung call started, before its deadline"
+    );
+    assert_never_overlapped(c.rec());
 }
