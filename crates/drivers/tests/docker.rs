@@ -234,7 +234,16 @@ async fn a_new_driver_recovers_the_running_container() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&exec.stdout), "in-container\n");
     assert_eq!(exec.exit.exit_code, 4);
-    let stats = second.stats(&cfg.id).await.unwrap();
+    // Docker's first stats of a container can come back empty (its cgroup not read yet): wait,
+    // with a deadline, for a sample that shows the process.
+    let deadline = Instant::now() + LIMIT;
+    let stats = loop {
+        let stats = second.stats(&cfg.id).await.unwrap();
+        if (stats.process_count >= 1 && stats.memory_rss_bytes > 0) || Instant::now() > deadline {
+            break stats;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     assert!(
         stats.process_count >= 1 && stats.memory_rss_bytes > 0,
         "{stats:?}"
