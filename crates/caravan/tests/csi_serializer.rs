@@ -422,7 +422,13 @@ impl Controller for RecordingController {
         let inner = self.inner.clone();
         let id = request.get_ref().volume_id.clone();
         self.recorded("ControllerExpandVolume", id, async move {
-            Controller::controller_expand_volume(&inner, request).await
+            // The disk grew; the file system on the nodes must grow too.
+            Controller::controller_expand_volume(&inner, request)
+                .await
+                .map(|mut r| {
+                    r.get_mut().node_expansion_required = true;
+                    r
+                })
         })
         .await
     }
@@ -524,17 +530,31 @@ impl Node for StubNode {
             .await
     }
 
+    async fn node_expand_volume(
+        &self,
+        request: Request<v1::NodeExpandVolumeRequest>,
+    ) -> Result<Response<v1::NodeExpandVolumeResponse>, Status> {
+        let req = request.get_ref();
+        let bytes = req.capacity_range.as_ref().map_or(0, |r| r.required_bytes);
+        self.rec
+            .node_call("NodeExpandVolume", &self.node_id, &req.volume_id, || {
+                Ok(v1::NodeExpandVolumeResponse {
+                    capacity_bytes: bytes,
+                })
+            })
+            .await
+    }
+
     async fn node_get_capabilities(
         &self,
         _request: Request<v1::NodeGetCapabilitiesRequest>,
     ) -> Result<Response<v1::NodeGetCapabilitiesResponse>, Status> {
         use v1::node_service_capability::{rpc::Type, Rpc, Type as Cap};
+        let rpc = |t: Type| v1::NodeServiceCapability {
+            r#type: Some(Cap::Rpc(Rpc { r#type: t as i32 })),
+        };
         Ok(Response::new(v1::NodeGetCapabilitiesResponse {
-            capabilities: vec![v1::NodeServiceCapability {
-                r#type: Some(Cap::Rpc(Rpc {
-                    r#type: Type::StageUnstageVolume as i32,
-                })),
-            }],
+            capabilities: vec![rpc(Type::StageUnstageVolume), rpc(Type::ExpandVolume)],
         }))
     }
 
@@ -1902,5 +1922,53 @@ fn a_publish_hung_past_its_deadline_is_resent_only_after_it_and_completes() {
         gap >= CONTROLLER_CALL_TIMEOUT,
         "resent {gap:?} after the hung call started, before its deadline"
     );
+    assert_never_overlapped(c.rec());
+}
+
+/// `volume register` with a larger capacity_min while the volume is in use: one serialized
+/// ControllerExpandVolume, then NodeExpandVolume on the node that has it published (the plugin
+/// asks for it), and the new capacity shows in `volume status`.
+#[test]
+fn registering_a_larger_capacity_expands_the_volume_on_the_controller_and_the_node() {
+    let _one = one_at_a_time();
+    let c = Cluster::start("l", 1, "");
+    let (lowest, _) = c.lowest_and_other();
+    let node_id = c.node_ids[&lowest].clone();
+    let ids = vec!["grow".to_string()];
+    c.create_volumes(&ids);
+    c.run_job(&consumer_job("grow", 1, "grow", false, Some(&node_id)));
+    c.wait_running("grow", 1, Duration::from_secs(60));
+    let ext = c.external_id("grow");
+    let gib: i64 = 1 << 30;
+    let body = json!({"Volumes": [{
+        "ID": "grow", "Name": "grow", "PluginID": PLUGIN, "RequestedCapacityMin": 2 * gib,
+        "RequestedCapabilities": [{"AccessMode": "single-node-writer", "AttachmentMode": "file-system"}]
+    }]});
+    let (status, out) = c.api().put("/v1/volume/csi/grow", &body);
+    assert_eq!(status, 200, "{out}");
+    let expands: Vec<Call> = c
+        .rec()
+        .calls()
+        .into_iter()
+        .filter(|x| x.method == "ControllerExpandVolume" && x.volume == ext)
+        .collect();
+    assert_eq!(expands.len(), 1, "{expands:?}");
+    assert_eq!(expands[0].instance, lowest);
+    let node_expands: Vec<Call> = c
+        .rec()
+        .node_calls()
+        .into_iter()
+        .filter(|n| n.method == "NodeExpandVolume" && n.volume == ext)
+        .collect();
+    assert_eq!(node_expands.len(), 1, "{node_expands:?}");
+    assert_eq!(node_expands[0].instance, lowest);
+    assert!(
+        node_expands[0].start >= expands[0].end.unwrap(),
+        "the node grows it after the controller"
+    );
+    assert_eq!(c.volume("grow")["Capacity"], 2 * gib);
+    let (code, status_out, err) = c.api().run(&["volume", "status", "grow"]);
+    assert_eq!(code, 0, "{status_out}{err}");
+    println!("{status_out}");
     assert_never_overlapped(c.rec());
 }

@@ -214,6 +214,37 @@ impl Client {
             .await
     }
 
+    /// Grows `volume_id` where it is published for `alloc_id` (NodeExpandVolume), after the
+    /// controller expanded it (a server's expansion).
+    pub async fn csi_node_expand(
+        &self,
+        req: &model::wire::CsiNodeExpandRequest,
+    ) -> Result<(), crate::CsiVolumeError> {
+        let t = &req.target;
+        let remote_id = if t.external_id.is_empty() {
+            &t.volume_id
+        } else {
+            &t.external_id
+        };
+        let usage = crate::CsiVolumeUsage {
+            read_only: t.read_only,
+            attachment_mode: t.attachment_mode.clone(),
+            access_mode: t.access_mode.clone(),
+        };
+        self.csi
+            .volumes
+            .expand_volume(
+                &t.plugin_id,
+                &t.volume_id,
+                remote_id,
+                &t.alloc_id,
+                &usage,
+                req.capacity_min,
+                req.capacity_max,
+            )
+            .await
+    }
+
     /// Stops the client and leaves its tasks running (Nomad's behaviour on a plain stop); see
     /// the module docs for the protocol.
     pub async fn shutdown(mut self) {

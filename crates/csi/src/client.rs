@@ -243,6 +243,8 @@ calls! {
     node node_publish_volume(NodePublishVolumeRequest) -> NodePublishVolumeResponse;
     /// Node.NodeUnpublishVolume.
     node node_unpublish_volume(NodeUnpublishVolumeRequest) -> NodeUnpublishVolumeResponse;
+    /// Node.NodeExpandVolume: grow the volume (its file system) where it is published.
+    node node_expand_volume(NodeExpandVolumeRequest) -> NodeExpandVolumeResponse;
 }
 
 fn uds_endpoint(socket: &Path, timeout: Duration) -> Result<Endpoint, CsiError> {

@@ -540,6 +540,38 @@ pub(crate) async fn client_node_detach_inner(
     )
 }
 
+/// `POST /v1/client/csi/node/expand` on a full agent.
+pub async fn client_node_expand(
+    State(st): State<ApiState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    client_node_expand_inner(&st, &headers, &body).await
+}
+
+/// The client half of a server's expansion: grow a volume where it is published.
+pub(crate) async fn client_node_expand_inner(
+    st: &dyn crate::client_allocs::ClientFor,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Response {
+    let (client, secret, req) = match client_call::<model::wire::CsiNodeExpandRequest>(
+        st,
+        headers,
+        body,
+        "node expand request",
+    ) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    client_answer(
+        client
+            .csi_node_expand(&secret, req)
+            .await
+            .map(|()| serde_json::json!({})),
+    )
+}
+
 fn call_error(status: StatusCode, code: i32, message: String) -> Response {
     (
         status,
@@ -548,8 +580,9 @@ fn call_error(status: StatusCode, code: i32, message: String) -> Response {
         .into_response()
 }
 
-/// How long a server waits for a client's node detach (unpublish and unstage, each retried):
-/// past it the claim stays `unpublishing` and the release is tried again later.
+/// How long a server waits for a client's node call (a detach: unpublish and unstage, each
+/// retried; an expand): past it the claim stays `unpublishing` and the release is tried again
+/// later, or the expansion fails.
 const NODE_DETACH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// How servers reach client agents for controller calls: HTTP to the node's advertised address.
@@ -562,6 +595,55 @@ impl Default for HttpCsiTransport {
         HttpCsiTransport {
             http: reqwest::Client::new(),
         }
+    }
+}
+
+impl HttpCsiTransport {
+    /// Posts a node call to the client agent of `node` and waits for its answer.
+    fn post_node<T: serde::Serialize>(
+        &self,
+        node: &model::node::Node,
+        path: &str,
+        req: &T,
+    ) -> futures::future::BoxFuture<'static, Result<(), server::csi::CallFailure>> {
+        use server::csi::CallFailure;
+        let url = format!("http://{}{path}", node.http_addr);
+        let secret = node.secret_id.clone();
+        let body = serde_json::to_vec(req);
+        let http = self.http.clone();
+        Box::pin(async move {
+            let body = body.map_err(|e| CallFailure::NotDelivered(format!("{url}: {e}")))?;
+            let resp = http
+                .post(&url)
+                .header(model::wire::CSI_NODE_SECRET_HEADER, secret)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body)
+                .timeout(NODE_DETACH_TIMEOUT)
+                .send()
+                .await
+                .map_err(|e| {
+                    if e.is_connect() || e.is_builder() {
+                        CallFailure::NotDelivered(format!("{url}: {e}"))
+                    } else {
+                        CallFailure::Lost(format!("{url}: {e}"))
+                    }
+                })?;
+            let status = resp.status();
+            let bytes = resp
+                .bytes()
+                .await
+                .map_err(|e| CallFailure::Lost(format!("{url}: {e}")))?;
+            if status.is_success() {
+                return Ok(());
+            }
+            match serde_json::from_slice::<model::wire::CsiCallError>(&bytes) {
+                Ok(e) => Err(CallFailure::Plugin(e)),
+                Err(_) => Err(CallFailure::Lost(format!(
+                    "{url}: {status}: {}",
+                    String::from_utf8_lossy(&bytes)
+                ))),
+            }
+        })
     }
 }
 
@@ -630,44 +712,14 @@ impl server::csi::CsiTransport for HttpCsiTransport {
         node: &model::node::Node,
         req: model::wire::CsiNodeDetachRequest,
     ) -> futures::future::BoxFuture<'static, Result<(), server::csi::CallFailure>> {
-        use server::csi::CallFailure;
-        let url = format!(
-            "http://{}{}",
-            node.http_addr,
-            model::wire::CSI_NODE_DETACH_PATH
-        );
-        let secret = node.secret_id.clone();
-        let http = self.http.clone();
-        Box::pin(async move {
-            let resp = http
-                .post(&url)
-                .header(model::wire::CSI_NODE_SECRET_HEADER, secret)
-                .json(&req)
-                .timeout(NODE_DETACH_TIMEOUT)
-                .send()
-                .await
-                .map_err(|e| {
-                    if e.is_connect() || e.is_builder() {
-                        CallFailure::NotDelivered(format!("{url}: {e}"))
-                    } else {
-                        CallFailure::Lost(format!("{url}: {e}"))
-                    }
-                })?;
-            let status = resp.status();
-            let bytes = resp
-                .bytes()
-                .await
-                .map_err(|e| CallFailure::Lost(format!("{url}: {e}")))?;
-            if status.is_success() {
-                return Ok(());
-            }
-            match serde_json::from_slice::<model::wire::CsiCallError>(&bytes) {
-                Ok(e) => Err(CallFailure::Plugin(e)),
-                Err(_) => Err(CallFailure::Lost(format!(
-                    "{url}: {status}: {}",
-                    String::from_utf8_lossy(&bytes)
-                ))),
-            }
-        })
+        self.post_node(node, model::wire::CSI_NODE_DETACH_PATH, &req)
+    }
+
+    fn node_expand(
+        &self,
+        node: &model::node::Node,
+        req: model::wire::CsiNodeExpandRequest,
+    ) -> futures::future::BoxFuture<'static, Result<(), server::csi::CallFailure>> {
+        self.post_node(node, model::wire::CSI_NODE_EXPAND_PATH, &req)
     }
 }

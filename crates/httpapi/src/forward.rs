@@ -104,6 +104,10 @@ pub fn client_agent_router(state: ClientAgentState) -> Router {
             model::wire::CSI_NODE_DETACH_PATH,
             axum::routing::post(client_csi_node_detach),
         )
+        .route(
+            model::wire::CSI_NODE_EXPAND_PATH,
+            axum::routing::post(client_csi_node_expand),
+        )
         .route("/v1/client/allocation/{alloc_id}/exec", get(client_exec))
         .route(
             "/v1/client/allocation/{alloc_id}/{action}",
@@ -158,6 +162,14 @@ async fn client_csi_node_detach(
     body: Bytes,
 ) -> Response {
     crate::csi::client_node_detach_inner(&st, &headers, &body).await
+}
+
+async fn client_csi_node_expand(
+    State(st): State<ClientAgentState>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
+    crate::csi::client_node_expand_inner(&st, &headers, &body).await
 }
 
 async fn client_stats(State(st): State<ClientAgentState>) -> Response {

@@ -95,6 +95,23 @@ pub trait LocalClient: Send + Sync {
             })
         })
     }
+    /// Grows a volume published here for an allocation (NodeExpandVolume), for a server that
+    /// proved it knows the node's secret.
+    fn csi_node_expand<'a>(
+        &'a self,
+        _node_secret: &'a str,
+        req: model::wire::CsiNodeExpandRequest,
+    ) -> Pin<Box<dyn Future<Output = Result<(), model::wire::CsiCallError>> + Send + 'a>> {
+        Box::pin(async move {
+            Err(model::wire::CsiCallError {
+                code: 12,
+                message: format!(
+                    "volume {}: this client cannot make node calls",
+                    req.target.volume_id
+                ),
+            })
+        })
+    }
     /// Makes a controller call to this client's controller plugin for a server that proved it
     /// knows the node's secret. Errors keep the plugin's gRPC code.
     fn csi_controller<'a>(
@@ -268,6 +285,10 @@ pub fn router(state: ApiState) -> Router {
         .route(
             model::wire::CSI_NODE_DETACH_PATH,
             axum::routing::post(csi::client_node_detach),
+        )
+        .route(
+            model::wire::CSI_NODE_EXPAND_PATH,
+            axum::routing::post(csi::client_node_expand),
         )
         .route("/v1/client/gc", any(client_allocs::client_gc))
         .route("/v1/status/leader", get(agent::leader))

@@ -535,6 +535,23 @@ pub struct CsiNodeDetachRequest {
     pub access_mode: String,
 }
 
+/// Where a server asks a client agent to grow a volume it has published for an allocation
+/// (NodeExpandVolume), after the controller expanded it.
+pub const CSI_NODE_EXPAND_PATH: &str = "/v1/client/csi/node/expand";
+
+/// What a server sends to `CSI_NODE_EXPAND_PATH`: the volume and allocation, as for a detach,
+/// and the size asked for.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CsiNodeExpandRequest {
+    #[serde(flatten)]
+    pub target: CsiNodeDetachRequest,
+    #[serde(rename = "CapacityMin")]
+    pub capacity_min: i64,
+    #[serde(rename = "CapacityMax")]
+    pub capacity_max: i64,
+}
+
 /// The header with the target node's secret: a client agent runs controller calls only for
 /// servers that know it.
 pub const CSI_NODE_SECRET_HEADER: &str = "x-caravan-node-secret";

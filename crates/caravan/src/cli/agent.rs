@@ -360,6 +360,21 @@ async fn run_agent(cfg: AgentConfig, dev: bool, client_enabled: bool) -> Result<
     Ok(0)
 }
 
+/// A node call's error as the server sees it, with its gRPC code.
+fn volume_error(e: &client::CsiVolumeError) -> model::wire::CsiCallError {
+    let code = match e {
+        // UNAVAILABLE: the volume may still be mounted here; the server keeps the claim and
+        // tries again.
+        client::CsiVolumeError::PluginNotFound(_) => 14,
+        client::CsiVolumeError::Plugin { source, .. } => source.code() as i32,
+        client::CsiVolumeError::Io { .. } => 13,
+    };
+    model::wire::CsiCallError {
+        code,
+        message: e.to_string(),
+    }
+}
+
 /// The HTTP API's view of this agent's client (for `/v1/client/fs/*`).
 struct LocalClientHandle(Arc<client::Client>);
 
@@ -378,6 +393,22 @@ impl LocalClientHandle {
 }
 
 impl httpapi::LocalClient for LocalClientHandle {
+    fn csi_node_expand<'a>(
+        &'a self,
+        node_secret: &'a str,
+        req: model::wire::CsiNodeExpandRequest,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<(), model::wire::CsiCallError>> + Send + 'a>,
+    > {
+        Box::pin(async move {
+            self.check_node_secret(node_secret)?;
+            self.0
+                .csi_node_expand(&req)
+                .await
+                .map_err(|e| volume_error(&e))
+        })
+    }
+
     fn csi_node_detach<'a>(
         &'a self,
         node_secret: &'a str,
@@ -386,7 +417,6 @@ impl httpapi::LocalClient for LocalClientHandle {
         Box<dyn std::future::Future<Output = Result<(), model::wire::CsiCallError>> + Send + 'a>,
     > {
         Box::pin(async move {
-            let refuse = |code: i32, message: String| model::wire::CsiCallError { code, message };
             self.check_node_secret(node_secret)?;
             let usage = client::CsiVolumeUsage {
                 read_only: req.read_only,
@@ -402,15 +432,7 @@ impl httpapi::LocalClient for LocalClientHandle {
                     &usage,
                 )
                 .await
-                .map_err(|e| match &e {
-                    // UNAVAILABLE: the volume may still be mounted here; the server keeps the
-                    // claim and tries again.
-                    client::CsiVolumeError::PluginNotFound(_) => refuse(14, e.to_string()),
-                    client::CsiVolumeError::Plugin { source, .. } => {
-                        refuse(source.code() as i32, e.to_string())
-                    }
-                    client::CsiVolumeError::Io { .. } => refuse(13, e.to_string()),
-                })
+                .map_err(|e| volume_error(&e))
         })
     }
 

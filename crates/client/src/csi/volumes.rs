@@ -275,6 +275,53 @@ impl VolumeManager {
     }
 }
 
+impl VolumeManager {
+    /// Grows `volume_id` where it is published for `alloc_id` (NodeExpandVolume), after the
+    /// controller expanded it; nothing to do for a node plugin without EXPAND_VOLUME.
+    /// Serialized with every other node call for that volume.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn expand_volume(
+        &self,
+        plugin_id: &str,
+        volume_id: &str,
+        remote_id: &str,
+        alloc_id: &str,
+        usage: &CsiVolumeUsage,
+        capacity_min: i64,
+        capacity_max: i64,
+    ) -> Result<(), CsiVolumeError> {
+        let inst = self.node_plugin(plugin_id)?;
+        if !inst.info.node.as_ref().is_some_and(|n| n.expand) {
+            return Ok(());
+        }
+        let client = plugin_client(&inst)?;
+        let _lock = self.lock(volume_id).await;
+        let usage_dir = usage.dir_name();
+        let paths = Paths::new(&inst, volume_id, alloc_id, &usage_dir);
+        let stages = inst.info.node.as_ref().is_some_and(|n| n.stage_unstage);
+        let req = v1::NodeExpandVolumeRequest {
+            volume_id: remote_id.to_string(),
+            volume_path: paths.target_plugin.display().to_string(),
+            capacity_range: Some(v1::CapacityRange {
+                required_bytes: capacity_min,
+                limit_bytes: capacity_max,
+            }),
+            staging_target_path: if stages {
+                paths.staging_plugin.display().to_string()
+            } else {
+                String::new()
+            },
+            volume_capability: Some(capability(usage, None, volume_id)?),
+            secrets: Default::default(),
+        };
+        with_retries("NodeExpandVolume", volume_id, || {
+            client.node_expand_volume(req.clone())
+        })
+        .await?;
+        Ok(())
+    }
+}
+
 fn plugin_client(inst: &CsiPluginInstance) -> Result<csi::PluginClient, CsiVolumeError> {
     inst.client(CSI_NODE_CALL_TIMEOUT)
         .map_err(|source| CsiVolumeError::Plugin {

@@ -113,6 +113,21 @@ pub trait CsiTransport: Send + Sync + 'static {
             ))
         })
     }
+
+    /// Asks the client agent of `node` to grow a volume it has published for an allocation
+    /// (NodeExpandVolume), and waits for its answer.
+    fn node_expand(
+        &self,
+        node: &Node,
+        req: model::wire::CsiNodeExpandRequest,
+    ) -> BoxFuture<'static, Result<(), CallFailure>> {
+        let _ = (node, req);
+        Box::pin(async {
+            Err(CallFailure::NotDelivered(
+                "this server cannot reach client agents for node calls".into(),
+            ))
+        })
+    }
 }
 
 type ReplyFuture = BoxFuture<'static, Result<CsiControllerReply, ServerError>>;

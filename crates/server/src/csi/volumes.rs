@@ -82,9 +82,8 @@ impl Server {
     }
 
     /// A re-register asking for more than the volume's capacity (Nomad's expansion): one
-    /// serialized ControllerExpandVolume, and the capacity it answers with is recorded. A volume
-    /// in use whose node plugin can expand (NodeExpandVolume) is refused: Caravan does not grow
-    /// a mounted file system on the nodes yet.
+    /// serialized ControllerExpandVolume, then (when the plugin asks for it) NodeExpandVolume on
+    /// every node that has it published; the capacity the controller answers with is recorded.
     async fn volume_expand(
         &self,
         snap: &state::StateSnapshot,
@@ -99,49 +98,89 @@ impl Server {
                     .is_some_and(|i| i.supports_expand)
             })
         });
-        if !can_expand {
-            return Err(ServerError::bad_request(format!(
-                "volume {}: capacity_min {} is more than its capacity {}, but plugin {} has no controller that can expand volumes (EXPAND_VOLUME); register it with its current size",
-                v.id, v.requested_capacity_min, old.capacity, v.plugin_id
-            )));
-        }
         let node_expands = plugin.as_ref().is_some_and(|p| {
             p.nodes
                 .values()
                 .any(|n| n.node_info.as_ref().is_some_and(|i| i.supports_expand))
         });
-        if old.in_use() && node_expands {
-            return Err(ServerError::new(
-                ErrorCode::Conflict,
-                format!(
-                    "volume {}: expanding a volume in use whose node plugin grows it on the node (NodeExpandVolume) is not supported yet; stop the allocations that claim it, then register it again",
-                    v.id
-                ),
-            ));
+        if !can_expand && !node_expands {
+            return Err(ServerError::bad_request(format!(
+                "volume {}: capacity_min {} is more than its capacity {}, but plugin {} cannot expand volumes (no EXPAND_VOLUME on its controller or nodes); register it with its current size",
+                v.id, v.requested_capacity_min, old.capacity, v.plugin_id
+            )));
         }
-        let capability = old
-            .write_claims
-            .values()
-            .chain(old.read_claims.values())
-            .next()
-            .map(|c| super::wire_capability(v, &c.access_mode, &c.attachment_mode));
-        let reply = self
-            .csi_controller_call(
-                &v.plugin_id,
-                CallAbout::volume(&v.namespace, &v.id),
-                CsiControllerCall::ControllerExpandVolume {
-                    volume_id: v.remote_id().to_string(),
-                    capacity_min: v.requested_capacity_min,
-                    capacity_max: v.requested_capacity_max,
-                    capability,
-                    secrets: v.secrets.clone(),
+        // A plugin that expands only on the nodes (no controller step) grows it there alone.
+        let (capacity, on_nodes) = if can_expand {
+            let capability = old
+                .write_claims
+                .values()
+                .chain(old.read_claims.values())
+                .next()
+                .map(|c| super::wire_capability(v, &c.access_mode, &c.attachment_mode));
+            let reply = self
+                .csi_controller_call(
+                    &v.plugin_id,
+                    CallAbout::volume(&v.namespace, &v.id),
+                    CsiControllerCall::ControllerExpandVolume {
+                        volume_id: v.remote_id().to_string(),
+                        capacity_min: v.requested_capacity_min,
+                        capacity_max: v.requested_capacity_max,
+                        capability,
+                        secrets: v.secrets.clone(),
+                    },
+                )
+                .await?;
+            (reply.capacity, reply.node_expansion_required)
+        } else {
+            (v.requested_capacity_min, true)
+        };
+        if on_nodes && node_expands {
+            self.node_expand(snap, old, v).await?;
+        }
+        v.capacity = capacity.max(v.requested_capacity_min);
+        Ok(())
+    }
+
+    /// NodeExpandVolume on every live node that has the volume published: the controller grew
+    /// the disk, each node grows what it mounted. A node that is down or gone is skipped (its
+    /// mount goes with it); any other failure fails the expansion, to be registered again.
+    async fn node_expand(
+        &self,
+        snap: &state::StateSnapshot,
+        old: &CSIVolume,
+        v: &CSIVolume,
+    ) -> Result<(), ServerError> {
+        let transport = self.csi_transport()?;
+        for c in old.write_claims.values().chain(old.read_claims.values()) {
+            if super::node_is_gone(snap, &c.node_id) {
+                continue;
+            }
+            let Some(node) = snap.node(&c.node_id) else {
+                continue;
+            };
+            let req = model::wire::CsiNodeExpandRequest {
+                target: model::wire::CsiNodeDetachRequest {
+                    plugin_id: v.plugin_id.clone(),
+                    volume_id: v.id.clone(),
+                    external_id: v.external_id.clone(),
+                    alloc_id: c.allocation_id.clone(),
+                    read_only: c.mode == model::csi::CSIVolumeClaimMode::READ,
+                    attachment_mode: c.attachment_mode.clone(),
+                    access_mode: c.access_mode.clone(),
                 },
-            )
-            .await?;
-        if reply.node_expansion_required && old.in_use() {
-            tracing::warn!(volume = %v.id, "the plugin asks the nodes to expand the volume too; it grows there when next staged");
+                capacity_min: v.requested_capacity_min,
+                capacity_max: v.requested_capacity_max,
+            };
+            transport.node_expand(&node, req).await.map_err(|f| {
+                ServerError::new(
+                    ErrorCode::Unavailable,
+                    format!(
+                        "volume {}: the controller expanded it, but node {} could not grow it for allocation {} ({f}); register it again to retry",
+                        v.id, c.node_id, c.allocation_id
+                    ),
+                )
+            })?;
         }
-        v.capacity = reply.capacity.max(v.requested_capacity_min);
         Ok(())
     }
 
