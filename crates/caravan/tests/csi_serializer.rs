@@ -658,8 +658,6 @@ struct Cluster {
     clients: Vec<Option<Agent>>,
     /// How each client was started (its dir and arguments), to start it again.
     client_starts: Vec<(PathBuf, Vec<String>)>,
-    /// The test's dir.
-    base: PathBuf,
     plugin: RecordingPlugin,
     /// Client node name → node ID.
     node_ids: BTreeMap<String, String>,
@@ -768,7 +766,6 @@ impl Cluster {
             servers: started,
             clients,
             client_starts,
-            base: base.clone(),
             plugin,
             node_ids: BTreeMap::new(),
             _leftovers: leftovers,
@@ -1178,9 +1175,12 @@ enum LeaderLoss {
 /// A partition between one server process and the others on loopback: each side's processes
 /// in a `net_cls` cgroup of its own, and iptables dropping what one side sends to the other's
 /// rpc port. Clients are in neither, so they still reach both sides. Removed on drop.
+///
+/// The `net_cls` hierarchy is mounted where Docker looks for it (`/sys/fs/cgroup/net_cls`) when
+/// it is not mounted yet, and left mounted: once the kernel has the hierarchy it keeps it, and
+/// Docker's container stats come back empty while it exists but is mounted nowhere.
 struct ServerPartition {
     root: PathBuf,
-    mounted: bool,
     rules: Vec<Vec<String>>,
     pids: Vec<u32>,
 }
@@ -1189,24 +1189,23 @@ impl ServerPartition {
     const LEADER: &'static str = "0x00100001";
     const PEERS: &'static str = "0x00100002";
 
-    fn cut(base: &Path, leader: (u32, &str), peers: &[(u32, &str)]) -> ServerPartition {
-        let sys = Path::new("/sys/fs/cgroup/net_cls");
-        let (root, mounted) = if sys.join("cgroup.procs").exists() {
-            (sys.to_path_buf(), false)
-        } else {
-            let root = base.join("net_cls");
+    fn cut(leader: (u32, &str), peers: &[(u32, &str)]) -> ServerPartition {
+        let root = PathBuf::from("/sys/fs/cgroup/net_cls");
+        if !root.join("cgroup.procs").exists() {
             std::fs::create_dir_all(&root).unwrap();
             let st = std::process::Command::new("mount")
                 .args(["-t", "cgroup", "-o", "net_cls", "net_cls"])
                 .arg(&root)
                 .status()
                 .unwrap();
-            assert!(st.success(), "mounting the net_cls cgroup");
-            (root, true)
-        };
+            assert!(
+                st.success(),
+                "mounting the net_cls cgroup at {}",
+                root.display()
+            );
+        }
         let mut part = ServerPartition {
             root,
-            mounted,
             rules: Vec::new(),
             pids: Vec::new(),
         };
@@ -1286,11 +1285,6 @@ impl Drop for ServerPartition {
         for name in ["leader", "peers"] {
             let _ = std::fs::remove_dir(self.root.join(format!("cv{}{name}", std::process::id())));
         }
-        if self.mounted {
-            let _ = std::process::Command::new("umount")
-                .arg(&self.root)
-                .status();
-        }
     }
 }
 
@@ -1363,7 +1357,7 @@ fn leader_lost_mid_publish(tag: &str, how: LeaderLoss) {
                 .filter(|(i, _)| *i != at)
                 .filter_map(|(_, s)| s.as_ref().map(pid))
                 .collect();
-            let cut = ServerPartition::cut(&c.base, old, &peers);
+            let cut = ServerPartition::cut(old, &peers);
             let others: Vec<&Agent> = c
                 .servers
                 .iter()
