@@ -523,18 +523,35 @@ pub(crate) async fn client_node_detach_inner(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Response {
-    let (client, secret, req) = match client_call::<model::wire::CsiNodeDetachRequest>(
+    node_call(
         st,
         headers,
         body,
         "node detach request",
-    ) {
+        |c, secret, req| Box::pin(async move { c.csi_node_detach(&secret, req).await }),
+    )
+    .await
+}
+
+/// A node call from a server (detach, expand): decoded, run by this agent's client, answered
+/// with `{}` or the plugin's error.
+async fn node_call<T: serde::de::DeserializeOwned>(
+    st: &dyn crate::client_allocs::ClientFor,
+    headers: &HeaderMap,
+    body: &[u8],
+    what: &str,
+    run: impl FnOnce(
+        std::sync::Arc<dyn crate::LocalClient>,
+        String,
+        T,
+    ) -> futures::future::BoxFuture<'static, Result<(), model::wire::CsiCallError>>,
+) -> Response {
+    let (client, secret, req) = match client_call::<T>(st, headers, body, what) {
         Ok(x) => x,
         Err(r) => return *r,
     };
     client_answer(
-        client
-            .csi_node_detach(&secret, req)
+        run(client, secret, req)
             .await
             .map(|()| serde_json::json!({})),
     )
@@ -555,21 +572,14 @@ pub(crate) async fn client_node_expand_inner(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Response {
-    let (client, secret, req) = match client_call::<model::wire::CsiNodeExpandRequest>(
+    node_call(
         st,
         headers,
         body,
         "node expand request",
-    ) {
-        Ok(x) => x,
-        Err(r) => return *r,
-    };
-    client_answer(
-        client
-            .csi_node_expand(&secret, req)
-            .await
-            .map(|()| serde_json::json!({})),
+        |c, secret, req| Box::pin(async move { c.csi_node_expand(&secret, req).await }),
     )
+    .await
 }
 
 fn call_error(status: StatusCode, code: i32, message: String) -> Response {
@@ -583,7 +593,7 @@ fn call_error(status: StatusCode, code: i32, message: String) -> Response {
 /// How long a server waits for a client's node call (a detach: unpublish and unstage, each
 /// retried; an expand): past it the claim stays `unpublishing` and the release is tried again
 /// later, or the expansion fails.
-const NODE_DETACH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+const NODE_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// How servers reach client agents for controller calls: HTTP to the node's advertised address.
 pub struct HttpCsiTransport {
@@ -599,13 +609,17 @@ impl Default for HttpCsiTransport {
 }
 
 impl HttpCsiTransport {
-    /// Posts a node call to the client agent of `node` and waits for its answer.
-    fn post_node<T: serde::Serialize>(
+    /// Posts `req` to `path` on the client agent of `node`, with the node's secret, and waits up
+    /// to `timeout`: the answer's body on success, else why — the plugin's error, or whether the
+    /// request can have reached the agent at all (only a failed connect proves it did not; a
+    /// reset or a timeout after that may have reached the plugin).
+    fn post<T: serde::Serialize>(
         &self,
         node: &model::node::Node,
         path: &str,
         req: &T,
-    ) -> futures::future::BoxFuture<'static, Result<(), server::csi::CallFailure>> {
+        timeout: std::time::Duration,
+    ) -> futures::future::BoxFuture<'static, Result<Bytes, server::csi::CallFailure>> {
         use server::csi::CallFailure;
         let url = format!("http://{}{path}", node.http_addr);
         let secret = node.secret_id.clone();
@@ -618,7 +632,7 @@ impl HttpCsiTransport {
                 .header(model::wire::CSI_NODE_SECRET_HEADER, secret)
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .body(body)
-                .timeout(NODE_DETACH_TIMEOUT)
+                .timeout(timeout)
                 .send()
                 .await
                 .map_err(|e| {
@@ -634,7 +648,7 @@ impl HttpCsiTransport {
                 .await
                 .map_err(|e| CallFailure::Lost(format!("{url}: {e}")))?;
             if status.is_success() {
-                return Ok(());
+                return Ok(bytes);
             }
             match serde_json::from_slice::<model::wire::CsiCallError>(&bytes) {
                 Ok(e) => Err(CallFailure::Plugin(e)),
@@ -657,53 +671,20 @@ impl server::csi::CsiTransport for HttpCsiTransport {
         Result<model::wire::CsiControllerReply, server::csi::CallFailure>,
     > {
         use server::csi::CallFailure;
-        let url = format!(
-            "http://{}{}",
-            node.http_addr,
-            model::wire::CSI_CONTROLLER_PATH
-        );
-        let secret = node.secret_id.clone();
-        let http = self.http.clone();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+        let left = u64::try_from(req.deadline.saturating_sub(now)).unwrap_or(0);
+        // A little longer than the client's own deadline, so its answer (even a timeout) gets
+        // back to us.
+        let timeout = std::time::Duration::from_nanos(left) + std::time::Duration::from_secs(2);
+        let sent = self.post(node, model::wire::CSI_CONTROLLER_PATH, &req, timeout);
+        let addr = node.http_addr.clone();
         Box::pin(async move {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
-            let left = u64::try_from(req.deadline.saturating_sub(now)).unwrap_or(0);
-            // A little longer than the client's own deadline, so its answer (even a timeout)
-            // gets back to us.
-            let timeout = std::time::Duration::from_nanos(left) + std::time::Duration::from_secs(2);
-            let resp = http
-                .post(&url)
-                .header(model::wire::CSI_NODE_SECRET_HEADER, secret)
-                .json(&req)
-                .timeout(timeout)
-                .send()
-                .await
-                .map_err(|e| {
-                    // Only a failed connect proves the call never reached the agent; anything
-                    // after that (a reset, a timeout) may have reached the plugin.
-                    if e.is_connect() || e.is_builder() {
-                        CallFailure::NotDelivered(format!("{url}: {e}"))
-                    } else {
-                        CallFailure::Lost(format!("{url}: {e}"))
-                    }
-                })?;
-            let status = resp.status();
-            let bytes = resp
-                .bytes()
-                .await
-                .map_err(|e| CallFailure::Lost(format!("{url}: {e}")))?;
-            if status.is_success() {
-                return serde_json::from_slice(&bytes)
-                    .map_err(|e| CallFailure::Lost(format!("{url}: undecodable answer: {e}")));
-            }
-            match serde_json::from_slice::<model::wire::CsiCallError>(&bytes) {
-                Ok(e) => Err(CallFailure::Plugin(e)),
-                Err(_) => Err(CallFailure::Lost(format!(
-                    "{url}: {status}: {}",
-                    String::from_utf8_lossy(&bytes)
-                ))),
-            }
+            let bytes = sent.await?;
+            serde_json::from_slice(&bytes).map_err(|e| {
+                CallFailure::Lost(format!("{addr}: undecodable controller answer: {e}"))
+            })
         })
     }
 
@@ -712,7 +693,13 @@ impl server::csi::CsiTransport for HttpCsiTransport {
         node: &model::node::Node,
         req: model::wire::CsiNodeDetachRequest,
     ) -> futures::future::BoxFuture<'static, Result<(), server::csi::CallFailure>> {
-        self.post_node(node, model::wire::CSI_NODE_DETACH_PATH, &req)
+        let sent = self.post(
+            node,
+            model::wire::CSI_NODE_DETACH_PATH,
+            &req,
+            NODE_CALL_TIMEOUT,
+        );
+        Box::pin(async move { sent.await.map(|_| ()) })
     }
 
     fn node_expand(
@@ -720,6 +707,12 @@ impl server::csi::CsiTransport for HttpCsiTransport {
         node: &model::node::Node,
         req: model::wire::CsiNodeExpandRequest,
     ) -> futures::future::BoxFuture<'static, Result<(), server::csi::CallFailure>> {
-        self.post_node(node, model::wire::CSI_NODE_EXPAND_PATH, &req)
+        let sent = self.post(
+            node,
+            model::wire::CSI_NODE_EXPAND_PATH,
+            &req,
+            NODE_CALL_TIMEOUT,
+        );
+        Box::pin(async move { sent.await.map(|_| ()) })
     }
 }

@@ -33,7 +33,7 @@ use super::plan::{nanos, CallPlan, Next, Outcome};
 use crate::endpoints::now_nanos;
 use crate::error::ServerError;
 use crate::server::Server;
-use futures::future::{BoxFuture, FutureExt, Shared, WeakShared};
+use futures::future::{BoxFuture, FutureExt, WeakShared};
 use model::csi::CSIControllerOp;
 use model::node::{Node, NodeStatus};
 use model::wire::{CsiCallError, CsiControllerCall, CsiControllerReply, CsiControllerRequest};
@@ -131,7 +131,6 @@ pub trait CsiTransport: Send + Sync + 'static {
 }
 
 type ReplyFuture = BoxFuture<'static, Result<CsiControllerReply, ServerError>>;
-type SharedReply = Shared<ReplyFuture>;
 
 /// One plugin's queue on this server (meaningful only while it leads).
 #[derive(Default)]
@@ -213,7 +212,7 @@ impl ControllerLocks {
 }
 
 /// Counts a waiter from when it is admitted until its turn comes or it is dropped (also when its
-/// future is dropped before it ever ran).
+/// future is dropped before it ever ran: the count lives in the future).
 struct Waiting(Arc<PluginQueue>);
 
 impl Waiting {
@@ -384,31 +383,6 @@ impl Server {
             serde_json::to_string(&call.without_secrets()).unwrap_or_default()
         );
         let queue = self.csi_locks().of(plugin_id);
-        let server = self.clone();
-        let plugin = plugin_id.to_string();
-        let turn = Arc::clone(&queue.turn);
-        let mut admitted: Option<Waiting> = None;
-        let slot = Arc::new(Mutex::new(None::<Waiting>));
-        let slot_in = Arc::clone(&slot);
-        let ours: SharedReply = async move {
-            let guard = {
-                let _waiting = slot_in.lock().unwrap_or_else(|p| p.into_inner()).take();
-                turn.lock_owned().await
-            };
-            // From here the call runs to its end even if every caller gives up: a call cut off
-            // mid-flight would leave its record for a later leader to wait out.
-            let task = tokio::spawn(async move {
-                let _turn = guard;
-                server
-                    .run_destructive(&*transport, &plugin, Some((about, call)))
-                    .await
-            });
-            task.await.unwrap_or_else(|e| {
-                Err(ServerError::internal(format!("controller call task: {e}")))
-            })
-        }
-        .boxed()
-        .shared();
         let fut = {
             let mut map = queue.joinable.lock().unwrap_or_else(|p| p.into_inner());
             map.retain(|_, w| w.upgrade().is_some());
@@ -430,17 +404,20 @@ impl Server {
                         ),
                     ));
                 }
-                admitted = Some(Waiting::new(&queue));
+                let ours = self
+                    .in_turn(
+                        Waiting::new(&queue),
+                        transport,
+                        plugin_id,
+                        Some((about, call)),
+                    )
+                    .shared();
                 if let Some(weak) = ours.downgrade() {
                     map.insert(key, weak);
                 }
                 ours
             }
         };
-        // The admitted count travels with the call's future: it ends when its turn comes, or
-        // when every caller gave up (the future, and the slot with it, is dropped).
-        *slot.lock().unwrap_or_else(|p| p.into_inner()) = admitted.take();
-        drop(slot);
         fut.await
     }
 
@@ -457,19 +434,38 @@ impl Server {
         }
         let transport = self.csi_transport()?;
         let queue = self.csi_locks().of(plugin_id);
-        let guard = {
-            let _waiting = Waiting::new(&queue);
-            Arc::clone(&queue.turn).lock_owned().await
-        };
+        self.in_turn(Waiting::new(&queue), transport, plugin_id, None)
+            .await
+            .map(|_| ())
+    }
+
+    /// Waits for the plugin's turn (counted as `waiting` until it comes, or until the future is
+    /// dropped: then it leaves the queue), then runs [`Server::run_destructive`] in a task of its
+    /// own: from there the call runs to its end even if every caller gives up, since a call cut
+    /// off mid-flight would leave its record for a later leader to wait out.
+    fn in_turn(
+        &self,
+        waiting: Waiting,
+        transport: Arc<dyn CsiTransport>,
+        plugin_id: &str,
+        new: Option<(CallAbout, CsiControllerCall)>,
+    ) -> ReplyFuture {
         let server = self.clone();
         let plugin = plugin_id.to_string();
-        tokio::spawn(async move {
-            let _turn = guard;
-            server.run_destructive(&*transport, &plugin, None).await
-        })
-        .await
-        .unwrap_or_else(|e| Err(ServerError::internal(format!("controller call task: {e}"))))
-        .map(|_| ())
+        let turn = Arc::clone(&waiting.0.turn);
+        async move {
+            let guard = {
+                let _waiting = waiting;
+                turn.lock_owned().await
+            };
+            tokio::spawn(async move {
+                let _turn = guard;
+                server.run_destructive(&*transport, &plugin, new).await
+            })
+            .await
+            .unwrap_or_else(|e| Err(ServerError::internal(format!("controller call task: {e}"))))
+        }
+        .boxed()
     }
 
     /// The controller call deadline from now.
