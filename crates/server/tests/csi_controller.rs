@@ -650,3 +650,42 @@ async fn registering_a_larger_capacity_expands_the_volume_once() {
     assert!(server.state().snapshot().csi_controller_ops().is_empty());
     server.shutdown().await;
 }
+
+/// Only a claim's own client releases it without the node step, and it must prove it: a release
+/// with the wrong node secret is refused, and the claim's state is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_without_the_nodes_secret_is_refused() {
+    let rec = Arc::new(Recorder::default());
+    let (server, _dir) = server("secret", &rec).await;
+    two_nodes(&server).await;
+    create(&server, "v1").await.unwrap();
+    let release = |secret: &str| model::wire::CsiVolumeUnpublishRequest {
+        namespace: "default".into(),
+        volume_id: "v1".into(),
+        claim: model::csi::CSIVolumeClaim {
+            allocation_id: "a1".into(),
+            node_id: "a".into(),
+            state: model::csi::CSIVolumeClaimState::UNPUBLISHING,
+            ..Default::default()
+        },
+        secret_id: secret.into(),
+    };
+    let err = server
+        .csi_write(CsiWrite::Unpublish(release("not-the-secret")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, server::ErrorCode::PermissionDenied, "{err}");
+    assert!(err.message.contains("secret does not match"), "{err}");
+    let v = server
+        .state()
+        .snapshot()
+        .csi_volume("default", "v1")
+        .unwrap();
+    assert!(v.past_claims.is_empty(), "{:?}", v.past_claims);
+    // With the node's secret it goes through (nothing was claimed: nothing to release).
+    server
+        .csi_write(CsiWrite::Unpublish(release("secret-a")))
+        .await
+        .expect("the node's own release");
+    server.shutdown().await;
+}
