@@ -7,6 +7,8 @@
 //! Never does: I/O, async, clocks or randomness. Every function here is pure.
 //! Invariant: `canonicalize` is idempotent, and a value encoded to JSON and decoded again is equal to itself.
 
+pub mod acl;
+pub mod acl_policy;
 pub mod alloc;
 pub mod constraint;
 pub mod csi;

@@ -23,10 +23,15 @@ pub enum Table {
     CsiPlugins,
     /// In-flight destructive controller calls, one per plugin at most.
     CsiControllerOps,
+    AclPolicies,
+    AclTokens,
+    AclRoles,
+    OneTimeTokens,
+    Namespaces,
 }
 
 impl Table {
-    pub const COUNT: usize = 10;
+    pub const COUNT: usize = 15;
     pub const ALL: [Table; Table::COUNT] = [
         Table::Jobs,
         Table::JobVersions,
@@ -38,6 +43,11 @@ impl Table {
         Table::CsiVolumes,
         Table::CsiPlugins,
         Table::CsiControllerOps,
+        Table::AclPolicies,
+        Table::AclTokens,
+        Table::AclRoles,
+        Table::OneTimeTokens,
+        Table::Namespaces,
     ];
 
     pub(crate) fn slot(self) -> usize {
@@ -248,6 +258,56 @@ pub enum Command {
         unresolved: bool,
         last_error: String,
     },
+    /// The first management token (`/v1/acl/bootstrap`). Refused once bootstrapped unless
+    /// `reset_index` is the index of the last bootstrap (Nomad's bootstrap reset).
+    AclBootstrap {
+        token: model::acl::AclToken,
+        reset_index: u64,
+    },
+    /// Creates or replaces policies by name (create index kept).
+    AclPolicyUpsert {
+        policies: Vec<model::acl::AclPolicy>,
+    },
+    /// Deletes policies by name; refused if one does not exist (nothing is deleted).
+    AclPolicyDelete {
+        names: Vec<String>,
+    },
+    /// Creates or updates tokens by accessor ID (create index and time kept).
+    AclTokenUpsert {
+        tokens: Vec<model::acl::AclToken>,
+    },
+    /// Deletes tokens by accessor ID, with their one-time tokens; refused if one does not exist.
+    AclTokenDelete {
+        accessor_ids: Vec<String>,
+    },
+    /// Creates or updates roles by ID; a name another role has, or a policy that does not exist,
+    /// is refused.
+    AclRoleUpsert {
+        roles: Vec<model::acl::AclRole>,
+    },
+    AclRoleDelete {
+        ids: Vec<String>,
+    },
+    AclOneTimeTokenUpsert {
+        token: model::acl::OneTimeToken,
+    },
+    /// Consumes a one-time token; refused if it does not exist or expired at `now` (unix ns).
+    AclOneTimeTokenExchange {
+        one_time_secret_id: String,
+        now: i64,
+    },
+    /// Deletes the one-time tokens expired at `now`, and the tokens expired at `now` (garbage
+    /// collection).
+    AclExpire {
+        now: i64,
+    },
+    NamespaceUpsert {
+        namespaces: Vec<model::acl::Namespace>,
+    },
+    /// Deletes namespaces; `default`, or one that still holds non-dead jobs or volumes, is refused.
+    NamespaceDelete {
+        names: Vec<String>,
+    },
 }
 
 /// One allocation a plan stops (Nomad's `AllocationDiff` for stopped and preempted allocations):
@@ -297,6 +357,18 @@ impl Command {
             Command::CsiControllerOpBegin { .. } => "CsiControllerOpBegin",
             Command::CsiControllerOpEnd { .. } => "CsiControllerOpEnd",
             Command::CsiControllerOpRenew { .. } => "CsiControllerOpRenew",
+            Command::AclBootstrap { .. } => "AclBootstrap",
+            Command::AclPolicyUpsert { .. } => "AclPolicyUpsert",
+            Command::AclPolicyDelete { .. } => "AclPolicyDelete",
+            Command::AclTokenUpsert { .. } => "AclTokenUpsert",
+            Command::AclTokenDelete { .. } => "AclTokenDelete",
+            Command::AclRoleUpsert { .. } => "AclRoleUpsert",
+            Command::AclRoleDelete { .. } => "AclRoleDelete",
+            Command::AclOneTimeTokenUpsert { .. } => "AclOneTimeTokenUpsert",
+            Command::AclOneTimeTokenExchange { .. } => "AclOneTimeTokenExchange",
+            Command::AclExpire { .. } => "AclExpire",
+            Command::NamespaceUpsert { .. } => "NamespaceUpsert",
+            Command::NamespaceDelete { .. } => "NamespaceDelete",
         }
     }
 }

@@ -13,6 +13,7 @@ use crate::command::Table;
 use crate::error::StateError;
 use crate::limits::SNAPSHOT_LINE_BYTES_MAX;
 use crate::tables::Root;
+use model::acl::{AclPolicy, AclRole, AclToken, Namespace, OneTimeToken};
 use model::alloc::Allocation;
 use model::csi::{CSIControllerOp, CSIPlugin, CSIVolume};
 use model::deployment::Deployment;
@@ -57,6 +58,12 @@ enum RecordRef<'a> {
     CsiVolume(&'a CSIVolume),
     CsiPlugin(&'a CSIPlugin),
     CsiControllerOp(&'a CSIControllerOp),
+    AclPolicy(&'a AclPolicy),
+    AclToken(&'a AclToken),
+    AclRole(&'a AclRole),
+    OneTimeToken(&'a OneTimeToken),
+    AclBootstrapIndex(u64),
+    Namespace(&'a Namespace),
     End(Trailer),
 }
 
@@ -74,6 +81,12 @@ enum Record {
     CsiVolume(CSIVolume),
     CsiPlugin(CSIPlugin),
     CsiControllerOp(CSIControllerOp),
+    AclPolicy(AclPolicy),
+    AclToken(AclToken),
+    AclRole(AclRole),
+    OneTimeToken(OneTimeToken),
+    AclBootstrapIndex(u64),
+    Namespace(Namespace),
     End(Trailer),
 }
 
@@ -135,6 +148,27 @@ pub(crate) fn save(root: &Root, w: &mut dyn Write) -> Result<(), StateError> {
     }
     for op in root.csi_controller_ops().values() {
         put(&mut w, RecordRef::CsiControllerOp(op))?;
+    }
+    for policy in root.acl_policies().values() {
+        put(&mut w, RecordRef::AclPolicy(policy))?;
+    }
+    for token in root.acl_tokens().values() {
+        put(&mut w, RecordRef::AclToken(token))?;
+    }
+    for role in root.acl_roles().values() {
+        put(&mut w, RecordRef::AclRole(role))?;
+    }
+    for token in root.one_time_tokens().values() {
+        put(&mut w, RecordRef::OneTimeToken(token))?;
+    }
+    if root.acl_bootstrap_index() > 0 {
+        put(
+            &mut w,
+            RecordRef::AclBootstrapIndex(root.acl_bootstrap_index()),
+        )?;
+    }
+    for ns in root.namespaces().values() {
+        put(&mut w, RecordRef::Namespace(ns))?;
     }
     write_line(&mut w, &RecordRef::End(Trailer { objects }))?;
     w.flush()?;
@@ -281,6 +315,12 @@ fn insert(root: &mut Root, record: Record) {
         Record::CsiVolume(volume) => root.put_csi_volume(Arc::new(volume)),
         Record::CsiPlugin(plugin) => root.put_csi_plugin(Arc::new(plugin)),
         Record::CsiControllerOp(op) => root.put_csi_controller_op(Arc::new(op)),
+        Record::AclPolicy(policy) => root.put_acl_policy(Arc::new(policy)),
+        Record::AclToken(token) => root.put_acl_token(Arc::new(token)),
+        Record::AclRole(role) => root.put_acl_role(Arc::new(role)),
+        Record::OneTimeToken(token) => root.put_one_time_token(Arc::new(token)),
+        Record::AclBootstrapIndex(index) => root.set_acl_bootstrap_index(index),
+        Record::Namespace(ns) => root.put_namespace(Arc::new(ns)),
         Record::End(_) => unreachable!("handled by the caller"),
     }
 }

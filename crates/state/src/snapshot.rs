@@ -3,6 +3,7 @@
 use crate::command::Table;
 use crate::tables::{NsKey, Root};
 use imbl::OrdMap;
+use model::acl::{AclPolicy, AclRole, AclToken, Namespace, OneTimeToken};
 use model::alloc::Allocation;
 use model::csi::{CSIControllerOp, CSIPlugin, CSIVolume};
 use model::deployment::Deployment;
@@ -85,6 +86,82 @@ impl StateSnapshot {
     /// while the store goes on applying.
     pub fn save(&self, w: &mut dyn std::io::Write) -> Result<(), crate::StateError> {
         crate::persist::save(&self.root, w)
+    }
+
+    // ----- ACLs and namespaces -----
+
+    pub fn acl_policy(&self, name: &str) -> Option<Arc<AclPolicy>> {
+        self.root.acl_policies().get(name).cloned()
+    }
+
+    /// Policies whose name starts with `prefix`, by name.
+    pub fn acl_policies(&self, prefix: &str) -> Vec<Arc<AclPolicy>> {
+        by_prefix(self.root.acl_policies(), prefix)
+    }
+
+    pub fn acl_token(&self, accessor_id: &str) -> Option<Arc<AclToken>> {
+        self.root.acl_tokens().get(accessor_id).cloned()
+    }
+
+    pub fn acl_token_by_secret(&self, secret_id: &str) -> Option<Arc<AclToken>> {
+        self.root.acl_token_by_secret(secret_id).cloned()
+    }
+
+    /// Tokens whose accessor ID starts with `prefix`, by accessor ID.
+    pub fn acl_tokens(&self, prefix: &str) -> Vec<Arc<AclToken>> {
+        by_prefix(self.root.acl_tokens(), prefix)
+    }
+
+    pub fn acl_role(&self, id: &str) -> Option<Arc<AclRole>> {
+        self.root.acl_roles().get(id).cloned()
+    }
+
+    pub fn acl_role_by_name(&self, name: &str) -> Option<Arc<AclRole>> {
+        self.root.acl_role_by_name(name).cloned()
+    }
+
+    /// Roles whose ID starts with `prefix`, by ID.
+    pub fn acl_roles(&self, prefix: &str) -> Vec<Arc<AclRole>> {
+        by_prefix(self.root.acl_roles(), prefix)
+    }
+
+    pub fn one_time_token(&self, secret: &str) -> Option<Arc<OneTimeToken>> {
+        self.root.one_time_tokens().get(secret).cloned()
+    }
+
+    /// Whether some one-time token has expired at `now` (unix ns).
+    pub fn has_expired_one_time_tokens(&self, now: i64) -> bool {
+        self.root
+            .one_time_tokens()
+            .values()
+            .any(|t| t.expires_at <= now)
+    }
+
+    /// The Raft index of the last ACL bootstrap; 0 before the first.
+    pub fn acl_bootstrap_index(&self) -> u64 {
+        self.root.acl_bootstrap_index()
+    }
+
+    /// A namespace; `default` exists even when it was never written.
+    pub fn namespace(&self, name: &str) -> Option<Arc<Namespace>> {
+        match self.root.namespaces().get(name) {
+            Some(ns) => Some(ns.clone()),
+            None if name == model::job::DEFAULT_NAMESPACE => {
+                Some(Arc::new(Namespace::default_namespace()))
+            }
+            None => None,
+        }
+    }
+
+    /// Namespaces whose name starts with `prefix` (`default` included), by name.
+    pub fn namespaces(&self, prefix: &str) -> Vec<Arc<Namespace>> {
+        let mut out = by_prefix(self.root.namespaces(), prefix);
+        let default = model::job::DEFAULT_NAMESPACE;
+        if default.starts_with(prefix) && !self.root.namespaces().contains_key(default) {
+            out.push(Arc::new(Namespace::default_namespace()));
+            out.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+        out
     }
 
     // ----- jobs -----

@@ -9,6 +9,7 @@
 
 use crate::command::Table;
 use imbl::{OrdMap, OrdSet};
+use model::acl::{AclPolicy, AclRole, AclToken, Namespace, OneTimeToken};
 use model::alloc::Allocation;
 use model::csi::{CSIControllerOp, CSIPlugin, CSIVolume};
 use model::deployment::Deployment;
@@ -65,6 +66,20 @@ pub(crate) struct Root {
     csi_plugins: OrdMap<String, Arc<CSIPlugin>>,
     /// Plugin ID → its in-flight destructive controller call.
     csi_controller_ops: OrdMap<String, Arc<CSIControllerOp>>,
+    acl_policies: OrdMap<String, Arc<AclPolicy>>,
+    /// Accessor ID → token.
+    acl_tokens: OrdMap<String, Arc<AclToken>>,
+    /// Secret ID → accessor ID.
+    acl_tokens_by_secret: OrdMap<String, String>,
+    /// Role ID → role.
+    acl_roles: OrdMap<String, Arc<AclRole>>,
+    /// Role name → role ID.
+    acl_roles_by_name: OrdMap<String, String>,
+    /// One-time secret ID → one-time token.
+    one_time_tokens: OrdMap<String, Arc<OneTimeToken>>,
+    /// The Raft index of the last ACL bootstrap (0: never bootstrapped).
+    acl_bootstrap_index: u64,
+    namespaces: OrdMap<String, Arc<Namespace>>,
 }
 
 fn index_add<K: Ord + Clone>(index: &mut OrdMap<K, IdSet>, key: K, id: &str) {
@@ -206,7 +221,43 @@ impl Root {
         &self.csi_controller_ops
     }
 
+    pub(crate) fn acl_policies(&self) -> &OrdMap<String, Arc<AclPolicy>> {
+        &self.acl_policies
+    }
+
+    pub(crate) fn acl_tokens(&self) -> &OrdMap<String, Arc<AclToken>> {
+        &self.acl_tokens
+    }
+
+    pub(crate) fn acl_roles(&self) -> &OrdMap<String, Arc<AclRole>> {
+        &self.acl_roles
+    }
+
+    pub(crate) fn one_time_tokens(&self) -> &OrdMap<String, Arc<OneTimeToken>> {
+        &self.one_time_tokens
+    }
+
+    pub(crate) fn namespaces(&self) -> &OrdMap<String, Arc<Namespace>> {
+        &self.namespaces
+    }
+
+    pub(crate) fn acl_bootstrap_index(&self) -> u64 {
+        self.acl_bootstrap_index
+    }
+
     // ----- lookups -----
+
+    pub(crate) fn acl_token_by_secret(&self, secret: &str) -> Option<&Arc<AclToken>> {
+        self.acl_tokens_by_secret
+            .get(secret)
+            .and_then(|accessor| self.acl_tokens.get(accessor))
+    }
+
+    pub(crate) fn acl_role_by_name(&self, name: &str) -> Option<&Arc<AclRole>> {
+        self.acl_roles_by_name
+            .get(name)
+            .and_then(|id| self.acl_roles.get(id))
+    }
 
     pub(crate) fn job(&self, ns: &str, id: &str) -> Option<&Arc<Job>> {
         self.jobs.get(&ns_key(ns, id))
@@ -436,6 +487,65 @@ impl Root {
 
     pub(crate) fn delete_csi_controller_op(&mut self, plugin_id: &str) {
         self.csi_controller_ops.remove(plugin_id);
+    }
+
+    pub(crate) fn put_acl_policy(&mut self, policy: Arc<AclPolicy>) {
+        self.acl_policies.insert(policy.name.clone(), policy);
+    }
+
+    pub(crate) fn delete_acl_policy(&mut self, name: &str) -> Option<Arc<AclPolicy>> {
+        self.acl_policies.remove(name)
+    }
+
+    pub(crate) fn put_acl_token(&mut self, token: Arc<AclToken>) {
+        if let Some(old) = self.acl_tokens.get(&token.accessor_id).cloned() {
+            self.acl_tokens_by_secret.remove(&old.secret_id);
+        }
+        self.acl_tokens_by_secret
+            .insert(token.secret_id.clone(), token.accessor_id.clone());
+        self.acl_tokens.insert(token.accessor_id.clone(), token);
+    }
+
+    pub(crate) fn delete_acl_token(&mut self, accessor_id: &str) -> Option<Arc<AclToken>> {
+        let old = self.acl_tokens.remove(accessor_id)?;
+        self.acl_tokens_by_secret.remove(&old.secret_id);
+        Some(old)
+    }
+
+    pub(crate) fn put_acl_role(&mut self, role: Arc<AclRole>) {
+        if let Some(old) = self.acl_roles.get(&role.id).cloned() {
+            self.acl_roles_by_name.remove(&old.name);
+        }
+        self.acl_roles_by_name
+            .insert(role.name.clone(), role.id.clone());
+        self.acl_roles.insert(role.id.clone(), role);
+    }
+
+    pub(crate) fn delete_acl_role(&mut self, id: &str) -> Option<Arc<AclRole>> {
+        let old = self.acl_roles.remove(id)?;
+        self.acl_roles_by_name.remove(&old.name);
+        Some(old)
+    }
+
+    pub(crate) fn put_one_time_token(&mut self, token: Arc<OneTimeToken>) {
+        self.one_time_tokens
+            .insert(token.one_time_secret_id.clone(), token);
+    }
+
+    pub(crate) fn delete_one_time_token(&mut self, secret: &str) -> Option<Arc<OneTimeToken>> {
+        self.one_time_tokens.remove(secret)
+    }
+
+    pub(crate) fn set_acl_bootstrap_index(&mut self, index: u64) {
+        self.acl_bootstrap_index = index;
+    }
+
+    pub(crate) fn put_namespace(&mut self, ns: Arc<Namespace>) {
+        self.namespaces.insert(ns.name.clone(), ns);
+    }
+
+    pub(crate) fn delete_namespace(&mut self, name: &str) -> Option<Arc<Namespace>> {
+        self.namespaces.remove(name)
     }
 }
 

@@ -4,6 +4,7 @@
 //! Each submodule mirrors the part of Nomad's state store it is named after; where we differ, the
 //! function says so.
 
+mod acl;
 mod allocs;
 pub(crate) mod csi;
 mod deployments;
@@ -315,6 +316,30 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
             term,
         } => csi::op_end(tx, plugin_id, op_id, *owner, *term).map(|()| plain),
         Command::CsiControllerOpRenew { .. } => csi::op_renew(tx, cmd).map(|()| plain),
+        Command::AclBootstrap { token, reset_index } => {
+            acl::bootstrap(tx, token, *reset_index).map(|()| plain)
+        }
+        Command::AclPolicyUpsert { policies } => acl::upsert_policies(tx, policies).map(|()| plain),
+        Command::AclPolicyDelete { names } => acl::delete_policies(tx, names).map(|()| plain),
+        Command::AclTokenUpsert { tokens } => acl::upsert_tokens(tx, tokens).map(|()| plain),
+        Command::AclTokenDelete { accessor_ids } => {
+            acl::delete_tokens(tx, accessor_ids).map(|()| plain)
+        }
+        Command::AclRoleUpsert { roles } => acl::upsert_roles(tx, roles).map(|()| plain),
+        Command::AclRoleDelete { ids } => acl::delete_roles(tx, ids).map(|()| plain),
+        Command::AclOneTimeTokenUpsert { token } => acl::upsert_one_time(tx, token).map(|()| plain),
+        Command::AclOneTimeTokenExchange {
+            one_time_secret_id,
+            now,
+        } => acl::exchange_one_time(tx, one_time_secret_id, *now).map(|()| plain),
+        Command::AclExpire { now } => {
+            acl::expire(tx, *now);
+            Ok(plain)
+        }
+        Command::NamespaceUpsert { namespaces } => {
+            acl::upsert_namespaces(tx, namespaces).map(|()| plain)
+        }
+        Command::NamespaceDelete { names } => acl::delete_namespaces(tx, names).map(|()| plain),
         // The store replaces its whole root for a restore before the FSM sees commands.
         Command::StateRestore { .. } => Err(StateError::invalid(
             "a state restore is applied by the store, not the FSM",
