@@ -49,6 +49,14 @@ pub struct ServerConfig {
     /// How many CSI controller calls may wait for one plugin's turn before more are refused as
     /// busy; default 50.
     pub csi_max_queued: usize,
+    /// Enforce ACLs (`acl { enabled }`, `-acl-enabled`).
+    pub acl_enabled: bool,
+    /// The shortest and longest `ExpirationTTL` a token may ask for (Nomad's
+    /// `token_min_expiration_ttl`, 1 min, and `token_max_expiration_ttl`, 24 h).
+    pub acl_token_min_ttl: Duration,
+    pub acl_token_max_ttl: Duration,
+    /// The largest `Count` a task group may have (Nomad's `job_max_count`, 50,000).
+    pub job_max_count: u64,
 }
 
 impl ServerConfig {
@@ -74,6 +82,10 @@ impl ServerConfig {
             dead_server_after: Duration::from_secs(10),
             csi_controller_timeout: crate::csi::DEFAULT_CONTROLLER_CALL_TIMEOUT,
             csi_max_queued: crate::csi::DEFAULT_MAX_QUEUED,
+            acl_enabled: false,
+            acl_token_min_ttl: Duration::from_secs(60),
+            acl_token_max_ttl: Duration::from_secs(24 * 3600),
+            job_max_count: 50_000,
         }
     }
 }

@@ -68,6 +68,9 @@ impl rpc::Handler for RpcHandler {
                     })
                     .await
                 }
+                crate::acl::ACL_WRITE => {
+                    call(body, |req| async move { server.acl_write_local(req).await }).await
+                }
                 crate::csi::CSI_WRITE => {
                     call(body, |req| async move { server.csi_write_local(req).await }).await
                 }

@@ -7,6 +7,7 @@
 //! Invariant: state changes only through a raft entry applied by the FSM; IDs and timestamps are made
 //! here, before the entry, so every server applies the same bytes to the same result.
 
+pub mod acl;
 mod config;
 pub mod cron;
 pub mod csi;

@@ -45,6 +45,8 @@ struct Inner {
     csi_transport: std::sync::OnceLock<Arc<dyn crate::csi::CsiTransport>>,
     /// The per-plugin FIFO locks of the controller-call serializer.
     csi_locks: crate::csi::controller::ControllerLocks,
+    /// Compiled ACLs by token secret.
+    acl_cache: crate::acl::AclCache,
 }
 
 /// A server as `/v1/agent/members` and `server members` show it.
@@ -115,6 +117,7 @@ impl Server {
                 join_addrs: std::sync::Mutex::new(Vec::new()),
                 csi_transport: std::sync::OnceLock::new(),
                 csi_locks: Default::default(),
+                acl_cache: Default::default(),
             }),
         };
         let handler = Arc::new(RpcHandler {
@@ -184,6 +187,10 @@ impl Server {
 
     pub(crate) fn join_addrs(&self) -> &std::sync::Mutex<Vec<String>> {
         &self.inner.join_addrs
+    }
+
+    pub(crate) fn acl_cache(&self) -> &crate::acl::AclCache {
+        &self.inner.acl_cache
     }
 
     pub fn config(&self) -> &ServerConfig {

@@ -25,6 +25,35 @@ pub struct JobRegisterRequest {
 }
 
 /// Canonicalizes and validates a submitted job; the message lists every problem, as Nomad's does.
+impl Server {
+    /// What a job may not exceed on this cluster: its namespace must exist, and its groups'
+    /// counts add up to at most `job_max_count` (Nomad's message).
+    pub(crate) fn check_job_limits(&self, job: &Job) -> Result<(), ServerError> {
+        let ns = job
+            .namespace
+            .as_deref()
+            .unwrap_or(model::job::DEFAULT_NAMESPACE);
+        if self.state().snapshot().namespace(ns).is_none() {
+            return Err(ServerError::bad_request(format!(
+                "job {:?} is in namespace {ns:?}, which does not exist: create it with `caravan namespace apply {ns}`",
+                job.id
+            )));
+        }
+        let total: u64 = job
+            .task_groups
+            .iter()
+            .map(|g| u64::try_from(g.count.unwrap_or(1)).unwrap_or(0))
+            .sum();
+        let max = self.config().job_max_count;
+        if total > max {
+            return Err(ServerError::bad_request(format!(
+                "total count was greater than configured job_max_count: {total} > {max}"
+            )));
+        }
+        Ok(())
+    }
+}
+
 pub fn prepare_job(job: &mut Job) -> Result<(), ServerError> {
     job.canonicalize();
     let mut errs = job.validate().err().unwrap_or_default();
@@ -105,6 +134,7 @@ impl Server {
         mut req: JobRegisterRequest,
     ) -> Result<JobRegisterResponse, ServerError> {
         prepare_job(&mut req.job)?;
+        self.check_job_limits(&req.job)?;
         let ns = req.job.namespace.clone().unwrap_or_default();
         let snap = self.state().snapshot();
         let existing = snap.job(&ns, &req.job.id);

@@ -35,7 +35,20 @@ impl Server {
         node.canonicalize();
         node.validate()
             .map_err(|errs| ServerError::bad_request(errs.to_string().trim_end().to_string()))?;
+        if node.secret_id.is_empty() {
+            return Err(ServerError::bad_request("missing node secret ID"));
+        }
         let original = self.state().snapshot().node(&node.id);
+        // Nomad: a node ID is owned by the secret it first registered with; another secret is
+        // someone else trying to take the node over.
+        if let Some(o) = &original {
+            if o.secret_id != node.secret_id {
+                return Err(ServerError::new(
+                    rpc::ErrorCode::PermissionDenied,
+                    "node secret ID does not match. Not registering node.",
+                ));
+            }
+        }
         let status_changed = original.as_ref().is_none_or(|o| o.status != node.status);
         if status_changed || node.status_updated_at == 0 {
             node.status_updated_at = now_nanos() / 1_000_000_000;
@@ -407,8 +420,7 @@ impl Server {
         Ok(self.apply(cmd).await?.index)
     }
 
-    /// The node, if it exists and the secret matches (an empty secret is not checked, for
-    /// compatibility with clients that do not send it).
+    /// The node, if it exists and the secret matches; an empty secret matches nothing.
     fn known_node(
         &self,
         node_id: &str,
@@ -419,7 +431,7 @@ impl Server {
             .snapshot()
             .node(node_id)
             .ok_or_else(|| ServerError::not_found(format!("node not found: {node_id}")))?;
-        if !secret_id.is_empty() && !node.secret_id.is_empty() && node.secret_id != secret_id {
+        if node.secret_id.is_empty() || node.secret_id != secret_id {
             return Err(ServerError::new(
                 rpc::ErrorCode::PermissionDenied,
                 "Permission denied: the node secret does not match",

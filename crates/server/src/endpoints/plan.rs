@@ -43,6 +43,7 @@ impl Server {
         mut req: JobPlanRequest,
     ) -> Result<JobPlanResponse, ServerError> {
         prepare_job(&mut req.job)?;
+        self.check_job_limits(&req.job)?;
         let snap = self.state().snapshot();
         let now = now_nanos();
         tokio::task::spawn_blocking(move || plan(&snap, req.job, req.diff, now))

@@ -23,7 +23,7 @@ mod heartbeat;
 pub(crate) mod limits;
 pub(crate) mod periodic;
 mod plan_apply;
-mod tasks;
+pub(crate) mod tasks;
 #[cfg(test)]
 pub(crate) mod testkit;
 mod view;
@@ -249,6 +249,7 @@ impl LeaderLoops {
         tasks.spawn(autopilot::run(server.clone(), stop_rx.clone()));
         // Stateless: each claim's checkpoint says where its release stands.
         tasks.spawn(volumes::run(server.clone(), stop_rx.clone()));
+        tasks.spawn(crate::acl::expire_loop(server.clone(), stop_rx.clone()));
         *leadership.broker.lock().expect("broker lock") = Some(broker);
         leadership.running.store(true, Ordering::SeqCst);
         tracing::info!(workers, "leader loops started");
