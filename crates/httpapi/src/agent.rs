@@ -82,7 +82,7 @@ pub async fn agent_self(State(st): State<ApiState>, Query(params): Params) -> Re
         .map(|m| member_json(&st, &m))
         .unwrap_or(serde_json::Value::Null);
     let mut body = json!({
-        "config": st.agent.config,
+        "config": redacted(&st.agent.config),
         "member": member,
         "stats": {
             "nomad": {
@@ -115,5 +115,55 @@ pub async fn health(State(st): State<ApiState>, Query(params): Params) -> Respon
         resp
     } else {
         (axum::http::StatusCode::INTERNAL_SERVER_ERROR, resp).into_response()
+    }
+}
+
+/// The agent's configuration with every secret replaced (tokens, gossip keys, passwords), as
+/// Nomad redacts `/v1/agent/self`.
+fn redacted(config: &serde_json::Value) -> serde_json::Value {
+    fn secret(key: &str) -> bool {
+        let k = key.to_ascii_lowercase();
+        k == "token"
+            || k.ends_with("_token")
+            || k.ends_with("token_id")
+            || k == "encrypt"
+            || k.contains("secret")
+            || k.contains("password")
+    }
+    match config {
+        serde_json::Value::Object(map) => serde_json::Value::Object(
+            map.iter()
+                .map(|(k, v)| {
+                    let v = if secret(k) && !v.is_null() {
+                        serde_json::Value::String("<redacted>".into())
+                    } else {
+                        redacted(v)
+                    };
+                    (k.clone(), v)
+                })
+                .collect(),
+        ),
+        serde_json::Value::Array(items) => {
+            serde_json::Value::Array(items.iter().map(redacted).collect())
+        }
+        other => other.clone(),
+    }
+}
+
+#[cfg(test)]
+mod redact_tests {
+    #[test]
+    fn secrets_never_leave_agent_self() {
+        let cfg = serde_json::json!({
+            "acl": {"enabled": true, "replication_token": "s3cret"},
+            "server": {"encrypt": "k3y", "enabled": true},
+            "vault": [{"token": "t"}],
+            "tls": {"key_file": "/etc/key.pem"}
+        });
+        let out = super::redacted(&cfg).to_string();
+        for secret in ["s3cret", "k3y", "\"t\""] {
+            assert!(!out.contains(secret), "{secret} leaked: {out}");
+        }
+        assert!(out.contains("/etc/key.pem"), "paths stay");
     }
 }

@@ -100,6 +100,12 @@ async fn volumes_inner(
         .into_iter()
         .filter(|v| plugin.is_empty() || v.plugin_id == plugin)
         .filter(|v| {
+            let authz = crate::acl::current();
+            authz
+                .acl
+                .allow_namespace_operation(&v.namespace, "csi-list-volume")
+        })
+        .filter(|v| {
             node.is_empty()
                 || v.read_claims
                     .values()

@@ -29,6 +29,7 @@ async fn list_inner(st: &ApiState, params: HashMap<String, String>) -> Result<Re
     let tables = [Table::Deployments];
     let snap = q.block(st.server.state(), &tables).await;
     let mut list = snap.deployments(q.namespace_filter(), &q.prefix);
+    crate::acl::retain_ns(&mut list, "read-job", |d| &d.namespace);
     // Newest first, as Nomad lists them.
     list.sort_by(|a, b| b.create_index.cmp(&a.create_index).then(a.id.cmp(&b.id)));
     let key = |d: &std::sync::Arc<model::deployment::Deployment>| {

@@ -23,6 +23,7 @@ async fn list_inner(st: &ApiState, params: HashMap<String, String>) -> Result<Re
     let tables = [Table::Evals];
     let snap = q.block(st.server.state(), &tables).await;
     let mut evals = snap.evals(q.namespace_filter(), &q.prefix);
+    crate::acl::retain_ns(&mut evals, "read-job", |e| &e.namespace);
     if let Some(job) = q.params.get("job").filter(|s| !s.is_empty()) {
         evals.retain(|e| &e.job_id == job);
     }

@@ -30,7 +30,12 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(11 * 60);
 /// for longer: a followed log).
 const CLIENT_FORWARD_CONNECT: Duration = Duration::from_secs(30);
 /// Headers that travel with a forwarded request (the rest are hop-by-hop or ours to set).
-const FORWARDED_HEADERS: [&str; 3] = ["x-nomad-token", "content-type", "x-nomad-csi-secrets"];
+const FORWARDED_HEADERS: [&str; 4] = [
+    "x-nomad-token",
+    "authorization",
+    "content-type",
+    "x-nomad-csi-secrets",
+];
 
 /// The path and query of a request, as forwarded.
 fn path_and_query(uri: &Uri) -> String {
@@ -58,6 +63,8 @@ pub struct ClientAgentState {
     pub client: Arc<dyn LocalClient>,
     pub servers: Arc<dyn ServerPicker>,
     pub rpc: rpc::Client,
+    /// `acl { enabled }`: requests this agent serves itself are authorized by a server first.
+    pub acl_enabled: bool,
 }
 
 impl AllocRoots for ClientAgentState {
@@ -116,9 +123,67 @@ pub fn client_agent_router(state: ClientAgentState) -> Router {
         .fallback(forward)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
+            authorize_locally_served,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
             elsewhere_to_server,
         ))
         .with_state(state)
+}
+
+/// With ACLs on, a client path this agent serves itself is first put to a server
+/// (`/v1/acl/authorize`, by the servers' one table); everything else is forwarded and checked
+/// there. Server → client CSI calls carry the node's secret instead.
+async fn authorize_locally_served(
+    State(st): State<ClientAgentState>,
+    req: Request<Body>,
+    next: axum::middleware::Next,
+) -> Response {
+    let path = req.uri().path().to_string();
+    let local = path.starts_with("/v1/client/") && !path.starts_with("/v1/client/csi/");
+    if !st.acl_enabled || !local {
+        return next.run(req).await;
+    }
+    let mut pairs = vec![
+        ("method".to_string(), req.method().to_string()),
+        ("path".to_string(), path),
+    ];
+    if let Some(q) = req.uri().query() {
+        pairs.push(("query".to_string(), q.to_string()));
+    }
+    let query: String = pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={}", percent_encode(v)))
+        .collect::<Vec<_>>()
+        .join("&");
+    let mut check = Request::new(Body::empty());
+    match format!("/v1/acl/authorize?{query}").parse() {
+        Ok(u) => *check.uri_mut() = u,
+        Err(_) => return ApiError::bad_request("invalid path").into_response(),
+    }
+    for name in ["x-nomad-token", "authorization"] {
+        if let Some(v) = req.headers().get(name) {
+            check.headers_mut().insert(name, v.clone());
+        }
+    }
+    let answer = forward(State(st.clone()), check).await;
+    if answer.status() != StatusCode::OK {
+        return answer;
+    }
+    next.run(req).await
+}
+
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// A client path for an allocation this agent's client does not run goes to a server, which

@@ -119,7 +119,10 @@ async fn list(st: &ApiState, params: HashMap<String, String>) -> Result<Response
     let tables = [Table::Jobs, Table::JobSummaries];
     let snap = q.block(st.server.state(), &tables).await;
     let with_meta = q.flag("meta")?;
-    let jobs = snap.jobs(q.namespace_filter(), &q.prefix);
+    let mut jobs = snap.jobs(q.namespace_filter(), &q.prefix);
+    crate::acl::retain_ns(&mut jobs, "list-jobs", |j| {
+        j.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE)
+    });
     let key = |j: &Arc<Job>| format!("{}.{}", j.namespace.as_deref().unwrap_or(""), j.id);
     let (page, next) = reply::paginate(jobs, key, q.per_page, &q.next_token);
     let stubs: Vec<JobListStub> = page

@@ -6,6 +6,8 @@
 //! Never does: business logic. Writes go to `server` endpoints; reads come from state snapshots.
 //! Invariant: every error is plain text with Nomad's status code; every success is 200.
 
+pub mod acl;
+mod acl_endpoints;
 mod agent;
 mod client_allocs;
 mod csi;
@@ -18,6 +20,7 @@ pub use csi::HttpCsiTransport;
 mod fs;
 mod jobs;
 mod launch;
+pub mod limits;
 mod nodes;
 mod operator;
 mod query;
@@ -254,6 +257,19 @@ pub struct ApiState {
 /// The router for every implemented `/v1` path; unknown paths get Nomad's empty 404.
 pub fn router(state: ApiState) -> Router {
     Router::new()
+        .route("/v1/acl/bootstrap", any(acl_endpoints::bootstrap))
+        .route("/v1/acl/authorize", get(acl::authorize))
+        .route("/v1/acl/policies", get(acl_endpoints::policies))
+        .route("/v1/acl/policy/{name}", any(acl_endpoints::policy))
+        .route("/v1/acl/tokens", get(acl_endpoints::tokens))
+        .route("/v1/acl/token", any(acl_endpoints::token))
+        .route("/v1/acl/token/{*rest}", any(acl_endpoints::token))
+        .route("/v1/acl/roles", get(acl_endpoints::roles))
+        .route("/v1/acl/role", any(acl_endpoints::role))
+        .route("/v1/acl/role/{*rest}", any(acl_endpoints::role))
+        .route("/v1/namespaces", get(acl_endpoints::namespaces))
+        .route("/v1/namespace", any(acl_endpoints::namespace))
+        .route("/v1/namespace/{name}", any(acl_endpoints::namespace))
         .route("/v1/jobs", any(jobs::jobs))
         .route("/v1/jobs/parse", any(jobs::parse))
         .route("/v1/validate/job", any(jobs::validate))
@@ -326,6 +342,10 @@ pub fn router(state: ApiState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             forward::client_paths_to_owner,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            acl::enforce,
         ))
         .with_state(state)
 }

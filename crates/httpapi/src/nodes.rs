@@ -107,7 +107,8 @@ async fn node_inner(
             return Err(ApiError::not_found("node not found"));
         }
         // Nomad answers this one with full allocations, not stubs.
-        let allocs = snap.allocs_by_node(id);
+        let mut allocs = snap.allocs_by_node(id);
+        crate::acl::retain_ns(&mut allocs, "read-job", |a| &a.namespace);
         return Ok(reply::read(
             &allocs,
             index_of(&snap, &tables),
@@ -145,6 +146,7 @@ async fn list_allocs_inner(
     let snap = q.block(st.server.state(), &tables).await;
     let with_resources = q.flag("resources")?;
     let mut allocs = snap.allocs(q.namespace_filter(), &q.prefix);
+    crate::acl::retain_ns(&mut allocs, "read-job", |a| &a.namespace);
     // Without a prefix Nomad pages by "<CreateIndex>.<ID>"; with one, by ID.
     let by_id = !q.prefix.is_empty();
     if !by_id {
