@@ -17,6 +17,7 @@
 //! # let _ = (jobs, jobs_now); Ok(()) }
 //! ```
 
+mod acl;
 mod agent;
 mod alloc_ops;
 mod client;

@@ -100,6 +100,29 @@ fn resolve(args: &AgentArgs) -> Result<AgentConfig> {
     Ok(cfg.merge(flags))
 }
 
+/// Security settings this build cannot honour are refused, never ignored.
+fn check_security_settings(cfg: &AgentConfig) -> Result<()> {
+    if let Some(acl) = &cfg.acl {
+        if acl
+            .replication_token
+            .as_deref()
+            .is_some_and(|t| !t.is_empty())
+        {
+            bail!("acl.replication_token: ACL replication between regions is not supported yet (federation); remove it");
+        }
+    }
+    if let Some(tls) = &cfg.tls {
+        let on = tls.http.unwrap_or(false)
+            || tls.rpc.unwrap_or(false)
+            || tls.verify_https_client.unwrap_or(false)
+            || tls.verify_server_hostname.unwrap_or(false);
+        if on {
+            bail!("tls: TLS for HTTP and RPC is not supported yet in this build; remove the tls block (or set http = false and rpc = false) to run without it");
+        }
+    }
+    Ok(())
+}
+
 fn listen_addr(cfg: &AgentConfig, specific: Option<&String>, port: u16) -> Result<SocketAddr> {
     let host = specific
         .or(cfg.bind_addr.as_ref())
@@ -122,9 +145,7 @@ pub fn run(args: AgentArgs) -> Result<i32> {
     if !server_enabled && !client_enabled {
         bail!("neither server nor client mode is enabled: use -dev, -server, -client, or a config with server {{ enabled = true }} or client {{ enabled = true }}");
     }
-    if cfg.acl.as_ref().and_then(|a| a.enabled).unwrap_or(false) {
-        bail!("ACLs are not supported yet: remove -acl-enabled (or acl {{ enabled = true }}) to run without them");
-    }
+    check_security_settings(&cfg)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -174,6 +195,7 @@ async fn run_client_agent(cfg: AgentConfig, dev: bool) -> Result<i32> {
         client: Arc::new(LocalClientHandle(node_client.clone())),
         servers: Arc::new(ConnServers(conn)),
         rpc: rpc::Client::default(),
+        acl_enabled: cfg.acl.as_ref().and_then(|a| a.enabled).unwrap_or(false),
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let http = tokio::spawn(httpapi::serve_client_agent(listener, state, async move {
@@ -258,6 +280,23 @@ async fn run_agent(cfg: AgentConfig, dev: bool, client_enabled: bool) -> Result<
     }
     if let Some(n) = server_cfg_block.raft_snapshot_threshold {
         server_cfg.raft_snapshot_every = n;
+    }
+    if let Some(n) = server_cfg_block.job_max_count {
+        if n == 0 {
+            bail!("server.job_max_count = 0: must be at least 1 (default 50000)");
+        }
+        server_cfg.job_max_count = n;
+    }
+    let acl = cfg.acl.clone().unwrap_or_default();
+    server_cfg.acl_enabled = acl.enabled.unwrap_or(false);
+    if let Some(t) = acl.token_min_expiration_ttl {
+        server_cfg.acl_token_min_ttl = t;
+    }
+    if let Some(t) = acl.token_max_expiration_ttl {
+        server_cfg.acl_token_max_ttl = t;
+    }
+    if server_cfg.acl_token_min_ttl > server_cfg.acl_token_max_ttl {
+        bail!("acl.token_min_expiration_ttl is longer than acl.token_max_expiration_ttl");
     }
     apply_autopilot(&cfg, &mut server_cfg)?;
     // An explicit `advertise { rpc }` wins; otherwise the server advertises the address it bound

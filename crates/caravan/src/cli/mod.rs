@@ -3,6 +3,7 @@
 //! `-region` and `-namespace` (falling back to `NOMAD_ADDR`, `NOMAD_TOKEN`, `NOMAD_REGION`,
 //! `NOMAD_NAMESPACE`) and exit as Nomad's do: 0 success, 1 error, 2 placement failures.
 
+mod acl;
 mod agent;
 mod alloc;
 mod alloc_ops;
@@ -42,6 +43,12 @@ struct Cli {
 enum Command {
     /// Run a Caravan agent (server, client, or both with -dev)
     Agent(agent::AgentArgs),
+    /// Work with ACLs: bootstrap, policies, tokens, roles
+    #[command(subcommand)]
+    Acl(acl::AclCommand),
+    /// Work with namespaces: apply, delete, inspect, list, status
+    #[command(subcommand)]
+    Namespace(acl::NamespaceCommand),
     /// Work with jobs: init, validate, run, plan, status, inspect, history, stop, promote,
     /// revert, dispatch, periodic force
     #[command(subcommand)]
@@ -96,6 +103,8 @@ pub fn run(args: Vec<OsString>) -> i32 {
     };
     let result = match cli.command {
         Command::Agent(args) => agent::run(args),
+        Command::Acl(cmd) => Ok(acl::run(cmd)),
+        Command::Namespace(cmd) => Ok(acl::run_namespace(cmd)),
         Command::Job(cmd) => job::run(cmd),
         Command::Deployment(cmd) => Ok(deployment::run(cmd)),
         Command::Eval(cmd) => Ok(eval::run(cmd)),

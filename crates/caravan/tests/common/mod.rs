@@ -223,13 +223,24 @@ impl Drop for Agent {
 
 /// A minimal HTTP/1.1 client over std (one request per connection), enough for tests.
 pub fn http(method: &str, url: &str, body: Option<String>) -> Result<Reply, String> {
+    http_with(method, url, body, &[])
+}
+
+/// [`http`] with extra request headers (`X-Nomad-Token`, say).
+pub fn http_with(
+    method: &str,
+    url: &str,
+    body: Option<String>,
+    extra: &[(&str, &str)],
+) -> Result<Reply, String> {
     use std::io::{Read, Write};
     let rest = url.strip_prefix("http://").ok_or("http only")?;
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let mut stream = std::net::TcpStream::connect(host).map_err(|e| e.to_string())?;
     stream.set_read_timeout(Some(Duration::from_secs(400))).ok();
     let body = body.unwrap_or_default();
-    write!(stream, "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).map_err(|e| e.to_string())?;
+    let extra: String = extra.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
+    write!(stream, "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n{body}", body.len()).map_err(|e| e.to_string())?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&raw).into_owned();
