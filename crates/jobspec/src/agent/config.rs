@@ -251,6 +251,8 @@ section! {
         csi_controller_timeout: Duration => Kind::Duration,
         /// Raft entries between state snapshots (each snapshot compacts the log).
         raft_snapshot_threshold: u64 => Kind::Uint(u64::MAX),
+        /// The largest `count` a task group may ask for (50,000).
+        job_max_count: u64 => Kind::Uint(u64::MAX),
         /// Gossip encryption key.
         encrypt: String => Kind::Str,
         /// How to find the other servers.
@@ -362,6 +364,12 @@ section! {
         /// How long roles are cached.
         #[serde(with = "super::duration::serde_opt")]
         role_ttl: Duration => Kind::Duration,
+        /// The shortest `ExpirationTTL` a token may have (1m).
+        #[serde(with = "super::duration::serde_opt")]
+        token_min_expiration_ttl: Duration => Kind::Duration,
+        /// The longest `ExpirationTTL` a token may have (24h).
+        #[serde(with = "super::duration::serde_opt")]
+        token_max_expiration_ttl: Duration => Kind::Duration,
         /// Token used to replicate ACLs from the authoritative region.
         replication_token: String => Kind::Str,
     }
