@@ -229,6 +229,7 @@ mod tests {
     impl Handler for Answering {
         fn handle(
             &self,
+            _peer: &rpc::Peer,
             method: String,
             _body: Value,
         ) -> BoxFuture<'static, Result<Value, RpcError>> {

@@ -315,6 +315,7 @@ mod tests {
     impl Handler for Echo {
         fn handle(
             &self,
+            _peer: &crate::Peer,
             _method: String,
             body: Value,
         ) -> BoxFuture<'static, Result<Value, RpcError>> {

@@ -23,7 +23,7 @@ mod server;
 
 pub use client::{decode_request, encode_response, Client, Method};
 pub use error::{ErrorCode, RpcError};
-pub use server::{serve, Handler};
+pub use server::{serve, Handler, Peer};
 
 /// Re-exported so handlers can name the future type without depending on `futures` themselves.
 pub use futures::future::BoxFuture;

@@ -9,6 +9,11 @@ pub const FRAME_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// deadline); the server stops reading a connection's requests while this many are running.
 pub const IN_FLIGHT_PER_CONNECTION_MAX: usize = 1024;
 
+/// Request bytes one connection may have in running calls; the server stops reading the
+/// connection past it (a raft snapshot chunk or a large plan is a few MiB; a restore, the
+/// largest, is one frame).
+pub const IN_FLIGHT_BYTES_PER_CONNECTION_MAX: usize = 2 * FRAME_BYTES_MAX;
+
 /// Encoded frames queued for one connection's writer task.
 pub const WRITE_QUEUE_FRAMES_MAX: usize = 256;
 

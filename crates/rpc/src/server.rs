@@ -3,7 +3,10 @@
 
 use crate::error::RpcError;
 use crate::frame::{self, FrameError, FrameReader, IdOnly, RequestIn, Response};
-use crate::limits::{CONNECTIONS_MAX, IN_FLIGHT_PER_CONNECTION_MAX, WRITE_QUEUE_FRAMES_MAX};
+use crate::limits::{
+    CONNECTIONS_MAX, IN_FLIGHT_BYTES_PER_CONNECTION_MAX, IN_FLIGHT_PER_CONNECTION_MAX,
+    WRITE_QUEUE_FRAMES_MAX,
+};
 use futures::future::BoxFuture;
 use serde_json::Value;
 use std::future::Future;
@@ -14,10 +17,22 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+/// Who sent a request: the connection's remote address (and, once TLS exists, what its
+/// certificate proves). Handlers decide what each peer may call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    pub addr: std::net::SocketAddr,
+}
+
 /// What a server does with each request. Implementations hold their own state (behind `Arc`s)
 /// and return a `'static` future so requests run concurrently.
 pub trait Handler: Send + Sync + 'static {
-    fn handle(&self, method: String, body: Value) -> BoxFuture<'static, Result<Value, RpcError>>;
+    fn handle(
+        &self,
+        peer: &Peer,
+        method: String,
+        body: Value,
+    ) -> BoxFuture<'static, Result<Value, RpcError>>;
 }
 
 /// Serves until `shutdown` resolves. Each connection may carry many concurrent requests.
@@ -40,7 +55,7 @@ pub async fn serve(
             accepted = listener.accept(), if conns.len() < CONNECTIONS_MAX => match accepted {
                 Ok((stream, peer)) => {
                     tracing::trace!(%peer, "rpc connection accepted");
-                    conns.spawn(serve_connection(stream, handler.clone()));
+                    conns.spawn(serve_connection(stream, Peer { addr: peer }, handler.clone()));
                 }
                 Err(e) => {
                     // Usually a transient resource error (EMFILE); back off instead of spinning.
@@ -53,21 +68,34 @@ pub async fn serve(
     conns.shutdown().await;
 }
 
-async fn serve_connection(stream: TcpStream, handler: Arc<dyn Handler>) {
+async fn serve_connection(stream: TcpStream, peer: Peer, handler: Arc<dyn Handler>) {
     let _ = stream.set_nodelay(true);
     let (read, write) = stream.into_split();
     let (tx, rx) = mpsc::channel::<Vec<u8>>(WRITE_QUEUE_FRAMES_MAX);
     let writer = tokio::spawn(write_frames(write, rx));
     let mut reader = FrameReader::new(read);
     // Running handlers of this connection; dropped (aborted) when the connection ends.
-    let mut calls: JoinSet<()> = JoinSet::new();
+    let mut calls: JoinSet<usize> = JoinSet::new();
+    // Request bytes of the running calls: past the budget the connection is not read until
+    // some finish, so one peer cannot hold more than the budget in decoded requests.
+    let mut in_flight_bytes = 0usize;
     loop {
+        let room = calls.len() < IN_FLIGHT_PER_CONNECTION_MAX
+            && in_flight_bytes < IN_FLIGHT_BYTES_PER_CONNECTION_MAX;
         tokio::select! {
-            Some(_) = calls.join_next(), if !calls.is_empty() => {}
-            next = reader.next(), if calls.len() < IN_FLIGHT_PER_CONNECTION_MAX => match next {
+            Some(done) = calls.join_next(), if !calls.is_empty() => {
+                in_flight_bytes = in_flight_bytes.saturating_sub(done.unwrap_or(0));
+            }
+            next = reader.next(), if room => match next {
                 Ok(bytes) => match decode_request(&bytes) {
                     Ok(req) => {
-                        calls.spawn(run_call(handler.clone(), req, tx.clone()));
+                        let size = bytes.len();
+                        in_flight_bytes += size;
+                        let (h, tx, peer) = (handler.clone(), tx.clone(), peer.clone());
+                        calls.spawn(async move {
+                            run_call(h, &peer, req, tx).await;
+                            size
+                        });
                     }
                     Err(Some(answer)) => {
                         if tx.send(answer).await.is_err() {
@@ -107,7 +135,12 @@ fn decode_request(bytes: &[u8]) -> Result<RequestIn, Option<Vec<u8>>> {
     }
 }
 
-async fn run_call(handler: Arc<dyn Handler>, req: RequestIn, tx: mpsc::Sender<Vec<u8>>) {
+async fn run_call(
+    handler: Arc<dyn Handler>,
+    peer: &Peer,
+    req: RequestIn,
+    tx: mpsc::Sender<Vec<u8>>,
+) {
     let id = req.id;
     let result = match req.timeout_ms {
         // Past the caller's wait nobody reads the answer: the handler is cancelled (dropped),
@@ -116,7 +149,7 @@ async fn run_call(handler: Arc<dyn Handler>, req: RequestIn, tx: mpsc::Sender<Ve
             let method = req.method.clone();
             tokio::time::timeout(
                 std::time::Duration::from_millis(ms),
-                handler.handle(req.method, req.body),
+                handler.handle(peer, req.method, req.body),
             )
             .await
             .unwrap_or_else(|_| {
@@ -125,7 +158,7 @@ async fn run_call(handler: Arc<dyn Handler>, req: RequestIn, tx: mpsc::Sender<Ve
                 )))
             })
         }
-        None => handler.handle(req.method, req.body).await,
+        None => handler.handle(peer, req.method, req.body).await,
     };
     let bytes = match frame::encode(&Response { id, result }) {
         Ok(bytes) => bytes,

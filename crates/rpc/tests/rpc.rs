@@ -28,7 +28,12 @@ impl Drop for OnDrop {
 }
 
 impl Handler for TestHandler {
-    fn handle(&self, method: String, body: Value) -> BoxFuture<'static, Result<Value, RpcError>> {
+    fn handle(
+        &self,
+        _peer: &rpc::Peer,
+        method: String,
+        body: Value,
+    ) -> BoxFuture<'static, Result<Value, RpcError>> {
         let entered = self.entered.clone();
         let dropped = self.dropped.clone();
         Box::pin(async move {

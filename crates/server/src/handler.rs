@@ -13,9 +13,26 @@ pub struct RpcHandler {
 }
 
 impl rpc::Handler for RpcHandler {
-    fn handle(&self, method: String, body: Value) -> BoxFuture<'static, Result<Value, RpcError>> {
+    fn handle(
+        &self,
+        peer: &rpc::Peer,
+        method: String,
+        body: Value,
+    ) -> BoxFuture<'static, Result<Value, RpcError>> {
         let server = self.server.clone();
+        let peer = peer.addr;
         Box::pin(async move {
+            if crate::peers::servers_only(&method) && !server.known_server_peer(peer.ip()).await {
+                tracing::warn!(%peer, %method, "refused an rpc call from a peer that is not a known server");
+                return Err(RpcError::new(
+                    rpc::ErrorCode::PermissionDenied,
+                    format!(
+                        "{method}: refused from {peer}: not a known server (servers are known by the \
+                         addresses of the raft members and server_join; run `caravan server join` \
+                         on a member to add a new server)"
+                    ),
+                ));
+            }
             if method.starts_with("Raft.") {
                 return server.raft().handle_rpc(&method, body).await;
             }

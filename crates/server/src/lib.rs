@@ -17,7 +17,8 @@ mod fsm;
 mod handler;
 pub mod http_forward;
 pub mod join;
-mod leader; // #4: the leader's loops (eval broker, plan applier, workers)
+mod leader;
+mod peers; // #4: the leader's loops (eval broker, plan applier, workers)
 mod server;
 
 pub use config::ServerConfig;

@@ -101,7 +101,12 @@ impl StateMachine for ListSm {
 struct Router(Arc<OnceLock<RaftNode>>);
 
 impl Handler for Router {
-    fn handle(&self, method: String, body: Value) -> BoxFuture<'static, Result<Value, RpcError>> {
+    fn handle(
+        &self,
+        _peer: &rpc::Peer,
+        method: String,
+        body: Value,
+    ) -> BoxFuture<'static, Result<Value, RpcError>> {
         let node = self.0.get().cloned();
         Box::pin(async move {
             match node {

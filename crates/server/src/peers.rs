@@ -1,0 +1,108 @@
+//! Who may call what over rpc. Clients call the node endpoints (their node secret is checked
+//! there) and `Agent.Http` (the request's ACL token is checked by the HTTP layer);
+//! `Server.Info` answers anyone. Every other method — raft traffic, joining, bootstrapping,
+//! removing servers, requests forwarded to the leader — only a known server may call.
+//!
+//! Without TLS a server is known by its address: the IP of a raft member, of an address in
+//! `server_join` (or given to `server join`), or this server's own. A server that is not yet in
+//! a cluster (nothing to protect yet) accepts any peer, so a cluster can form. With TLS, the
+//! certificate decides (`server.<region>.nomad`).
+
+use crate::server::Server;
+use model::wire::methods;
+use std::net::{IpAddr, SocketAddr};
+
+/// What a client agent (or anyone) may call.
+const OPEN_METHODS: &[&str] = &[
+    methods::NODE_REGISTER,
+    methods::NODE_UPDATE_STATUS,
+    methods::NODE_GET_CLIENT_ALLOCS,
+    methods::NODE_UPDATE_ALLOC,
+    methods::CSI_VOLUME_CLAIM,
+    methods::CSI_VOLUME_UNPUBLISH,
+    crate::http_forward::AGENT_HTTP,
+    crate::join::SERVER_INFO,
+];
+
+pub(crate) fn servers_only(method: &str) -> bool {
+    !OPEN_METHODS.contains(&method)
+}
+
+fn ips_of(addr: &str) -> Vec<IpAddr> {
+    if let Ok(sa) = addr.parse::<SocketAddr>() {
+        return vec![sa.ip()];
+    }
+    if let Ok(ip) = addr.parse::<IpAddr>() {
+        return vec![ip];
+    }
+    Vec::new()
+}
+
+async fn resolve(addr: &str) -> Vec<IpAddr> {
+    let direct = ips_of(addr);
+    if !direct.is_empty() {
+        return direct;
+    }
+    let with_port = if addr.contains(':') {
+        addr.to_string()
+    } else {
+        format!("{addr}:4647")
+    };
+    match tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        tokio::net::lookup_host(with_port),
+    )
+    .await
+    {
+        Ok(Ok(found)) => found.map(|a| a.ip()).collect(),
+        _ => Vec::new(),
+    }
+}
+
+impl Server {
+    /// Whether `peer` may make server-to-server calls here.
+    pub(crate) async fn known_server_peer(&self, peer: IpAddr) -> bool {
+        let members = self.raft().members();
+        if members.is_empty() {
+            return true;
+        }
+        let own = ips_of(self.rpc_addr());
+        if own.contains(&peer) || members.iter().any(|(_, a)| ips_of(a).contains(&peer)) {
+            return true;
+        }
+        let joins = self
+            .join_addrs()
+            .lock()
+            .map(|j| j.clone())
+            .unwrap_or_default();
+        let mut addrs: Vec<String> = joins;
+        addrs.extend(self.config().retry_join.iter().cloned());
+        for a in &addrs {
+            if ips_of(a).contains(&peer) {
+                return true;
+            }
+        }
+        // Names last: a lookup per refused call is what an unknown peer costs us.
+        for a in &addrs {
+            if ips_of(a).is_empty() && resolve(a).await.contains(&peer) {
+                return true;
+            }
+        }
+        // A server bound to a wildcard address is also reached from its own interfaces.
+        own.iter().any(|ip| ip.is_unspecified()) && peer.is_loopback()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_client_calls_are_open() {
+        assert!(!super::servers_only("Node.Register"));
+        assert!(!super::servers_only("Agent.Http"));
+        assert!(super::servers_only("Raft.AppendEntries"));
+        assert!(super::servers_only("Server.Join"));
+        assert!(super::servers_only("Job.Register"));
+        assert!(super::servers_only("ACL.Write"));
+        assert!(super::servers_only("Anything.New"));
+    }
+}
