@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, OnceCell, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -44,6 +43,8 @@ pub struct Client {
 
 struct ClientInner {
     timeout: Duration,
+    /// Dial over TLS with this agent's certificate.
+    tls: Option<Arc<crate::tls::AgentTls>>,
     /// One slot per address holding its connection; concurrent first calls wait on the one
     /// dial. Guards only the map; never held across `.await`.
     conns: Mutex<HashMap<String, Arc<OnceCell<Arc<Conn>>>>>,
@@ -90,9 +91,16 @@ impl Default for Client {
 impl Client {
     /// A client whose calls each finish within `timeout` (dialing included).
     pub fn new(timeout: Duration) -> Client {
+        Client::with_tls(timeout, None)
+    }
+
+    /// A client that dials over TLS when `tls` is given (servers are checked against the CA and,
+    /// with `verify_server_hostname`, must be `server.<region>.nomad`).
+    pub fn with_tls(timeout: Duration, tls: Option<Arc<crate::tls::AgentTls>>) -> Client {
         Client {
             inner: Arc::new(ClientInner {
                 timeout,
+                tls,
                 conns: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
                 dials: AtomicU64::new(0),
@@ -193,7 +201,17 @@ impl Client {
                     .await
                     .map_err(|e| RpcError::unavailable(format!("connecting to {addr}: {e}")))?;
                 let _ = stream.set_nodelay(true);
-                Ok::<_, RpcError>(Arc::new(Conn::start(stream)))
+                let Some(tls) = &self.inner.tls else {
+                    return Ok::<_, RpcError>(Arc::new(Conn::start(stream)));
+                };
+                let connector = tokio_rustls::TlsConnector::from(tls.client.clone());
+                let stream = connector
+                    .connect(tls.server_name.clone(), stream)
+                    .await
+                    .map_err(|e| {
+                        RpcError::unavailable(format!("TLS handshake with {addr}: {e}"))
+                    })?;
+                Ok(Arc::new(Conn::start(stream)))
             })
             .await?;
         Ok(conn.clone())
@@ -214,8 +232,11 @@ impl Client {
 }
 
 impl Conn {
-    fn start(stream: TcpStream) -> Conn {
-        let (read, write) = stream.into_split();
+    fn start<S>(stream: S) -> Conn
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+    {
+        let (read, write) = tokio::io::split(stream);
         let (tx, rx) = mpsc::channel(WRITE_QUEUE_FRAMES_MAX);
         let shared = Arc::new(ConnShared {
             closed: AtomicBool::new(false),
@@ -233,7 +254,7 @@ impl Conn {
     }
 }
 
-async fn read_responses(read: OwnedReadHalf, shared: Arc<ConnShared>) {
+async fn read_responses<R: tokio::io::AsyncRead + Unpin>(read: R, shared: Arc<ConnShared>) {
     let mut reader = FrameReader::new(read);
     let why = loop {
         let bytes = match reader.next().await {

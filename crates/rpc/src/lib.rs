@@ -23,7 +23,8 @@ mod server;
 
 pub use client::{decode_request, encode_response, Client, Method};
 pub use error::{ErrorCode, RpcError};
-pub use server::{serve, Handler, Peer};
+pub use server::{serve, serve_with, Handler, Peer};
+pub mod tls;
 
 /// Re-exported so handlers can name the future type without depending on `futures` themselves.
 pub use futures::future::BoxFuture;

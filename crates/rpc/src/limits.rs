@@ -23,5 +23,8 @@ pub const CONNECTIONS_MAX: usize = 4096;
 /// Bytes the frame reader asks the socket for at a time.
 pub const READ_CHUNK_BYTES: usize = 64 * 1024;
 
+/// How long a connection may take to finish its TLS handshake.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The per-call deadline `Client::default()` uses.
 pub const CALL_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);

@@ -12,7 +12,6 @@ use serde_json::Value;
 use std::future::Future;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -22,6 +21,8 @@ use tokio::task::JoinSet;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {
     pub addr: std::net::SocketAddr,
+    /// With TLS: what the peer's certificate names. `None` on a plain connection.
+    pub role: Option<crate::tls::PeerRole>,
 }
 
 /// What a server does with each request. Implementations hold their own state (behind `Arc`s)
@@ -45,6 +46,18 @@ pub async fn serve(
     handler: Arc<dyn Handler>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
+    serve_with(listener, handler, None, shutdown).await;
+}
+
+/// [`serve`], over TLS when `tls` is given: every connection must complete a handshake with a
+/// certificate from the CA within [`crate::limits::TLS_HANDSHAKE_TIMEOUT`], or it is dropped
+/// before a byte of it is read as a request.
+pub async fn serve_with(
+    listener: TcpListener,
+    handler: Arc<dyn Handler>,
+    tls: Option<Arc<crate::tls::AgentTls>>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
     let mut shutdown = std::pin::pin!(shutdown);
     // Connection tasks; dropping the set aborts them all.
     let mut conns: JoinSet<()> = JoinSet::new();
@@ -55,7 +68,7 @@ pub async fn serve(
             accepted = listener.accept(), if conns.len() < CONNECTIONS_MAX => match accepted {
                 Ok((stream, peer)) => {
                     tracing::trace!(%peer, "rpc connection accepted");
-                    conns.spawn(serve_connection(stream, Peer { addr: peer }, handler.clone()));
+                    conns.spawn(accept_connection(stream, peer, handler.clone(), tls.clone()));
                 }
                 Err(e) => {
                     // Usually a transient resource error (EMFILE); back off instead of spinning.
@@ -68,9 +81,54 @@ pub async fn serve(
     conns.shutdown().await;
 }
 
-async fn serve_connection(stream: TcpStream, peer: Peer, handler: Arc<dyn Handler>) {
+async fn accept_connection(
+    stream: TcpStream,
+    addr: std::net::SocketAddr,
+    handler: Arc<dyn Handler>,
+    tls: Option<Arc<crate::tls::AgentTls>>,
+) {
     let _ = stream.set_nodelay(true);
-    let (read, write) = stream.into_split();
+    let Some(tls) = tls else {
+        let peer = Peer { addr, role: None };
+        return serve_connection(stream, peer, handler).await;
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls.server.clone());
+    let handshake = tokio::time::timeout(
+        crate::limits::TLS_HANDSHAKE_TIMEOUT,
+        acceptor.accept(stream),
+    )
+    .await;
+    let stream = match handshake {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::warn!(peer = %addr, error = %e, "rpc: TLS handshake refused");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(peer = %addr, "rpc: TLS handshake timed out");
+            return;
+        }
+    };
+    let role = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map_or(crate::tls::PeerRole::Other, |c| {
+            crate::tls::role_of(c, &tls.region)
+        });
+    let peer = Peer {
+        addr,
+        role: Some(role),
+    };
+    serve_connection(stream, peer, handler).await;
+}
+
+async fn serve_connection<S>(stream: S, peer: Peer, handler: Arc<dyn Handler>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+{
+    let (read, write) = tokio::io::split(stream);
     let (tx, rx) = mpsc::channel::<Vec<u8>>(WRITE_QUEUE_FRAMES_MAX);
     let writer = tokio::spawn(write_frames(write, rx));
     let mut reader = FrameReader::new(read);
@@ -171,7 +229,10 @@ async fn run_call(
 }
 
 /// Writes queued frames until every sender is gone or the socket fails.
-pub(crate) async fn write_frames(mut write: OwnedWriteHalf, mut rx: mpsc::Receiver<Vec<u8>>) {
+pub(crate) async fn write_frames<W: tokio::io::AsyncWrite + Unpin>(
+    mut write: W,
+    mut rx: mpsc::Receiver<Vec<u8>>,
+) {
     while let Some(bytes) = rx.recv().await {
         if let Err(e) = write.write_all(&bytes).await {
             tracing::debug!(error = %e, "rpc: write failed");
