@@ -55,6 +55,8 @@ pub struct ServerConfig {
     /// `token_min_expiration_ttl`, 1 min, and `token_max_expiration_ttl`, 24 h).
     pub acl_token_min_ttl: Duration,
     pub acl_token_max_ttl: Duration,
+    /// `tls { rpc = true }`: rpc and raft only over mutual TLS.
+    pub tls: Option<std::sync::Arc<rpc::tls::AgentTls>>,
     /// The largest `Count` a task group may have (Nomad's `job_max_count`, 50,000).
     pub job_max_count: u64,
 }
@@ -86,6 +88,7 @@ impl ServerConfig {
             acl_token_min_ttl: Duration::from_secs(60),
             acl_token_max_ttl: Duration::from_secs(24 * 3600),
             job_max_count: 50_000,
+            tls: None,
         }
     }
 }

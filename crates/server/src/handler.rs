@@ -20,9 +20,23 @@ impl rpc::Handler for RpcHandler {
         body: Value,
     ) -> BoxFuture<'static, Result<Value, RpcError>> {
         let server = self.server.clone();
+        let role = peer.role;
         let peer = peer.addr;
         Box::pin(async move {
-            if crate::peers::servers_only(&method) && !server.known_server_peer(peer.ip()).await {
+            if let Err(why) = crate::peers::check_role(&server, role, &method) {
+                tracing::warn!(%peer, %method, "refused an rpc call: {why}");
+                return Err(RpcError::new(rpc::ErrorCode::PermissionDenied, why));
+            }
+            let by_address = role.is_none()
+                || !server
+                    .config()
+                    .tls
+                    .as_ref()
+                    .is_some_and(|t| t.verify_server_hostname);
+            if by_address
+                && crate::peers::servers_only(&method)
+                && !server.known_server_peer(peer.ip()).await
+            {
                 tracing::warn!(%peer, %method, "refused an rpc call from a peer that is not a known server");
                 return Err(RpcError::new(
                     rpc::ErrorCode::PermissionDenied,

@@ -59,6 +59,34 @@ async fn resolve(addr: &str) -> Vec<IpAddr> {
     }
 }
 
+/// With TLS and `verify_server_hostname`, the certificate decides: server calls need
+/// `server.<region>.nomad`; client calls a server's or a client's certificate.
+pub(crate) fn check_role(
+    server: &Server,
+    role: Option<rpc::tls::PeerRole>,
+    method: &str,
+) -> Result<(), String> {
+    let Some(tls) = &server.config().tls else {
+        return Ok(());
+    };
+    if !tls.verify_server_hostname {
+        return Ok(());
+    }
+    use rpc::tls::PeerRole;
+    match role {
+        Some(PeerRole::Server) => Ok(()),
+        Some(PeerRole::Client) if !servers_only(method) => Ok(()),
+        Some(PeerRole::Client) => Err(format!(
+            "{method}: refused: a client certificate (client.{}.nomad) cannot make server calls",
+            tls.region
+        )),
+        _ => Err(format!(
+            "{method}: refused: the peer's certificate names neither server.{0}.nomad nor client.{0}.nomad",
+            tls.region
+        )),
+    }
+}
+
 impl Server {
     /// Whether `peer` may make server-to-server calls here.
     pub(crate) async fn known_server_peer(&self, peer: IpAddr) -> bool {

@@ -89,7 +89,7 @@ impl Server {
             .clone()
             .unwrap_or_else(|| dialable.to_string());
         let store = StateStore::new();
-        let rpc_client = rpc::Client::new(RPC_TIMEOUT);
+        let rpc_client = rpc::Client::with_tls(RPC_TIMEOUT, cfg.tls.clone());
         let raft_cfg = raft::RaftConfig {
             node_id,
             rpc_addr: rpc_addr.clone(),
@@ -123,7 +123,13 @@ impl Server {
         let handler = Arc::new(RpcHandler {
             server: server.clone(),
         });
-        tokio::spawn(rpc::serve(listener, handler, wait_for_true(shutdown_rx)));
+        let tls = server.config().tls.clone();
+        tokio::spawn(rpc::serve_with(
+            listener,
+            handler,
+            tls,
+            wait_for_true(shutdown_rx),
+        ));
         // #4: start the leader loops whenever this server leads.
         tokio::spawn(crate::leader::supervise(
             server.clone(),
