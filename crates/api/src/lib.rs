@@ -36,8 +36,8 @@ pub use volumes::SnapshotPage;
 
 pub use alloc_ops::LogFollow;
 pub use client::{
-    Client, Config, QueryMeta, QueryOptions, WriteOptions, BLOCKING_WAIT_MAX, CONNECT_TIMEOUT,
-    DEFAULT_ADDRESS, REQUEST_TIMEOUT_DEFAULT, RESPONSE_BYTES_MAX,
+    Client, Config, QueryMeta, QueryOptions, TlsConfig, WriteOptions, BLOCKING_WAIT_MAX,
+    CONNECT_TIMEOUT, DEFAULT_ADDRESS, REQUEST_TIMEOUT_DEFAULT, RESPONSE_BYTES_MAX,
 };
 pub use error::{ApiError, Error, Result};
 pub use nodes::LogOptions;

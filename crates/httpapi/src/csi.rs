@@ -609,7 +609,7 @@ pub struct HttpCsiTransport {
 impl Default for HttpCsiTransport {
     fn default() -> Self {
         HttpCsiTransport {
-            http: reqwest::Client::new(),
+            http: crate::tls::http_client(),
         }
     }
 }
@@ -627,7 +627,7 @@ impl HttpCsiTransport {
         timeout: std::time::Duration,
     ) -> futures::future::BoxFuture<'static, Result<Bytes, server::csi::CallFailure>> {
         use server::csi::CallFailure;
-        let url = format!("http://{}{path}", node.http_addr);
+        let url = format!("{}://{}{path}", crate::tls::scheme(), node.http_addr);
         let secret = node.secret_id.clone();
         let body = serde_json::to_vec(req);
         let http = self.http.clone();

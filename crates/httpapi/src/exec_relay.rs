@@ -27,7 +27,7 @@ pub(crate) async fn relay(
     path_and_query: &str,
     headers: &HeaderMap,
 ) -> Response {
-    let url = format!("ws://{addr}{path_and_query}");
+    let url = format!("{}://{addr}{path_and_query}", crate::tls::ws_scheme());
     let mut request = match url.as_str().into_client_request() {
         Ok(r) => r,
         Err(e) => return bad_gateway(format!("the exec stream's address {url:?}: {e}")),
@@ -36,15 +36,18 @@ pub(crate) async fn relay(
         server::http_forward::FORWARDED_HEADER,
         HeaderValue::from_static("1"),
     );
-    if let Some(token) = headers.get("x-nomad-token") {
-        request.headers_mut().insert("x-nomad-token", token.clone());
+    for name in ["x-nomad-token", "authorization"] {
+        if let Some(v) = headers.get(name) {
+            request.headers_mut().insert(name, v.clone());
+        }
     }
-    let upstream = match tokio::time::timeout(
-        CONNECT_TIMEOUT,
-        tokio_tungstenite::connect_async(request),
-    )
-    .await
-    {
+    let connect = async {
+        let stream = crate::tls::dial(addr)
+            .await
+            .map_err(tungstenite::Error::Io)?;
+        tokio_tungstenite::client_async(request, stream).await
+    };
+    let upstream = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
         Ok(Ok((stream, _))) => stream,
         Ok(Err(tungstenite::Error::Http(resp))) => {
             let status =
@@ -86,8 +89,7 @@ fn bad_gateway(message: String) -> Response {
     .into_response()
 }
 
-type Upstream =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+type Upstream = tokio_tungstenite::WebSocketStream<Box<dyn crate::tls::Stream>>;
 
 /// Relays frames until either side closes or fails. When the owner closes first (the command
 /// exited), its close goes to the caller and the caller's own close is awaited, briefly.

@@ -319,11 +319,11 @@ pub(crate) async fn client_paths_to_owner(
         }
     };
     let uri = path_and_query(&parts.uri);
-    let url = format!("http://{addr}{uri}");
+    let url = format!("{}://{addr}{uri}", crate::tls::scheme());
     let Ok(method) = reqwest::Method::from_bytes(parts.method.as_str().as_bytes()) else {
         return ApiError::invalid_method().into_response();
     };
-    let mut out = reqwest::Client::new()
+    let mut out = crate::tls::http_client()
         .request(method, &url)
         .header(server::http_forward::FORWARDED_HEADER, "1")
         .body(body.to_vec());

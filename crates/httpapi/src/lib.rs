@@ -25,6 +25,7 @@ mod nodes;
 mod operator;
 mod query;
 mod reply;
+pub mod tls;
 
 use axum::routing::{any, get};
 use axum::Router;
@@ -355,6 +356,7 @@ pub fn router(state: ApiState) -> Router {
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: ApiState,
+    tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let server = state.server.clone();
@@ -364,18 +366,38 @@ pub async fn serve(
     }));
     // Controller calls reach client agents over their HTTP APIs.
     server.set_csi_transport(Arc::new(HttpCsiTransport::default()));
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+    match tls {
+        Some(cfg) => {
+            axum::serve(tls::TlsListener::new(listener, cfg)?, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    }
 }
 
 /// Serves a client-only agent's API ([`forward::client_agent_router`]) until `shutdown` resolves.
 pub async fn serve_client_agent(
     listener: tokio::net::TcpListener,
     state: forward::ClientAgentState,
+    tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, forward::client_agent_router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let app = forward::client_agent_router(state);
+    match tls {
+        Some(cfg) => {
+            axum::serve(tls::TlsListener::new(listener, cfg)?, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    }
 }
