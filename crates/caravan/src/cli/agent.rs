@@ -100,8 +100,19 @@ fn resolve(args: &AgentArgs) -> Result<AgentConfig> {
     Ok(cfg.merge(flags))
 }
 
-/// Security settings this build cannot honour are refused, never ignored.
-fn check_security_settings(cfg: &AgentConfig) -> Result<()> {
+/// What the `tls` block turns on, loaded and checked.
+#[derive(Default, Clone)]
+struct TlsSetup {
+    /// `rpc = true`: rpc and raft only over mutual TLS.
+    rpc: Option<Arc<rpc::tls::AgentTls>>,
+    /// `http = true`: the API over https.
+    http_server: Option<Arc<rustls::ServerConfig>>,
+    /// How this agent calls other agents' https APIs.
+    http_client: Option<Arc<rustls::ClientConfig>>,
+}
+
+/// Security settings are honoured or refused, never ignored.
+fn security_settings(cfg: &AgentConfig) -> Result<TlsSetup> {
     if let Some(acl) = &cfg.acl {
         if acl
             .replication_token
@@ -111,16 +122,63 @@ fn check_security_settings(cfg: &AgentConfig) -> Result<()> {
             bail!("acl.replication_token: ACL replication between regions is not supported yet (federation); remove it");
         }
     }
-    if let Some(tls) = &cfg.tls {
-        let on = tls.http.unwrap_or(false)
-            || tls.rpc.unwrap_or(false)
-            || tls.verify_https_client.unwrap_or(false)
-            || tls.verify_server_hostname.unwrap_or(false);
-        if on {
-            bail!("tls: TLS for HTTP and RPC is not supported yet in this build; remove the tls block (or set http = false and rpc = false) to run without it");
+    let Some(tls) = &cfg.tls else {
+        return Ok(TlsSetup::default());
+    };
+    let http = tls.http.unwrap_or(false);
+    let rpc_on = tls.rpc.unwrap_or(false);
+    if !http && !rpc_on {
+        if tls.verify_https_client.unwrap_or(false) || tls.verify_server_hostname.unwrap_or(false) {
+            bail!("tls: verify_https_client and verify_server_hostname need http = true or rpc = true");
         }
+        return Ok(TlsSetup::default());
     }
-    Ok(())
+    let file = |name: &str, v: &Option<String>| -> Result<std::path::PathBuf> {
+        match v.as_deref().filter(|s| !s.is_empty()) {
+            Some(p) => Ok(p.into()),
+            None => bail!(
+                "tls.{name} is required when http or rpc is true (make one with `caravan tls`)"
+            ),
+        }
+    };
+    let tls13_only = match tls.tls_min_version.as_deref().unwrap_or("tls12") {
+        "tls12" | "" => false,
+        "tls13" => true,
+        other => bail!("tls.tls_min_version = {other:?}: use \"tls12\" or \"tls13\""),
+    };
+    let files = rpc::tls::TlsFiles {
+        ca_file: file("ca_file", &tls.ca_file)?,
+        cert_file: file("cert_file", &tls.cert_file)?,
+        key_file: file("key_file", &tls.key_file)?,
+        region: cfg.region.clone().unwrap_or_else(|| "global".into()),
+        verify_server_hostname: tls.verify_server_hostname.unwrap_or(false),
+        tls13_only,
+    };
+    let mut setup = TlsSetup::default();
+    if rpc_on {
+        setup.rpc = Some(Arc::new(
+            rpc::tls::AgentTls::load(&files).map_err(|e| anyhow::anyhow!("{e}"))?,
+        ));
+    }
+    if http {
+        let err = |e: rpc::tls::TlsError| anyhow::anyhow!("{e}");
+        let certs = rpc::tls::load_certs(&files.cert_file).map_err(err)?;
+        let key = rpc::tls::load_key(&files.key_file).map_err(err)?;
+        let roots = rpc::tls::load_roots(&files.ca_file).map_err(err)?;
+        let server = rpc::tls::server_config(
+            roots.clone(),
+            certs.clone(),
+            key.clone_key(),
+            tls.verify_https_client.unwrap_or(false),
+            tls13_only,
+        )
+        .map_err(err)?;
+        let client =
+            rpc::tls::client_config(roots, Some((certs, key)), false, tls13_only).map_err(err)?;
+        setup.http_server = Some(Arc::new(server));
+        setup.http_client = Some(Arc::new(client));
+    }
+    Ok(setup)
 }
 
 fn listen_addr(cfg: &AgentConfig, specific: Option<&String>, port: u16) -> Result<SocketAddr> {
@@ -145,20 +203,23 @@ pub fn run(args: AgentArgs) -> Result<i32> {
     if !server_enabled && !client_enabled {
         bail!("neither server nor client mode is enabled: use -dev, -server, -client, or a config with server {{ enabled = true }} or client {{ enabled = true }}");
     }
-    check_security_settings(&cfg)?;
+    let tls = security_settings(&cfg)?;
+    if let Some(client) = &tls.http_client {
+        httpapi::tls::set_agent_client(client.clone());
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     if !server_enabled {
-        return runtime.block_on(run_client_agent(cfg, args.dev));
+        return runtime.block_on(run_client_agent(cfg, args.dev, tls));
     }
-    runtime.block_on(run_agent(cfg, args.dev, client_enabled))
+    runtime.block_on(run_agent(cfg, args.dev, client_enabled, tls))
 }
 
 /// A client-only agent: runs tasks for the servers in `client { servers }`; its HTTP API answers
 /// the client paths itself and forwards everything else to a server.
-async fn run_client_agent(cfg: AgentConfig, dev: bool) -> Result<i32> {
+async fn run_client_agent(cfg: AgentConfig, dev: bool, tls: TlsSetup) -> Result<i32> {
     let (data_dir, _temp) = data_dir(&cfg, dev)?;
     let servers: Vec<String> = cfg
         .client
@@ -188,19 +249,26 @@ async fn run_client_agent(cfg: AgentConfig, dev: bool) -> Result<i32> {
         &datacenter,
         servers,
         http_bound,
+        tls.rpc.clone(),
     )
     .await?;
     let node_client = Arc::new(node_client);
     let state = httpapi::forward::ClientAgentState {
         client: Arc::new(LocalClientHandle(node_client.clone())),
         servers: Arc::new(ConnServers(conn)),
-        rpc: rpc::Client::default(),
+        rpc: rpc::Client::with_tls(rpc::limits::CALL_TIMEOUT_DEFAULT, tls.rpc.clone()),
         acl_enabled: cfg.acl.as_ref().and_then(|a| a.enabled).unwrap_or(false),
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let http = tokio::spawn(httpapi::serve_client_agent(listener, state, async move {
-        let _ = stop_rx.await;
-    }));
+    let http_tls = tls.http_server.clone();
+    let http = tokio::spawn(httpapi::serve_client_agent(
+        listener,
+        state,
+        http_tls,
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
     wait_for_signal().await;
     println!("==> Caught signal: shutting down");
     let _ = stop_tx.send(());
@@ -244,7 +312,12 @@ impl Drop for TempDir {
     }
 }
 
-async fn run_agent(cfg: AgentConfig, dev: bool, client_enabled: bool) -> Result<i32> {
+async fn run_agent(
+    cfg: AgentConfig,
+    dev: bool,
+    client_enabled: bool,
+    tls: TlsSetup,
+) -> Result<i32> {
     let (data_dir, _temp) = data_dir(&cfg, dev)?;
     let ports = cfg.ports.clone().unwrap_or_default();
     let addresses = cfg.addresses.clone().unwrap_or_default();
@@ -323,6 +396,7 @@ async fn run_agent(cfg: AgentConfig, dev: bool, client_enabled: bool) -> Result<
         );
     }
 
+    server_cfg.tls = tls.rpc.clone();
     let server = server::Server::start(server_cfg)
         .await
         .map_err(|e| anyhow::anyhow!("starting the server: {e}"))?;
@@ -364,6 +438,7 @@ async fn run_agent(cfg: AgentConfig, dev: bool, client_enabled: bool) -> Result<
                 &datacenter,
                 servers,
                 http_bound,
+                tls.rpc.clone(),
             )
             .await?
             .0,
@@ -380,7 +455,8 @@ async fn run_agent(cfg: AgentConfig, dev: bool, client_enabled: bool) -> Result<
             .clone()
             .map(|c| Arc::new(LocalClientHandle(c)) as Arc<dyn httpapi::LocalClient>),
     };
-    let http = tokio::spawn(httpapi::serve(listener, state, async move {
+    let http_tls = tls.http_server.clone();
+    let http = tokio::spawn(httpapi::serve(listener, state, http_tls, async move {
         let _ = stop_rx.await;
     }));
     wait_for_signal().await;
@@ -674,6 +750,7 @@ async fn start_client(
     dc: &str,
     servers: Vec<String>,
     http: SocketAddr,
+    rpc_tls: Option<Arc<rpc::tls::AgentTls>>,
 ) -> Result<(client::Client, Arc<client::RpcServerConn>)> {
     let block = cfg.client.clone().unwrap_or_default();
     let mut ccfg = client::ClientConfig::new(data_dir.join("client"));
@@ -716,7 +793,8 @@ async fn start_client(
     if plugin_enabled(cfg, "mock_driver") {
         drivers.push(Arc::new(drivers::MockDriver::new()));
     }
-    let conn = Arc::new(client::RpcServerConn::new(rpc::Client::default(), servers));
+    let rpc = rpc::Client::with_tls(rpc::limits::CALL_TIMEOUT_DEFAULT, rpc_tls);
+    let conn = Arc::new(client::RpcServerConn::new(rpc, servers));
     let client = client::Client::start(ccfg, conn.clone(), drivers)
         .await
         .map_err(|e| anyhow::anyhow!("starting the client: {e}"))?;

@@ -225,7 +225,8 @@ pub fn exec(args: ExecArgs) -> i32 {
         let _raw = (tty && args.stdin && std::io::stdin().is_terminal())
             .then(RawTerminal::enter)
             .flatten();
-        match run_exec(&url, token.as_deref(), args.stdin, tty).await {
+        let tls = client.config().tls.clone();
+        match run_exec(&url, token.as_deref(), &tls, args.stdin, tty).await {
             Ok(code) => code,
             Err(msg) => {
                 eprintln!("failed to exec into task: {msg}");
@@ -283,10 +284,44 @@ fn tty_size_frame() -> Option<Value> {
         .then(|| json!({"tty_size": {"height": size.ws_row, "width": size.ws_col}}))
 }
 
+trait ExecIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> ExecIo for T {}
+
+/// The connection under the exec WebSocket: TLS for `wss://`, with the CLI's TLS settings.
+async fn exec_stream(url: &str, tls: &api::TlsConfig) -> Result<Box<dyn ExecIo>, String> {
+    let (secure, rest) = match (url.strip_prefix("wss://"), url.strip_prefix("ws://")) {
+        (Some(r), _) => (true, r),
+        (None, Some(r)) => (false, r),
+        _ => return Err(format!("invalid exec URL {url}")),
+    };
+    let host_port = rest.split('/').next().unwrap_or_default().to_string();
+    let tcp = tokio::net::TcpStream::connect(&host_port)
+        .await
+        .map_err(|e| format!("connecting to {host_port}: {e}"))?;
+    if !secure {
+        return Ok(Box::new(tcp));
+    }
+    let cfg = tls.client_config()?;
+    let host = host_port
+        .rsplit_once(':')
+        .map_or(host_port.as_str(), |(h, _)| h)
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let name = rustls::pki_types::ServerName::try_from(host)
+        .map_err(|e| format!("invalid host in {url}: {e}"))?;
+    let stream = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg))
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("TLS handshake with {host_port}: {e}"))?;
+    Ok(Box::new(stream))
+}
+
 /// Speaks Nomad's exec frames over the WebSocket; returns the command's exit code.
 async fn run_exec(
     url: &str,
     token: Option<&str>,
+    tls: &api::TlsConfig,
     with_stdin: bool,
     tty: bool,
 ) -> Result<i32, String> {
@@ -299,7 +334,8 @@ async fn run_exec(
             .map_err(|_| "the token is not a valid header value".to_string())?;
         request.headers_mut().insert("X-Nomad-Token", value);
     }
-    let (socket, _) = tokio_tungstenite::connect_async(request)
+    let stream = exec_stream(url, tls).await?;
+    let (socket, _) = tokio_tungstenite::client_async(request, stream)
         .await
         .map_err(|e| match e {
             tokio_tungstenite::tungstenite::Error::Http(resp) => {

@@ -20,6 +20,18 @@ pub struct ApiFlags {
     /// The namespace of jobs and evaluations [default: $NOMAD_NAMESPACE, then "default"]
     #[arg(long, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
+    /// PEM file of the CA that signed the agent's certificate [default: $NOMAD_CACERT]
+    #[arg(long = "ca-cert", value_name = "FILE")]
+    pub ca_cert: Option<String>,
+    /// PEM certificate to present to the agent [default: $NOMAD_CLIENT_CERT]
+    #[arg(long = "client-cert", value_name = "FILE")]
+    pub client_cert: Option<String>,
+    /// PEM key of -client-cert [default: $NOMAD_CLIENT_KEY]
+    #[arg(long = "client-key", value_name = "FILE")]
+    pub client_key: Option<String>,
+    /// Do not check the agent's certificate [default: $NOMAD_SKIP_VERIFY]
+    #[arg(long = "tls-skip-verify")]
+    pub tls_skip_verify: bool,
 }
 
 impl ApiFlags {
@@ -38,6 +50,18 @@ impl ApiFlags {
         }
         if let Some(n) = set(&self.namespace) {
             cfg.namespace = Some(n);
+        }
+        if let Some(c) = set(&self.ca_cert) {
+            cfg.tls.ca_cert = Some(c);
+        }
+        if let Some(c) = set(&self.client_cert) {
+            cfg.tls.client_cert = Some(c);
+        }
+        if let Some(k) = set(&self.client_key) {
+            cfg.tls.client_key = Some(k);
+        }
+        if self.tls_skip_verify {
+            cfg.tls.skip_verify = true;
         }
         cfg
     }

@@ -23,6 +23,7 @@ mod node;
 mod operator;
 mod output;
 mod server;
+mod tls;
 mod volume;
 
 use clap::{Parser, Subcommand};
@@ -74,6 +75,9 @@ enum Command {
     /// Work with CSI plugins: status (not supported yet by the agent)
     #[command(subcommand)]
     Plugin(volume::PluginCommand),
+    /// Make TLS certificates: ca create, cert create
+    #[command(subcommand)]
+    Tls(tls::TlsCommand),
     /// Work with servers: members, join
     #[command(subcommand)]
     Server(server::ServerCommand),
@@ -111,6 +115,7 @@ pub fn run(args: Vec<OsString>) -> i32 {
         Command::Alloc(cmd) => Ok(alloc::run(cmd)),
         Command::Node(cmd) => Ok(node::run(cmd)),
         Command::Server(cmd) => Ok(server::run(cmd)),
+        Command::Tls(cmd) => tls::run(cmd),
         Command::Operator(cmd) => Ok(operator::run(cmd)),
         Command::Volume(cmd) => Ok(volume::run(cmd)),
         Command::Plugin(cmd) => Ok(volume::run_plugin(cmd)),

@@ -392,6 +392,8 @@ section! {
         verify_server_hostname: bool => Kind::Bool,
         /// Require client certificates on the HTTP API.
         verify_https_client: bool => Kind::Bool,
+        /// The oldest TLS version accepted: `tls12` (default) or `tls13`.
+        tls_min_version: String => Kind::Str,
     }
 }
 
