@@ -366,18 +366,7 @@ pub async fn serve(
     }));
     // Controller calls reach client agents over their HTTP APIs.
     server.set_csi_transport(Arc::new(HttpCsiTransport::default()));
-    match tls {
-        Some(cfg) => {
-            axum::serve(tls::TlsListener::new(listener, cfg)?, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-        }
-        None => {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-        }
-    }
+    serve_app(listener, app, tls, shutdown).await
 }
 
 /// Serves a client-only agent's API ([`forward::client_agent_router`]) until `shutdown` resolves.
@@ -387,17 +376,69 @@ pub async fn serve_client_agent(
     tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = forward::client_agent_router(state);
+    serve_app(listener, forward::client_agent_router(state), tls, shutdown).await
+}
+
+async fn serve_app(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     match tls {
-        Some(cfg) => {
-            axum::serve(tls::TlsListener::new(listener, cfg)?, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-        }
-        None => {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-        }
+        Some(cfg) => serve_connections(tls::TlsListener::new(listener, cfg)?, app, shutdown).await,
+        None => serve_connections(listener, app, shutdown).await,
     }
+}
+
+/// A client gets this long to send a request's headers (a slow or silent one is dropped).
+pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// One task per connection (HTTP/1.1 with upgrades for exec's WebSocket), each with
+/// [`HEADER_READ_TIMEOUT`]; on `shutdown` no new connections are taken and the open ones finish
+/// their requests.
+async fn serve_connections<L>(
+    mut listener: L,
+    app: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()>
+where
+    L: axum::serve::Listener,
+{
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    let mut shutdown = std::pin::pin!(shutdown);
+    let (closing_tx, closing_rx) = tokio::sync::watch::channel(false);
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        let (io, _addr) = tokio::select! {
+            c = listener.accept() => c,
+            () = &mut shutdown => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+        };
+        let svc = hyper_util::service::TowerToHyperService::new(app.clone());
+        let mut closing = closing_rx.clone();
+        conns.spawn(async move {
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT);
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::trace!(error = %e, "http connection ended");
+                    }
+                }
+                _ = async { let _ = closing.wait_for(|c| *c).await; } => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+    let _ = closing_tx.send(true);
+    while conns.join_next().await.is_some() {}
+    Ok(())
 }

@@ -18,6 +18,10 @@ pub const APPEND_ENTRIES_MAX: u64 = 256;
 /// times out is retried forever. (An empty AppendEntries, a heartbeat, keeps openraft's.)
 pub const APPEND_TIMEOUT_MIN: Duration = Duration::from_secs(5);
 
+/// The largest snapshot a follower buffers while receiving it (one transfer at a time); a
+/// transfer past it is dropped with an error instead of growing without end.
+pub const SNAPSHOT_RECEIVE_BYTES_MAX: usize = 2 * 1024 * 1024 * 1024;
+
 /// Snapshot bytes per `Raft.Snapshot` chunk.
 pub const SNAPSHOT_CHUNK_BYTES: usize = 8 * 1024 * 1024;
 

@@ -562,6 +562,15 @@ impl RaftNode {
                     "snapshot chunk out of order; start over",
                 ));
             }
+            if current.data.len().saturating_add(chunk.data.0.len())
+                > crate::limits::SNAPSHOT_RECEIVE_BYTES_MAX
+            {
+                *incoming = None;
+                return Err(rpc::RpcError::bad_request(format!(
+                    "snapshot larger than {} bytes; refused",
+                    crate::limits::SNAPSHOT_RECEIVE_BYTES_MAX
+                )));
+            }
             current.data.extend_from_slice(&chunk.data.0);
             if !chunk.done {
                 return Ok(Value::Null);
