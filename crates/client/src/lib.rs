@@ -25,6 +25,7 @@
 //! `health`, `alloc_runner::client_status`. Limits and fixed timings: [`limits`].
 
 mod actions;
+mod alloc_fs;
 mod alloc_runner;
 mod alloc_sync;
 mod allocdir;
