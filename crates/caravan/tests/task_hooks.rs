@@ -1,7 +1,8 @@
 //! Task prestart hooks on a real `caravan agent -dev` running raw_exec batch jobs: templates
-//! (`env`, `file`, pipes, `env = true`), artifacts from a local path and from a tiny HTTP server
-//! (a tar.gz unpacked, checksums verified), a dispatched job's payload file, and the events of
-//! a wrong checksum and of a template function that needs Consul; templates rendered again
+//! (`env`, `file`, pipes, `env = true`), artifacts from a tiny HTTP server (a tar.gz unpacked,
+//! checksums verified) and from a local path inside the allocation directory (one an earlier
+//! artifact downloaded; a path outside it fails the task), a dispatched job's payload file, and
+//! the events of a wrong checksum and of a template function that needs Consul; templates rendered again
 //! while the task runs (`change_mode` signal, restart and script). Every wait has a deadline.
 
 mod common;
@@ -138,26 +139,38 @@ fn prestart_hooks_write_templates_artifacts_and_payloads() {
                 .is_some_and(|a| a.len() == 1 && a[0]["Status"] == "ready")
         })
     });
-    let input = dir.join("input.txt");
-    std::fs::write(&input, "local-artifact-input\n").unwrap();
+    // Outside the allocation directory: a local artifact may not read it.
+    let outside = dir.join("input.txt");
+    std::fs::write(&outside, "local-artifact-input\n").unwrap();
     let input_sum = sha256_hex(b"local-artifact-input\n");
+    let input_base = serve(b"local-artifact-input\n".to_vec());
     let tgz = make_tar_gz(&dir);
     let tgz_sum = sha256_hex(&tgz);
     let base = serve(tgz);
 
-    templates_and_artifacts(&agent, &input, &input_sum, &base, &tgz_sum);
-    a_wrong_checksum_fails_the_task(&agent, &input);
+    templates_and_artifacts(&agent, &input_base, &input_sum, &base, &tgz_sum);
+    a_wrong_checksum_fails_the_task(&agent, &input_base);
+    a_local_artifact_outside_the_allocation_fails_the_task(&agent, &outside);
     a_consul_function_fails_the_task(&agent);
     a_dispatched_payload_is_written(&agent);
     changed_templates_signal_and_restart(&agent, &dir.join("data"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn templates_and_artifacts(agent: &Agent, input: &Path, input_sum: &str, base: &str, sum: &str) {
+fn templates_and_artifacts(
+    agent: &Agent,
+    input_base: &str,
+    input_sum: &str,
+    base: &str,
+    sum: &str,
+) {
     let script = "cat local/out.txt; echo \"env=$FROM_TEMPLATE\"; cat local/input.txt";
+    // The local artifact reads a file inside the allocation directory: the one the first
+    // artifact downloaded (relative sources start at the task directory, as go-getter's Pwd).
     let task = json!({
         "Artifacts": [
-            {"GetterSource": input.display().to_string(),
+            {"GetterSource": format!("{input_base}/input.txt"), "RelativeDest": "local/dl"},
+            {"GetterSource": "local/dl/input.txt",
              "GetterOptions": {"checksum": format!("sha256:{input_sum}")}},
             {"GetterSource": format!("{base}/dl/app.tar.gz"), "RelativeDest": "local/app",
              "GetterOptions": {"checksum": format!("sha256:{sum}")}}
@@ -188,9 +201,9 @@ fn templates_and_artifacts(agent: &Agent, input: &Path, input_sum: &str, base: &
     stop(agent, "hooks");
 }
 
-fn a_wrong_checksum_fails_the_task(agent: &Agent, input: &Path) {
+fn a_wrong_checksum_fails_the_task(agent: &Agent, input_base: &str) {
     let zeros = "0".repeat(64);
-    let task = json!({"Artifacts": [{"GetterSource": input.display().to_string(),
+    let task = json!({"Artifacts": [{"GetterSource": format!("{input_base}/input.txt"),
         "GetterOptions": {"checksum": format!("sha256:{zeros}")}}]});
     register(agent, &batch("badsum", "echo never", task, json!({})));
     let alloc = finished_alloc(agent, "badsum");
@@ -211,6 +224,28 @@ fn a_wrong_checksum_fails_the_task(agent: &Agent, input: &Path) {
     );
     assert!(!evs.iter().any(|(t, _)| t == "Started"), "{evs:?}");
     stop(agent, "badsum");
+}
+
+/// A local source outside the allocation directory (a host file) fails the task naming it.
+fn a_local_artifact_outside_the_allocation_fails_the_task(agent: &Agent, outside: &Path) {
+    let source = outside.display().to_string();
+    let task = json!({"Artifacts": [{"GetterSource": source}]});
+    register(agent, &batch("outside", "echo never", task, json!({})));
+    let alloc = finished_alloc(agent, "outside");
+    assert_eq!(alloc["ClientStatus"], "failed");
+    let evs = events(&alloc);
+    let failed = evs
+        .iter()
+        .find(|(t, _)| t == "Failed Artifact Download")
+        .unwrap_or_else(|| panic!("no Failed Artifact Download event: {evs:?}"));
+    assert!(
+        failed.1.starts_with(&format!(
+            "Failed to download artifacts: artifact {source:?}: local artifacts must be inside the allocation directory"
+        )),
+        "{failed:?}"
+    );
+    assert!(!evs.iter().any(|(t, _)| t == "Started"), "{evs:?}");
+    stop(agent, "outside");
 }
 
 fn a_consul_function_fails_the_task(agent: &Agent) {

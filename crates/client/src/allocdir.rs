@@ -1,15 +1,25 @@
 //! The allocation directory (Nomad's `allocdir`):
 //!
 //! ```text
-//! <data_dir>/alloc/<alloc_id>/
-//!     alloc/{data,logs,tmp}        shared by the group's tasks (NOMAD_ALLOC_DIR)
-//!     <task>/{local,secrets,tmp}   one per task (NOMAD_TASK_DIR = local, NOMAD_SECRETS_DIR)
+//! <data_dir>/alloc/<alloc_id>/     0755 root
+//!     alloc/                       0755 root: shared by the group's tasks (NOMAD_ALLOC_DIR)
+//!     alloc/logs                   0755 root: written by the client's helpers only
+//!     alloc/{data,tmp}             0777 nobody (tmp sticky)
+//!     <task>/                      0777 nobody, and local/ secrets/ 0777, tmp/ 1777 nobody
+//!                                  (NOMAD_TASK_DIR = local, NOMAD_SECRETS_DIR = secrets)
 //! ```
+//!
+//! As Nomad's `dropDirPermissions`, what a task writes is world-writable and owned by `nobody`
+//! (when the client runs as root), so an exec task running as `nobody` can use it. Unlike
+//! Nomad, `alloc/` itself and `alloc/logs` stay root's: log files are written by root helpers
+//! on the host, so a task must not be able to swap them for symlinks. Every directory is made
+//! and has its mode set through [`AllocFs`], so a symlink a task left in place of one (between
+//! restarts) is refused, never chmodded or chowned.
 
+use crate::alloc_fs::AllocFs;
 use crate::error::ClientError;
 use crate::persist::create_dir;
 use drivers::TaskDir;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,22 +61,43 @@ impl AllocDir {
 
     /// Creates the shared directories. Idempotent.
     pub fn build(&self) -> Result<(), ClientError> {
+        create_dir(&self.root)?;
+        let fs = self.fs()?;
+        let nobody = nobody();
         let shared = self.shared();
-        for dir in [shared.join("data"), shared.join("logs"), shared.join("tmp")] {
-            create_dir(&dir)?;
+        for (dir, mode, owner) in [
+            (shared.clone(), 0o755, None),
+            (shared.join("logs"), 0o755, None),
+            (shared.join("data"), 0o777, nobody),
+            (shared.join("tmp"), 0o1777, nobody),
+        ] {
+            fs.prepare_dir(&dir, mode, owner)
+                .map_err(|e| ClientError::io("preparing", &dir, std::io::Error::other(e)))?;
         }
         Ok(())
     }
 
-    /// Creates one task's directories (`secrets/` readable by the owner only). Idempotent.
+    /// Creates one task's directories (world-writable, owned by `nobody` as Nomad's).
+    /// Idempotent.
     pub fn build_task(&self, task: &str) -> Result<TaskDir, ClientError> {
         let dir = self.task_dir(task);
-        for d in [&dir.dir, &dir.local_dir, &dir.secrets_dir, &dir.tmp_dir] {
-            create_dir(d)?;
+        let fs = self.fs()?;
+        let nobody = nobody();
+        for (d, mode) in [
+            (&dir.dir, 0o777),
+            (&dir.local_dir, 0o777),
+            (&dir.secrets_dir, 0o777),
+            (&dir.tmp_dir, 0o1777),
+        ] {
+            fs.prepare_dir(d, mode, nobody)
+                .map_err(|e| ClientError::io("preparing", d, std::io::Error::other(e)))?;
         }
-        std::fs::set_permissions(&dir.secrets_dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| ClientError::io("securing", &dir.secrets_dir, e))?;
         Ok(dir)
+    }
+
+    fn fs(&self) -> Result<AllocFs, ClientError> {
+        AllocFs::open(&self.root)
+            .map_err(|e| ClientError::io("opening", &self.root, std::io::Error::other(e)))
     }
 
     /// Removes the whole allocation directory. Missing is fine.
@@ -77,6 +108,15 @@ impl AllocDir {
             Err(e) => Err(ClientError::io("removing", &self.root, e)),
         }
     }
+}
+
+/// `nobody`'s uid and gid when the client runs as root (only root can give files away).
+fn nobody() -> Option<(u32, u32)> {
+    if !nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    let user = nix::unistd::User::from_name("nobody").ok().flatten()?;
+    Some((user.uid.as_raw(), user.gid.as_raw()))
 }
 
 #[cfg(test)]
@@ -100,6 +140,56 @@ mod tests {
             assert!(dir.root.join(p).is_dir(), "{p}");
         }
         assert_eq!(task.local_dir, dir.root.join("web/local"));
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let mode = |p: &str| {
+            std::fs::metadata(dir.root.join(p))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777
+        };
+        assert_eq!(
+            [
+                "alloc",
+                "alloc/logs",
+                "alloc/data",
+                "alloc/tmp",
+                "web",
+                "web/local",
+                "web/secrets",
+                "web/tmp"
+            ]
+            .map(mode),
+            [0o755, 0o755, 0o777, 0o1777, 0o777, 0o777, 0o777, 0o1777]
+        );
+        if let Some((uid, _)) = nobody() {
+            assert_eq!(
+                std::fs::metadata(dir.root.join("web/local")).unwrap().uid(),
+                uid
+            );
+            assert_eq!(
+                std::fs::metadata(dir.root.join("alloc/logs"))
+                    .unwrap()
+                    .uid(),
+                0
+            );
+        }
+        // A task swaps secrets/ for a symlink to a host directory: the next build refuses it
+        // and leaves the host directory's mode and owner alone.
+        let host = tmp.path().join("host-dir");
+        std::fs::create_dir_all(&host).unwrap();
+        std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::remove_dir_all(&task.secrets_dir).unwrap();
+        std::os::unix::fs::symlink(&host, &task.secrets_dir).unwrap();
+        let err = dir.build_task("web").unwrap_err().to_string();
+        assert!(err.contains("is a symlink"), "{err}");
+        let meta = std::fs::metadata(&host).unwrap();
+        let me = nix::unistd::geteuid().as_raw();
+        assert_eq!(
+            (meta.permissions().mode() & 0o7777, meta.uid()),
+            (0o700, me)
+        );
+        std::fs::remove_file(&task.secrets_dir).unwrap();
         assert_eq!(
             dir.stdout_path("web"),
             dir.root.join("alloc/logs/web.stdout.0")

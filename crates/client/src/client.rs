@@ -78,6 +78,7 @@ impl Client {
             state: state.clone(),
             updates: updates_tx,
             host_env: host_env(&cfg),
+            user_policy: cfg.user_policy(),
             shutdown: shutdown_rx.clone(),
             csi: Arc::clone(&csi),
             conn: Arc::clone(&conn),

@@ -2,7 +2,7 @@
 
 use crate::error::ClientError;
 use model::node::ClientHostVolumeConfig;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -13,6 +13,35 @@ GOOGLE_APPLICATION_CREDENTIALS";
 
 /// The `options` key that replaces [`DEFAULT_ENV_DENYLIST`] (comma separated).
 pub const OPTION_ENV_DENYLIST: &str = "env.denylist";
+
+/// Nomad's default `user.denylist`: users tasks of the checked drivers may not run as.
+pub const DEFAULT_USER_DENYLIST: &str = "root,Administrator";
+
+/// Nomad's default `user.checked_drivers`: the drivers the user denylist applies to.
+pub const DEFAULT_USER_CHECKED_DRIVERS: &str = "exec,qemu,java";
+
+/// The `options` key that replaces [`DEFAULT_USER_DENYLIST`] (`user.blacklist` is its old name).
+pub const OPTION_USER_DENYLIST: &str = "user.denylist";
+
+/// The `options` key that replaces [`DEFAULT_USER_CHECKED_DRIVERS`].
+pub const OPTION_USER_CHECKED_DRIVERS: &str = "user.checked_drivers";
+
+/// Which users tasks of which drivers may not run as (Nomad's task validate hook).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserPolicy {
+    pub denylist: BTreeSet<String>,
+    pub checked_drivers: BTreeSet<String>,
+}
+
+impl UserPolicy {
+    /// Refuses a task of a checked driver whose `user` is denied, in Nomad's words.
+    pub fn check(&self, driver: &str, user: &str) -> Result<(), String> {
+        if self.checked_drivers.contains(driver) && self.denylist.contains(user) {
+            return Err(format!("running as user {user:?} is disallowed"));
+        }
+        Ok(())
+    }
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClientConfig {
@@ -125,6 +154,29 @@ impl ClientConfig {
         self.data_dir.join("alloc")
     }
 
+    /// The task users refused per driver (`user.denylist` — or its old name `user.blacklist` —
+    /// and `user.checked_drivers`, comma separated; Nomad's defaults without them).
+    pub fn user_policy(&self) -> UserPolicy {
+        let list = |keys: &[&str], default: &str| -> BTreeSet<String> {
+            let text = keys
+                .iter()
+                .find_map(|k| self.options.get(*k))
+                .map_or(default, String::as_str);
+            text.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect()
+        };
+        UserPolicy {
+            denylist: list(
+                &[OPTION_USER_DENYLIST, "user.blacklist"],
+                DEFAULT_USER_DENYLIST,
+            ),
+            checked_drivers: list(&[OPTION_USER_CHECKED_DRIVERS], DEFAULT_USER_CHECKED_DRIVERS),
+        }
+    }
+
     /// The host variables tasks never see.
     pub(crate) fn env_denylist(&self) -> Vec<String> {
         let list = self
@@ -136,5 +188,40 @@ impl ClientConfig {
             .filter(|s| !s.is_empty())
             .map(str::to_string)
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_user_denylist_is_nomads_unless_configured() {
+        let mut cfg = ClientConfig::new("/tmp/x");
+        let policy = cfg.user_policy();
+        assert_eq!(
+            policy.check("exec", "root").unwrap_err(),
+            "running as user \"root\" is disallowed"
+        );
+        assert!(policy.check("exec", "Administrator").is_err());
+        assert!(
+            policy.check("raw_exec", "root").is_ok(),
+            "raw_exec is not checked"
+        );
+        assert!(policy.check("exec", "").is_ok() && policy.check("exec", "nobody").is_ok());
+        cfg.options
+            .insert("user.blacklist".into(), "nobody, app".into());
+        assert!(cfg.user_policy().check("exec", "app").is_err());
+        cfg.options
+            .insert(OPTION_USER_DENYLIST.into(), "svc".into());
+        cfg.options
+            .insert(OPTION_USER_CHECKED_DRIVERS.into(), "raw_exec".into());
+        let policy = cfg.user_policy();
+        assert!(
+            policy.check("raw_exec", "svc").is_err(),
+            "user.denylist wins over the old name"
+        );
+        assert!(policy.check("raw_exec", "app").is_ok());
+        assert!(policy.check("exec", "svc").is_ok() && policy.check("exec", "root").is_ok());
     }
 }

@@ -23,6 +23,8 @@ pub(crate) struct RunnerContext {
     pub updates: mpsc::Sender<AllocClientUpdate>,
     /// Host variables passed to tasks of drivers without an image (denylist applied).
     pub host_env: BTreeMap<String, String>,
+    /// Which users tasks may not run as (`user.denylist`, `user.checked_drivers`).
+    pub user_policy: crate::config::UserPolicy,
     /// Becomes `true` once when the client shuts down: runners detach from their tasks.
     pub shutdown: watch::Receiver<bool>,
     /// CSI plugins registered here, and where their directories go.

@@ -25,6 +25,7 @@
 //! `health`, `alloc_runner::client_status`. Limits and fixed timings: [`limits`].
 
 mod actions;
+mod alloc_fs;
 mod alloc_runner;
 mod alloc_sync;
 mod allocdir;
@@ -56,7 +57,9 @@ pub use actions::AllocActionError;
 pub use allocdir::AllocDir;
 pub use client::Client;
 pub use config::{
-    ClientConfig, ClientTiming, ReservedResources, DEFAULT_ENV_DENYLIST, OPTION_ENV_DENYLIST,
+    ClientConfig, ClientTiming, ReservedResources, UserPolicy, DEFAULT_ENV_DENYLIST,
+    DEFAULT_USER_CHECKED_DRIVERS, DEFAULT_USER_DENYLIST, OPTION_ENV_DENYLIST,
+    OPTION_USER_CHECKED_DRIVERS, OPTION_USER_DENYLIST,
 };
 pub use conn::{ConnFuture, RpcServerConn, ServerConn};
 pub use csi::hook::MountedVolume;

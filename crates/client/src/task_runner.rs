@@ -362,6 +362,14 @@ impl TaskRunner {
         if self.prestart_done {
             return Ok(());
         }
+        // Nomad's validate hook, first: a denied user fails the task before its directory is
+        // even made.
+        let denied = find_task(alloc, &self.name)
+            .and_then(|(_, _, task)| self.ctx.user_policy.check(&task.driver, &task.user).err());
+        if let Some(msg) = denied {
+            let e = events::hook_failed("validate", &msg);
+            return Err(self.hook_failed(e, false).await);
+        }
         let built = find_task(alloc, &self.name)
             .ok_or_else(|| "the task is not in the allocation's job".to_string())
             .and_then(|(job, _, task)| {

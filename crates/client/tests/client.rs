@@ -604,3 +604,59 @@ async fn stop_on_client_after_stops_tasks_while_no_server_answers() {
     .await;
     client.shutdown().await;
 }
+
+/// `user = "root"` under exec is refused by Nomad's default `user.denylist` before anything
+/// starts (validate hook, not restarted); a configured denylist and `user.checked_drivers` apply
+/// to the drivers they name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_user_fails_the_task_before_it_starts() {
+    let dir = TestDir::new("client-denylist");
+    let server = FakeServer::new(Duration::from_secs(5));
+    let mut cfg = config(dir.path());
+    cfg.options.insert(
+        client::OPTION_USER_CHECKED_DRIVERS.into(),
+        "exec,raw_exec".into(),
+    );
+    cfg.options
+        .insert(client::OPTION_USER_DENYLIST.into(), "root,svc".into());
+    let mut all = drivers();
+    all.push(Arc::new(drivers::ExecDriver::new()));
+    let client = Client::start(cfg, server.clone(), all)
+        .await
+        .expect("client starts");
+    let cases = [
+        ("exec", "root", true),
+        ("raw_exec", "svc", true),
+        ("raw_exec", "", false),
+    ];
+    for (i, (driver, user, denied)) in cases.into_iter().enumerate() {
+        let mut t = task("t", driver, json!({"command": "/bin/true"}));
+        t.user = user.into();
+        let mut j = job(&format!("deny-{i}"), "batch", vec![t]);
+        j.task_groups[0].restart_policy = Some(fast_restarts(0));
+        let a = alloc(client.node_id(), j);
+        server.add_alloc(a.clone());
+        if !denied {
+            wait_status(&server, &a.id, "complete").await;
+            continue;
+        }
+        wait_status(&server, &a.id, "failed").await;
+        let state = task_state(&server, &a.id, "t");
+        let want = format!("validate: running as user {user:?} is disallowed");
+        assert!(
+            state
+                .events
+                .iter()
+                .any(|e| e.event_type == "Task hook failed" && e.display_message == want),
+            "{driver}/{user}: {:?}",
+            state.events
+        );
+        assert!(
+            !event_types(&state).contains(&"Started".to_string()),
+            "{:?}",
+            state.events
+        );
+        assert_eq!(state.restarts, 0);
+    }
+    client.shutdown().await;
+}

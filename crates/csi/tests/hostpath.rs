@@ -242,6 +242,14 @@ async fn a_volume_goes_through_its_whole_life_and_keeps_its_data() {
         again.volume_id, volume.volume_id,
         "CreateVolume is idempotent by name"
     );
+    let dir = h.root().join("volumes").join(&volume.volume_id);
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&dir).unwrap().permissions());
+    assert_eq!(
+        mode & 0o777,
+        0o777,
+        "tasks running as nobody can write into a new volume"
+    );
     let mut bigger = create_request("data", Mode::SingleNodeWriter);
     bigger.capacity_range.as_mut().unwrap().required_bytes = 1 << 30;
     let err = h.client().create_volume(bigger).await.unwrap_err();

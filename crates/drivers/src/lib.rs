@@ -18,6 +18,7 @@
 //! are named by pid *and* start time); `stop` returns only when the task's whole process tree is
 //! gone, or with an error saying it is not.
 
+pub mod capabilities;
 pub mod docker;
 pub mod driver;
 pub mod error;

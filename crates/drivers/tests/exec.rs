@@ -31,7 +31,7 @@ fn main() -> ExitCode {
     if args.get(1).map(String::as_str) == Some(drivers::logmon::LOGMON_SUBCOMMAND) {
         std::process::exit(drivers::logmon::run(args.get(2).map_or("", String::as_str)));
     }
-    let tests: [(&str, TestFn); 9] = [
+    let tests: [(&str, TestFn); 12] = [
         ("fingerprint_is_healthy", |d| {
             Box::pin(fingerprint_is_healthy(d))
         }),
@@ -62,6 +62,17 @@ fn main() -> ExitCode {
             "mounts_are_bound_into_the_chroot_read_only_when_asked",
             |d| Box::pin(mounts_are_bound(d)),
         ),
+        (
+            "a_task_runs_as_nobody_holding_nomads_default_capabilities",
+            |d| Box::pin(runs_as_nobody_with_default_caps(d)),
+        ),
+        (
+            "cap_drop_and_cap_add_change_the_set_within_allow_caps",
+            |d| Box::pin(cap_add_and_drop(d)),
+        ),
+        ("a_root_task_gets_nomads_legacy_capabilities", |d| {
+            Box::pin(root_gets_legacy_caps(d))
+        }),
     ];
     let filter = args.iter().skip(1).find(|a| !a.starts_with('-')).cloned();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -269,7 +280,10 @@ async fn custom_chroot_env(driver: ExecDriver) -> Result<(), String> {
         .into_iter()
         .map(|p| (p.into(), p.into()))
         .collect();
-    let driver = driver.with_config(ExecConfig { chroot_env });
+    let driver = driver.with_config(ExecConfig {
+        chroot_env,
+        ..ExecConfig::default()
+    });
     let dir = TestDir::new("exec-chroot-env");
     let id = unique("chroot-env");
     let script = "if [ -e /usr/bin/env ]; then echo present; else echo absent; fi";
@@ -290,6 +304,9 @@ async fn mounts_are_bound(driver: ExecDriver) -> Result<(), String> {
     let (rw, ro) = (dir.path().join("rw"), dir.path().join("ro"));
     std::fs::create_dir_all(&rw).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&ro).map_err(|e| e.to_string())?;
+    // The task runs as nobody: the writable volume must let it write.
+    std::fs::set_permissions(&rw, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+        .map_err(|e| e.to_string())?;
     std::fs::write(ro.join("hello"), "from-host").map_err(|e| e.to_string())?;
     let id = unique("mounts");
     let script = "echo from-task > /data/rw/out && cat /srv/ro/hello && \
@@ -420,10 +437,15 @@ async fn exec_inside_the_task(driver: ExecDriver) -> Result<(), String> {
     };
     let (out, code) =
         run("tr '\\0' ' ' < /proc/1/cmdline; echo; ls /proc | grep -c '^[0-9]'").await?;
+    let (who, _) = run("grep '^Uid:' /proc/self/status").await?;
     let result = if code != 0 {
         Err(format!("exit {code}: {out}"))
     } else if !out.contains("sleep 1000") {
         Err(format!("PID 1 is not the task's shell: {out}"))
+    } else if who.split_whitespace().nth(1) != Some(&nobody_uid().to_string()) {
+        Err(format!(
+            "alloc exec without a user does not run as nobody: {who:?}"
+        ))
     } else {
         let (_, code) = run("exit 3").await?;
         if code == 3 {
@@ -435,4 +457,227 @@ async fn exec_inside_the_task(driver: ExecDriver) -> Result<(), String> {
     let _ = driver.stop(&id, Duration::from_secs(1), "SIGTERM").await;
     let _ = driver.destroy(&id, true).await;
     result
+}
+
+/// The host's `nobody` (uid 65534 on Linux distributions).
+fn nobody_uid() -> u32 {
+    nix::unistd::User::from_name("nobody")
+        .ok()
+        .flatten()
+        .map_or(65534, |u| u.uid.as_raw())
+}
+
+/// The lines of a task's `/proc/self/status` that say who it is and what it may do.
+#[derive(Debug)]
+struct ProcStatus {
+    uid: Vec<u32>,
+    cap_inh: u64,
+    cap_prm: u64,
+    cap_eff: u64,
+    cap_bnd: u64,
+    cap_amb: u64,
+    no_new_privs: bool,
+}
+
+fn parse_status(text: &str) -> Result<ProcStatus, String> {
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':')))
+            .map(str::trim)
+            .ok_or_else(|| format!("no {name} in the task's status: {text:?}"))
+    };
+    let hex = |name: &str| {
+        field(name).and_then(|v| u64::from_str_radix(v, 16).map_err(|e| format!("{name}: {e}")))
+    };
+    Ok(ProcStatus {
+        uid: field("Uid")?
+            .split_whitespace()
+            .filter_map(|n| n.parse().ok())
+            .collect(),
+        cap_inh: hex("CapInh")?,
+        cap_prm: hex("CapPrm")?,
+        cap_eff: hex("CapEff")?,
+        cap_bnd: hex("CapBnd")?,
+        cap_amb: hex("CapAmb")?,
+        no_new_privs: field("NoNewPrivs")? == "1",
+    })
+}
+
+/// Runs `/proc/self/status` through a task with this driver config (plus `extra` keys) and
+/// `user`; returns what it said, or the start error.
+async fn task_status(
+    driver: &ExecDriver,
+    label: &str,
+    extra: serde_json::Value,
+    user: Option<&str>,
+) -> Result<Result<ProcStatus, String>, String> {
+    let dir = TestDir::new(label);
+    let id = unique(label);
+    let mut config = serde_json::json!({"command": "/bin/cat", "args": ["/proc/self/status"]});
+    if let (Some(map), serde_json::Value::Object(extra)) = (config.as_object_mut(), extra) {
+        map.extend(extra);
+    }
+    let mut cfg = task_config(dir.path(), &id, config);
+    cfg.user = user.map(str::to_string);
+    let stdout_path = cfg.stdout_path.clone();
+    if let Err(e) = driver.start(cfg).await {
+        let err = std::fs::read_to_string(dir.path().join("stderr.log")).unwrap_or_default();
+        return Ok(Err(format!("{e} (stderr {err:?})")));
+    }
+    let exit = tokio::time::timeout(Duration::from_secs(20), driver.wait(&id))
+        .await
+        .map_err(|_| "the task did not exit".to_string())?
+        .map_err(|e| e.to_string());
+    let _ = driver.destroy(&id, true).await;
+    let exit = exit?;
+    let out = std::fs::read_to_string(&stdout_path).unwrap_or_default();
+    if !exit.successful() {
+        let err = std::fs::read_to_string(dir.path().join("stderr.log")).unwrap_or_default();
+        return Err(format!("exit {exit:?}; stdout {out:?}; stderr {err:?}"));
+    }
+    Ok(parse_status(&out))
+}
+
+fn mask(names: &[&str]) -> u64 {
+    drivers::capabilities::CapSet::of(names).mask()
+}
+
+/// Without a `user`, the task is `nobody` (every uid), and holds exactly Nomad's default set —
+/// effective, permitted, inheritable, ambient and bounding — with `no_new_privs` set; a root
+/// process (the test) holds more.
+async fn runs_as_nobody_with_default_caps(driver: ExecDriver) -> Result<(), String> {
+    let st = task_status(&driver, "caps-default", serde_json::json!({}), None).await??;
+    let nobody = nobody_uid();
+    if st.uid != [nobody; 4] {
+        return Err(format!(
+            "the task's uids are {:?}, not nobody's {nobody}",
+            st.uid
+        ));
+    }
+    let want = mask(&drivers::capabilities::NOMAD_DEFAULTS);
+    let own = parse_status(&std::fs::read_to_string("/proc/self/status").unwrap_or_default())?;
+    if st.cap_eff != want || (st.cap_eff & !own.cap_eff) != 0 || st.cap_eff == own.cap_eff {
+        return Err(format!(
+            "CapEff {:#x}: want Nomad's default set {want:#x}, smaller than root's {:#x}",
+            st.cap_eff, own.cap_eff
+        ));
+    }
+    for (name, got) in [
+        ("CapPrm", st.cap_prm),
+        ("CapInh", st.cap_inh),
+        ("CapAmb", st.cap_amb),
+        ("CapBnd", st.cap_bnd),
+    ] {
+        if got != want {
+            return Err(format!("{name} {got:#x}, want {want:#x}"));
+        }
+    }
+    if !st.no_new_privs {
+        return Err("NoNewPrivs is not set".into());
+    }
+    println!("  the task: uid {nobody}, CapEff {:#x}", st.cap_eff);
+    Ok(())
+}
+
+/// `cap_drop` takes one out; `cap_drop = ["all"]` + `cap_add` leaves just the added one; an add
+/// outside `allow_caps` is refused naming it, and allowed once the plugin config allows it. The
+/// capabilities are real: nobody may `chown` a root file with `chown`, and not without.
+async fn cap_add_and_drop(driver: ExecDriver) -> Result<(), String> {
+    let defaults = drivers::capabilities::NOMAD_DEFAULTS;
+    let st = task_status(
+        &driver,
+        "caps-drop",
+        serde_json::json!({"cap_drop": ["CAP_CHOWN"]}),
+        None,
+    )
+    .await??;
+    if st.cap_eff != mask(&defaults) & !mask(&["chown"]) || st.cap_bnd != st.cap_eff {
+        return Err(format!(
+            "cap_drop chown: CapEff {:#x} CapBnd {:#x}",
+            st.cap_eff, st.cap_bnd
+        ));
+    }
+    let st = task_status(
+        &driver,
+        "caps-only-kill",
+        serde_json::json!({"cap_drop": ["all"], "cap_add": ["kill"]}),
+        None,
+    )
+    .await??;
+    if st.cap_eff != mask(&["kill"]) {
+        return Err(format!("drop all + add kill: CapEff {:#x}", st.cap_eff));
+    }
+    let refused = task_status(
+        &driver,
+        "caps-refused",
+        serde_json::json!({"cap_add": ["net_raw"]}),
+        None,
+    )
+    .await?;
+    match refused {
+        Err(e) if e.contains("driver does not allow the following capabilities: net_raw") => {}
+        other => {
+            return Err(format!(
+                "cap_add net_raw under the default allow_caps: {other:?}"
+            ))
+        }
+    }
+    let mut allow = defaults.to_vec();
+    allow.push("net_raw");
+    let cfg = ExecConfig::from_plugin_config(&serde_json::json!({"allow_caps": allow}))
+        .map_err(|e| e.to_string())?;
+    let allowing = ExecDriver::new_with_helper(std::env::current_exe().map_err(|e| e.to_string())?)
+        .with_config(cfg);
+    let st = task_status(
+        &allowing,
+        "caps-net-raw",
+        serde_json::json!({"cap_add": ["net_raw"]}),
+        None,
+    )
+    .await??;
+    if st.cap_eff != mask(&defaults) | mask(&["net_raw"]) {
+        return Err(format!(
+            "net_raw allowed and added: CapEff {:#x}",
+            st.cap_eff
+        ));
+    }
+    // Used, not just listed: chown of a root-owned file by nobody.
+    for (drop, want) in [
+        (serde_json::json!([]), "chowned"),
+        (serde_json::json!(["chown"]), "refused"),
+    ] {
+        let dir = TestDir::new("caps-chown");
+        let id = unique("caps-chown");
+        let script = "if chown 1:1 /local/f 2>/dev/null; then echo chowned; else echo refused; fi";
+        let mut cfg = task_config(
+            dir.path(),
+            &id,
+            serde_json::json!({"command": "/bin/sh", "args": ["-c", script], "cap_drop": drop}),
+        );
+        std::fs::write(cfg.task_dir.local_dir.join("f"), "x").map_err(|e| e.to_string())?;
+        cfg.user = None;
+        let stdout_path = cfg.stdout_path.clone();
+        run_to_exit(&driver, cfg).await?;
+        let out = std::fs::read_to_string(&stdout_path).unwrap_or_default();
+        if out.trim() != want {
+            return Err(format!("chown with cap_drop {drop}: {out:?}, want {want}"));
+        }
+    }
+    Ok(())
+}
+
+/// `user = "root"` (allowed here: the client's denylist refuses it before any driver): Nomad's
+/// legacy set permitted and effective, nothing ambient.
+async fn root_gets_legacy_caps(driver: ExecDriver) -> Result<(), String> {
+    let st = task_status(&driver, "caps-root", serde_json::json!({}), Some("root")).await??;
+    // Cut to what the test (the agent) holds itself: a container may lack some.
+    let holdable =
+        drivers::capabilities::supported().intersect(&drivers::capabilities::own_bounding());
+    let want = drivers::capabilities::CapSet::of(&drivers::capabilities::LEGACY_SUPPORTED)
+        .intersect(&holdable)
+        .mask();
+    if st.uid != [0; 4] || st.cap_eff != want || st.cap_bnd != want || st.cap_amb != 0 {
+        return Err(format!("root task: {st:?}; want CapEff/CapBnd {want:#x}"));
+    }
+    Ok(())
 }

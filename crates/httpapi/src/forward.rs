@@ -101,6 +101,8 @@ pub fn client_agent_router(state: ClientAgentState) -> Router {
     Router::new()
         .route("/v1/client/fs/logs/{alloc_id}", get(logs))
         .route("/v1/client/fs/cat/{alloc_id}", get(cat))
+        .route("/v1/client/fs/readat/{alloc_id}", get(readat))
+        .route("/v1/client/fs/stat/{alloc_id}", get(stat))
         .route("/v1/client/fs/ls/{alloc_id}", get(ls))
         .route("/v1/client/stats", get(client_stats))
         .route(
@@ -447,6 +449,22 @@ async fn cat(
     Query(params): Params,
 ) -> Response {
     fs::cat_inner(&st, &alloc_id, &params).unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn readat(
+    State(st): State<ClientAgentState>,
+    UrlPath(alloc_id): UrlPath<String>,
+    Query(params): Params,
+) -> Response {
+    fs::readat_inner(&st, &alloc_id, &params).unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn stat(
+    State(st): State<ClientAgentState>,
+    UrlPath(alloc_id): UrlPath<String>,
+    Query(params): Params,
+) -> Response {
+    fs::stat_inner(&st, &alloc_id, &params).unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn ls(

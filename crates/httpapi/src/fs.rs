@@ -1,6 +1,12 @@
-//! `/v1/client/fs/logs/:alloc_id`, `/v1/client/fs/cat/:alloc_id`, `/v1/client/fs/ls/:alloc_id`: files
-//! of an allocation that runs on this agent's own client. Paths are confined to the allocation's
+//! `/v1/client/fs/logs/:alloc_id`, `/v1/client/fs/{cat,readat,stat,ls}/:alloc_id`: files of an
+//! allocation that runs on this agent's own client. Paths are confined to the allocation's
 //! directory: a path that climbs out of it (`..`, or a symlink pointing outside) is a 400.
+//!
+//! Files are opened by their resolved path with `O_NOFOLLOW | O_NONBLOCK`, checked again (by the
+//! descriptor's own path) to lie inside the allocation directory, and only regular files are
+//! read: a FIFO or device a task planted is a 400 naming it, never a request that hangs. `cat` and
+//! `readat` stream the file in [`CHUNK_BYTES`] chunks (as Nomad streams; no size cap), so a huge
+//! file never sits in memory.
 //!
 //! Logs are rotated (`alloc/logs/<task>.<type>.N`, indexes only grow, the oldest deleted): a
 //! read starts in the file its offset falls in, counted across the kept files (from the oldest's
@@ -316,23 +322,198 @@ pub(crate) fn cat_inner(
     params: &HashMap<String, String>,
 ) -> Result<Response, ApiError> {
     let root = st.alloc_root(alloc_id)?;
-    let rel = params
-        .get("path")
-        .filter(|p| !p.is_empty())
-        .ok_or_else(|| ApiError::bad_request("must provide a file path"))?;
-    Ok(text(read_file(&root, rel)?))
+    let rel = file_param(params)?;
+    let (file, meta) = open_regular(&root, rel)?;
+    stream_file(file, meta.len(), 0, None)
 }
 
-/// The contents of the file `rel` under `root`.
-pub fn read_file(root: &Path, rel: &str) -> Result<Vec<u8>, ApiError> {
+/// The contents of the file `rel` under `root`, all in memory (tests; the endpoints stream).
+#[cfg(test)]
+fn read_file(root: &Path, rel: &str) -> Result<Vec<u8>, ApiError> {
+    let (mut file, _) = open_regular(root, rel)?;
+    let mut data = Vec::new();
+    file.read_to_end(&mut data).map_err(|e| io_error(rel, &e))?;
+    Ok(data)
+}
+
+/// How much of a file one streamed chunk carries.
+pub const CHUNK_BYTES: usize = 64 * 1024;
+
+/// Opens the regular file `rel` under `root` for reading without ever blocking: symlinks inside
+/// the allocation directory are resolved first (as Nomad does) and the result opened with
+/// `O_NOFOLLOW | O_NONBLOCK`; the open descriptor's own path must still lie inside the directory
+/// (a component swapped for a symlink meanwhile is caught). A directory, FIFO, socket or device
+/// is a 400 naming it.
+pub fn open_regular(
+    root: &Path,
+    rel: &str,
+) -> Result<(std::fs::File, std::fs::Metadata), ApiError> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let path = confine_existing(root, rel)?;
-    let meta = std::fs::metadata(&path).map_err(|e| io_error(rel, &e))?;
-    if meta.is_dir() {
+    let real_root = root.canonicalize().map_err(|e| io_error(rel, &e))?;
+    let real = path.canonicalize().map_err(|e| io_error(rel, &e))?;
+    let outside =
+        || ApiError::bad_request(format!("path {rel:?} is outside the allocation directory"));
+    if !real.starts_with(&real_root) {
+        return Err(outside());
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&real)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => outside(),
+            _ => io_error(rel, &e),
+        })?;
+    let meta = file.metadata().map_err(|e| io_error(rel, &e))?;
+    let kind = meta.file_type();
+    let what = if kind.is_file() {
+        None
+    } else if kind.is_dir() {
         return Err(ApiError::bad_request(format!(
             "file {rel:?} is a directory"
         )));
+    } else if kind.is_fifo() {
+        Some("a fifo")
+    } else if kind.is_socket() {
+        Some("a socket")
+    } else if kind.is_char_device() || kind.is_block_device() {
+        Some("a device")
+    } else {
+        Some("a special file")
+    };
+    if let Some(what) = what {
+        return Err(ApiError::bad_request(format!(
+            "file {rel:?} is not a regular file ({what}); only regular files can be read"
+        )));
     }
-    std::fs::read(&path).map_err(|e| io_error(rel, &e))
+    let opened = std::fs::read_link(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&file)
+    ));
+    if opened.is_ok_and(|p| !p.starts_with(&real_root)) {
+        return Err(outside());
+    }
+    Ok((file, meta))
+}
+
+/// A 200 whose body is `file` from `offset`, at most `limit` bytes (to its end at open time when
+/// `None`), read in [`CHUNK_BYTES`] chunks as the client takes them.
+fn stream_file(
+    file: std::fs::File,
+    len: u64,
+    offset: u64,
+    limit: Option<u64>,
+) -> Result<Response, ApiError> {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    let start = offset.min(len);
+    let remaining = limit.map_or(len - start, |l| l.min(len - start));
+    let file = tokio::fs::File::from_std(file);
+    let stream = futures::stream::unfold(
+        (Some(file), remaining, start),
+        |(file, remaining, start)| async move {
+            let mut file = file?;
+            if start > 0 {
+                if let Err(e) = file.seek(SeekFrom::Start(start)).await {
+                    return Some((Err(e), (None, 0, 0)));
+                }
+            }
+            if remaining == 0 {
+                return None;
+            }
+            let want = usize::try_from(remaining).map_or(CHUNK_BYTES, |r| r.min(CHUNK_BYTES));
+            let mut buf = vec![0u8; want];
+            match file.read(&mut buf).await {
+                Ok(0) => None,
+                Ok(n) => {
+                    buf.truncate(n);
+                    Some((Ok(buf), (Some(file), remaining - n as u64, 0)))
+                }
+                Err(e) => Some((Err(e), (None, 0, 0))),
+            }
+        },
+    );
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        axum::body::Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+/// The `path` parameter of cat, readat and stat (Nomad's wording when it is missing).
+fn file_param(params: &HashMap<String, String>) -> Result<&str, ApiError> {
+    params
+        .get("path")
+        .map(String::as_str)
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| ApiError::bad_request("must provide a file name"))
+}
+
+pub async fn readat(
+    State(st): State<ApiState>,
+    UrlPath(alloc_id): UrlPath<String>,
+    Query(params): Params,
+) -> Response {
+    readat_inner(&st, &alloc_id, &params).unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `/v1/client/fs/readat/:alloc_id?path=&offset=&limit=`: `limit` bytes (all, when missing or
+/// not positive) from `offset`, plain text, as Nomad's `FileReadAtRequest`.
+pub(crate) fn readat_inner(
+    st: &dyn AllocRoots,
+    alloc_id: &str,
+    params: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let root = st.alloc_root(alloc_id)?;
+    let rel = file_param(params)?;
+    let number = |name: &str, text: &str| {
+        text.parse::<i64>().map_err(|e| ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: format!("error parsing {name}: strconv.ParseInt: parsing {text:?}: {e}"),
+        })
+    };
+    let offset = number("offset", params.get("offset").map_or("", String::as_str))?;
+    let limit = match params.get("limit").filter(|l| !l.is_empty()) {
+        Some(l) => number("limit", l)?,
+        None => 0,
+    };
+    let (file, meta) = open_regular(&root, rel)?;
+    let offset = u64::try_from(offset)
+        .map_err(|_| ApiError::bad_request(format!("offset {offset} is negative")))?;
+    let limit = u64::try_from(limit).ok().filter(|l| *l > 0);
+    stream_file(file, meta.len(), offset, limit)
+}
+
+pub async fn stat(
+    State(st): State<ApiState>,
+    UrlPath(alloc_id): UrlPath<String>,
+    Query(params): Params,
+) -> Response {
+    stat_inner(&st, &alloc_id, &params).unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `/v1/client/fs/stat/:alloc_id?path=`: Nomad's `AllocFileInfo` of one path (stat never
+/// opens it, so a FIFO is described, not read).
+pub(crate) fn stat_inner(
+    st: &dyn AllocRoots,
+    alloc_id: &str,
+    params: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let root = st.alloc_root(alloc_id)?;
+    let rel = file_param(params)?;
+    Ok(json(&stat_file(&root, rel)?))
+}
+
+/// The [`AllocFileInfo`] of `rel` under `root` (its name is the last component).
+pub fn stat_file(root: &Path, rel: &str) -> Result<AllocFileInfo, ApiError> {
+    let path = confine_existing(root, rel)?;
+    let meta = std::fs::metadata(&path).map_err(|e| io_error(rel, &e))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "/".into());
+    Ok(file_info(name, &meta))
 }
 
 pub async fn logs(
@@ -605,13 +786,12 @@ pub fn read_log(
     offset: u64,
     from_end: bool,
 ) -> Result<(Vec<u8>, u64), ApiError> {
-    let path = confine_existing(root, rel)?;
-    let mut file = match std::fs::File::open(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
-        Err(e) => return Err(io_error(rel, &e)),
+    let (mut file, meta) = match open_regular(root, rel) {
+        Ok(opened) => opened,
+        Err(e) if e.status == StatusCode::NOT_FOUND => return Ok((Vec::new(), 0)),
+        Err(e) => return Err(e),
     };
-    let len = file.metadata().map_err(|e| io_error(rel, &e))?.len();
+    let len = meta.len();
     let start = if from_end {
         len.saturating_sub(offset)
     } else {
@@ -764,5 +944,124 @@ mod tests {
     fn formats_times_as_rfc3339() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
+    }
+
+    /// An agent whose one allocation directory is `root`.
+    struct Fixed(PathBuf);
+
+    impl AllocRoots for Fixed {
+        fn alloc_root(&self, _alloc_id: &str) -> Result<PathBuf, ApiError> {
+            Ok(self.0.clone())
+        }
+        fn task_dead(&self, _alloc_id: &str, _task: &str) -> bool {
+            true
+        }
+        fn shared(&self) -> std::sync::Arc<dyn AllocRoots> {
+            std::sync::Arc::new(Fixed(self.0.clone()))
+        }
+    }
+
+    fn params(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// The status and the body's chunks, read within a deadline.
+    async fn chunks(resp: Response) -> (StatusCode, Vec<Vec<u8>>) {
+        use futures::StreamExt;
+        let status = resp.status();
+        let mut stream = resp.into_body().into_data_stream();
+        let mut out = Vec::new();
+        let read = async {
+            while let Some(chunk) = stream.next().await {
+                out.push(chunk.expect("body chunk").to_vec());
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), read)
+            .await
+            .expect("the body is read within 10 s");
+        (status, out)
+    }
+
+    /// A FIFO a task planted: cat, readat and logs answer a 400 naming it at once (a plain open
+    /// would wait for a writer forever); stat describes it without opening it.
+    #[tokio::test]
+    async fn a_fifo_is_refused_promptly() {
+        let root = temp("fifo");
+        let fifo = root.join("alloc/pipe");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo with a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let st = Fixed(root.clone());
+        let answers = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            tokio::task::spawn_blocking(move || {
+                let p = params(&[("path", "alloc/pipe"), ("offset", "0")]);
+                [cat_inner(&st, "a", &p), readat_inner(&st, "a", &p)]
+                    .map(|r| r.map(|_| ()).unwrap_err())
+            }),
+        )
+        .await
+        .expect("cat and readat answer within 5 s")
+        .unwrap();
+        for e in answers {
+            assert_eq!(e.status, StatusCode::BAD_REQUEST);
+            assert!(
+                e.message
+                    .contains("\"alloc/pipe\" is not a regular file (a fifo)"),
+                "{}",
+                e.message
+            );
+        }
+        std::os::unix::fs::symlink(&fifo, root.join("alloc/logs/t.stdout.0")).unwrap();
+        let e = read_log(&root, "alloc/logs/t.stdout.0", 0, false).unwrap_err();
+        assert!(e.message.contains("a fifo"), "{}", e.message);
+        let info = stat_file(&root, "alloc/pipe").unwrap();
+        assert_eq!((info.name.as_str(), info.is_dir), ("pipe", false));
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// A 20 MiB file goes out in chunks of at most CHUNK_BYTES, all of it; readat's offset and
+    /// limit cut the slice asked for.
+    #[tokio::test]
+    async fn large_files_stream_in_chunks() {
+        let root = temp("large");
+        let path = root.join("alloc/big");
+        let len: usize = 20 << 20;
+        let body: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &body).unwrap();
+        let st = Fixed(root.clone());
+        let (status, parts) =
+            chunks(cat_inner(&st, "a", &params(&[("path", "/alloc/big")])).unwrap()).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(parts.len() >= len / CHUNK_BYTES, "{} chunks", parts.len());
+        assert!(parts.iter().all(|c| c.len() <= CHUNK_BYTES));
+        assert!(parts.concat() == body, "the streamed bytes are the file's");
+        let p = params(&[
+            ("path", "alloc/big"),
+            ("offset", "1000"),
+            ("limit", "70000"),
+        ]);
+        let (_, parts) = chunks(readat_inner(&st, "a", &p).unwrap()).await;
+        assert_eq!(parts.concat(), body[1000..71000]);
+        let p = params(&[("path", "alloc/big"), ("offset", &(len - 5).to_string())]);
+        let (_, parts) = chunks(readat_inner(&st, "a", &p).unwrap()).await;
+        assert_eq!(parts.concat(), body[len - 5..]);
+        for (p, want) in [
+            (params(&[("path", "alloc/big")]), "error parsing offset"),
+            (params(&[("offset", "0")]), "must provide a file name"),
+            (
+                params(&[("path", "alloc"), ("offset", "0")]),
+                "is a directory",
+            ),
+        ] {
+            let e = readat_inner(&st, "a", &p).map(|_| ()).unwrap_err();
+            assert!(e.message.contains(want), "{p:?}: {}", e.message);
+        }
+        let info = stat_file(&root, "alloc/big").unwrap();
+        assert_eq!((info.name.as_str(), info.size), ("big", len as u64));
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

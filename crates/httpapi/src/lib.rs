@@ -285,6 +285,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/allocation/{*rest}", any(nodes::alloc))
         .route("/v1/client/fs/logs/{alloc_id}", get(fs::logs))
         .route("/v1/client/fs/cat/{alloc_id}", get(fs::cat))
+        .route("/v1/client/fs/readat/{alloc_id}", get(fs::readat))
+        .route("/v1/client/fs/stat/{alloc_id}", get(fs::stat))
         .route("/v1/client/fs/ls/{alloc_id}", get(fs::ls))
         .route(
             "/v1/client/allocation/{alloc_id}/exec",

@@ -3,18 +3,26 @@
 //! — checks its `checksum` option, and unpacks `.tar`, `.tar.gz`/`.tgz` and `.gz` unless
 //! `mode = "file"` or `options { archive = "false" }`.
 //!
-//! Downloads go to the task's `tmp/` first and move into place only once complete and
-//! verified, so a failed fetch leaves no partial file at the destination.
+//! Local sources are read only from inside the allocation directory (Nomad sandboxes go-getter
+//! to it): `/etc/shadow`, `file:///etc/shadow` or `../../x` climbing out fail the task. Every
+//! read and write goes through [`AllocFs`], so no symlink a task planted is followed, and an
+//! unpacked symlink may only point inside the task directory.
+//!
+//! A download lands in a temp file (beside its final name, or in the task's `tmp/` when it is
+//! an archive), is verified through the same open file, and only then renamed into place or
+//! unpacked, so a failed fetch leaves no partial file at the destination.
 
-use super::confine;
+use super::{alloc_fs, confine};
+use crate::alloc_fs::{AllocFs, AtomicFile, EntryKind};
 use crate::limits::{
     ARTIFACT_BYTES_MAX, ARTIFACT_CONNECT_TIMEOUT, ARTIFACT_DIR_DEPTH_MAX, ARTIFACT_READ_TIMEOUT,
 };
 use crate::taskenv::TaskEnv;
 use drivers::TaskDir;
 use model::task::TaskArtifact;
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::io::{Read, Seek};
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 
 /// Options Caravan understands (go-getter's others need getters it does not have).
@@ -62,37 +70,92 @@ struct Plan {
 }
 
 async fn fetch(a: &TaskArtifact, source: &str, env: &TaskEnv, dir: &TaskDir) -> Result<(), String> {
-    let plan = plan(a, source, env, dir)?;
-    let tmp = dir
-        .tmp_dir
-        .join(format!(".artifact-{}", uuid::Uuid::new_v4().simple()));
-    let result = async {
-        match &plan.source {
-            Source::Http(url) => download(url, &a.getter_headers, &tmp).await?,
-            Source::Local(p) if p.is_dir() => {
-                let (from, to) = (p.clone(), plan.dest.clone());
-                return blocking(move || copy_dir(&from, &to, 0)).await;
-            }
-            Source::Local(p) => tokio::fs::copy(p, &tmp)
-                .await
-                .map(drop)
-                .map_err(|e| format!("cannot read {}: {e}", p.display()))?,
+    let plan = Arc::new(plan(a, source, env, dir)?);
+    let fs = Arc::new(alloc_fs(dir)?);
+    if let Source::Local(p) = &plan.source {
+        if fs.kind(p).map_err(|e| e.to_string())? == Some(EntryKind::Dir) {
+            let (fs, from, to) = (Arc::clone(&fs), p.clone(), plan.dest.clone());
+            return blocking(move || copy_dir(&fs, &from, &to, 0)).await;
         }
-        let (tmp2, plan2) = (tmp.clone(), plan.clone());
-        blocking(move || {
-            if let Some((kind, want)) = &plan2.checksum {
-                verify(&tmp2, kind, want)?;
-            }
-            place(&tmp2, &plan2)
-        })
-        .await
     }
-    .await;
-    let _ = tokio::fs::remove_file(&tmp).await;
-    result
+    // Where the bytes land first: beside their final name, or in tmp/ for an archive.
+    let staging = match (&plan.archive, plan.as_file) {
+        (_, true) => plan.dest.clone(),
+        (None, false) => plan.dest.join(&plan.name),
+        (Some(_), false) => dir
+            .tmp_dir
+            .join(format!(".artifact-{}", uuid::Uuid::new_v4().simple())),
+    };
+    let mode = match &plan.source {
+        Source::Local(p) => source_mode(&fs, p),
+        Source::Http(_) => 0o644,
+    };
+    let staged = {
+        let fs = Arc::clone(&fs);
+        blocking_value(move || fs.create_atomic(&staging, mode).map_err(|e| e.to_string())).await?
+    };
+    let staged = match &plan.source {
+        Source::Http(url) => {
+            let file = staged.try_clone_file().map_err(|e| e.to_string())?;
+            download(
+                url,
+                &a.getter_headers,
+                tokio::fs::File::from_std(file),
+                staged.path(),
+            )
+            .await?;
+            staged
+        }
+        Source::Local(p) => {
+            let (fs, from) = (Arc::clone(&fs), p.clone());
+            blocking_value(move || {
+                let mut staged = staged;
+                let mut src = fs.open_file(&from).map_err(|e| e.to_string())?;
+                std::io::copy(&mut src, &mut staged)
+                    .map_err(|e| format!("cannot copy {}: {e}", from.display()))?;
+                Ok(staged)
+            })
+            .await?
+        }
+    };
+    blocking(move || {
+        if let Some((kind, want)) = &plan.checksum {
+            verify(&mut rewound(&staged)?, kind, want)?;
+        }
+        place(&fs, staged, &plan)
+    })
+    .await
+}
+
+/// A fresh handle on what was staged, at its start.
+fn rewound(staged: &AtomicFile) -> Result<std::fs::File, String> {
+    let mut file = staged.try_clone_file().map_err(|e| e.to_string())?;
+    file.rewind()
+        .map_err(|e| format!("cannot read back {}: {e}", staged.path().display()))?;
+    Ok(file)
+}
+
+/// A local source's permission bits (0644 when they cannot be read).
+fn source_mode(fs: &AllocFs, path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    fs.open_file(path)
+        .and_then(|f| {
+            f.metadata().map_err(|e| crate::alloc_fs::AllocFsError::Io {
+                what: "inspect",
+                path: path.to_path_buf(),
+                source: e,
+            })
+        })
+        .map_or(0o644, |m| m.permissions().mode() & 0o777)
 }
 
 async fn blocking(f: impl FnOnce() -> Result<(), String> + Send + 'static) -> Result<(), String> {
+    blocking_value(f).await
+}
+
+async fn blocking_value<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| format!("the artifact worker failed: {e}"))?
@@ -107,7 +170,11 @@ fn plan(a: &TaskArtifact, source: &str, env: &TaskEnv, dir: &TaskDir) -> Result<
             ));
         }
     }
-    let source = parse_source(source, &dir.dir)?;
+    let mut source = parse_source(source, &dir.dir)?;
+    if let Source::Local(p) = &mut source {
+        let alloc_dir = dir.dir.parent().unwrap_or(&dir.dir);
+        *p = inside_alloc_dir(p, alloc_dir)?;
+    }
     let name = file_name(&source)?;
     let mode = a.getter_mode.as_deref().unwrap_or("any");
     let as_file = mode == "file";
@@ -135,6 +202,30 @@ fn plan(a: &TaskArtifact, source: &str, env: &TaskEnv, dir: &TaskDir) -> Result<
         archive,
         checksum,
     })
+}
+
+/// A local source must lie inside the allocation directory, lexically (symlinks are refused
+/// when it is read); returns it with `..` resolved.
+fn inside_alloc_dir(path: &Path, alloc_dir: &Path) -> Result<PathBuf, String> {
+    let mut normal = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                normal.pop();
+            }
+            Component::CurDir => {}
+            other => normal.push(other),
+        }
+    }
+    if normal.starts_with(alloc_dir) && normal != alloc_dir {
+        return Ok(normal);
+    }
+    Err(format!(
+        "local artifacts must be inside the allocation directory ({}); {} is not — serve it \
+         over http://, or have an earlier artifact or template put it in the task directory",
+        alloc_dir.display(),
+        normal.display()
+    ))
 }
 
 fn parse_source(source: &str, task_dir: &Path) -> Result<Source, String> {
@@ -227,9 +318,7 @@ fn parse_checksum(text: &str) -> Result<(String, String), String> {
     Ok((kind.to_string(), hex.to_ascii_lowercase()))
 }
 
-fn digest_file<D: sha2::Digest>(path: &Path) -> Result<String, String> {
-    let mut file =
-        std::fs::File::open(path).map_err(|e| format!("cannot read the download: {e}"))?;
+fn digest_file<D: sha2::Digest>(file: &mut std::fs::File) -> Result<String, String> {
     let mut hasher = D::new();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -248,12 +337,12 @@ fn digest_file<D: sha2::Digest>(path: &Path) -> Result<String, String> {
         .collect())
 }
 
-fn verify(path: &Path, kind: &str, want: &str) -> Result<(), String> {
+fn verify(file: &mut std::fs::File, kind: &str, want: &str) -> Result<(), String> {
     let got = match kind {
-        "md5" => digest_file::<md5::Md5>(path)?,
-        "sha1" => digest_file::<sha1::Sha1>(path)?,
-        "sha512" => digest_file::<sha2::Sha512>(path)?,
-        _ => digest_file::<sha2::Sha256>(path)?,
+        "md5" => digest_file::<md5::Md5>(file)?,
+        "sha1" => digest_file::<sha1::Sha1>(file)?,
+        "sha512" => digest_file::<sha2::Sha512>(file)?,
+        _ => digest_file::<sha2::Sha256>(file)?,
     };
     if got != want {
         return Err(format!(
@@ -266,6 +355,7 @@ fn verify(path: &Path, kind: &str, want: &str) -> Result<(), String> {
 async fn download(
     url: &str,
     headers: &std::collections::BTreeMap<String, String>,
+    mut file: tokio::fs::File,
     to: &Path,
 ) -> Result<(), String> {
     let client = reqwest::Client::builder()
@@ -281,9 +371,6 @@ async fn download(
     if !resp.status().is_success() {
         return Err(format!("GET {url}: bad response code: {}", resp.status()));
     }
-    let mut file = tokio::fs::File::create(to)
-        .await
-        .map_err(|e| format!("cannot write {}: {e}", to.display()))?;
     let mut total: u64 = 0;
     while let Some(chunk) = resp.chunk().await.map_err(|e| format!("GET {url}: {e}"))? {
         total += chunk.len() as u64;
@@ -299,67 +386,151 @@ async fn download(
         .map_err(|e| format!("cannot write {}: {e}", to.display()))
 }
 
-/// Moves or unpacks the verified download to its destination.
-fn place(tmp: &Path, plan: &Plan) -> Result<(), String> {
-    let io =
-        |what: &str, p: &Path, e: std::io::Error| format!("cannot {what} {}: {e}", p.display());
-    if plan.as_file {
-        if let Some(parent) = plan.dest.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| io("create", parent, e))?;
-        }
-        return move_file(tmp, &plan.dest);
-    }
-    std::fs::create_dir_all(&plan.dest).map_err(|e| io("create", &plan.dest, e))?;
-    let open = || std::fs::File::open(tmp).map_err(|e| io("read", tmp, e));
-    match plan.archive {
-        None => move_file(tmp, &plan.dest.join(&plan.name)),
-        Some(Archive::Tar) => unpack_tar(open()?, &plan.dest),
-        Some(Archive::TarGz) => unpack_tar(flate2::read::GzDecoder::new(open()?), &plan.dest),
-        Some(Archive::Gz) => {
+/// Renames the verified download into place, or unpacks it (then it is dropped).
+fn place(fs: &AllocFs, staged: AtomicFile, plan: &Plan) -> Result<(), String> {
+    let Some(archive) = plan.archive.filter(|_| !plan.as_file) else {
+        return staged.commit().map_err(|e| e.to_string());
+    };
+    fs.create_dir_all(&plan.dest).map_err(|e| e.to_string())?;
+    let file = rewound(&staged)?;
+    match archive {
+        Archive::Tar => unpack_tar(fs, file, &plan.dest),
+        Archive::TarGz => unpack_tar(fs, flate2::read::GzDecoder::new(file), &plan.dest),
+        Archive::Gz => {
             let stem = &plan.name[..plan.name.len() - 3];
-            let out = plan.dest.join(stem);
-            let mut reader = flate2::read::GzDecoder::new(open()?).take(ARTIFACT_BYTES_MAX);
-            let mut f = std::fs::File::create(&out).map_err(|e| io("write", &out, e))?;
-            std::io::copy(&mut reader, &mut f)
-                .map(drop)
-                .map_err(|e| format!("cannot decompress {}: {e}", plan.name))
+            let mut reader = flate2::read::GzDecoder::new(file).take(ARTIFACT_BYTES_MAX);
+            let mut out = fs
+                .create_atomic(&plan.dest.join(stem), 0o644)
+                .map_err(|e| e.to_string())?;
+            std::io::copy(&mut reader, &mut out)
+                .map_err(|e| format!("cannot decompress {}: {e}", plan.name))?;
+            out.commit().map_err(|e| e.to_string())
         }
     }
 }
 
-fn move_file(from: &Path, to: &Path) -> Result<(), String> {
-    if std::fs::rename(from, to).is_ok() {
-        return Ok(());
+/// Unpacks a tar stream under `dest` through [`AllocFs`]: entries must stay below `dest`, a
+/// symlink entry may only point inside it, a hard link is a copy of an entry already unpacked;
+/// devices and FIFOs are skipped. At most [`ARTIFACT_BYTES_MAX`] bytes are written in all.
+fn unpack_tar(fs: &AllocFs, reader: impl Read, dest: &Path) -> Result<(), String> {
+    let err = |e: std::io::Error| format!("cannot unpack into {}: {e}", dest.display());
+    let mut archive = tar::Archive::new(reader);
+    let mut total: u64 = 0;
+    for entry in archive.entries().map_err(err)? {
+        let mut entry = entry.map_err(err)?;
+        let rel = entry.path().map_err(err)?.into_owned();
+        let Some(rel) = relative_inside(&rel) else {
+            return Err(format!(
+                "cannot unpack {}: it would land outside {}",
+                rel.display(),
+                dest.display()
+            ));
+        };
+        if rel.as_os_str().is_empty() {
+            continue;
+        }
+        let target = dest.join(&rel);
+        let mode = entry.header().mode().map_or(0o644, |m| m & 0o777);
+        match entry.header().entry_type() {
+            tar::EntryType::Directory => {
+                fs.create_dir_all(&target).map_err(|e| e.to_string())?;
+            }
+            tar::EntryType::Regular | tar::EntryType::Continuous => {
+                total += entry.size();
+                if total > ARTIFACT_BYTES_MAX {
+                    return Err(format!(
+                        "the archive unpacks to more than {ARTIFACT_BYTES_MAX} bytes"
+                    ));
+                }
+                let mut out = fs.create_atomic(&target, mode).map_err(|e| e.to_string())?;
+                std::io::copy(&mut entry, &mut out).map_err(err)?;
+                out.commit().map_err(|e| e.to_string())?;
+            }
+            tar::EntryType::Symlink => {
+                let link = entry
+                    .link_name()
+                    .map_err(err)?
+                    .ok_or_else(|| format!("symlink {} has no target", rel.display()))?
+                    .into_owned();
+                let parent = rel.parent().unwrap_or(Path::new(""));
+                if link.is_absolute() || relative_inside(&parent.join(&link)).is_none() {
+                    return Err(format!(
+                        "cannot unpack the symlink {} -> {}: it points outside the artifact's \
+                         destination",
+                        rel.display(),
+                        link.display()
+                    ));
+                }
+                fs.symlink(&target, &link).map_err(|e| e.to_string())?;
+            }
+            tar::EntryType::Link => {
+                let link = entry
+                    .link_name()
+                    .map_err(err)?
+                    .ok_or_else(|| format!("hard link {} has no target", rel.display()))?
+                    .into_owned();
+                let from = relative_inside(&link).ok_or_else(|| {
+                    format!(
+                        "cannot unpack the hard link {} -> {}: it points outside the artifact's \
+                         destination",
+                        rel.display(),
+                        link.display()
+                    )
+                })?;
+                let mut src = fs.open_file(&dest.join(from)).map_err(|e| e.to_string())?;
+                let mut out = fs.create_atomic(&target, mode).map_err(|e| e.to_string())?;
+                std::io::copy(&mut src, &mut out).map_err(err)?;
+                out.commit().map_err(|e| e.to_string())?;
+            }
+            _ => {}
+        }
     }
-    std::fs::copy(from, to)
-        .map(drop)
-        .map_err(|e| format!("cannot write {}: {e}", to.display()))
+    Ok(())
 }
 
-/// Unpacks a tar stream; the tar crate refuses entries that would land outside `dest`.
-fn unpack_tar(reader: impl Read, dest: &Path) -> Result<(), String> {
-    tar::Archive::new(reader)
-        .unpack(dest)
-        .map_err(|e| format!("cannot unpack into {}: {e}", dest.display()))
+/// A relative path with `.` removed and `..` resolved; `None` when it is absolute or climbs
+/// above its start.
+fn relative_inside(path: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::Normal(p) => out.push(p),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(out)
 }
 
-fn copy_dir(from: &Path, to: &Path, depth: usize) -> Result<(), String> {
+/// Copies a local directory source: regular files and directories, through [`AllocFs`] on
+/// both sides (symlinks and special files are skipped).
+fn copy_dir(fs: &AllocFs, from: &Path, to: &Path, depth: usize) -> Result<(), String> {
     if depth > ARTIFACT_DIR_DEPTH_MAX {
         return Err(format!(
             "{} nests deeper than {ARTIFACT_DIR_DEPTH_MAX} directories",
             from.display()
         ));
     }
-    let err = |p: &Path, e: std::io::Error| format!("cannot copy {}: {e}", p.display());
-    std::fs::create_dir_all(to).map_err(|e| err(to, e))?;
-    for entry in std::fs::read_dir(from).map_err(|e| err(from, e))? {
-        let entry = entry.map_err(|e| err(from, e))?;
-        let kind = entry.file_type().map_err(|e| err(&entry.path(), e))?;
-        let target = to.join(entry.file_name());
-        if kind.is_dir() {
-            copy_dir(&entry.path(), &target, depth + 1)?;
-        } else if kind.is_file() {
-            std::fs::copy(entry.path(), &target).map_err(|e| err(&entry.path(), e))?;
+    fs.create_dir_all(to).map_err(|e| e.to_string())?;
+    for (name, kind) in fs.read_dir(from).map_err(|e| e.to_string())? {
+        let (source, target) = (from.join(&name), to.join(&name));
+        match kind {
+            EntryKind::Dir => copy_dir(fs, &source, &target, depth + 1)?,
+            EntryKind::File => {
+                let mut src = fs.open_file(&source).map_err(|e| e.to_string())?;
+                let mut out = fs
+                    .create_atomic(&target, source_mode(fs, &source))
+                    .map_err(|e| e.to_string())?;
+                std::io::copy(&mut src, &mut out)
+                    .map_err(|e| format!("cannot copy {}: {e}", source.display()))?;
+                out.commit().map_err(|e| e.to_string())?;
+            }
+            EntryKind::Symlink | EntryKind::Other(_) => {}
         }
     }
     Ok(())
@@ -411,12 +582,148 @@ mod tests {
         let f = tmp.path().join("f");
         std::fs::write(&f, "hello").unwrap();
         let sha = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
-        verify(&f, "sha256", sha).unwrap();
-        verify(&f, "md5", "5d41402abc4b2a76b9719d911017c592").unwrap();
-        let err = verify(&f, "sha256", "00").unwrap_err();
+        let open = || std::fs::File::open(&f).unwrap();
+        verify(&mut open(), "sha256", sha).unwrap();
+        verify(&mut open(), "md5", "5d41402abc4b2a76b9719d911017c592").unwrap();
+        let err = verify(&mut open(), "sha256", "00").unwrap_err();
         assert!(
             err.starts_with("checksum mismatch: expected sha256:00, got sha256:2cf2"),
             "{err}"
         );
+    }
+
+    /// A task dir `<tmp>/alloc/t` (local, tmp made) and a file outside the allocation.
+    fn setup(label: &str) -> (drivers::testing::TestDir, TaskDir, PathBuf) {
+        let tmp = drivers::testing::TestDir::new(label);
+        let dir = TaskDir::under(tmp.path().join("alloc/t"));
+        for d in [&dir.local_dir, &dir.tmp_dir] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::create_dir_all(tmp.path().join("alloc/alloc/data")).unwrap();
+        let outside = tmp.path().join("secret.txt");
+        std::fs::write(&outside, "top secret").unwrap();
+        (tmp, dir, outside)
+    }
+
+    fn artifact(source: &str, dest: Option<&str>) -> TaskArtifact {
+        TaskArtifact {
+            getter_source: source.into(),
+            relative_dest: dest.map(str::to_string),
+            ..TaskArtifact::default()
+        }
+    }
+
+    fn fetch_one(a: TaskArtifact, dir: &TaskDir) -> Result<(), String> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(fetch_all(&[a], &TaskEnv::default(), dir))
+    }
+
+    #[test]
+    fn local_sources_outside_the_allocation_directory_fail_naming_the_source() {
+        let (tmp, dir, outside) = setup("client-artifact-outside");
+        let outside_s = outside.display().to_string();
+        for source in [
+            "/etc/shadow".to_string(),
+            "file:///etc/shadow".to_string(),
+            "../../x".to_string(),
+            "../../secret.txt".to_string(),
+            outside_s.clone(),
+            format!("file://{outside_s}"),
+        ] {
+            let err = fetch_one(artifact(&source, None), &dir).unwrap_err();
+            assert!(
+                err.starts_with(&format!(
+                    "artifact {source:?}: local artifacts must be inside the allocation directory"
+                )),
+                "{source}: {err}"
+            );
+        }
+        assert!(std::fs::read_dir(&dir.local_dir).unwrap().next().is_none());
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "top secret");
+        // The same file through a symlink planted inside the allocation is refused too.
+        std::os::unix::fs::symlink(&outside, tmp.path().join("alloc/alloc/data/link")).unwrap();
+        let err = fetch_one(artifact("../alloc/data/link", None), &dir).unwrap_err();
+        assert!(err.contains("is a symlink"), "{err}");
+        assert!(!dir.local_dir.join("link").exists());
+    }
+
+    #[test]
+    fn local_sources_inside_the_allocation_directory_are_copied() {
+        let (tmp, dir, _) = setup("client-artifact-inside");
+        let shared = tmp.path().join("alloc/alloc/data");
+        std::fs::write(shared.join("in.txt"), "shared input").unwrap();
+        std::fs::create_dir_all(shared.join("tree/sub")).unwrap();
+        std::fs::write(shared.join("tree/sub/f"), "deep").unwrap();
+        fetch_one(artifact("../alloc/data/in.txt", None), &dir).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.local_dir.join("in.txt")).unwrap(),
+            "shared input"
+        );
+        let a = artifact("local/in.txt", Some("local/copy.txt"));
+        fetch_one(
+            TaskArtifact {
+                getter_mode: Some("file".into()),
+                ..a
+            },
+            &dir,
+        )
+        .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.local_dir.join("copy.txt")).unwrap(),
+            "shared input"
+        );
+        let abs = shared.join("tree").display().to_string();
+        fetch_one(artifact(&format!("file://{abs}"), Some("local/tree")), &dir).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.local_dir.join("tree/sub/f")).unwrap(),
+            "deep"
+        );
+    }
+
+    #[test]
+    fn unpacking_never_writes_through_a_symlink() {
+        let (tmp, dir, outside) = setup("client-artifact-tar");
+        let shared = tmp.path().join("alloc/alloc/data");
+        // A tar whose symlink points out, then one whose file would go through it.
+        let tar_of = |entries: &[(&str, Option<&str>, &[u8])]| {
+            let mut b = tar::Builder::new(Vec::new());
+            for (name, link, body) in entries {
+                let mut h = tar::Header::new_gnu();
+                h.set_mode(0o644);
+                match link {
+                    Some(target) => {
+                        h.set_entry_type(tar::EntryType::Symlink);
+                        h.set_size(0);
+                        b.append_link(&mut h, name, target).unwrap();
+                    }
+                    None => {
+                        h.set_size(body.len() as u64);
+                        b.append_data(&mut h, name, *body).unwrap();
+                    }
+                }
+            }
+            b.into_inner().unwrap()
+        };
+        let evil = tar_of(&[("esc", Some(outside.to_str().unwrap()), b"")]);
+        std::fs::write(shared.join("evil.tar"), evil).unwrap();
+        let err = fetch_one(artifact("../alloc/data/evil.tar", Some("local/x")), &dir).unwrap_err();
+        assert!(err.contains("points outside"), "{err}");
+        let good = tar_of(&[("a/f.txt", None, b"inside"), ("a/l", Some("f.txt"), b"")]);
+        std::fs::write(shared.join("good.tar"), good).unwrap();
+        fetch_one(artifact("../alloc/data/good.tar", Some("local/app")), &dir).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.local_dir.join("app/a/l")).unwrap(),
+            "inside"
+        );
+        // The task swaps its destination for a symlink out of the allocation: refused.
+        std::fs::remove_dir_all(dir.local_dir.join("app")).unwrap();
+        std::os::unix::fs::symlink(tmp.path(), dir.local_dir.join("app")).unwrap();
+        let err =
+            fetch_one(artifact("../alloc/data/good.tar", Some("local/app")), &dir).unwrap_err();
+        assert!(err.contains("local/app is a symlink"), "{err}");
+        assert!(!tmp.path().join("a").exists());
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "top secret");
     }
 }

@@ -2,15 +2,18 @@
 //! is written into the task directory before the driver starts the task, in Nomad's order —
 //! the dispatch payload, then artifacts, then templates (which may read both).
 //!
-//! **Invariant:** nothing is written outside the task directory: every destination, template
-//! source and `file` read is resolved by [`confine`], which refuses `..` past the task
-//! directory and symlinks that lead out of it. Errors are plain text naming the block's field
+//! **Invariant:** nothing is written outside the task directory and nothing outside it is read:
+//! every destination, template source and `file` read is confined lexically by [`confine`]
+//! (`..` past the task directory is refused), then opened through [`AllocFs`] from the
+//! allocation directory, one component at a time without following any symlink a task planted;
+//! files are replaced atomically (temp file, rename). Errors are plain text naming the block's field
 //! and what to do; the task runner turns them into task events.
 
 pub(crate) mod artifact;
 pub(crate) mod template;
 pub(crate) mod watch;
 
+use crate::alloc_fs::AllocFs;
 use crate::limits::TEMPLATE_FILE_BYTES_MAX;
 use crate::taskenv::TaskEnv;
 use base64::Engine as _;
@@ -19,12 +22,12 @@ use model::job::Job;
 use model::task::Template;
 use model::Task;
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
 /// `rel` (a job's path, relative to `root`; a leading `/` is also taken as relative, as Nomad
-/// does) resolved under `root`. Refused when it leaves `root`, lexically or through a symlink.
+/// does) resolved under `root`, lexically. Refused when it climbs out of `root`; symlinks are
+/// left to [`AllocFs`], which never follows one.
 pub(crate) fn confine(root: &Path, rel: &str, field: &str) -> Result<PathBuf, String> {
     let escape = || {
         format!(
@@ -41,31 +44,21 @@ pub(crate) fn confine(root: &Path, rel: &str, field: &str) -> Result<PathBuf, St
             Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
         }
     }
-    let path = parts.iter().fold(root.to_path_buf(), |p, c| p.join(c));
-    // The deepest part that exists must resolve inside the root (a symlink may point out).
-    let root_real = root
-        .canonicalize()
-        .map_err(|e| format!("cannot resolve the task directory {}: {e}", root.display()))?;
-    let mut existing = path.as_path();
-    while !existing.exists() {
-        match existing.parent() {
-            Some(p) => existing = p,
-            None => break,
-        }
-    }
-    let real = existing
-        .canonicalize()
-        .map_err(|e| format!("cannot resolve {field} {rel:?}: {e}"))?;
-    if !real.starts_with(&root_real) {
-        return Err(escape());
-    }
-    Ok(path)
+    Ok(parts.iter().fold(root.to_path_buf(), |p, c| p.join(c)))
 }
 
-/// Reads a file of at most [`TEMPLATE_FILE_BYTES_MAX`] bytes as text.
-fn read_text(path: &Path) -> Result<String, String> {
-    let file =
-        std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+/// The allocation directory above a task directory, opened so that nothing under it is
+/// reached through a symlink.
+pub(crate) fn alloc_fs(dir: &TaskDir) -> Result<AllocFs, String> {
+    let root = dir.dir.parent().unwrap_or(&dir.dir);
+    AllocFs::open(root).map_err(|e| e.to_string())
+}
+
+/// Reads a regular file of at most [`TEMPLATE_FILE_BYTES_MAX`] bytes as text.
+fn read_text(fs: &AllocFs, path: &Path) -> Result<String, String> {
+    let file = fs
+        .open_file(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let mut text = String::new();
     file.take(TEMPLATE_FILE_BYTES_MAX + 1)
         .read_to_string(&mut text)
@@ -79,27 +72,11 @@ fn read_text(path: &Path) -> Result<String, String> {
     Ok(text)
 }
 
-/// Writes `bytes` to `path` (parents created) through a temp file and a rename, with `mode`.
-fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
-    let err = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(err)?;
-    }
-    let tmp = path.with_file_name(format!(
-        ".{}.caravan-tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("file")
-    ));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.map_err(err)
+/// Writes `bytes` to `path` (parents created) through a temp file and a rename, with `mode`,
+/// never following a symlink ([`AllocFs::write_atomic`]).
+fn write_file(fs: &AllocFs, path: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
+    fs.write_atomic(path, bytes, mode)
+        .map_err(|e| e.to_string())
 }
 
 /// The dispatch hook: a dispatched job's payload, decoded, into `local/<dispatch_payload.file>`.
@@ -118,13 +95,14 @@ pub(crate) fn write_dispatch_payload(job: &Job, task: &Task, dir: &TaskDir) -> R
         .decode(payload)
         .map_err(|e| format!("the job's payload is not valid base64 ({e}); dispatch it again"))?;
     let path = confine(&dir.local_dir, &cfg.file, "dispatch_payload.file")?;
-    write_file(&path, &bytes, 0o644)
+    write_file(&alloc_fs(dir)?, &path, &bytes, 0o644)
 }
 
 /// What templates read: the task environment and files under the task directory.
 struct TaskHost<'a> {
     env: &'a BTreeMap<String, String>,
     root: &'a Path,
+    fs: &'a AllocFs,
 }
 
 impl template::Host for TaskHost<'_> {
@@ -134,7 +112,7 @@ impl template::Host for TaskHost<'_> {
 
     fn file(&self, path: &str) -> Result<String, String> {
         let p = confine(self.root, path, "file")?;
-        read_text(&p)
+        read_text(self.fs, &p)
     }
 }
 
@@ -154,11 +132,13 @@ pub(crate) fn render_templates(
     dir: &TaskDir,
 ) -> Result<Rendered, String> {
     let mut rendered = Rendered::default();
+    let fs = alloc_fs(dir)?;
     for t in &task.templates {
         let dest = env.interpolate(&t.dest_path);
         let (path, out, mode) =
-            render_one(t, &dest, env, dir).map_err(|e| format!("template {dest:?}: {e}"))?;
-        write_file(&path, out.as_bytes(), mode).map_err(|e| format!("template {dest:?}: {e}"))?;
+            render_one(t, &dest, env, dir, &fs).map_err(|e| format!("template {dest:?}: {e}"))?;
+        write_file(&fs, &path, out.as_bytes(), mode)
+            .map_err(|e| format!("template {dest:?}: {e}"))?;
         rendered.outputs.push(out);
     }
     rendered.vars = env_vars(task, env, &rendered.outputs)?;
@@ -174,17 +154,20 @@ pub(crate) fn rerender_templates(
     dir: &TaskDir,
     previous: &mut Rendered,
 ) -> Result<Vec<usize>, String> {
+    let fs = alloc_fs(dir)?;
     let mut fresh = Vec::with_capacity(task.templates.len());
     for t in &task.templates {
         let dest = env.interpolate(&t.dest_path);
-        fresh.push(render_one(t, &dest, env, dir).map_err(|e| format!("template {dest:?}: {e}"))?);
+        fresh.push(
+            render_one(t, &dest, env, dir, &fs).map_err(|e| format!("template {dest:?}: {e}"))?,
+        );
     }
     let mut changed = Vec::new();
     for (i, (path, out, mode)) in fresh.into_iter().enumerate() {
         if previous.outputs.get(i) == Some(&out) {
             continue;
         }
-        write_file(&path, out.as_bytes(), mode)?;
+        write_file(&fs, &path, out.as_bytes(), mode)?;
         match previous.outputs.get_mut(i) {
             Some(slot) => *slot = out,
             None => previous.outputs.push(out),
@@ -200,14 +183,16 @@ pub(crate) fn rerender_templates(
 /// What a task's templates hold on disk now: after a client restart, the baseline the watcher
 /// compares its renders with. A file that cannot be read counts as empty (it is rendered again).
 pub(crate) fn rendered_on_disk(task: &Task, env: &TaskEnv, dir: &TaskDir) -> Rendered {
+    let fs = alloc_fs(dir).ok();
     let outputs: Vec<String> = task
         .templates
         .iter()
         .map(|t| {
             let dest = env.interpolate(&t.dest_path);
-            confine(&dir.dir, &dest, "destination")
-                .ok()
-                .and_then(|p| std::fs::read_to_string(p).ok())
+            let path = confine(&dir.dir, &dest, "destination").ok();
+            fs.as_ref()
+                .zip(path)
+                .and_then(|(fs, p)| read_text(fs, &p).ok())
                 .unwrap_or_default()
         })
         .collect();
@@ -237,11 +222,12 @@ fn render_one(
     dest: &str,
     env: &TaskEnv,
     dir: &TaskDir,
+    fs: &AllocFs,
 ) -> Result<(PathBuf, String, u32), String> {
     let path = confine(&dir.dir, dest, "destination")?;
     let src = if t.embedded_tmpl.is_empty() {
         let source = env.interpolate(&t.source_path);
-        read_text(&confine(&dir.dir, &source, "source")?)?
+        read_text(fs, &confine(&dir.dir, &source, "source")?)?
     } else {
         t.embedded_tmpl.clone()
     };
@@ -261,6 +247,7 @@ fn render_one(
     let host = TaskHost {
         env: env.env(),
         root: &dir.dir,
+        fs,
     };
     let out = template::render(&src, &opts, &host).map_err(|e| e.to_string())?;
     let perms = t.perms.as_deref().unwrap_or("644");
@@ -357,9 +344,12 @@ mod tests {
             assert!(err.contains("escapes the task directory"), "{rel}: {err}");
             assert!(err.starts_with(&format!("destination {rel:?}")), "{err}");
         }
+        // A symlink is not confine's business: AllocFs refuses to go through it.
         std::os::unix::fs::symlink("/etc", root.join("local/out")).unwrap();
-        let err = confine(&root, "local/out/passwd", "destination").unwrap_err();
-        assert!(err.contains("escapes"), "{err}");
+        let path = confine(&root, "local/out/passwd", "destination").unwrap();
+        let fs = AllocFs::open(tmp.path()).unwrap();
+        let err = read_text(&fs, &path).unwrap_err();
+        assert!(err.contains("local/out is a symlink"), "{err}");
     }
 
     #[test]

@@ -250,4 +250,78 @@ mod tests {
             "a failed render keeps the old file"
         );
     }
+
+    /// The task swaps its rendered file for a symlink to a file outside the allocation (one
+    /// standing for /etc/passwd), then the template's input changes: the watcher's re-render
+    /// replaces the symlink and leaves the outside file alone. A symlinked `local/` (-> a dir
+    /// outside) makes the re-render fail, writing nothing there.
+    #[test]
+    fn a_rerender_never_writes_through_a_planted_symlink() {
+        let tmp = drivers::testing::TestDir::new("client-template-symlink");
+        let root = tmp.path().join("alloc/task");
+        for d in ["local", "secrets"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let passwd = tmp.path().join("passwd");
+        std::fs::write(&passwd, "root:x:0:0:root:/root:/bin/sh\n").unwrap();
+        let dir = TaskDir::under(root.clone());
+        std::fs::write(root.join("secrets/input"), "one").unwrap();
+        let mut t = template("noop", "", 0);
+        t.embedded_tmpl = r#"value={{ file "secrets/input" }}"#.into();
+        t.dest_path = "local/out.txt".into();
+        let t = task(vec![t]);
+        let env = TaskEnv::default();
+        let mut rendered = super::super::render_templates(&t, &env, &dir).unwrap();
+
+        // A temp name the client might use, planted as a symlink: not followed either.
+        let planted = root.join("local/.out.txt.caravan-tmp");
+        std::os::unix::fs::symlink(&passwd, &planted).unwrap();
+        std::fs::write(root.join("secrets/input"), "one and a half").unwrap();
+        assert_eq!(
+            rerender_templates(&t, &env, &dir, &mut rendered).unwrap(),
+            [0]
+        );
+        assert_eq!(
+            std::fs::read_to_string(&passwd).unwrap(),
+            "root:x:0:0:root:/root:/bin/sh\n"
+        );
+        std::fs::remove_file(&planted).unwrap();
+
+        let out = root.join("local/out.txt");
+        std::fs::remove_file(&out).unwrap();
+        std::os::unix::fs::symlink(&passwd, &out).unwrap();
+        std::fs::write(root.join("secrets/input"), "two").unwrap();
+        assert_eq!(
+            rerender_templates(&t, &env, &dir, &mut rendered).unwrap(),
+            [0]
+        );
+        assert_eq!(
+            std::fs::read_to_string(&passwd).unwrap(),
+            "root:x:0:0:root:/root:/bin/sh\n",
+            "the file outside the allocation is unchanged"
+        );
+        assert!(!std::fs::symlink_metadata(&out)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "value=two");
+
+        let elsewhere = tmp.path().join("x");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::fs::remove_dir_all(root.join("local")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, root.join("local")).unwrap();
+        std::fs::write(root.join("secrets/input"), "three").unwrap();
+        let err = rerender_templates(&t, &env, &dir, &mut rendered).unwrap_err();
+        assert!(err.contains("local is a symlink"), "{err}");
+        assert!(std::fs::read_dir(&elsewhere).unwrap().next().is_none());
+
+        // Reading through a planted symlink is refused the same way (no secret leaks into
+        // a rendered file).
+        std::fs::remove_file(root.join("local")).unwrap();
+        std::fs::create_dir_all(root.join("local")).unwrap();
+        std::fs::remove_file(root.join("secrets/input")).unwrap();
+        std::os::unix::fs::symlink(&passwd, root.join("secrets/input")).unwrap();
+        let err = rerender_templates(&t, &env, &dir, &mut rendered).unwrap_err();
+        assert!(err.contains("secrets/input is a symlink"), "{err}");
+    }
 }

@@ -161,6 +161,10 @@ impl ControllerService {
         let dir = self.plugin.volume_dir(id);
         blocking(move || {
             std::fs::create_dir(&dir).map_err(internal(format!("creating {}", dir.display())))?;
+            // World-writable, as the upstream hostpath driver makes its volumes: tasks (exec
+            // runs them as nobody) write into what they mount.
+            std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+                .map_err(internal(format!("opening up {}", dir.display())))?;
             if let Some(from) = from {
                 if let Err(e) = super::store::copy_tree(&from, &dir) {
                     let _ = std::fs::remove_dir_all(&dir);

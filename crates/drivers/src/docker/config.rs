@@ -14,21 +14,7 @@ use std::time::Duration;
 use super::NAME;
 
 /// Nomad's default `allow_caps`: Docker's default set less `net_raw`.
-pub const DEFAULT_ALLOW_CAPS: [&str; 13] = [
-    "audit_write",
-    "chown",
-    "dac_override",
-    "fowner",
-    "fsetid",
-    "kill",
-    "mknod",
-    "net_bind_service",
-    "setfcap",
-    "setgid",
-    "setpcap",
-    "setuid",
-    "sys_chroot",
-];
+pub const DEFAULT_ALLOW_CAPS: [&str; 13] = crate::capabilities::NOMAD_DEFAULTS;
 
 /// The capabilities Docker gives a container unless told otherwise.
 pub const DOCKER_DEFAULT_CAPS: [&str; 14] = [

@@ -3,13 +3,15 @@
 //!
 //! Steps: read the spec (and delete its file); join the task's cgroup with its limits; unshare
 //! PID, mount, IPC and UTS namespaces; set the host name; build the chroot; start the task as
-//! PID 1 of the new PID namespace (it mounts `/proc`, chroots, changes to its working directory
-//! and drops to its user between fork and exec); report `{"pid":N}` (or `{"error":"…"}`) as one
+//! PID 1 of the new PID namespace (it mounts `/proc`, chroots, changes to its working directory,
+//! shrinks its capability bounding set, drops to its user keeping the task's capabilities
+//! ([`CapPlan`]) and sets `no_new_privs` between fork and exec); report `{"pid":N}` (or `{"error":"…"}`) as one
 //! line on stdout and close stdout; wait for the task and exit as it did (a signal death is
 //! re-raised, so the driver sees the same wait status).
 //!
 //! No tokio here, and nothing that starts threads: namespaces are per thread until exec.
 
+use crate::capabilities::{CapSet, LEGACY_SUPPORTED};
 use crate::driver::{MountConfig, TaskResources};
 use crate::exec::cgroup::{Cgroup, CgroupLayout, CgroupLimits};
 use crate::exec::isolation::{set_hostname, unshare_namespaces, ChrootPlan, Namespaces};
@@ -22,6 +24,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::str::FromStr;
+
+use caps::{CapSet as CapSet_, Capability, CapsHashSet};
 
 /// The exit code of the helper when it fails before the task starts.
 pub const SETUP_FAILED_EXIT_CODE: i32 = 70;
@@ -51,6 +56,136 @@ pub struct ExecutorSpec {
     /// The task's own bind mounts, made inside the chroot after it is built.
     #[serde(default)]
     pub mounts: Vec<MountConfig>,
+    /// The capability sets the task starts with (an empty plan: none at all).
+    #[serde(default)]
+    pub caps: CapPlan,
+}
+
+/// The capability sets of a task, by `CAP_` name, as Nomad's executor configures libcontainer
+/// (`configureCapabilities`): a task that is not root holds its capabilities through the ambient
+/// set, which needs them permitted and inheritable too; `root` gets the legacy set permitted and
+/// effective and nothing ambient. The bounding set is what the task can ever regain.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CapPlan {
+    pub bounding: Vec<String>,
+    pub permitted: Vec<String>,
+    pub effective: Vec<String>,
+    pub inheritable: Vec<String>,
+    pub ambient: Vec<String>,
+}
+
+impl CapPlan {
+    /// The plan for a task running as `user` with the capabilities `caps` (already computed by
+    /// [`crate::capabilities::calculate`]); `holdable`: what this kernel has and the executor
+    /// itself holds (root's legacy set is cut to it).
+    pub fn for_user(user: &str, caps: &CapSet, holdable: &CapSet) -> CapPlan {
+        if user == "root" {
+            let legacy = CapSet::of(&LEGACY_SUPPORTED)
+                .intersect(holdable)
+                .to_cap_names();
+            return CapPlan {
+                bounding: legacy.clone(),
+                permitted: legacy.clone(),
+                effective: legacy,
+                inheritable: Vec::new(),
+                ambient: Vec::new(),
+            };
+        }
+        let names = caps.to_cap_names();
+        CapPlan {
+            bounding: names.clone(),
+            permitted: names.clone(),
+            effective: names.clone(),
+            inheritable: names.clone(),
+            ambient: names,
+        }
+    }
+}
+
+/// A [`CapPlan`] as the `caps` crate's sets, parsed before the fork.
+struct ParsedCaps {
+    /// Every capability of this kernel outside the plan's bounding set: dropped from it.
+    drop_bounding: Vec<Capability>,
+    permitted: CapsHashSet,
+    effective: CapsHashSet,
+    inheritable: CapsHashSet,
+    ambient: Vec<Capability>,
+}
+
+impl ParsedCaps {
+    fn parse(plan: &CapPlan) -> Result<ParsedCaps, String> {
+        let set = |names: &[String]| -> Result<CapsHashSet, String> {
+            names
+                .iter()
+                .map(|n| Capability::from_str(n).map_err(|_| format!("unknown capability {n:?}")))
+                .collect()
+        };
+        let bounding = set(&plan.bounding)?;
+        let kernel = caps::runtime::procfs_all_supported(None)
+            .unwrap_or_else(|_| caps::runtime::thread_all_supported());
+        // A capability the executor does not hold itself cannot be given: say which.
+        let own = caps::read(None, CapSet_::Bounding)
+            .map_err(|e| format!("reading the bounding set: {e}"))?;
+        let mut missing: Vec<String> = [&plan.permitted, &plan.ambient]
+            .into_iter()
+            .flatten()
+            .filter(|n| Capability::from_str(n).is_ok_and(|c| !own.contains(&c)))
+            .cloned()
+            .collect();
+        missing.sort();
+        missing.dedup();
+        if !missing.is_empty() {
+            return Err(format!(
+                "the task's capabilities {} are outside the client's own bounding set; the \
+                 agent cannot give them (drop them with cap_drop, or leave them out of allow_caps)",
+                missing.join(", ")
+            ));
+        }
+        let mut drop_bounding: Vec<Capability> = kernel.difference(&bounding).copied().collect();
+        drop_bounding.sort_by_key(|c| c.index());
+        Ok(ParsedCaps {
+            drop_bounding,
+            permitted: set(&plan.permitted)?,
+            effective: set(&plan.effective)?,
+            inheritable: set(&plan.inheritable)?,
+            ambient: set(&plan.ambient)?.into_iter().collect(),
+        })
+    }
+
+    /// Between fork and exec, while still root: shrinks the bounding set and keeps the
+    /// permitted set across the change of user (`PR_SET_KEEPCAPS`).
+    fn before_setuid(&self) -> std::io::Result<()> {
+        for cap in &self.drop_bounding {
+            caps::drop(None, CapSet_::Bounding, *cap)
+                .map_err(|e| child_error("bounding set", e))?;
+        }
+        caps::securebits::set_keepcaps(true).map_err(|e| child_error("keepcaps", e))
+    }
+
+    /// After the change of user: installs the sets (the ambient one last: it needs each
+    /// capability permitted and inheritable).
+    fn after_setuid(&self) -> std::io::Result<()> {
+        // Effective first: it must stay within the permitted set, which shrinks last.
+        caps::set(None, CapSet_::Effective, &self.effective)
+            .map_err(|e| child_error("effective set", e))?;
+        caps::set(None, CapSet_::Inheritable, &self.inheritable)
+            .map_err(|e| child_error("inheritable set", e))?;
+        caps::set(None, CapSet_::Permitted, &self.permitted)
+            .map_err(|e| child_error("permitted set", e))?;
+        caps::clear(None, CapSet_::Ambient).map_err(|e| child_error("ambient set", e))?;
+        for cap in &self.ambient {
+            caps::raise(None, CapSet_::Ambient, *cap).map_err(|e| child_error("ambient set", e))?;
+        }
+        caps::securebits::set_keepcaps(false).map_err(|e| child_error("keepcaps", e))
+    }
+}
+
+/// A failure between fork and exec: said on the task's stderr (the only place it can go), and
+/// returned as EPERM (std passes only an errno back to the parent).
+fn child_error(what: &str, e: impl std::fmt::Display) -> std::io::Error {
+    let line = format!("caravan executor: setting the task's {what}: {e}\n");
+    let _ = nix::unistd::write(std::io::stderr(), line.as_bytes());
+    std::io::Error::from_raw_os_error(nix::libc::EPERM)
 }
 
 /// What the helper reports on stdout once the task started, or why it could not.
@@ -139,6 +274,7 @@ fn start(spec: &ExecutorSpec) -> Result<std::process::Child, String> {
         Some(user) => Some(lookup_user(user)?),
         None => None,
     };
+    let caps = ParsedCaps::parse(&spec.caps)?;
 
     unshare_namespaces(Namespaces::EXEC).map_err(|e| e.to_string())?;
     let hostname: String = spec.hostname.chars().take(63).collect();
@@ -162,17 +298,23 @@ fn start(spec: &ExecutorSpec) -> Result<std::process::Child, String> {
         .stderr(stderr);
     // SAFETY: runs in the forked child before exec: only system calls on values prepared
     // before the fork (enter() is documented async-signal-safe; setgroups/setgid/setuid/chdir
-    // take plain integers or a prepared C string).
+    // take plain integers or a prepared C string; capget/capset/prctl take the sets parsed
+    // above). This process is single-threaded, so even the allocation of an error message
+    // cannot meet a lock held by another thread.
     unsafe {
         cmd.pre_exec(move || {
             entry.enter()?;
             nix::unistd::chdir(work_dir.as_c_str())?;
+            caps.before_setuid()?;
             if let Some((uid, gid)) = ids {
                 let gid = nix::unistd::Gid::from_raw(gid);
                 nix::unistd::setgroups(&[gid])?;
                 nix::unistd::setgid(gid)?;
                 nix::unistd::setuid(nix::unistd::Uid::from_raw(uid))?;
             }
+            caps.after_setuid()?;
+            // Nothing the task executes (setuid binaries, file capabilities) gains privileges.
+            nix::sys::prctl::set_no_new_privs().map_err(|e| child_error("no_new_privs", e))?;
             Ok(())
         });
     }
@@ -254,6 +396,11 @@ mod tests {
                 task_path: "/data".into(),
                 readonly: true,
             }],
+            caps: CapPlan::for_user(
+                "nobody",
+                &CapSet::of(&crate::capabilities::NOMAD_DEFAULTS),
+                &CapSet::of(&LEGACY_SUPPORTED),
+            ),
         };
         let text = serde_json::to_string(&spec).unwrap();
         assert_eq!(serde_json::from_str::<ExecutorSpec>(&text).unwrap(), spec);

@@ -19,6 +19,7 @@ pub mod config;
 pub mod executor;
 pub mod isolation;
 
+use crate::capabilities::{CapSet, NOMAD_DEFAULTS};
 use crate::driver::{
     Capabilities, Driver, DriverFuture, ExecResult, ExitResult, Fingerprint, FsIsolation,
     TaskConfig, TaskHandle, TaskState, TaskStats, TaskStatus, TASK_HANDLE_VERSION,
@@ -32,13 +33,13 @@ use crate::limits::{
 use crate::logmon::Logmon;
 use crate::process_group::CpuSample;
 use crate::procfs::ProcIdentity;
-use crate::raw_exec::spawn::RawExecTaskConfig;
 use crate::raw_exec::task::{exit_from_status, unknown_exit};
 use crate::signal::{parse_signal, DEFAULT_KILL_SIGNAL};
 use crate::table::TaskTable;
 use cgroup::{Cgroup, CgroupLayout};
 pub use config::ExecConfig;
-use executor::{ExecutorReport, ExecutorSpec};
+use config::ExecTaskConfig;
+use executor::{CapPlan, ExecutorReport, ExecutorSpec};
 use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -89,6 +90,17 @@ fn host_problem() -> Option<&'static str> {
         return Some("no cgroup memory controller is mounted");
     }
     None
+}
+
+/// Who an exec task runs as when its `user` is unset (Nomad's exec driver: `nobody`).
+pub const DEFAULT_USER: &str = "nobody";
+
+/// The task's `user`, or [`DEFAULT_USER`].
+fn task_user(cfg: &TaskConfig) -> &str {
+    cfg.user
+        .as_deref()
+        .filter(|u| !u.is_empty())
+        .unwrap_or(DEFAULT_USER)
 }
 
 /// A task id as one cgroup directory name.
@@ -167,10 +179,20 @@ impl ExecDriver {
         if self.tasks.contains(&cfg.id) {
             return Err(DriverError::TaskExists(cfg.id));
         }
-        let raw = RawExecTaskConfig::parse(&cfg.driver_config).map_err(|e| match e {
-            DriverError::InvalidConfig { message, .. } => DriverError::invalid(NAME, message),
-            other => other,
-        })?;
+        let task_config = ExecTaskConfig::parse(&cfg.driver_config)?;
+        let supported = crate::capabilities::supported();
+        let caps = crate::capabilities::calculate(
+            &CapSet::of(&NOMAD_DEFAULTS),
+            &self.config.allow_caps,
+            &task_config.cap_add,
+            &task_config.cap_drop,
+            &supported,
+        )
+        .map_err(|message| DriverError::invalid(NAME, message))?;
+        let user = task_user(&cfg).to_string();
+        let holdable = supported.intersect(&crate::capabilities::own_bounding());
+        let caps = CapPlan::for_user(&user, &caps, &holdable);
+        let raw = task_config.base;
         for m in &cfg.mounts {
             m.check()
                 .map_err(|message| DriverError::invalid(NAME, message))?;
@@ -212,7 +234,7 @@ impl ExecDriver {
             args: raw.args,
             env: cfg.env.clone(),
             work_dir: raw.work_dir,
-            user: cfg.user.clone(),
+            user: Some(user),
             hostname: cfg.name.clone(),
             task_dir: cfg.task_dir.dir.clone(),
             alloc_dir: cfg.alloc_dir.clone(),
@@ -223,6 +245,7 @@ impl ExecDriver {
             cgroup_name: name.clone(),
             resources: cfg.resources,
             mounts: cfg.mounts.clone(),
+            caps,
         };
         let started = self.spawn_helper(&cfg.id, &spec).await;
         // The executor has opened the fifos (or failed): the driver's write ends close here,
@@ -707,15 +730,15 @@ impl ExecDriver {
             .arg("--target")
             .arg(task.state.task_pid.to_string())
             .args(["--mount", "--uts", "--ipc", "--pid", "--root", "--wd"]);
-        if let Some(user) = task.config.user.as_deref().filter(|u| !u.is_empty()) {
-            let found = nix::unistd::User::from_name(user)
-                .ok()
-                .flatten()
-                .ok_or_else(|| DriverError::invalid(NAME, format!("unknown user {user:?}")))?;
-            command
-                .arg(format!("--setuid={}", found.uid))
-                .arg(format!("--setgid={}", found.gid));
-        }
+        // The task's user (`nobody` when unset, as the task itself runs).
+        let user = task_user(&task.config);
+        let found = nix::unistd::User::from_name(user)
+            .ok()
+            .flatten()
+            .ok_or_else(|| DriverError::invalid(NAME, format!("unknown user {user:?}")))?;
+        command
+            .arg(format!("--setuid={}", found.uid))
+            .arg(format!("--setgid={}", found.gid));
         command.arg("--").args(cmd);
         command.env_clear().envs(&task.config.env);
         if !task.config.env.contains_key("PATH") {
