@@ -208,6 +208,7 @@ impl Client {
     pub fn new(mut config: Config) -> Result<Client> {
         let base = parse_address(&config.address)?;
         config.address = base.as_str().trim_end_matches('/').to_string();
+        rpc::tls::install_default_provider();
         let mut builder = reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT);
         if base.scheme() == "https" {
             let tls = config

@@ -40,7 +40,15 @@ fn start(name: &str) -> Acl {
     let dir = common::temp_dir(name);
     let data = dir.join("data");
     let plugin = dir.join("mock.hcl");
-    std::fs::write(&plugin, common::MOCK_DRIVER_CONFIG).unwrap();
+    // Short token TTLs are allowed so that expiry can be watched.
+    std::fs::write(
+        &plugin,
+        format!(
+            "{}acl {{\n  token_min_expiration_ttl = \"1s\"\n}}\n",
+            common::MOCK_DRIVER_CONFIG
+        ),
+    )
+    .unwrap();
     let agent = Agent::start(
         &dir,
         &[
@@ -259,6 +267,54 @@ node { policy = "read" }
     let (s, b) = call(a, "GET", "/v1/acl/token/self", &ro, None);
     assert_eq!((s, json_of(&b)["Name"].clone()), (200, json!("ro")));
 
+    // The path is checked as the handlers read it: encoded slashes, trailing slashes and repeated
+    // namespaces do not change what is checked.
+    let allocs = json_of(&call(a, "GET", "/v1/allocations?namespace=*", &acl.root, None).1);
+    let db_alloc = allocs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["Namespace"] == "prod-db")
+        .map(|x| x["ID"].as_str().unwrap().to_string())
+        .expect("the db allocation");
+    let (s, _) = call(a, "GET", &format!("/v1/allocation/{db_alloc}"), &ro, None);
+    assert_eq!(s, 403, "denied namespace");
+    let encoded: String = db_alloc.replace('-', "%2D");
+    let (s, _) = call(a, "GET", &format!("/v1/allocation/{encoded}"), &ro, None);
+    assert_eq!(s, 403, "percent-encoding does not hide the allocation");
+    let (s, _) = call(
+        a,
+        "PUT",
+        &format!("/v1/allocation/{db_alloc}%2Fstop"),
+        "",
+        None,
+    );
+    assert_eq!(s, 403, "an encoded action is still the action");
+    let (s, _) = call(
+        a,
+        "GET",
+        "/v1/allocation/00000000-0000-0000-0000-000000000000",
+        &ro,
+        None,
+    );
+    assert_eq!(s, 404, "an unknown allocation is not a pass");
+    let (s, _) = call(
+        a,
+        "PUT",
+        "/v1/job/pwn/summary/",
+        &ro,
+        Some(&mock_job("pwn/summary/", "prod-web")),
+    );
+    assert_eq!(s, 404, "a trailing slash is no route");
+    let (s, _) = call(
+        a,
+        "PUT",
+        "/v1/jobs?namespace=prod-web&namespace=prod-db",
+        &ro,
+        Some(&mock_job("x", "prod-web")),
+    );
+    assert_eq!(s, 400, "a repeated namespace is refused");
+
     // Authorization: Bearer works too.
     let url = format!("{}/v1/jobs?namespace=prod-web", a.http);
     let bearer = format!("Bearer {ro}");
@@ -340,11 +396,9 @@ node { policy = "read" }
         "POST",
         "/v1/acl/token",
         &acl.root,
-        Some(
-            &json!({"Type": "client", "Policies": ["prod-read"], "ExpirationTTL": 1_000_000_000u64}),
-        ),
+        Some(&json!({"Type": "client", "Policies": ["prod-read"], "ExpirationTTL": 1_000_000u64})),
     );
-    assert_eq!(s, 400, "1s is below the 1m minimum: {b}");
+    assert_eq!(s, 400, "below the 1s minimum: {b}");
     let (s, b) = call(
         a,
         "POST",
@@ -356,6 +410,35 @@ node { policy = "read" }
     );
     assert_eq!(s, 200, "{b}");
     assert!(json_of(&b)["ExpirationTime"].is_string(), "{b}");
+
+    // A token past its expiry is refused at once, and collected by the leader.
+    let (s, b) = call(
+        a,
+        "POST",
+        "/v1/acl/token",
+        &acl.root,
+        Some(
+            &json!({"Name": "brief", "Type": "client", "Policies": ["prod-read"],
+            "ExpirationTTL": 2_000_000_000u64}),
+        ),
+    );
+    assert_eq!(s, 200, "{b}");
+    let brief = json_of(&b)["SecretID"].as_str().unwrap().to_string();
+    let (s, _) = call(a, "GET", "/v1/jobs?namespace=prod-web", &brief, None);
+    assert_eq!(s, 200, "live before its expiry");
+    a.wait_until("the brief token to expire", || {
+        call(a, "GET", "/v1/jobs?namespace=prod-web", &brief, None)
+            == (403, "ACL token expired".to_string())
+    });
+    common::wait_for(
+        "the expired token to be collected",
+        std::time::Duration::from_secs(90),
+        std::time::Duration::from_millis(500),
+        || {
+            let (_, b) = call(a, "GET", "/v1/acl/tokens", &acl.root, None);
+            !b.contains("\"brief\"")
+        },
+    );
 }
 
 #[test]

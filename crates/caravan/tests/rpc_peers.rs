@@ -88,3 +88,129 @@ fn an_unknown_peer_gets_nothing_from_server_calls_and_cannot_hijack_a_node() {
     assert_ne!(node["Name"], "hijacked");
     assert_eq!(node["Status"], "ready");
 }
+
+/// With `server { encrypt }` a server call must carry the cluster's secret: a process on the
+/// server's own address (a task on the host, say) without it gets nothing, while client calls
+/// still work for it.
+#[test]
+fn with_an_encrypt_key_server_calls_need_the_cluster_secret() {
+    let dir = common::temp_dir("rpc-secret");
+    let cfg = dir.join("secret.hcl");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{}server {{\n  encrypt = \"Ym9ndXNrZXlib2d1c2tleWJvZ3Vza2V5Ym9ndXNrZXk=\"\n}}\n",
+            common::MOCK_DRIVER_CONFIG
+        ),
+    )
+    .unwrap();
+    let data = dir.join("data").display().to_string();
+    let agent = common::Agent::start(
+        &dir,
+        &[
+            "-dev",
+            "-data-dir",
+            &data,
+            "-config",
+            &cfg.display().to_string(),
+        ],
+    );
+    agent.wait_until("the dev node is ready", || {
+        agent
+            .get("/v1/nodes")
+            .ok()
+            .is_some_and(|v| v.to_string().contains("\"ready\""))
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        for method in [
+            "Raft.AppendEntries",
+            "Server.Join",
+            "ACL.Write",
+            "Job.Register",
+        ] {
+            let r = call_from("127.0.0.1", &agent.rpc, method, json!({})).await;
+            let why = denied(&r);
+            assert!(why.contains("cluster's secret"), "{method}: {why}");
+        }
+        let r = call_from("127.0.0.1", &agent.rpc, "Server.Info", Value::Null).await;
+        assert!(r["Ok"].is_object(), "{r}");
+    });
+    // The agent's own client and raft still work: a job runs.
+    let job = json!({"Job": {"ID": "j", "Type": "service", "TaskGroups": [{"Name": "g",
+        "Tasks": [{"Name": "t", "Driver": "mock_driver", "Config": {"run_for": "5m"},
+        "Resources": {"CPU": 10, "MemoryMB": 10}}]}]}});
+    let (s, b) = agent.put("/v1/jobs", &job);
+    assert_eq!(s, 200, "{b}");
+    agent.wait_until("the job runs", || {
+        agent
+            .get("/v1/job/j/allocations")
+            .ok()
+            .is_some_and(|v| v.to_string().contains("\"running\""))
+    });
+}
+
+/// A node may report only its own allocations: a second node registered by a rogue peer cannot
+/// fail the first node's allocation.
+#[test]
+fn a_node_cannot_report_another_nodes_allocations() {
+    let agent = common::mock_dev_agent("rpc-other-node");
+    let job = json!({"Job": {"ID": "victim", "Type": "service", "TaskGroups": [{"Name": "g",
+        "Tasks": [{"Name": "t", "Driver": "mock_driver", "Config": {"run_for": "5m"},
+        "Resources": {"CPU": 10, "MemoryMB": 10}}]}]}});
+    let (s, b) = agent.put("/v1/jobs", &job);
+    assert_eq!(s, 200, "{b}");
+    let mut alloc_id = String::new();
+    agent.wait_until("the victim runs", || {
+        let v = agent
+            .get("/v1/job/victim/allocations")
+            .unwrap_or(Value::Null);
+        let running = v
+            .as_array()
+            .and_then(|a| a.iter().find(|x| x["ClientStatus"] == "running"))
+            .cloned();
+        if let Some(a) = running {
+            alloc_id = a["ID"].as_str().unwrap_or_default().to_string();
+            true
+        } else {
+            false
+        }
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let rpc = agent.rpc.clone();
+    let nodes = agent.get("/v1/nodes").unwrap();
+    let mut rogue = agent
+        .get(&format!("/v1/node/{}", nodes[0]["ID"].as_str().unwrap()))
+        .unwrap();
+    rogue["ID"] = json!("11111111-2222-3333-4444-555555555555");
+    rogue["SecretID"] = json!("aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee");
+    rogue["Name"] = json!("rogue");
+    rt.block_on(async {
+        let r = call_from("127.0.0.2", &rpc, "Node.Register", json!({"Node": rogue})).await;
+        assert!(r["Ok"].is_object(), "a new node may register: {r}");
+        let r = call_from(
+            "127.0.0.2",
+            &rpc,
+            "Node.UpdateAlloc",
+            json!({"NodeID": "11111111-2222-3333-4444-555555555555",
+                "SecretID": "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee",
+                "Allocs": [{"ID": alloc_id, "ClientStatus": "failed"}]}),
+        )
+        .await;
+        assert!(
+            r["Ok"].is_number() || r["Ok"].is_object() || r["Ok"].is_null(),
+            "{r}"
+        );
+    });
+    let a = agent.get(&format!("/v1/allocation/{alloc_id}")).unwrap();
+    assert_eq!(
+        a["ClientStatus"], "running",
+        "another node's report is ignored"
+    );
+}

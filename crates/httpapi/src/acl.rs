@@ -246,8 +246,12 @@ async fn check(st: &ApiState, mut req: Request) -> Result<Request, ApiError> {
         return Ok(req);
     }
     let authz = st.server.resolve_token(&request_token(req.headers()))?;
-    let path = req.uri().path().to_string();
+    // Classified and looked up as the handlers see it: decoded (`%2F` is a `/` to axum's path
+    // extractors), with no empty, `.` or `..` segment and no trailing slash that a handler's
+    // suffix matching would read differently.
+    let path = canonical_path(req.uri().path())?;
     let query = req.uri().query().map(str::to_string);
+    refuse_duplicate_params(query.as_deref())?;
     let acl = authz.acl.clone();
     let ok = match need(req.method(), &path) {
         Need::Open | Need::Handler | Need::NodeSecret => true,
@@ -268,8 +272,7 @@ async fn check(st: &ApiState, mut req: Request) -> Result<Request, ApiError> {
         }
         Need::Alloc(caps) => match alloc_namespace(st, &path) {
             Some((ns, _)) => any_of(&acl, &ns, caps),
-            // Unknown: the handler answers 404 (or forwards to the node that has it).
-            None => true,
+            None => return unknown(&acl, "allocation", req),
         },
         Need::AllocExec => match alloc_namespace(st, &path) {
             Some((ns, alloc)) => {
@@ -287,21 +290,21 @@ async fn check(st: &ApiState, mut req: Request) -> Result<Request, ApiError> {
                 acl.allow_namespace_operation(&ns, "alloc-exec")
                     && (isolated || acl.allow_namespace_operation(&ns, "alloc-node-exec"))
             }
-            None => true,
+            None => return unknown(&acl, "allocation", req),
         },
         Need::Eval(caps) => {
             let id = path.trim_start_matches("/v1/evaluation/");
             let id = id.split('/').next().unwrap_or_default();
             match st.server.state().snapshot().eval(id) {
                 Some(e) => any_of(&acl, &e.namespace, caps),
-                None => true,
+                None => return unknown(&acl, "evaluation", req),
             }
         }
         Need::Deployment(caps) => {
             let id = path.rsplit('/').next().unwrap_or_default();
             match st.server.state().snapshot().deployment(id) {
                 Some(d) => any_of(&acl, &d.namespace, caps),
-                None => true,
+                None => return unknown(&acl, "deployment", req),
             }
         }
         Need::NodeRead => acl.allow_node_read(),
@@ -318,6 +321,61 @@ async fn check(st: &ApiState, mut req: Request) -> Result<Request, ApiError> {
     }
     req.extensions_mut().insert(authz);
     Ok(req)
+}
+
+/// An object the path names that this server does not have: a management token goes on to the
+/// handler (which answers 404), everyone else gets the 404 here — never a pass.
+fn unknown(acl: &Acl, what: &str, req: Request) -> Result<Request, ApiError> {
+    if acl.is_management() {
+        return Ok(req);
+    }
+    Err(ApiError::not_found(format!("{what} not found")))
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The decoded path, or 404 for one no route should see (empty, `.` or `..` segments, a
+/// trailing slash).
+fn canonical_path(raw: &str) -> Result<String, ApiError> {
+    let bad = || ApiError::not_found(String::new());
+    let path = percent_decode(raw).ok_or_else(bad)?;
+    let rest = path.strip_prefix('/').ok_or_else(bad)?;
+    if rest
+        .split('/')
+        .any(|seg| seg.is_empty() || seg == "." || seg == "..")
+    {
+        return Err(bad());
+    }
+    Ok(path)
+}
+
+/// Parameters the check and the handler must read alike may appear once.
+fn refuse_duplicate_params(query: Option<&str>) -> Result<(), ApiError> {
+    let mut seen = std::collections::HashSet::new();
+    for (k, _) in url_pairs(query.unwrap_or_default()) {
+        let checked = matches!(k.as_str(), "namespace" | "task" | "region" | "path" | "job");
+        if checked && !seen.insert(k.clone()) {
+            return Err(ApiError::bad_request(format!(
+                "query parameter {k:?} given more than once"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// `GET /v1/acl/authorize?method=M&path=P&query=Q`: whether the request's token may make that
@@ -442,6 +500,32 @@ mod tests {
         assert_eq!(need(&get, "/v1/status/leader"), Need::Open);
         assert_eq!(need(&get, "/v1/operator/snapshot"), Need::Management);
         assert_eq!(need(&get, "/v1/something/new"), Need::Management);
+    }
+
+    #[test]
+    fn paths_are_checked_as_the_handlers_read_them() {
+        assert_eq!(
+            canonical_path("/v1/allocation/ab%2Fstop").ok().as_deref(),
+            Some("/v1/allocation/ab/stop")
+        );
+        assert_eq!(
+            need(
+                &Method::PUT,
+                &canonical_path("/v1/allocation/ab%2Fstop").unwrap()
+            ),
+            Need::Alloc(&["alloc-lifecycle"])
+        );
+        for bad in [
+            "/v1/job/pwn/summary/",
+            "/v1//jobs",
+            "/v1/job/../acl/tokens",
+            "/v1/job/a%2F..%2Fb",
+            "/v1/job/%zz",
+        ] {
+            assert!(canonical_path(bad).is_err(), "{bad}");
+        }
+        assert!(refuse_duplicate_params(Some("namespace=a&namespace=b")).is_err());
+        assert!(refuse_duplicate_params(Some("address=a&address=b")).is_ok());
     }
 
     #[test]

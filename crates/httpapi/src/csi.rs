@@ -446,8 +446,11 @@ async fn plugin_inner(
     let p = snap
         .csi_plugin(id)
         .ok_or_else(|| ApiError::not_found("plugin not found"))?;
+    let mut plugin = fill_plugin(&snap, &p);
+    // As Nomad: the plugin's allocations only as far as the token may read their jobs.
+    crate::acl::retain_ns(&mut plugin.allocations, "read-job", |a| &a.namespace);
     Ok(reply::read(
-        &fill_plugin(&snap, &p),
+        &plugin,
         index_of(&snap, &PLUGIN_TABLES),
         &st.server,
         q.pretty,

@@ -40,6 +40,7 @@ pub(crate) fn ws_scheme() -> &'static str {
 /// The HTTP client for calls to other agents (shared; TLS when set).
 pub(crate) fn http_client() -> reqwest::Client {
     HTTP.get_or_init(|| {
+        rpc::tls::install_default_provider();
         let builder = reqwest::Client::builder();
         let builder = match AGENT_CLIENT.get() {
             Some(cfg) => builder.tls_backend_preconfigured((**cfg).clone()),

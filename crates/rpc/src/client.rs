@@ -45,6 +45,8 @@ struct ClientInner {
     timeout: Duration,
     /// Dial over TLS with this agent's certificate.
     tls: Option<Arc<crate::tls::AgentTls>>,
+    /// Sent with every request (servers: the cluster secret).
+    auth: Option<String>,
     /// One slot per address holding its connection; concurrent first calls wait on the one
     /// dial. Guards only the map; never held across `.await`.
     conns: Mutex<HashMap<String, Arc<OnceCell<Arc<Conn>>>>>,
@@ -101,6 +103,27 @@ impl Client {
             inner: Arc::new(ClientInner {
                 timeout,
                 tls,
+                auth: None,
+                conns: Mutex::new(HashMap::new()),
+                next_id: AtomicU64::new(1),
+                dials: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// A client that sends `auth` with every request (a server's proof that it is one, checked by
+    /// the receiving server). Build it before the first call: clones share connections.
+    pub fn with_auth(
+        timeout: Duration,
+        tls: Option<Arc<crate::tls::AgentTls>>,
+        auth: Option<String>,
+    ) -> Client {
+        let c = Client::with_tls(timeout, tls);
+        Client {
+            inner: Arc::new(ClientInner {
+                timeout: c.inner.timeout,
+                tls: c.inner.tls.clone(),
+                auth,
                 conns: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
                 dials: AtomicU64::new(0),
@@ -179,6 +202,7 @@ impl Client {
             method,
             body,
             timeout_ms,
+            auth: self.inner.auth.as_deref(),
         })
         .map_err(|e| RpcError::bad_request(format!("{method}: request not sent: {e}")))?;
         if conn.tx.send(bytes).await.is_err() {

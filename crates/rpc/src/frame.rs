@@ -22,6 +22,9 @@ pub(crate) struct RequestOut<'a> {
     /// cancels the handler past it, since nobody is left to read its answer.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// What the caller proves about itself (servers: the cluster's shared secret).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<&'a str>,
 }
 
 #[derive(Deserialize)]
@@ -32,6 +35,8 @@ pub(crate) struct RequestIn {
     pub body: Value,
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    #[serde(default)]
+    pub auth: Option<String>,
 }
 
 /// Just the id of a request frame that failed to decode, so it can still be answered.

@@ -23,6 +23,8 @@ pub struct Peer {
     pub addr: std::net::SocketAddr,
     /// With TLS: what the peer's certificate names. `None` on a plain connection.
     pub role: Option<crate::tls::PeerRole>,
+    /// What this request carried to prove who sent it (a server's cluster secret).
+    pub auth: Option<String>,
 }
 
 /// What a server does with each request. Implementations hold their own state (behind `Arc`s)
@@ -89,7 +91,11 @@ async fn accept_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let Some(tls) = tls else {
-        let peer = Peer { addr, role: None };
+        let peer = Peer {
+            addr,
+            role: None,
+            auth: None,
+        };
         return serve_connection(stream, peer, handler).await;
     };
     let acceptor = tokio_rustls::TlsAcceptor::from(tls.server.clone());
@@ -120,6 +126,7 @@ async fn accept_connection(
     let peer = Peer {
         addr,
         role: Some(role),
+        auth: None,
     };
     serve_connection(stream, peer, handler).await;
 }
@@ -149,7 +156,9 @@ where
                     Ok(req) => {
                         let size = bytes.len();
                         in_flight_bytes += size;
-                        let (h, tx, peer) = (handler.clone(), tx.clone(), peer.clone());
+                        let (h, tx) = (handler.clone(), tx.clone());
+                        let mut peer = peer.clone();
+                        peer.auth.clone_from(&req.auth);
                         calls.spawn(async move {
                             run_call(h, &peer, req, tx).await;
                             size

@@ -79,6 +79,12 @@ impl std::fmt::Debug for AgentTls {
     }
 }
 
+/// Makes ring the process's rustls provider (reqwest, built without one, looks for it even for
+/// plain http). Idempotent.
+pub fn install_default_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }

@@ -82,9 +82,12 @@ pub fn anonymous_token() -> AclToken {
 fn token_policy_names(snap: &StateSnapshot, token: &AclToken) -> Vec<String> {
     let mut names = token.policies.clone();
     for link in &token.roles {
-        let role = snap
-            .acl_role(&link.id)
-            .or_else(|| snap.acl_role_by_name(&link.name));
+        // By ID (as Nomad): a role deleted and made again under the same name is another role.
+        let role = if link.id.is_empty() {
+            snap.acl_role_by_name(&link.name)
+        } else {
+            snap.acl_role(&link.id)
+        };
         if let Some(role) = role {
             names.extend(role.policies.iter().map(|p| p.name.clone()));
         }

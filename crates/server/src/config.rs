@@ -55,6 +55,10 @@ pub struct ServerConfig {
     /// `token_min_expiration_ttl`, 1 min, and `token_max_expiration_ttl`, 24 h).
     pub acl_token_min_ttl: Duration,
     pub acl_token_max_ttl: Duration,
+    /// Derived from `server { encrypt }`: servers send it with every call, and server calls
+    /// without it are refused (without TLS, how a server tells a server from a process that
+    /// shares its address).
+    pub rpc_secret: Option<String>,
     /// `tls { rpc = true }`: rpc and raft only over mutual TLS.
     pub tls: Option<std::sync::Arc<rpc::tls::AgentTls>>,
     /// The largest `Count` a task group may have (Nomad's `job_max_count`, 50,000).
@@ -89,6 +93,7 @@ impl ServerConfig {
             acl_token_max_ttl: Duration::from_secs(24 * 3600),
             job_max_count: 50_000,
             tls: None,
+            rpc_secret: None,
         }
     }
 }

@@ -21,18 +21,35 @@ impl rpc::Handler for RpcHandler {
     ) -> BoxFuture<'static, Result<Value, RpcError>> {
         let server = self.server.clone();
         let role = peer.role;
+        let auth = peer.auth.clone();
         let peer = peer.addr;
         Box::pin(async move {
             if let Err(why) = crate::peers::check_role(&server, role, &method) {
                 tracing::warn!(%peer, %method, "refused an rpc call: {why}");
                 return Err(RpcError::new(rpc::ErrorCode::PermissionDenied, why));
             }
-            let by_address = role.is_none()
-                || !server
+            let by_certificate = role.is_some()
+                && server
                     .config()
                     .tls
                     .as_ref()
                     .is_some_and(|t| t.verify_server_hostname);
+            if !by_certificate && crate::peers::servers_only(&method) {
+                if let Some(secret) = &server.config().rpc_secret {
+                    if !crate::peers::secret_matches(secret, auth.as_deref()) {
+                        tracing::warn!(%peer, %method, "refused a server call without the cluster secret");
+                        return Err(RpcError::new(
+                            rpc::ErrorCode::PermissionDenied,
+                            format!(
+                                "{method}: refused from {peer}: the call does not carry this cluster's \
+                                 secret (servers derive it from server {{ encrypt }}: give every server \
+                                 the same key)"
+                            ),
+                        ));
+                    }
+                }
+            }
+            let by_address = !by_certificate && server.config().rpc_secret.is_none();
             if by_address
                 && crate::peers::servers_only(&method)
                 && !server.known_server_peer(peer.ip()).await

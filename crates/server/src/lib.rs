@@ -18,7 +18,7 @@ mod handler;
 pub mod http_forward;
 pub mod join;
 mod leader;
-mod peers; // #4: the leader's loops (eval broker, plan applier, workers)
+pub mod peers; // #4: the leader's loops (eval broker, plan applier, workers)
 mod server;
 
 pub use config::ServerConfig;

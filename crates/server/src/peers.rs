@@ -24,6 +24,38 @@ const OPEN_METHODS: &[&str] = &[
     crate::join::SERVER_INFO,
 ];
 
+/// Compares in time independent of where they differ.
+pub(crate) fn secret_matches(secret: &str, given: Option<&str>) -> bool {
+    let Some(given) = given else {
+        return false;
+    };
+    let (a, b) = (secret.as_bytes(), given.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The secret servers prove themselves with, from the `encrypt` key (base64 of 16, 24 or 32
+/// bytes, as Nomad's gossip key): never the key itself.
+pub fn rpc_secret_from_key(key: &str) -> Result<String, String> {
+    use base64::Engine;
+    use sha2::Digest;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(key.trim())
+        .map_err(|e| format!("server.encrypt is not base64: {e}"))?;
+    if !matches!(bytes.len(), 16 | 24 | 32) {
+        return Err(format!(
+            "server.encrypt must be 16, 24 or 32 bytes in base64 (it is {}); make one with `openssl rand -base64 32`",
+            bytes.len()
+        ));
+    }
+    let mut h = sha2::Sha256::new();
+    h.update(b"caravan server rpc v1\0");
+    h.update(&bytes);
+    Ok(base64::engine::general_purpose::STANDARD.encode(h.finalize()))
+}
+
 pub(crate) fn servers_only(method: &str) -> bool {
     !OPEN_METHODS.contains(&method)
 }
@@ -123,6 +155,19 @@ impl Server {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_secret_comes_from_a_valid_key_only() {
+        let key = "Ym9ndXNrZXlib2d1c2tleWJvZ3Vza2V5Ym9ndXNrZXk="; // 32 bytes
+        let s = super::rpc_secret_from_key(key).expect("a 32-byte key");
+        assert_ne!(s, key, "never the key itself");
+        assert_eq!(s, super::rpc_secret_from_key(key).unwrap(), "stable");
+        assert!(super::rpc_secret_from_key("not base64!").is_err());
+        assert!(super::rpc_secret_from_key("YWJj").is_err(), "3 bytes");
+        assert!(super::secret_matches(&s, Some(&s)));
+        assert!(!super::secret_matches(&s, None));
+        assert!(!super::secret_matches(&s, Some("x")));
+    }
+
     #[test]
     fn only_client_calls_are_open() {
         assert!(!super::servers_only("Node.Register"));

@@ -89,7 +89,8 @@ impl Server {
             .clone()
             .unwrap_or_else(|| dialable.to_string());
         let store = StateStore::new();
-        let rpc_client = rpc::Client::with_tls(RPC_TIMEOUT, cfg.tls.clone());
+        let rpc_client =
+            rpc::Client::with_auth(RPC_TIMEOUT, cfg.tls.clone(), cfg.rpc_secret.clone());
         let raft_cfg = raft::RaftConfig {
             node_id,
             rpc_addr: rpc_addr.clone(),

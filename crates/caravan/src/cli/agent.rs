@@ -154,6 +154,12 @@ fn security_settings(cfg: &AgentConfig) -> Result<TlsSetup> {
         verify_server_hostname: tls.verify_server_hostname.unwrap_or(false),
         tls13_only,
     };
+    if rpc_on && !http {
+        println!(
+            "==> WARNING: tls.rpc without tls.http: agents call each other's HTTP APIs (node secrets, \
+             users' tokens, exec streams) in the clear. Set http = true as well."
+        );
+    }
     let mut setup = TlsSetup::default();
     if rpc_on {
         setup.rpc = Some(Arc::new(
@@ -397,6 +403,21 @@ async fn run_agent(
     }
 
     server_cfg.tls = tls.rpc.clone();
+    if let Some(key) = server_cfg_block
+        .encrypt
+        .as_deref()
+        .filter(|k| !k.is_empty())
+    {
+        server_cfg.rpc_secret =
+            Some(server::peers::rpc_secret_from_key(key).map_err(|e| anyhow::anyhow!("{e}"))?);
+    } else if server_cfg.acl_enabled && tls.rpc.is_none() {
+        println!(
+            "==> WARNING: ACLs are on but servers know each other only by address (no tls.rpc, no \
+             server.encrypt): any process that can use a server's address, tasks on a server host \
+             included, can make server calls. Set server {{ encrypt = \"<key>\" }} on every server, \
+             or better tls {{ rpc = true verify_server_hostname = true }}."
+        );
+    }
     let server = server::Server::start(server_cfg)
         .await
         .map_err(|e| anyhow::anyhow!("starting the server: {e}"))?;

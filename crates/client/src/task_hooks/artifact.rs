@@ -358,6 +358,7 @@ async fn download(
     mut file: tokio::fs::File,
     to: &Path,
 ) -> Result<(), String> {
+    rpc::tls::install_default_provider();
     let client = reqwest::Client::builder()
         .connect_timeout(ARTIFACT_CONNECT_TIMEOUT)
         .read_timeout(ARTIFACT_READ_TIMEOUT)

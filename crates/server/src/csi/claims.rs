@@ -83,6 +83,25 @@ impl Server {
                 "the node's secret does not match",
             ));
         }
+        // A node claims for its own allocations, in their namespace, only.
+        match snap.alloc(&req.allocation_id) {
+            Some(a) if a.node_id == req.node_id && a.namespace == ns => {}
+            Some(_) => {
+                return Err(ServerError::new(
+                    ErrorCode::PermissionDenied,
+                    format!(
+                        "allocation {} is not this node's in namespace {ns:?}: a node claims volumes for its own allocations only",
+                        req.allocation_id
+                    ),
+                ))
+            }
+            None => {
+                return Err(ServerError::not_found(format!(
+                    "allocation not found: {}",
+                    req.allocation_id
+                )))
+            }
+        }
         // The node plugin's ID for this node, as the node fingerprinted it, when the client did
         // not send one.
         let external_node_id = if req.external_node_id.is_empty() {

@@ -244,6 +244,23 @@ impl Server {
                         "the node's secret does not match: only the claim's own client releases it this way",
                     ));
                 }
+                // Only the node that holds the claim releases it this way.
+                let stored = snap.csi_volume(&ns, &vol).and_then(|v| {
+                    v.read_claims
+                        .get(&req.claim.allocation_id)
+                        .or_else(|| v.write_claims.get(&req.claim.allocation_id))
+                        .or_else(|| v.past_claims.get(&req.claim.allocation_id))
+                        .map(|c| c.node_id.clone())
+                });
+                if stored.as_ref().is_some_and(|n| *n != req.claim.node_id) {
+                    return Err(ServerError::new(
+                        ErrorCode::PermissionDenied,
+                        format!(
+                            "the claim of allocation {} belongs to another node",
+                            req.claim.allocation_id
+                        ),
+                    ));
+                }
                 let index = self
                     .release_claim(&ns, &vol, req.claim, ReleaseBy::Client)
                     .await?;

@@ -350,9 +350,17 @@ impl Server {
 }
 
 /// Namespace default, then the volume's own validation (every error, each naming its field).
+/// A volume naming another namespace than the request's is refused: the request's namespace is
+/// the one its ACL check was made for.
 fn prepare(v: &mut CSIVolume, namespace: &str) -> Result<(), ServerError> {
+    let request_ns = namespace_or_default(namespace);
     if v.namespace.is_empty() {
-        v.namespace = namespace_or_default(namespace);
+        v.namespace = request_ns;
+    } else if v.namespace != request_ns {
+        return Err(ServerError::bad_request(format!(
+            "volume {:?} names namespace {:?} but the request is for {:?}: send it with -namespace {:?}",
+            v.id, v.namespace, request_ns, v.namespace
+        )));
     }
     if v.name.is_empty() {
         v.name.clone_from(&v.id);

@@ -374,12 +374,27 @@ impl Server {
     /// `Node.UpdateAlloc`: the client's report, applied to the allocations that exist; an allocation
     /// that newly failed gets an `alloc-failure` evaluation of its job, so the scheduler can
     /// reschedule it.
-    pub async fn node_update_alloc(&self, req: NodeUpdateAllocRequest) -> Result<u64, ServerError> {
+    pub async fn node_update_alloc(
+        &self,
+        mut req: NodeUpdateAllocRequest,
+    ) -> Result<u64, ServerError> {
         if let Some(leader) = self.forward_target().await? {
             return self.forward(&leader, "Node.UpdateAlloc", &req).await;
         }
         self.known_node(&req.node_id, &req.secret_id)?;
         let snap = self.state().snapshot();
+        // A node reports only its own allocations: another node's are dropped, whatever the
+        // caller's secret proves.
+        let before = req.allocs.len();
+        req.allocs
+            .retain(|u| snap.alloc(&u.id).is_none_or(|a| a.node_id == req.node_id));
+        if req.allocs.len() < before {
+            tracing::warn!(
+                node = %req.node_id,
+                dropped = before - req.allocs.len(),
+                "a node reported allocations that are not its own; ignored"
+            );
+        }
         let now = now_nanos();
         let mut evals: BTreeMap<(String, String), Evaluation> = BTreeMap::new();
         for update in &req.allocs {
