@@ -81,6 +81,11 @@ fn job_run_registers_every_fixture_and_inspect_returns_it() {
             .as_str()
             .unwrap_or("default")
             .to_string();
+        // Jobs go only into namespaces that exist.
+        if ns != "default" {
+            let (status, body) = agent.put(&format!("/v1/namespace/{ns}"), &serde_json::json!({}));
+            assert_eq!(status, 200, "creating namespace {ns}: {body}");
+        }
         let (flags, env) = fixture_flags(path);
         let mut cmd = Command::new(bin());
         cmd.current_dir(fixtures_dir())

@@ -61,13 +61,12 @@ fn a_client_killed_with_sigkill_reattaches_to_the_same_running_task() {
     let pid_file = dir.join("task.pid");
     let agent = start_dev(&dir);
     // Its template reads a file an artifact put in `local/`; SIGCONT leaves `sleep` running.
-    let input = dir.join("input.txt");
-    std::fs::write(&input, "one").unwrap();
+    let input = format!("{}/input.txt", common::serve(b"one".to_vec()));
     let job = json!({"Job": {"ID": "sleeper", "Type": "service", "TaskGroups": [{"Name": "g", "Tasks": [{
         "Name": "t", "Driver": "raw_exec",
         "Config": {"command": "/bin/sh", "args": ["-c", format!("echo $$ > {}; exec sleep 600", pid_file.display())]},
         "Resources": {"CPU": 50, "MemoryMB": 16},
-        "Artifacts": [{"GetterSource": input.display().to_string()}],
+        "Artifacts": [{"GetterSource": input}],
         "Templates": [
             {"EmbeddedTmpl": "{{ file \"local/input.txt\" }}", "DestPath": "local/copy",
              "ChangeMode": "signal", "ChangeSignal": "SIGCONT", "Splay": 0}

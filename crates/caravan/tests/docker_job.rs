@@ -240,7 +240,7 @@ fn an_image_loads_from_a_tarball_and_a_missing_image_fails_clearly() {
     let agent = Agent::start(&dir, &["-dev", "-data-dir", &data]);
     let job = json!({"Job": {"ID": "dockerload", "Type": "batch", "TaskGroups": [{"Name": "g", "Tasks": [{
         "Name": "t", "Driver": "docker",
-        "Artifacts": [{"GetterSource": tar.display().to_string(), "RelativeDest": "local/image.tar",
+        "Artifacts": [{"GetterSource": format!("{}/image.tar", common::serve(std::fs::read(&tar).unwrap())), "RelativeDest": "local/image.tar",
                        "GetterMode": "file"}],
         "Config": {"image": tag, "load": "image.tar", "command": "sh", "args": ["-c", "echo loaded-and-ran"]},
         "Resources": {"CPU": 100, "MemoryMB": 32}

@@ -7,11 +7,11 @@
 
 mod common;
 
+use common::serve;
+
 use common::{temp_dir, Agent};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::path::Path;
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -19,26 +19,6 @@ fn sha256_hex(bytes: &[u8]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
-}
-
-/// Serves `body` for every GET on 127.0.0.1 from a thread that lives as long as the test.
-fn serve(body: Vec<u8>) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
-    let addr = listener.local_addr().expect("its address");
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { continue };
-            let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf);
-            let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = s.write_all(head.as_bytes());
-            let _ = s.write_all(&body);
-        }
-    });
-    format!("http://{addr}")
 }
 
 /// A one-task raw_exec batch job that fails at once instead of restarting or rescheduling.

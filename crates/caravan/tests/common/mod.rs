@@ -410,3 +410,27 @@ impl Drop for Leftovers {
         }
     }
 }
+
+/// Serves `body` for every GET on 127.0.0.1 from a thread that lives as long as the test; the
+/// base URL (`http://127.0.0.1:port`). Artifacts come from here: the client reads local files
+/// only from inside the allocation directory.
+#[allow(dead_code)]
+pub fn serve(body: Vec<u8>) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let addr = listener.local_addr().expect("its address");
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(head.as_bytes());
+            let _ = s.write_all(&body);
+        }
+    });
+    format!("http://{addr}")
+}
