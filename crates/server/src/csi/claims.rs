@@ -222,7 +222,12 @@ impl Server {
         if state == CSIVolumeClaimState::TAKEN {
             state = CSIVolumeClaimState::UNPUBLISHING;
         }
-        let mut index = self.apply(checkpoint(state, &claim, "")).await?.index;
+        // A retry keeps the reason the last attempt failed until a step succeeds, so `volume
+        // status` never shows a stuck release without it.
+        let mut index = self
+            .apply(checkpoint(state, &claim, &held.last_error))
+            .await?
+            .index;
         let snap = self.state().snapshot();
         let Some(v) = snap.csi_volume(namespace, volume_id) else {
             return Ok(index);
