@@ -211,11 +211,26 @@ impl ServerCertVerifier for ChainOnly {
     }
 }
 
+type Identity = Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>;
+
+/// Finishes a client configuration: presenting `identity` when given.
+fn with_identity(
+    builder: rustls::ConfigBuilder<ClientConfig, rustls::client::WantsClientCert>,
+    identity: Identity,
+) -> Result<ClientConfig, TlsError> {
+    match identity {
+        Some((certs, key)) => builder
+            .with_client_auth_cert(certs, key)
+            .map_err(|e| TlsError::Config(format!("the certificate and key do not match: {e}"))),
+        None => Ok(builder.with_no_client_auth()),
+    }
+}
+
 /// A client configuration trusting `roots`, presenting `identity` when given, checking server
 /// names only with `check_name`.
 pub fn client_config(
     roots: RootCertStore,
-    identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+    identity: Identity,
     check_name: bool,
     tls13_only: bool,
 ) -> Result<ClientConfig, TlsError> {
@@ -231,12 +246,7 @@ pub fn client_config(
             inner: verifier,
             check_name,
         }));
-    match identity {
-        Some((certs, key)) => builder
-            .with_client_auth_cert(certs, key)
-            .map_err(|e| TlsError::Config(format!("the certificate and key do not match: {e}"))),
-        None => Ok(builder.with_no_client_auth()),
-    }
+    with_identity(builder, identity)
 }
 
 /// Accepts any server certificate (`NOMAD_SKIP_VERIFY`, `-tls-skip-verify`): encryption
@@ -290,21 +300,13 @@ impl ServerCertVerifier for AcceptAnything {
 }
 
 /// A client configuration that checks nothing about the server (see [`AcceptAnything`]).
-pub fn insecure_client_config(
-    identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
-) -> Result<ClientConfig, TlsError> {
-    let tls13_only = false;
+pub fn insecure_client_config(identity: Identity) -> Result<ClientConfig, TlsError> {
     let builder = ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(versions(tls13_only))
+        .with_protocol_versions(versions(false))
         .map_err(|e| TlsError::Config(e.to_string()))?
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(AcceptAnything(provider())));
-    match identity {
-        Some((certs, key)) => builder
-            .with_client_auth_cert(certs, key)
-            .map_err(|e| TlsError::Config(format!("the certificate and key do not match: {e}"))),
-        None => Ok(builder.with_no_client_auth()),
-    }
+    with_identity(builder, identity)
 }
 
 /// A server configuration presenting `certs`; client certificates from `roots` are required

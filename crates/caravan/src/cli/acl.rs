@@ -226,6 +226,17 @@ macro_rules! client_or_exit {
     };
 }
 
+/// Exit 0 after `ok` on success; Nomad's error line and 1 otherwise.
+fn done<T>(r: api::Result<T>, context: &str, ok: impl FnOnce(T)) -> i32 {
+    match r {
+        Ok(v) => {
+            ok(v);
+            0
+        }
+        Err(e) => fail(context, &e),
+    }
+}
+
 fn none_if_empty(s: &str) -> String {
     if s.is_empty() {
         "<none>".into()
@@ -301,13 +312,11 @@ fn bootstrap(a: BootstrapArgs) -> i32 {
         }
     };
     block_on(async {
-        match client.acl_bootstrap(secret.as_deref()).await {
-            Ok(t) => {
-                print_token(&t, a.json);
-                0
-            }
-            Err(e) => fail("Error bootstrapping", &e),
-        }
+        done(
+            client.acl_bootstrap(secret.as_deref()).await,
+            "Error bootstrapping",
+            |t| print_token(&t, a.json),
+        )
     })
 }
 
@@ -339,25 +348,21 @@ fn policy(cmd: PolicyCommand) -> i32 {
                 ..AclPolicy::default()
             };
             block_on(async {
-                match client.acl_policy_upsert(&p).await {
-                    Ok(()) => {
-                        println!("Successfully wrote {:?} ACL policy!", a.name);
-                        0
-                    }
-                    Err(e) => fail("Error writing ACL policy", &e),
-                }
+                done(
+                    client.acl_policy_upsert(&p).await,
+                    "Error writing ACL policy",
+                    |_| println!("Successfully wrote {:?} ACL policy!", a.name),
+                )
             })
         }
         PolicyCommand::Delete(a) => {
             let client = client_or_exit!(a.api);
             block_on(async {
-                match client.acl_policy_delete(&a.name).await {
-                    Ok(()) => {
-                        println!("Successfully deleted {:?} ACL policy!", a.name);
-                        0
-                    }
-                    Err(e) => fail("Error deleting ACL policy", &e),
-                }
+                done(
+                    client.acl_policy_delete(&a.name).await,
+                    "Error deleting ACL policy",
+                    |_| println!("Successfully deleted {:?} ACL policy!", a.name),
+                )
             })
         }
         PolicyCommand::Info(a) => {
@@ -448,13 +453,11 @@ fn token(cmd: TokenCommand) -> i32 {
                 ..AclToken::default()
             };
             block_on(async {
-                match client.acl_token_create(&t).await {
-                    Ok(t) => {
-                        print_token(&t, a.json);
-                        0
-                    }
-                    Err(e) => fail("Error creating token", &e),
-                }
+                done(
+                    client.acl_token_create(&t).await,
+                    "Error creating token",
+                    |t| print_token(&t, a.json),
+                )
             })
         }
         TokenCommand::Update(a) => {
@@ -488,37 +491,31 @@ fn token(cmd: TokenCommand) -> i32 {
         TokenCommand::Delete(a) => {
             let client = client_or_exit!(a.api);
             block_on(async {
-                match client.acl_token_delete(&a.accessor).await {
-                    Ok(()) => {
-                        println!("Token {} successfully deleted", a.accessor);
-                        0
-                    }
-                    Err(e) => fail("Error deleting token", &e),
-                }
+                done(
+                    client.acl_token_delete(&a.accessor).await,
+                    "Error deleting token",
+                    |_| println!("Token {} successfully deleted", a.accessor),
+                )
             })
         }
         TokenCommand::Info(a) => {
             let client = client_or_exit!(a.api);
             block_on(async {
-                match client.acl_token(&a.accessor).await {
-                    Ok(t) => {
-                        print_token(&t, a.json);
-                        0
-                    }
-                    Err(e) => fail("Error fetching token", &e),
-                }
+                done(
+                    client.acl_token(&a.accessor).await,
+                    "Error fetching token",
+                    |t| print_token(&t, a.json),
+                )
             })
         }
         TokenCommand::Self_(a) => {
             let client = client_or_exit!(a.api);
             block_on(async {
-                match client.acl_token_self().await {
-                    Ok(t) => {
-                        print_token(&t, a.json);
-                        0
-                    }
-                    Err(e) => fail("Error fetching self token", &e),
-                }
+                done(
+                    client.acl_token_self().await,
+                    "Error fetching self token",
+                    |t| print_token(&t, a.json),
+                )
             })
         }
         TokenCommand::List(a) => {
@@ -595,13 +592,11 @@ fn role(cmd: RoleCommand) -> i32 {
                 ..AclRole::default()
             };
             block_on(async {
-                match client.acl_role_create(&r).await {
-                    Ok(r) => {
-                        print_role(&r, a.json);
-                        0
-                    }
-                    Err(e) => fail("Error creating ACL role", &e),
-                }
+                done(
+                    client.acl_role_create(&r).await,
+                    "Error creating ACL role",
+                    |r| print_role(&r, a.json),
+                )
             })
         }
         RoleCommand::Update(a) => {
@@ -632,13 +627,11 @@ fn role(cmd: RoleCommand) -> i32 {
         RoleCommand::Delete(a) => {
             let client = client_or_exit!(a.api);
             block_on(async {
-                match client.acl_role_delete(&a.accessor).await {
-                    Ok(()) => {
-                        println!("ACL role {} successfully deleted", a.accessor);
-                        0
-                    }
-                    Err(e) => fail("Error deleting ACL role", &e),
-                }
+                done(
+                    client.acl_role_delete(&a.accessor).await,
+                    "Error deleting ACL role",
+                    |_| println!("ACL role {} successfully deleted", a.accessor),
+                )
             })
         }
         RoleCommand::Info(a) => {
@@ -748,25 +741,21 @@ pub fn run_namespace(cmd: NamespaceCommand) -> i32 {
         NamespaceCommand::Delete(a) => {
             let client = client_or_exit!(a.api);
             block_on(async {
-                match client.namespace_delete(&a.name).await {
-                    Ok(()) => {
-                        println!("Successfully deleted namespace {:?}!", a.name);
-                        0
-                    }
-                    Err(e) => fail("Error deleting namespace", &e),
-                }
+                done(
+                    client.namespace_delete(&a.name).await,
+                    "Error deleting namespace",
+                    |_| println!("Successfully deleted namespace {:?}!", a.name),
+                )
             })
         }
         NamespaceCommand::Inspect(a) => {
             let client = client_or_exit!(a.api);
             block_on(async {
-                match client.namespace(&a.name).await {
-                    Ok(ns) => {
-                        println!("{}", json_pretty(&ns));
-                        0
-                    }
-                    Err(e) => fail("Error reading namespace", &e),
-                }
+                done(
+                    client.namespace(&a.name).await,
+                    "Error reading namespace",
+                    |ns| println!("{}", json_pretty(&ns)),
+                )
             })
         }
         NamespaceCommand::Status(a) => {
