@@ -131,6 +131,7 @@ pub fn client_agent_router(state: ClientAgentState) -> Router {
             state.clone(),
             elsewhere_to_server,
         ))
+        .layer(axum::middleware::from_fn(crate::limits::body_deadline))
         .with_state(state)
 }
 

@@ -350,6 +350,7 @@ pub fn router(state: ApiState) -> Router {
             state.clone(),
             acl::enforce,
         ))
+        .layer(axum::middleware::from_fn(limits::body_deadline))
         .with_state(state)
 }
 
