@@ -510,9 +510,16 @@ impl Client {
                 reason: root_cause(e),
             }
         } else {
+            let mut reason = root_cause(e);
+            // What a TLS listener answers a plain request with, as hyper reads it.
+            if url.scheme() == "http" && reason.contains("invalid HTTP version") {
+                reason.push_str(
+                    " (the agent may be serving https: use NOMAD_ADDR=https://… with NOMAD_CACERT)",
+                );
+            }
             Error::Transport {
                 url: url.to_string(),
-                reason: root_cause(e),
+                reason,
             }
         }
     }

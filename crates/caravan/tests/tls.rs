@@ -242,6 +242,16 @@ fn a_tls_cluster_works_and_refuses_the_wrong_peers() {
     );
     let out = Command::new(common::bin())
         .args(["node", "status"])
+        .env("NOMAD_ADDR", &servers[0].http)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("may be serving https"),
+        "plain http to https says so: {err}"
+    );
+    let out = Command::new(common::bin())
+        .args(["node", "status"])
         .env("NOMAD_ADDR", https(&servers[0]))
         .env("NOMAD_CACERT", certs.path("nomad-agent-ca.pem"))
         .output()
