@@ -237,6 +237,29 @@ fn done<T>(r: api::Result<T>, context: &str, ok: impl FnOnce(T)) -> i32 {
     }
 }
 
+/// A list as Nomad prints it: JSON with `-json`, `empty` when there is nothing, else a table of
+/// `header` and one `row` per item.
+fn print_list<T: serde::Serialize>(
+    r: api::Result<Vec<T>>,
+    json: bool,
+    context: &str,
+    empty: Option<&str>,
+    header: &[&str],
+    row: impl Fn(&T) -> Vec<String>,
+) -> i32 {
+    done(r, context, |list| {
+        if json {
+            println!("{}", json_pretty(&list));
+        } else if let (true, Some(msg)) = (list.is_empty(), empty) {
+            println!("{msg}");
+        } else {
+            let mut rows = vec![header.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
+            rows.extend(list.iter().map(row));
+            println!("{}", format_list(&rows));
+        }
+    })
+}
+
 fn none_if_empty(s: &str) -> String {
     if s.is_empty() {
         "<none>".into()
@@ -393,26 +416,14 @@ fn policy(cmd: PolicyCommand) -> i32 {
         PolicyCommand::List(a) => {
             let client = client_or_exit!(a.api);
             block_on(async {
-                match client.acl_policies(&QueryOptions::default()).await {
-                    Ok(list) if a.json => {
-                        println!("{}", json_pretty(&list));
-                        0
-                    }
-                    Ok(list) if list.is_empty() => {
-                        println!("No policies found");
-                        0
-                    }
-                    Ok(list) => {
-                        let mut rows = vec![vec!["Name".to_string(), "Description".to_string()]];
-                        rows.extend(
-                            list.iter()
-                                .map(|p| vec![p.name.clone(), none_if_empty(&p.description)]),
-                        );
-                        println!("{}", format_list(&rows));
-                        0
-                    }
-                    Err(e) => fail("Error listing ACL policies", &e),
-                }
+                print_list(
+                    client.acl_policies(&QueryOptions::default()).await,
+                    a.json,
+                    "Error listing ACL policies",
+                    Some("No policies found"),
+                    &["Name", "Description"],
+                    |p| vec![p.name.clone(), none_if_empty(&p.description)],
+                )
             })
         }
     }
@@ -521,34 +532,23 @@ fn token(cmd: TokenCommand) -> i32 {
         TokenCommand::List(a) => {
             let client = client_or_exit!(a.api);
             block_on(async {
-                match client.acl_tokens(&QueryOptions::default()).await {
-                    Ok(list) if a.json => {
-                        println!("{}", json_pretty(&list));
-                        0
-                    }
-                    Ok(list) if list.is_empty() => {
-                        println!("No tokens found");
-                        0
-                    }
-                    Ok(list) => {
-                        let now = super::output::now_nanos();
-                        let mut rows = vec![["Name", "Type", "Global", "Accessor ID", "Expired"]
-                            .map(String::from)
-                            .to_vec()];
-                        rows.extend(list.iter().map(|t| {
-                            vec![
-                                none_if_empty(&t.name),
-                                t.kind.clone(),
-                                t.global.to_string(),
-                                t.accessor_id.clone(),
-                                t.expiration_time.is_some_and(|e| e <= now).to_string(),
-                            ]
-                        }));
-                        println!("{}", format_list(&rows));
-                        0
-                    }
-                    Err(e) => fail("Error listing tokens", &e),
-                }
+                let now = super::output::now_nanos();
+                print_list(
+                    client.acl_tokens(&QueryOptions::default()).await,
+                    a.json,
+                    "Error listing tokens",
+                    Some("No tokens found"),
+                    &["Name", "Type", "Global", "Accessor ID", "Expired"],
+                    |t| {
+                        vec![
+                            none_if_empty(&t.name),
+                            t.kind.clone(),
+                            t.global.to_string(),
+                            t.accessor_id.clone(),
+                            t.expiration_time.is_some_and(|e| e <= now).to_string(),
+                        ]
+                    },
+                )
             })
         }
     }
@@ -654,36 +654,23 @@ fn role(cmd: RoleCommand) -> i32 {
         RoleCommand::List(a) => {
             let client = client_or_exit!(a.api);
             block_on(async {
-                match client.acl_roles(&QueryOptions::default()).await {
-                    Ok(list) if a.json => {
-                        println!("{}", json_pretty(&list));
-                        0
-                    }
-                    Ok(list) if list.is_empty() => {
-                        println!("No ACL roles found");
-                        0
-                    }
-                    Ok(list) => {
-                        let mut rows = vec![["ID", "Name", "Description", "Policies"]
-                            .map(String::from)
-                            .to_vec()];
-                        rows.extend(list.iter().map(|r| {
-                            vec![
-                                r.id.clone(),
-                                r.name.clone(),
-                                none_if_empty(&r.description),
-                                r.policies
-                                    .iter()
-                                    .map(|p| p.name.clone())
-                                    .collect::<Vec<_>>()
-                                    .join(","),
-                            ]
-                        }));
-                        println!("{}", format_list(&rows));
-                        0
-                    }
-                    Err(e) => fail("Error listing ACL roles", &e),
-                }
+                print_list(
+                    client.acl_roles(&QueryOptions::default()).await,
+                    a.json,
+                    "Error listing ACL roles",
+                    Some("No ACL roles found"),
+                    &["ID", "Name", "Description", "Policies"],
+                    |r| {
+                        let policies: Vec<String> =
+                            r.policies.iter().map(|p| p.name.clone()).collect();
+                        vec![
+                            r.id.clone(),
+                            r.name.clone(),
+                            none_if_empty(&r.description),
+                            policies.join(","),
+                        ]
+                    },
+                )
             })
         }
     }
@@ -792,22 +779,14 @@ pub fn run_namespace(cmd: NamespaceCommand) -> i32 {
         NamespaceCommand::List(a) => {
             let client = client_or_exit!(a.api);
             block_on(async {
-                match client.namespaces(&QueryOptions::default()).await {
-                    Ok(list) if a.json => {
-                        println!("{}", json_pretty(&list));
-                        0
-                    }
-                    Ok(list) => {
-                        let mut rows = vec![vec!["Name".to_string(), "Description".to_string()]];
-                        rows.extend(
-                            list.iter()
-                                .map(|n| vec![n.name.clone(), none_if_empty(&n.description)]),
-                        );
-                        println!("{}", format_list(&rows));
-                        0
-                    }
-                    Err(e) => fail("Error retrieving namespaces", &e),
-                }
+                print_list(
+                    client.namespaces(&QueryOptions::default()).await,
+                    a.json,
+                    "Error retrieving namespaces",
+                    None,
+                    &["Name", "Description"],
+                    |n| vec![n.name.clone(), none_if_empty(&n.description)],
+                )
             })
         }
     }
