@@ -1543,7 +1543,9 @@ fn aborted_and_unavailable_answers_are_retried_with_backoff() {
             100 << i
         );
     }
-    assert!(gaps[3] > 2 * gaps[0], "the gaps grow: {gaps:?}");
+    // Growth is shown by the lower bounds alone (the last wait is at least eight times the
+    // first step); comparing measured gaps with each other is a timing assertion that a busy
+    // machine breaks (a first gap of 511 ms under load failed CI once).
 
     // UNAVAILABLE from the lowest instance: the same call goes on to the next one.
     c.rec().inject(
@@ -1604,7 +1606,7 @@ fn aborted_and_unavailable_answers_are_retried_with_backoff() {
             50 << i
         );
     }
-    assert!(gaps[2] > gaps[0], "the gaps grow: {gaps:?}");
+    // As above: the lower bounds show the growth; measured gaps are not compared.
     assert_never_overlapped(c.rec());
 }
 
