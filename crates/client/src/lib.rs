@@ -45,6 +45,7 @@ mod node_loop;
 mod persist;
 mod restart;
 mod rng;
+pub mod sim;
 mod state_db;
 mod task_hooks;
 mod task_runner;

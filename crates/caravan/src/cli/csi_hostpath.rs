@@ -51,7 +51,7 @@ pub fn run(args: CsiHostpathArgs) -> Result<i32> {
 }
 
 /// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     match signal(SignalKind::terminate()) {
         Ok(mut term) => {

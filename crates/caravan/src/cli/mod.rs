@@ -20,6 +20,7 @@ mod job_status;
 mod logmon;
 mod monitor;
 mod node;
+mod nodesim;
 mod operator;
 mod output;
 mod server;
@@ -83,6 +84,8 @@ enum Command {
     Server(server::ServerCommand),
     /// List jobs, or show one job's status (like `job status`)
     Status(job_status::StatusArgs),
+    /// Simulate many client nodes against real servers (for benchmarks)
+    Nodesim(nodesim::NodesimArgs),
     /// Print the version
     Version,
     /// The exec driver's per-task helper (internal)
@@ -123,6 +126,7 @@ pub fn run(args: Vec<OsString>) -> i32 {
         Command::Executor(args) => Ok(executor::run(args)),
         Command::CsiHostpath(args) => csi_hostpath::run(args),
         Command::Logmon(args) => Ok(logmon::run(args)),
+        Command::Nodesim(args) => nodesim::run(args),
         Command::Version => {
             println!("Caravan v{}", env!("CARGO_PKG_VERSION"));
             Ok(0)

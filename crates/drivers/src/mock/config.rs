@@ -9,7 +9,7 @@ use super::NAME;
 
 /// What a mock task does.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct MockTaskConfig {
+pub struct MockTaskConfig {
     /// How long the task runs before it exits by itself.
     pub run_for: Duration,
     pub exit_code: i32,
@@ -32,7 +32,7 @@ pub(crate) struct MockTaskConfig {
 
 /// Text written when the task starts, then `repeat` more times, `every` apart.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct MockOutput {
+pub struct MockOutput {
     pub text: String,
     pub repeat: u64,
     pub every: Duration,

@@ -15,7 +15,7 @@ use crate::exit_cell::ExitCell;
 use crate::limits::KILL_REAP_TIMEOUT;
 use crate::output::open_output;
 use crate::table::TaskTable;
-use config::{MockOutput, MockTaskConfig};
+pub use config::{MockOutput, MockTaskConfig};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
