@@ -73,6 +73,12 @@ impl StateSnapshot {
         self.root.table_index(table)
     }
 
+    /// The Raft index at which an allocation on `node_id` last changed: what a client's
+    /// allocation query reports and waits on ([`crate::StateStore::wait_for_node`]).
+    pub fn node_alloc_index(&self, node_id: &str) -> u64 {
+        self.root.node_alloc_index(node_id)
+    }
+
     /// The highest of the tables' indexes: what a blocking query over them reports as its index.
     pub fn max_table_index(&self, tables: &[Table]) -> u64 {
         tables

@@ -6,6 +6,7 @@ use crate::snapshot::StateSnapshot;
 use crate::tables::Root;
 use crate::{fsm, persist};
 use arc_swap::ArcSwap;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -30,6 +31,10 @@ struct Inner {
     /// the index but change no table, and restores). Waiters re-check the tables they watch, so the
     /// wakeup is for the whole store but a `wait_for` returns only when one of its tables moved.
     published: watch::Sender<u64>,
+    /// Per-node wakeups for clients' allocation queries: node ID → a channel sent to after every
+    /// publish that touched an allocation on that node. An entry lives while someone waits on it.
+    /// Never held across `.await`.
+    node_waiters: Mutex<HashMap<String, watch::Sender<u64>>>,
 }
 
 impl Default for StateStore {
@@ -46,6 +51,7 @@ impl StateStore {
                 root: ArcSwap::from_pointee(Root::default()),
                 writer: Mutex::new(()),
                 published,
+                node_waiters: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -67,10 +73,37 @@ impl StateStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn publish(&self, root: Root) {
+    /// Publishes `root` and wakes the waiters: every store-wide waiter, and the node waiters of
+    /// the nodes `touched` (all of them when the whole state was replaced).
+    fn publish(&self, root: Root, touched: Touched) {
         let index = root.index();
-        self.inner.root.store(Arc::new(root));
+        let root = Arc::new(root);
+        self.inner.root.store(root.clone());
         self.inner.published.send_replace(index);
+        let waiters = self.lock_node_waiters();
+        match touched {
+            Touched::None => {}
+            Touched::Nodes if waiters.is_empty() => {}
+            Touched::Nodes => {
+                for node in root.touched_nodes() {
+                    if let Some(tx) = waiters.get(node) {
+                        tx.send_replace(index);
+                    }
+                }
+            }
+            Touched::All => {
+                for tx in waiters.values() {
+                    tx.send_replace(index);
+                }
+            }
+        }
+    }
+
+    fn lock_node_waiters(&self) -> MutexGuard<'_, HashMap<String, watch::Sender<u64>>> {
+        self.inner
+            .node_waiters
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The FSM: applies `cmd` at Raft `index`, atomically. Indexes must strictly increase
@@ -96,7 +129,7 @@ impl StateStore {
             return match persist::load_rebased(&mut snapshot.as_bytes(), index) {
                 Ok(mut root) => {
                     root.set_restores(current.restores() + 1);
-                    self.publish(root);
+                    self.publish(root, Touched::All);
                     Ok(ApplyResponse {
                         index,
                         ..ApplyResponse::default()
@@ -105,20 +138,20 @@ impl StateStore {
                 Err(err) => {
                     let mut next = (*current).clone();
                     next.set_index(index);
-                    self.publish(next);
+                    self.publish(next, Touched::None);
                     Err(err)
                 }
             };
         }
         match fsm::apply(&current, index, cmd) {
             Ok((next, response)) => {
-                self.publish(next);
+                self.publish(next, Touched::Nodes);
                 Ok(response)
             }
             Err(err) => {
                 let mut next = (*current).clone();
                 next.set_index(index);
-                self.publish(next);
+                self.publish(next, Touched::None);
                 Err(err)
             }
         }
@@ -160,6 +193,52 @@ impl StateStore {
         }
     }
 
+    /// Waits until an allocation on `node_id` changed after `min_index`
+    /// ([`StateSnapshot::node_alloc_index`] is greater), or `deadline` passes, and returns the
+    /// snapshot it saw last. Unlike [`wait_for`](Self::wait_for), only a write that touched an
+    /// allocation on this node (or a restore) wakes it: a cluster placing thousands of
+    /// allocations elsewhere costs this waiter nothing.
+    ///
+    /// Returns at once when `min_index` is 0 and whenever a restore replaced the state.
+    pub async fn wait_for_node(
+        &self,
+        node_id: &str,
+        min_index: u64,
+        deadline: Instant,
+    ) -> StateSnapshot {
+        let mut snap = self.snapshot();
+        if min_index == 0 || snap.node_alloc_index(node_id) > min_index {
+            return snap;
+        }
+        // Subscribe before the next look, so a publish between the look and the wait is seen.
+        let mut rx = self
+            .lock_node_waiters()
+            .entry(node_id.to_owned())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe();
+        let _leave = LeaveNodeWaiters {
+            store: self,
+            node_id,
+        };
+        snap = self.snapshot();
+        let restores = snap.root().restores();
+        loop {
+            if snap.node_alloc_index(node_id) > min_index || snap.root().restores() != restores {
+                return snap;
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                // The sender stays in the map while this receiver lives (see LeaveNodeWaiters).
+                Ok(_) => snap = self.snapshot(),
+                Err(_elapsed) => return self.snapshot(),
+            }
+        }
+    }
+
+    /// How many nodes have a waiter now (for tests and metrics).
+    pub fn node_waiter_count(&self) -> usize {
+        self.lock_node_waiters().len()
+    }
+
     /// Writes the whole state and the latest index (see [`crate::SNAPSHOT_FORMAT_VERSION`]).
     pub fn save(&self, w: &mut dyn std::io::Write) -> Result<(), StateError> {
         persist::save(self.snapshot().root(), w)
@@ -171,8 +250,40 @@ impl StateStore {
         let mut root = persist::load(r)?;
         let _writer = self.lock_writer();
         root.set_restores(self.inner.root.load().restores() + 1);
-        self.publish(root);
+        self.publish(root, Touched::All);
         Ok(())
+    }
+}
+
+/// Which node waiters a publish wakes.
+#[derive(Clone, Copy)]
+enum Touched {
+    /// A failed command: nothing changed.
+    None,
+    /// The nodes the applied command touched.
+    Nodes,
+    /// A restore: the whole state changed.
+    All,
+}
+
+/// Removes a node's entry from the waiters when its last waiter leaves (returns, times out or is
+/// cancelled), so the map holds only nodes someone waits on.
+struct LeaveNodeWaiters<'a> {
+    store: &'a StateStore,
+    node_id: &'a str,
+}
+
+impl Drop for LeaveNodeWaiters<'_> {
+    fn drop(&mut self) {
+        let mut waiters = self.store.lock_node_waiters();
+        // The receiver of the waiter being dropped is dropped after this guard (declared
+        // before it), so one receiver left means only that one.
+        if waiters
+            .get(self.node_id)
+            .is_some_and(|tx| tx.receiver_count() <= 1)
+        {
+            waiters.remove(self.node_id);
+        }
     }
 }
 

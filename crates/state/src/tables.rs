@@ -58,6 +58,16 @@ pub(crate) struct Root {
     allocs_by_eval: OrdMap<String, IdSet>,
     allocs_by_deployment: OrdMap<String, IdSet>,
     allocs_by_modify: ModifySet,
+    /// Node ID → the Raft index at which an allocation on that node last changed (was written,
+    /// moved away or deleted): what a client's allocation query waits on, so a write wakes only
+    /// the nodes it touched. Rebuilt from the allocations' modify indexes on load, which can only
+    /// be lower than the true value; any later change is at a higher index, so no change is missed.
+    node_alloc_index: OrdMap<String, u64>,
+    /// The index being applied (0 outside an apply, e.g. while loading a snapshot).
+    applying: u64,
+    /// The nodes whose allocations the current apply touched (reset at each apply); the store
+    /// wakes their waiters after publishing.
+    touched_nodes: Vec<String>,
     nodes: OrdMap<String, Arc<Node>>,
     nodes_by_modify: ModifySet,
     deployments: OrdMap<String, Arc<Deployment>>,
@@ -172,6 +182,40 @@ impl Root {
 
     pub(crate) fn table_index(&self, table: Table) -> u64 {
         self.table_indexes[table.slot()]
+    }
+
+    /// Starts applying the entry at `index`: what allocation writes record as the nodes' change.
+    pub(crate) fn begin_apply(&mut self, index: u64) {
+        self.applying = index;
+        self.touched_nodes.clear();
+    }
+
+    /// Ends an apply: the root no longer records touches (a loaded or published root is final).
+    pub(crate) fn end_apply(&mut self) {
+        self.applying = 0;
+    }
+
+    /// The nodes whose allocations the last apply touched (may repeat a node).
+    pub(crate) fn touched_nodes(&self) -> &[String] {
+        &self.touched_nodes
+    }
+
+    /// The Raft index at which an allocation on `node_id` last changed (0: never, as far as this
+    /// state knows).
+    pub(crate) fn node_alloc_index(&self, node_id: &str) -> u64 {
+        self.node_alloc_index.get(node_id).copied().unwrap_or(0)
+    }
+
+    fn touch_node(&mut self, node_id: &str, at: u64) {
+        if node_id.is_empty() {
+            return;
+        }
+        let at = at.max(self.applying);
+        let slot = self.node_alloc_index.entry(node_id.to_owned()).or_insert(0);
+        *slot = (*slot).max(at);
+        if self.applying > 0 {
+            self.touched_nodes.push(node_id.to_owned());
+        }
     }
 
     /// Records that `table` changed at `index`.
@@ -396,7 +440,11 @@ impl Root {
     pub(crate) fn put_alloc(&mut self, alloc: Arc<Allocation>) {
         if let Some(old) = self.allocs.get(&alloc.id).cloned() {
             self.unindex_alloc(&old);
+            if old.node_id != alloc.node_id {
+                self.touch_node(&old.node_id, old.modify_index);
+            }
         }
+        self.touch_node(&alloc.node_id, alloc.modify_index);
         let id = alloc.id.as_str();
         index_add(
             &mut self.allocs_by_job,
@@ -414,6 +462,7 @@ impl Root {
     pub(crate) fn delete_alloc(&mut self, id: &str) -> Option<Arc<Allocation>> {
         let old = self.allocs.remove(id)?;
         self.unindex_alloc(&old);
+        self.touch_node(&old.node_id, old.modify_index);
         Some(old)
     }
 
@@ -445,6 +494,9 @@ impl Root {
         let old = self.nodes.remove(id)?;
         self.nodes_by_modify
             .remove(&(old.modify_index, old.id.clone()));
+        if !self.allocs_by_node.contains_key(id) {
+            self.node_alloc_index.remove(id);
+        }
         Some(old)
     }
 

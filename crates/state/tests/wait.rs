@@ -121,3 +121,109 @@ async fn a_restore_wakes_every_waiter() {
     assert_eq!(snap.index(), 1, "the waiter sees the restored state");
     assert!(snap.node("n1").is_some() && snap.node("n2").is_none());
 }
+
+fn allocs_cmd(allocs: Vec<model::alloc::Allocation>) -> Command {
+    Command::AllocUpsert { allocs }
+}
+
+/// A client's allocation query waits on its own node: a write that places allocations on other
+/// nodes does not wake it, one on its node does, and so does a delete; the waiter map is empty
+/// again once nobody waits.
+#[tokio::test(start_paused = true)]
+async fn a_node_waiter_wakes_only_for_its_own_allocations() {
+    let store = StateStore::new();
+    let web = job("web");
+    store.apply(1, &job_cmd("web")).unwrap();
+    store
+        .apply(2, &allocs_cmd(vec![alloc("a1", &web, "n1", "e1")]))
+        .unwrap();
+    let snap = store.snapshot();
+    assert_eq!(snap.node_alloc_index("n1"), 2);
+    assert_eq!(snap.node_alloc_index("n2"), 0);
+
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let waiter = {
+        let store = store.clone();
+        tokio::spawn(async move { store.wait_for_node("n1", 2, deadline).await })
+    };
+    settle().await;
+    assert_eq!(store.node_waiter_count(), 1);
+    // Placements elsewhere, and a write to another table: n1's query sleeps on.
+    store
+        .apply(3, &allocs_cmd(vec![alloc("a2", &web, "n2", "e1")]))
+        .unwrap();
+    store.apply(4, &node_cmd("n3")).unwrap();
+    settle().await;
+    assert!(!waiter.is_finished(), "no allocation of n1 changed");
+    // A change to n1's allocation wakes it.
+    let mut a1 = alloc("a1", &web, "n1", "e1");
+    a1.desired_status = "stop".into();
+    store.apply(5, &allocs_cmd(vec![a1])).unwrap();
+    let snap = waiter.await.unwrap();
+    assert!(Instant::now() < deadline);
+    assert_eq!(snap.node_alloc_index("n1"), 5);
+    settle().await;
+    assert_eq!(store.node_waiter_count(), 0, "no one waits any more");
+
+    // A delete wakes too.
+    let waiter = {
+        let store = store.clone();
+        tokio::spawn(async move { store.wait_for_node("n1", 5, deadline).await })
+    };
+    settle().await;
+    store
+        .apply(
+            6,
+            &Command::EvalDelete {
+                eval_ids: vec![],
+                alloc_ids: vec!["a1".into()],
+            },
+        )
+        .unwrap();
+    let snap = waiter.await.unwrap();
+    assert_eq!(snap.node_alloc_index("n1"), 6);
+    assert!(snap.allocs_by_node("n1").is_empty());
+
+    // Nothing changes: it waits out its deadline, and leaves no entry behind.
+    let start = Instant::now();
+    let snap = store
+        .wait_for_node("n1", 6, start + Duration::from_millis(50))
+        .await;
+    assert_eq!(Instant::now() - start, Duration::from_millis(50));
+    assert_eq!(snap.node_alloc_index("n1"), 6);
+    assert_eq!(store.node_waiter_count(), 0);
+    // Index 0 and a stale index answer at once.
+    assert_eq!(store.wait_for_node("n2", 0, far_future()).await.index(), 6);
+    assert_eq!(store.wait_for_node("n2", 2, far_future()).await.index(), 6);
+}
+
+/// A saved and loaded state knows each node's allocation index from its allocations (never
+/// higher than the true one), and a restore wakes every node waiter.
+#[tokio::test(start_paused = true)]
+async fn node_indexes_survive_a_load_and_a_restore_wakes_node_waiters() {
+    let store = StateStore::new();
+    let web = job("web");
+    store.apply(1, &job_cmd("web")).unwrap();
+    store
+        .apply(2, &allocs_cmd(vec![alloc("a1", &web, "n1", "e1")]))
+        .unwrap();
+    let mut saved = Vec::new();
+    store.save(&mut saved).unwrap();
+    let other = StateStore::new();
+    other.restore(&mut saved.as_slice()).unwrap();
+    let loaded = other.snapshot().node_alloc_index("n1");
+    assert!(loaded > 0 && loaded <= 2, "{loaded}");
+
+    let waiter = {
+        let store = store.clone();
+        tokio::spawn(async move { store.wait_for_node("n1", 2, far_future()).await })
+    };
+    settle().await;
+    store.restore(&mut saved.as_slice()).unwrap();
+    let snap = waiter.await.unwrap();
+    assert_eq!(snap.restores(), 1);
+}
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(3600)
+}

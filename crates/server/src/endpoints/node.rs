@@ -342,8 +342,9 @@ impl Server {
         Ok(self.node_update_response(index))
     }
 
-    /// `Node.GetClientAllocs`: every allocation on the node (with its job), answered once the
-    /// allocations changed after `min_index` or the wait ran out. Never an empty list for an unknown
+    /// `Node.GetClientAllocs`: every allocation on the node (with its job), answered once an
+    /// allocation on this node changed after `min_index` or the wait ran out; the index is the
+    /// node's own (the last change to its allocations). Never an empty list for an unknown
     /// node: that would tell its client to destroy everything it runs.
     pub async fn node_get_client_allocs(
         &self,
@@ -353,13 +354,12 @@ impl Server {
         let wait = std::time::Duration::from_nanos(u64::try_from(req.wait.as_nanos()).unwrap_or(0))
             .min(CLIENT_QUERY_WAIT_MAX);
         let deadline = tokio::time::Instant::now() + wait;
-        let snap = if req.min_index == 0 {
-            self.state().snapshot()
-        } else {
-            self.state()
-                .wait_for(&[state::Table::Allocs], req.min_index, deadline)
-                .await
-        };
+        // Only a write that touched this node's allocations wakes the query (Nomad's per-node
+        // watch), not every allocation change in the cluster.
+        let snap = self
+            .state()
+            .wait_for_node(&req.node_id, req.min_index, deadline)
+            .await;
         let allocs = snap
             .allocs_by_node(&req.node_id)
             .iter()
@@ -367,7 +367,7 @@ impl Server {
             .collect();
         Ok(NodeClientAllocsResponse {
             allocs,
-            index: snap.table_index(state::Table::Allocs).max(1),
+            index: snap.node_alloc_index(&req.node_id).max(1),
         })
     }
 

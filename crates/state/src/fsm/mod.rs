@@ -161,7 +161,9 @@ pub(crate) fn apply(
         root: root.clone(),
         index,
     };
+    tx.root.begin_apply(index);
     let response = dispatch(&mut tx, cmd)?;
+    tx.root.end_apply();
     tx.root.set_index(index);
     Ok((tx.root, response))
 }
