@@ -1654,7 +1654,8 @@ fn a_killed_clients_claims_are_freed_within_ttl_grace_and_one_retry() {
             ids.iter().all(|id| !c.claimed_by_any(id, &allocs))
         },
     );
-    let bound = HEARTBEAT_TTL + HEARTBEAT_GRACE + WATCHER_RETRY;
+    // The TTL a node is handed carries Nomad's random stagger of up to the TTL again.
+    let bound = 2 * HEARTBEAT_TTL + HEARTBEAT_GRACE + WATCHER_RETRY;
     // Scheduling the lost allocations, three serialized unpublishes and this loop's polling come
     // on top; a busy 2-core machine gets a generous margin.
     let margin = Duration::from_secs(8);

@@ -37,6 +37,10 @@ pub struct ServerConfig {
     /// How long a new leader gives every ready node to heartbeat before marking it down (Nomad's
     /// `failover_heartbeat_ttl`); default 5 min.
     pub failover_heartbeat_ttl: Duration,
+    /// The heartbeats per second the leader aims at: TTLs grow with the number of nodes so
+    /// the total rate stays under it (Nomad's `max_heartbeats_per_second`, default 50; 0: no
+    /// scaling).
+    pub max_heartbeats_per_second: f64,
     /// Autopilot's `cleanup_dead_servers`: the leader removes a voter that has not answered it
     /// for `dead_server_after`, while more voters than `bootstrap_expect` remain.
     pub cleanup_dead_servers: bool,
@@ -84,6 +88,7 @@ impl ServerConfig {
             min_heartbeat_ttl: limits::DEFAULT_MIN_HEARTBEAT_TTL,
             heartbeat_grace: limits::DEFAULT_HEARTBEAT_GRACE,
             failover_heartbeat_ttl: limits::DEFAULT_FAILOVER_HEARTBEAT_TTL,
+            max_heartbeats_per_second: limits::DEFAULT_MAX_HEARTBEATS_PER_SECOND,
             cleanup_dead_servers: true,
             dead_server_after: Duration::from_secs(10),
             csi_controller_timeout: crate::csi::DEFAULT_CONTROLLER_CALL_TIMEOUT,

@@ -8,6 +8,7 @@
 //! here, before the entry, so every server applies the same bytes to the same result.
 
 pub mod acl;
+mod alloc_batch;
 mod config;
 pub mod cron;
 pub mod csi;

@@ -47,6 +47,8 @@ struct Inner {
     csi_locks: crate::csi::controller::ControllerLocks,
     /// Compiled ACLs by token secret.
     acl_cache: crate::acl::AclCache,
+    /// Clients' allocation updates, folded into one Raft entry per window.
+    alloc_batcher: crate::alloc_batch::AllocUpdateBatcher,
 }
 
 /// A server as `/v1/agent/members` and `server members` show it.
@@ -119,6 +121,7 @@ impl Server {
                 csi_transport: std::sync::OnceLock::new(),
                 csi_locks: Default::default(),
                 acl_cache: Default::default(),
+                alloc_batcher: Default::default(),
             }),
         };
         let handler = Arc::new(RpcHandler {
@@ -349,6 +352,10 @@ impl Server {
     }
 
     /// Applies one command through raft on this (leader) server and returns what the FSM answered.
+    pub(crate) fn alloc_batcher(&self) -> &crate::alloc_batch::AllocUpdateBatcher {
+        &self.inner.alloc_batcher
+    }
+
     pub(crate) async fn apply(&self, cmd: Command) -> Result<ApplyResponse, ServerError> {
         let payload = serde_json::to_vec(&cmd)
             .map_err(|e| ServerError::internal(format!("encoding a raft command: {e}")))?;

@@ -259,6 +259,11 @@ impl StateSnapshot {
         self.root.nodes().get(id).cloned()
     }
 
+    /// How many nodes are registered, O(1).
+    pub fn node_count(&self) -> usize {
+        self.root.nodes().len()
+    }
+
     pub fn nodes(&self, prefix: &str) -> Vec<Arc<Node>> {
         by_prefix(self.root.nodes(), prefix)
     }

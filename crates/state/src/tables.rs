@@ -438,13 +438,25 @@ impl Root {
     }
 
     pub(crate) fn put_alloc(&mut self, alloc: Arc<Allocation>) {
+        self.put_alloc_with(alloc, true);
+    }
+
+    /// `put_alloc`; with `wake_node` false (a client's report of its own fields) the node's
+    /// allocation index stays, unless the allocation moved between nodes.
+    pub(crate) fn put_alloc_with(&mut self, alloc: Arc<Allocation>, wake_node: bool) {
+        let mut moved = false;
         if let Some(old) = self.allocs.get(&alloc.id).cloned() {
             self.unindex_alloc(&old);
             if old.node_id != alloc.node_id {
+                moved = true;
                 self.touch_node(&old.node_id, old.modify_index);
             }
+        } else {
+            moved = true;
         }
-        self.touch_node(&alloc.node_id, alloc.modify_index);
+        if wake_node || moved {
+            self.touch_node(&alloc.node_id, alloc.modify_index);
+        }
         let id = alloc.id.as_str();
         index_add(
             &mut self.allocs_by_job,

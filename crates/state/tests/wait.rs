@@ -155,25 +155,48 @@ async fn a_node_waiter_wakes_only_for_its_own_allocations() {
     store.apply(4, &node_cmd("n3")).unwrap();
     settle().await;
     assert!(!waiter.is_finished(), "no allocation of n1 changed");
+    // The client's own report changes only client fields: its query is not woken by it.
+    store
+        .apply(
+            5,
+            &Command::AllocClientUpdate {
+                allocs: vec![model::wire::AllocClientUpdate {
+                    id: "a1".into(),
+                    client_status: "running".into(),
+                    ..Default::default()
+                }],
+                evals: vec![],
+            },
+        )
+        .unwrap();
+    settle().await;
+    assert!(
+        !waiter.is_finished(),
+        "a client's report does not wake its own query"
+    );
+    assert_eq!(
+        store.snapshot().alloc("a1").unwrap().client_status,
+        "running"
+    );
     // A change to n1's allocation wakes it.
     let mut a1 = alloc("a1", &web, "n1", "e1");
     a1.desired_status = "stop".into();
-    store.apply(5, &allocs_cmd(vec![a1])).unwrap();
+    store.apply(6, &allocs_cmd(vec![a1])).unwrap();
     let snap = waiter.await.unwrap();
     assert!(Instant::now() < deadline);
-    assert_eq!(snap.node_alloc_index("n1"), 5);
+    assert_eq!(snap.node_alloc_index("n1"), 6);
     settle().await;
     assert_eq!(store.node_waiter_count(), 0, "no one waits any more");
 
     // A delete wakes too.
     let waiter = {
         let store = store.clone();
-        tokio::spawn(async move { store.wait_for_node("n1", 5, deadline).await })
+        tokio::spawn(async move { store.wait_for_node("n1", 6, deadline).await })
     };
     settle().await;
     store
         .apply(
-            6,
+            7,
             &Command::EvalDelete {
                 eval_ids: vec![],
                 alloc_ids: vec!["a1".into()],
@@ -181,20 +204,20 @@ async fn a_node_waiter_wakes_only_for_its_own_allocations() {
         )
         .unwrap();
     let snap = waiter.await.unwrap();
-    assert_eq!(snap.node_alloc_index("n1"), 6);
+    assert_eq!(snap.node_alloc_index("n1"), 7);
     assert!(snap.allocs_by_node("n1").is_empty());
 
     // Nothing changes: it waits out its deadline, and leaves no entry behind.
     let start = Instant::now();
     let snap = store
-        .wait_for_node("n1", 6, start + Duration::from_millis(50))
+        .wait_for_node("n1", 7, start + Duration::from_millis(50))
         .await;
     assert_eq!(Instant::now() - start, Duration::from_millis(50));
-    assert_eq!(snap.node_alloc_index("n1"), 6);
+    assert_eq!(snap.node_alloc_index("n1"), 7);
     assert_eq!(store.node_waiter_count(), 0);
     // Index 0 and a stale index answer at once.
-    assert_eq!(store.wait_for_node("n2", 0, far_future()).await.index(), 6);
-    assert_eq!(store.wait_for_node("n2", 2, far_future()).await.index(), 6);
+    assert_eq!(store.wait_for_node("n2", 0, far_future()).await.index(), 7);
+    assert_eq!(store.wait_for_node("n2", 2, far_future()).await.index(), 7);
 }
 
 /// A saved and loaded state knows each node's allocation index from its allocations (never

@@ -348,6 +348,9 @@ async fn run_agent(
     if let Some(ttl) = server_cfg_block.min_heartbeat_ttl {
         server_cfg.min_heartbeat_ttl = ttl;
     }
+    if let Some(rate) = server_cfg_block.max_heartbeats_per_second {
+        server_cfg.max_heartbeats_per_second = rate;
+    }
     if let Some(ttl) = server_cfg_block.failover_heartbeat_ttl {
         server_cfg.failover_heartbeat_ttl = ttl;
     }

@@ -34,7 +34,7 @@ macro_rules! replace_when_set {
     )*};
 }
 
-replace_when_set!(String, bool, u16, u32, u64, Duration);
+replace_when_set!(String, bool, u16, u32, u64, f64, Duration);
 
 /// Lists (`client.servers`, `server_join.retry_join`): a later non-empty list replaces.
 impl MergeField for Option<Vec<String>> {
@@ -245,6 +245,9 @@ section! {
         /// How long a new leader waits for every node's first heartbeat before marking it down.
         #[serde(with = "super::duration::serde_opt")]
         failover_heartbeat_ttl: Duration => Kind::Duration,
+        /// How many heartbeats per second the leader aims at: TTLs grow with the cluster so the
+        /// rate stays under it (Nomad's default 50).
+        max_heartbeats_per_second: f64 => Kind::Float,
         /// Caravan: how long one CSI controller call (attach, detach, create, …) may take before
         /// it is given up on (default 2m).
         #[serde(with = "super::duration::serde_opt")]
@@ -561,5 +564,29 @@ mod tests {
             serde_json::from_value::<AgentConfig>(value).unwrap(),
             config
         );
+    }
+
+    #[test]
+    fn max_heartbeats_per_second_is_a_non_negative_number() {
+        let cfg =
+            crate::agent::parse_str("server {\n  max_heartbeats_per_second = 500\n}\n", "a.hcl")
+                .unwrap();
+        assert_eq!(cfg.server.unwrap().max_heartbeats_per_second, Some(500.0));
+        let cfg =
+            crate::agent::parse_str("server {\n  max_heartbeats_per_second = 12.5\n}\n", "a.hcl")
+                .unwrap();
+        assert_eq!(cfg.server.unwrap().max_heartbeats_per_second, Some(12.5));
+        let err =
+            crate::agent::parse_str("server {\n  max_heartbeats_per_second = -1\n}\n", "a.hcl")
+                .unwrap_err()
+                .to_string();
+        assert!(err.contains("max_heartbeats_per_second"), "{err}");
+        let err = crate::agent::parse_str(
+            "server {\n  max_heartbeats_per_second = \"fast\"\n}\n",
+            "a.hcl",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("expected a number"), "{err}");
     }
 }

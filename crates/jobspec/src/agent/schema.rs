@@ -20,6 +20,8 @@ pub(crate) enum Kind {
     Bool,
     /// A whole number from 0 to `max`; digit strings are accepted.
     Uint(u64),
+    /// A number that is finite and not negative; numeric strings are accepted.
+    Float,
     /// A Go duration string (`"10s"`).
     Duration,
     /// A list of strings; a single string is a list of one.
@@ -75,6 +77,7 @@ pub(crate) fn check(
         Kind::Str => to_string(value),
         Kind::Bool => to_bool(value),
         Kind::Uint(max) => to_uint(value, *max),
+        Kind::Float => to_float(value),
         Kind::Duration => to_duration(value),
         Kind::StrList => return check_list(value, path, issues),
         Kind::StrMap => return check_str_map(value, path, issues),
@@ -244,6 +247,19 @@ fn to_uint(value: Value, max: u64) -> Result<Value, String> {
         Some(n) if n <= max => Ok(Value::from(n)),
         Some(n) => Err(format!("{n} is out of range (at most {max})")),
         None => Err(expected("a whole number", &value)),
+    }
+}
+
+fn to_float(value: Value) -> Result<Value, String> {
+    let number = match &value {
+        Value::Number(n) => n.as_f64(),
+        Value::String(text) => text.trim().parse::<f64>().ok(),
+        _ => None,
+    };
+    match number {
+        Some(f) if f.is_finite() && f >= 0.0 => Ok(Value::from(f)),
+        Some(f) => Err(format!("{f} must be a number of at least 0")),
+        None => Err(expected("a number", &value)),
     }
 }
 

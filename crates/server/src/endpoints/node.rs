@@ -57,7 +57,7 @@ impl Server {
         let node_id = node.id.clone();
         let down = node.status_kind() == Some(NodeStatus::Down);
         let resp = self.apply(Command::NodeRegister { node }).await?;
-        self.reset_heartbeat(&node_id, down);
+        let ttl = self.reset_heartbeat(&node_id, down);
         let mut index = resp.index;
         if wants_evals {
             let snap = self.state().snapshot();
@@ -68,26 +68,33 @@ impl Server {
                 }
             }
         }
-        Ok(self.node_update_response(index))
+        Ok(self.node_update_response(index, ttl))
     }
 
-    fn node_update_response(&self, index: u64) -> NodeUpdateResponse {
+    fn node_update_response(&self, index: u64, ttl: std::time::Duration) -> NodeUpdateResponse {
         NodeUpdateResponse {
-            heartbeat_ttl: model::Duration(heartbeat_ttl_ns(self)),
+            heartbeat_ttl: model::Duration::from(ttl),
             servers: self.peers(),
             index,
         }
     }
 
-    /// On the leader: restarts the node's heartbeat timer, or stops it for a node that is down.
-    fn reset_heartbeat(&self, node_id: &str, down: bool) {
+    /// On the leader: restarts the node's heartbeat timer with a TTL scaled to the cluster size
+    /// (Nomad's formula), or stops it for a node that is down. Returns the TTL to hand the node.
+    fn reset_heartbeat(&self, node_id: &str, down: bool) -> std::time::Duration {
         tracing::trace!(node_id, down, "heartbeat timer reset");
+        let cfg = self.config();
         if down {
             self.leadership().node_forget(node_id);
-        } else {
-            self.leadership()
-                .node_heartbeat(node_id, self.config().min_heartbeat_ttl);
+            return cfg.min_heartbeat_ttl;
         }
+        let known = self.state().snapshot().node_count();
+        self.leadership().node_heartbeat_scaled(
+            node_id,
+            cfg.max_heartbeats_per_second,
+            cfg.min_heartbeat_ttl,
+            known,
+        )
     }
 
     /// On the leader: writes the node's new status and, when the change calls for it (Nomad's
@@ -222,10 +229,6 @@ fn disconnect_window(snap: &state::StateSnapshot, node_id: &str) -> Option<std::
         .map(|d| std::time::Duration::from_nanos(u64::try_from(d.0).unwrap_or(0)))
 }
 
-fn heartbeat_ttl_ns(server: &Server) -> i64 {
-    i64::try_from(server.config().min_heartbeat_ttl.as_nanos()).unwrap_or(i64::MAX)
-}
-
 /// Nomad's `ShouldDrainNode(new)` or `nodeStatusTransitionRequiresEval(new, old)`: a node going down
 /// or disconnected, coming back from down or disconnected, or done initializing.
 fn status_change_wants_evals(old: &str, new: &str) -> bool {
@@ -334,12 +337,12 @@ impl Server {
             s => s,
         };
         let down = NodeStatus::parse(status) == Some(NodeStatus::Down);
-        self.reset_heartbeat(&node.id, down);
+        let ttl = self.reset_heartbeat(&node.id, down);
         let mut index = self.state().snapshot().table_index(state::Table::Nodes);
         if node.status != status {
             index = self.node_set_status_local(&node, status).await?;
         }
-        Ok(self.node_update_response(index))
+        Ok(self.node_update_response(index, ttl))
     }
 
     /// `Node.GetClientAllocs`: every allocation on the node (with its job), answered once an
@@ -428,11 +431,10 @@ impl Server {
         if !losers.is_empty() {
             self.apply(Command::AllocUpsert { allocs: losers }).await?;
         }
-        let cmd = Command::AllocClientUpdate {
-            allocs: req.allocs,
-            evals: evals.into_values().collect(),
-        };
-        Ok(self.apply(cmd).await?.index)
+        // Folded with other clients' reports into one entry per window (Nomad's 50 ms batch).
+        self.alloc_batcher()
+            .submit(self, req.allocs, evals.into_values().collect())
+            .await
     }
 
     /// The node, if it exists and the secret matches; an empty secret matches nothing.

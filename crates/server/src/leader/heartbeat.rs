@@ -9,6 +9,7 @@
 //! The engine is synchronous: `handle(event, now)` returns what to do; `tasks.rs` ticks it.
 
 use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
@@ -32,12 +33,45 @@ pub enum Command {
     MarkDown { node_id: String },
 }
 
+/// Nomad's `RateScaledInterval`: the interval at which `n` nodes heartbeat at most `rate` times a
+/// second in all, never under `min`. A rate of 0 (or less) means no scaling.
+pub fn rate_scaled_interval(rate: f64, min: Duration, n: usize) -> Duration {
+    if rate <= 0.0 || !rate.is_finite() {
+        return min;
+    }
+    let secs = n as f64 / rate;
+    if !secs.is_finite() {
+        return min;
+    }
+    Duration::from_secs_f64(secs.min(MAX_SCALED_SECS)).max(min)
+}
+
+/// The TTL handed to a node when `n` nodes have timers (Nomad's `resetHeartbeatTimer`): the rate
+/// scaled interval plus a random stagger of up to as much again, so heartbeats spread out.
+/// `random` is any 64-bit random value.
+pub fn heartbeat_ttl(rate: f64, min: Duration, n: usize, random: u64) -> Duration {
+    let ttl = rate_scaled_interval(rate, min, n);
+    let nanos = u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX);
+    if nanos == 0 {
+        return ttl;
+    }
+    ttl + Duration::from_nanos(random % nanos)
+}
+
+/// A scaled interval never goes past a day, whatever the rate.
+const MAX_SCALED_SECS: f64 = 86_400.0;
+
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
     /// Added to every TTL before a node is marked down (Nomad's `heartbeat_grace`).
     pub grace_ns: i64,
-    /// The deadline a new leader gives every ready node (Nomad's `failover_heartbeat_ttl`).
+    /// The deadline a new leader gives every ready node (Nomad's `failover_heartbeat_ttl`),
+    /// raised to the rate-scaled interval of that many nodes plus the grace when a large cluster
+    /// needs longer to reach the new leader at `max_heartbeats_per_second`.
     pub failover_ns: i64,
+    /// `max_heartbeats_per_second` and `min_heartbeat_ttl`, for that floor.
+    pub rate: f64,
+    pub min_ttl: Duration,
     /// The wait before retrying a failed down write.
     pub retry_ns: i64,
 }
@@ -64,7 +98,12 @@ impl Heartbeats {
             Event::LeaderGained { nodes } => {
                 self.enabled = true;
                 self.deadlines.clear();
-                let due = now.saturating_add(self.timing.failover_ns);
+                let scaled =
+                    rate_scaled_interval(self.timing.rate, self.timing.min_ttl, nodes.len());
+                let floor = i64::try_from(scaled.as_nanos())
+                    .unwrap_or(i64::MAX)
+                    .saturating_add(self.timing.grace_ns);
+                let due = now.saturating_add(self.timing.failover_ns.max(floor));
                 self.deadlines
                     .extend(nodes.into_iter().map(|node| (node, due)));
                 Vec::new()
@@ -110,6 +149,11 @@ impl Heartbeats {
         }
     }
 
+    /// How many nodes have a timer (what the TTL scales with).
+    pub fn timer_count(&self) -> usize {
+        self.deadlines.len()
+    }
+
     /// The earliest deadline, for the shell's sleep.
     pub fn next_deadline(&self) -> Option<i64> {
         self.deadlines.values().min().copied()
@@ -132,6 +176,8 @@ mod tests {
         let mut hb = Heartbeats::new(Timing {
             grace_ns: 10 * S,
             failover_ns: 300 * S,
+            rate: 50.0,
+            min_ttl: Duration::from_secs(10),
             retry_ns: S,
         });
         hb.handle(Event::LeaderGained { nodes: vec![] }, 0);
@@ -146,6 +192,66 @@ mod tests {
             },
             now,
         )
+    }
+
+    #[test]
+    fn ttls_scale_with_the_cluster_as_nomads() {
+        let min = Duration::from_secs(10);
+        // Under 500 nodes at 50/s the floor holds; past it the interval grows linearly.
+        assert_eq!(rate_scaled_interval(50.0, min, 0), min);
+        assert_eq!(rate_scaled_interval(50.0, min, 500), min);
+        assert_eq!(
+            rate_scaled_interval(50.0, min, 10_000),
+            Duration::from_secs(200)
+        );
+        assert_eq!(
+            rate_scaled_interval(500.0, min, 10_000),
+            Duration::from_secs(20)
+        );
+        assert_eq!(rate_scaled_interval(0.0, min, 10_000), min, "0: no scaling");
+        assert_eq!(rate_scaled_interval(f64::NAN, min, 10_000), min);
+        assert_eq!(
+            rate_scaled_interval(1e-300, min, 10),
+            Duration::from_secs(86_400),
+            "capped"
+        );
+        // The stagger adds up to as much again.
+        for r in [0, 1, u64::MAX / 3, u64::MAX] {
+            let ttl = heartbeat_ttl(50.0, min, 10_000, r);
+            assert!(
+                ttl >= Duration::from_secs(200) && ttl < Duration::from_secs(400),
+                "{ttl:?}"
+            );
+        }
+        assert_eq!(heartbeat_ttl(50.0, min, 1, 0), min);
+    }
+
+    #[test]
+    fn a_new_leader_gives_a_large_cluster_at_least_its_scaled_interval() {
+        let mut hb = Heartbeats::new(Timing {
+            grace_ns: 10 * S,
+            failover_ns: 60 * S,
+            rate: 50.0,
+            min_ttl: Duration::from_secs(10),
+            retry_ns: S,
+        });
+        let nodes: Vec<String> = (0..10_000).map(|i| format!("n{i}")).collect();
+        hb.handle(Event::LeaderGained { nodes }, 0);
+        assert_eq!(hb.timer_count(), 10_000);
+        // 10,000 nodes at 50/s: 200 s, plus the grace, beats the 60 s failover TTL.
+        assert_eq!(hb.deadline("n0"), Some(210 * S));
+        let mut small = engine();
+        small.handle(
+            Event::LeaderGained {
+                nodes: vec!["a".into()],
+            },
+            0,
+        );
+        assert_eq!(
+            small.deadline("a"),
+            Some(300 * S),
+            "the failover TTL when larger"
+        );
     }
 
     fn down(node: &str) -> Command {

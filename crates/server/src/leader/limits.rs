@@ -93,6 +93,8 @@ pub const DEFAULT_MIN_HEARTBEAT_TTL: Duration = Duration::from_secs(10);
 pub const DEFAULT_HEARTBEAT_GRACE: Duration = Duration::from_secs(10);
 /// How long a new leader gives every ready node to heartbeat, by default (Nomad's
 /// `failover_heartbeat_ttl`).
+/// Nomad's `max_heartbeats_per_second` default.
+pub const DEFAULT_MAX_HEARTBEATS_PER_SECOND: f64 = 50.0;
 pub const DEFAULT_FAILOVER_HEARTBEAT_TTL: Duration = Duration::from_secs(5 * 60);
 /// The wait before a failed down write is tried again.
 pub const HEARTBEAT_RETRY_NS: i64 = SECOND_NS;

@@ -87,6 +87,32 @@ impl Leadership {
         let _ = tokio::time::timeout(bound, wait).await;
     }
 
+    /// Restarts the node's heartbeat timer with a TTL scaled to the cluster (Nomad's
+    /// `resetHeartbeatTimer`: `max_heartbeats_per_second`, `min_heartbeat_ttl`, a random stagger)
+    /// and returns that TTL, which the node is handed. When this server does not lead (yet), the
+    /// TTL is computed as if every known node had a timer.
+    pub(crate) fn node_heartbeat_scaled(
+        &self,
+        node_id: &str,
+        rate: f64,
+        min_ttl: std::time::Duration,
+        known_nodes: usize,
+    ) -> std::time::Duration {
+        let random = uuid::Uuid::new_v4().as_u64_pair().0;
+        let mut guard = self.heartbeats.lock().expect("heartbeat lock");
+        let Some(engine) = guard.as_mut() else {
+            return heartbeat::heartbeat_ttl(rate, min_ttl, known_nodes, random);
+        };
+        let ttl = heartbeat::heartbeat_ttl(rate, min_ttl, engine.timer_count(), random);
+        let event = heartbeat::Event::NodeHeartbeat {
+            node_id: node_id.to_owned(),
+            ttl_ns: i64::try_from(ttl.as_nanos()).unwrap_or(i64::MAX),
+        };
+        let commands = engine.handle(event, crate::endpoints::now_nanos());
+        debug_assert!(commands.is_empty());
+        ttl
+    }
+
     /// Restarts the node's heartbeat timer (it heartbeated or registered and was handed `ttl`); a
     /// no-op when this server does not lead.
     pub(crate) fn node_heartbeat(&self, node_id: &str, ttl: std::time::Duration) {
@@ -230,6 +256,8 @@ impl LeaderLoops {
             let mut engine = heartbeat::Heartbeats::new(heartbeat::Timing {
                 grace_ns: duration_ns(cfg.heartbeat_grace),
                 failover_ns: duration_ns(cfg.failover_heartbeat_ttl),
+                rate: cfg.max_heartbeats_per_second,
+                min_ttl: cfg.min_heartbeat_ttl,
                 retry_ns: limits::HEARTBEAT_RETRY_NS,
             });
             let nodes = timed_nodes(&server.state().snapshot());

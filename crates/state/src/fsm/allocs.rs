@@ -98,7 +98,7 @@ pub(super) fn client_update(
         update_summary_with_alloc(tx, &alloc, Some(&existing));
         let force = (!alloc.is_terminal()).then_some(JOB_STATUS_RUNNING);
         jobs.insert(ns_key(&alloc.namespace, &alloc.job_id), force);
-        tx.put_alloc(alloc);
+        tx.put_alloc_client_fields(alloc);
     }
     tx.touch(Table::Allocs);
     set_job_statuses(tx, &jobs, false);

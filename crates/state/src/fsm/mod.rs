@@ -99,6 +99,14 @@ impl Txn {
         self.root.put_alloc(Arc::new(alloc));
     }
 
+    /// Writes a change to the client's own fields only (its report): the node's allocation
+    /// query is not woken, since the client knows what it reported (Nomad's client pulls only
+    /// allocations whose `AllocModifyIndex` moved; this one never does).
+    pub(crate) fn put_alloc_client_fields(&mut self, alloc: Allocation) {
+        self.touch(Table::Allocs);
+        self.root.put_alloc_with(Arc::new(alloc), false);
+    }
+
     pub(crate) fn delete_alloc(&mut self, id: &str) -> Option<Arc<Allocation>> {
         self.touch(Table::Allocs);
         self.root.delete_alloc(id)
