@@ -369,7 +369,7 @@ pub fn alloc(node_id: &str, job: Job) -> Allocation {
         }),
         desired_status: ALLOC_DESIRED_STATUS_RUN.into(),
         client_status: ALLOC_CLIENT_STATUS_PENDING.into(),
-        job: Some(Box::new(job)),
+        job: Some(std::sync::Arc::new(job)),
         ..Allocation::default()
     }
 }

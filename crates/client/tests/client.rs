@@ -544,7 +544,7 @@ async fn a_deployment_allocation_reports_its_health() {
     let t = task("svc", "mock_driver", json!({"run_for": "1h"}));
     let mut a = alloc(client.node_id(), job("svc", "service", vec![t]));
     a.deployment_id = "d1".into();
-    let group = &mut a.job.as_mut().unwrap().task_groups[0];
+    let group = &mut std::sync::Arc::make_mut(a.job.as_mut().unwrap()).task_groups[0];
     let update = group.update.get_or_insert_with(Default::default);
     update.min_healthy_time = Some(model::Duration::from_millis(300));
     update.healthy_deadline = Some(model::Duration::from_secs(30));

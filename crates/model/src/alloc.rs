@@ -98,7 +98,7 @@ pub struct Allocation {
     #[serde(rename = "JobID", skip_serializing_if = "is_default")]
     pub job_id: String,
     #[serde(rename = "Job")]
-    pub job: Option<Box<Job>>,
+    pub job: Option<std::sync::Arc<Job>>,
     #[serde(rename = "TaskGroup", skip_serializing_if = "is_default")]
     pub task_group: String,
     /// Deprecated: the total asked for; see `AllocatedResources`.
@@ -760,7 +760,7 @@ mod tests {
                 node_id: "5b2d1c1e-8d3f-4f7a-9f3c-2a1b0c9d8e7f".into(),
                 node_name: "client-1".into(),
                 job_id: "web".into(),
-                job: Some(Box::new(example_job())),
+                job: Some(std::sync::Arc::new(example_job())),
                 task_group: "api".into(),
                 resources: None,
                 task_resources: BTreeMap::new(),

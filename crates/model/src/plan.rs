@@ -174,7 +174,7 @@ mod tests {
             eval_token: "t0000000-0000-0000-0000-000000000001".into(),
             priority: 50,
             all_at_once: false,
-            job: placed.job.clone(),
+            job: placed.job.as_deref().map(|j| Box::new(j.clone())),
             annotations: Some(PlanAnnotations {
                 desired_tg_updates: [(
                     "api".to_string(),

@@ -153,7 +153,7 @@ impl<'v> Builder<'v> {
             return;
         };
         let mut a = alloc.clone();
-        a.job = Some(Box::new((**job).clone()));
+        a.job = Some(job.clone());
         a.eval_id.clone_from(&self.eval.id);
         // Moving to another deployment starts its health over (Nomad's computeJobAllocs): the
         // new deployment counts the allocation only once the client finds it healthy again.
@@ -173,7 +173,7 @@ impl<'v> Builder<'v> {
         canary: bool,
         c: Choice,
     ) -> Allocation {
-        let job = self.job.as_ref().map(|j| Box::new((**j).clone()));
+        let job = self.job.clone();
         let canary = canary && !self.deployment_id.is_empty();
         Allocation {
             id: self.ids.uuid(),

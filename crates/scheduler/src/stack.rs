@@ -657,7 +657,7 @@ mod tests {
             job_id: "web".into(),
             task_group: "web".into(),
             node_id: "n1".into(),
-            job: Some(Box::new((*j).clone())),
+            job: Some(Arc::new((*j).clone())),
             desired_status: "run".into(),
             client_status: "running".into(),
             ..Allocation::default()

@@ -444,6 +444,7 @@ impl Root {
     /// `put_alloc`; with `wake_node` false (a client's report of its own fields) the node's
     /// allocation index stays, unless the allocation moved between nodes.
     pub(crate) fn put_alloc_with(&mut self, alloc: Arc<Allocation>, wake_node: bool) {
+        let alloc = self.share_job(alloc);
         let mut moved = false;
         if let Some(old) = self.allocs.get(&alloc.id).cloned() {
             self.unindex_alloc(&old);
@@ -469,6 +470,31 @@ impl Root {
         self.allocs_by_modify
             .insert((alloc.modify_index, alloc.id.clone()));
         self.allocs.insert(alloc.id.clone(), alloc);
+    }
+
+    /// Allocations share their job with the stored version they run (same namespace, ID,
+    /// version and job modify index) instead of each holding a copy: the bytes of state per
+    /// allocation are its own fields, not its job's.
+    fn share_job(&self, alloc: Arc<Allocation>) -> Arc<Allocation> {
+        let Some(job) = alloc.job.as_ref() else {
+            return alloc;
+        };
+        let key = (
+            job_namespace(job).to_owned(),
+            job.id.clone(),
+            job.version.unwrap_or(0),
+        );
+        match self.job_versions.get(&key) {
+            Some(stored)
+                if !Arc::ptr_eq(stored, job) && stored.job_modify_index == job.job_modify_index =>
+            {
+                let stored = stored.clone();
+                let mut a = Arc::unwrap_or_clone(alloc);
+                a.job = Some(stored);
+                Arc::new(a)
+            }
+            _ => alloc,
+        }
     }
 
     pub(crate) fn delete_alloc(&mut self, id: &str) -> Option<Arc<Allocation>> {

@@ -102,6 +102,28 @@ fn placements_stops_and_evals_commit_at_one_index() {
             "the command's job is denormalized into each placement"
         );
     }
+    // Shared, not copied: every placement holds the stored version's job itself.
+    let version = snap
+        .job_version("default", "web", stored.version.unwrap_or(0))
+        .expect("the stored version");
+    for id in ["a1", "a2", "old"] {
+        let a = snap.alloc(id).unwrap();
+        assert!(
+            std::sync::Arc::ptr_eq(a.job.as_ref().unwrap(), &version),
+            "{id} shares the stored job version"
+        );
+    }
+    // And so after a save and a load.
+    let loaded = state::StateStore::new();
+    loaded.restore(&mut fsm.save().as_slice()).unwrap();
+    let snap2 = loaded.snapshot();
+    let v2 = snap2
+        .job_version("default", "web", stored.version.unwrap_or(0))
+        .unwrap();
+    assert!(std::sync::Arc::ptr_eq(
+        snap2.alloc("a1").unwrap().job.as_ref().unwrap(),
+        &v2
+    ));
     let old = snap.alloc("old").expect("stopped, not removed");
     assert_eq!(old.desired_status, "stop");
     assert_eq!(

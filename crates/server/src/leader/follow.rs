@@ -257,7 +257,7 @@ mod tests {
             id: "a1".into(),
             namespace: "default".into(),
             job_id: "web".into(),
-            job: Some(Box::new(job)),
+            job: Some(std::sync::Arc::new(job)),
             node_id: "n1".into(),
             desired_status: "run".into(),
             client_status: "pending".into(),

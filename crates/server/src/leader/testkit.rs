@@ -90,7 +90,7 @@ pub fn alloc(id: &str, job: &Job, node: &str, cpu: i64, memory_mb: i64) -> Alloc
         name: format!("{}.web[0]", job.id),
         node_id: node.into(),
         job_id: job.id.clone(),
-        job: Some(Box::new(job.clone())),
+        job: Some(std::sync::Arc::new(job.clone())),
         task_group: "web".into(),
         desired_status: "run".into(),
         client_status: "pending".into(),

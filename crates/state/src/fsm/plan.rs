@@ -33,10 +33,13 @@ pub(super) fn apply(tx: &mut Txn, plan: &PlanResults<'_>) -> Result<ApplyRespons
         deployments::update_status(tx, update);
     }
     let mut writes = stopped(tx, plan.allocs_stop);
+    // One job for every placement that came without its own: shared, not copied per allocation
+    // (the store shares it further with the stored version, see `Root::put_alloc`).
+    let shared = plan.job.map(|j| std::sync::Arc::new(j.clone()));
     writes.extend(plan.allocs_upsert.iter().map(|a| {
         let mut a = a.clone();
         if a.job.is_none() {
-            a.job = plan.job.map(|j| Box::new(j.clone()));
+            a.job.clone_from(&shared);
         }
         a
     }));
