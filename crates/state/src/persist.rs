@@ -8,6 +8,11 @@
 //!
 //! Objects are written in key order, so equal states save to identical bytes. Secondary indexes are
 //! not saved; `load` rebuilds them through the same writers the FSM uses.
+//!
+//! Format 2: an allocation whose job is a stored job version is written without it, as
+//! `{"AllocOfVersion":{"Alloc":{…},"JobVersion":3,"JobModifyIndex":40}}`, and gets that version
+//! back on load (job versions come first); format 1 snapshots (every allocation with its job)
+//! still load.
 
 use crate::command::Table;
 use crate::error::StateError;
@@ -27,7 +32,20 @@ use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::sync::Arc;
 
 /// The snapshot format this build writes and the only one it reads.
-pub const SNAPSHOT_FORMAT_VERSION: u64 = 1;
+pub const SNAPSHOT_FORMAT_VERSION: u64 = 2;
+/// The oldest format this build still reads.
+const SNAPSHOT_FORMAT_OLDEST: u64 = 1;
+
+/// An allocation written without its job, which is the stored version named here.
+#[derive(Serialize, Deserialize)]
+struct AllocOfVersion<A> {
+    #[serde(rename = "Alloc")]
+    alloc: A,
+    #[serde(rename = "JobVersion")]
+    job_version: u64,
+    #[serde(rename = "JobModifyIndex")]
+    job_modify_index: u64,
+}
 
 #[derive(Serialize, Deserialize)]
 struct Header {
@@ -53,6 +71,7 @@ enum RecordRef<'a> {
     JobSummary(&'a JobSummary),
     Eval(&'a Evaluation),
     Alloc(&'a Allocation),
+    AllocOfVersion(AllocOfVersion<Allocation>),
     Node(&'a Node),
     Deployment(&'a Deployment),
     CsiVolume(&'a CSIVolume),
@@ -76,6 +95,7 @@ enum Record {
     JobSummary(JobSummary),
     Eval(Evaluation),
     Alloc(Allocation),
+    AllocOfVersion(AllocOfVersion<Allocation>),
     Node(Node),
     Deployment(Deployment),
     CsiVolume(CSIVolume),
@@ -132,7 +152,21 @@ pub(crate) fn save(root: &Root, w: &mut dyn Write) -> Result<(), StateError> {
         put(&mut w, RecordRef::Eval(eval))?;
     }
     for alloc in root.allocs().values() {
-        put(&mut w, RecordRef::Alloc(alloc))?;
+        match shared_version(root, alloc) {
+            Some(job) => {
+                let mut bare = (**alloc).clone();
+                bare.job = None;
+                put(
+                    &mut w,
+                    RecordRef::AllocOfVersion(AllocOfVersion {
+                        alloc: bare,
+                        job_version: job.version.unwrap_or(0),
+                        job_modify_index: job.job_modify_index.unwrap_or(0),
+                    }),
+                )?;
+            }
+            None => put(&mut w, RecordRef::Alloc(alloc))?,
+        }
     }
     for node in root.nodes().values() {
         put(&mut w, RecordRef::Node(node))?;
@@ -201,9 +235,13 @@ fn check_header(first: &[u8]) -> Result<Header, StateError> {
         .map_err(|e| not_ours(format!("is not a JSON object ({e})")))?;
     match probe.format {
         None => return Err(not_ours("has no \"Format\" field".into())),
-        Some(v) if v.as_u64() != Some(SNAPSHOT_FORMAT_VERSION) => {
+        Some(v)
+            if !v
+                .as_u64()
+                .is_some_and(|f| (SNAPSHOT_FORMAT_OLDEST..=SNAPSHOT_FORMAT_VERSION).contains(&f)) =>
+        {
             return Err(StateError::Corrupt(format!(
-                "snapshot format {v} is not supported: this build reads format {SNAPSHOT_FORMAT_VERSION}"
+                "snapshot format {v} is not supported: this build reads formats {SNAPSHOT_FORMAT_OLDEST} to {SNAPSHOT_FORMAT_VERSION}"
             )))
         }
         Some(_) => {}
@@ -290,7 +328,10 @@ fn load_with(r: &mut dyn Read, rebase: Option<u64>) -> Result<Root, StateError> 
             }
             record => {
                 objects += 1;
-                insert(&mut root, record);
+                insert(&mut root, record).map_err(|e| match e {
+                    StateError::Corrupt(m) => StateError::Corrupt(format!("line {line}: {m}")),
+                    other => other,
+                })?;
             }
         }
     }
@@ -303,7 +344,34 @@ fn load_with(r: &mut dyn Read, rebase: Option<u64>) -> Result<Root, StateError> 
     Ok(root)
 }
 
-fn insert(root: &mut Root, record: Record) {
+/// The stored job version `alloc` runs, when its job is that version itself (shared).
+fn shared_version<'a>(root: &'a Root, alloc: &Allocation) -> Option<&'a Arc<Job>> {
+    let job = alloc.job.as_ref()?;
+    let stored = root.job_version(
+        crate::tables::job_namespace(job),
+        &job.id,
+        job.version.unwrap_or(0),
+    )?;
+    Arc::ptr_eq(stored, job).then_some(stored)
+}
+
+fn insert(root: &mut Root, record: Record) -> Result<(), StateError> {
+    if let Record::AllocOfVersion(r) = record {
+        let mut alloc = r.alloc;
+        let stored = root
+            .job_version(&alloc.namespace, &alloc.job_id, r.job_version)
+            .filter(|j| j.job_modify_index.unwrap_or(0) == r.job_modify_index)
+            .cloned()
+            .ok_or_else(|| {
+                StateError::Corrupt(format!(
+                    "allocation {} runs version {} of job {:?}, which the snapshot does not hold",
+                    alloc.id, r.job_version, alloc.job_id
+                ))
+            })?;
+        alloc.job = Some(stored);
+        root.put_alloc(Arc::new(alloc));
+        return Ok(());
+    }
     match record {
         Record::Job(job) => root.put_job(Arc::new(job)),
         Record::JobVersion(job) => root.put_job_version(Arc::new(job)),
@@ -322,5 +390,7 @@ fn insert(root: &mut Root, record: Record) {
         Record::AclBootstrapIndex(index) => root.set_acl_bootstrap_index(index),
         Record::Namespace(ns) => root.put_namespace(Arc::new(ns)),
         Record::End(_) => unreachable!("handled by the caller"),
+        Record::AllocOfVersion(_) => unreachable!("handled above"),
     }
+    Ok(())
 }
