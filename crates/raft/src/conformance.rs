@@ -40,8 +40,9 @@ impl StateMachine for Concat {
         self.0.lock().unwrap().extend_from_slice(payload);
         Vec::new()
     }
-    fn snapshot(&self) -> Vec<u8> {
-        self.0.lock().unwrap().clone()
+    fn snapshot(&self) -> crate::SnapshotWriter {
+        let data = self.0.lock().unwrap().clone();
+        Box::new(move || data)
     }
     fn restore(&self, data: &[u8]) -> Result<(), String> {
         *self.0.lock().unwrap() = data.to_vec();

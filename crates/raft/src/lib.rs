@@ -26,4 +26,4 @@ mod types;
 mod conformance;
 
 pub use node::{RaftConfig, RaftError, RaftNode, RaftStats};
-pub use state_machine::StateMachine;
+pub use state_machine::{SnapshotWriter, StateMachine};

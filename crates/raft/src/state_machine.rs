@@ -18,11 +18,16 @@ use std::sync::Arc;
 pub trait StateMachine: Send + Sync + 'static {
     /// Applies the entry at `index`; returns the response bytes the writer receives.
     fn apply(&self, index: u64, payload: &[u8]) -> Vec<u8>;
-    /// The full state, as `restore` reads it.
-    fn snapshot(&self) -> Vec<u8>;
+    /// The full state as of the last applied entry, as `restore` reads it. Called on the state
+    /// machine's task, so it must only capture (O(1) for an immutable state); the returned
+    /// writer serializes it later on a blocking thread, while entries go on being applied.
+    fn snapshot(&self) -> SnapshotWriter;
     /// Replaces the whole state with a snapshot's.
     fn restore(&self, data: &[u8]) -> Result<(), String>;
 }
+
+/// Serializes a captured state; runs off the state machine's task.
+pub type SnapshotWriter = Box<dyn FnOnce() -> Vec<u8> + Send + Sync>;
 
 pub(crate) struct SmStore {
     app: Arc<dyn StateMachine>,
@@ -42,11 +47,12 @@ impl SmStore {
     }
 }
 
-/// A snapshot captured in the state machine's task (so it matches `last_applied` exactly) and
-/// written to disk by openraft's snapshot task.
+/// A snapshot captured in the state machine's task (so it matches `last_applied` exactly),
+/// serialized and written to disk by openraft's snapshot task on a blocking thread: applies
+/// never wait for it.
 pub(crate) struct SnapshotBuilder {
     meta: SnapshotMeta,
-    data: Vec<u8>,
+    writer: Option<SnapshotWriter>,
     files: Arc<SnapshotFiles>,
 }
 
@@ -55,9 +61,10 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
 
     async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
         let meta = self.meta.clone();
-        let data = std::mem::take(&mut self.data);
+        let writer = self.writer.take();
         let files = self.files.clone();
         let (meta, data) = tokio::task::spawn_blocking(move || {
+            let data = writer.map(|w| w()).unwrap_or_default();
             files.save(&meta, &data)?;
             Ok::<_, io::Error>((meta, data))
         })
@@ -108,7 +115,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
                 last_log_id: self.last_applied,
                 last_membership: self.membership.clone(),
             },
-            data: self.app.snapshot(),
+            writer: Some(self.app.snapshot()),
             files: self.files.clone(),
         }
     }

@@ -33,15 +33,20 @@ impl raft::StateMachine for Fsm {
         serde_json::to_vec(&result).unwrap_or_default()
     }
 
-    fn snapshot(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        match self.store.save(&mut out) {
-            Ok(()) => out,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot serialise the state for a raft snapshot");
-                Vec::new()
+    fn snapshot(&self) -> raft::SnapshotWriter {
+        // O(1) here, on the state machine's task; the serialization runs later on a blocking
+        // thread, from this immutable snapshot, while applies go on.
+        let snap = self.store.snapshot();
+        Box::new(move || {
+            let mut out = Vec::new();
+            match snap.save(&mut out) {
+                Ok(()) => out,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot serialise the state for a raft snapshot");
+                    Vec::new()
+                }
             }
-        }
+        })
     }
 
     fn restore(&self, data: &[u8]) -> Result<(), String> {

@@ -75,7 +75,7 @@ impl StateMachine for ListSm {
         entries.len().to_string().into_bytes()
     }
 
-    fn snapshot(&self) -> Vec<u8> {
+    fn snapshot(&self) -> raft::SnapshotWriter {
         let list: Vec<(u64, String)> = self
             .entries
             .lock()
@@ -83,7 +83,7 @@ impl StateMachine for ListSm {
             .iter()
             .map(|(i, p)| (*i, B64.encode(p)))
             .collect();
-        serde_json::to_vec(&list).unwrap()
+        Box::new(move || serde_json::to_vec(&list).unwrap())
     }
 
     fn restore(&self, data: &[u8]) -> Result<(), String> {
