@@ -12,24 +12,12 @@ use serde_json::{json, Value};
 const MOCK: &str = common::MOCK_DRIVER_CONFIG;
 
 fn server(name: &str) -> (Agent, String) {
-    let dir = temp_dir(name);
-    let data = dir.join("data").display().to_string();
-    let extra = dir.join("server.hcl");
     // Short heartbeats, so a lost client is noticed in seconds. A client that registered while the
     // leader loops were still starting gets the failover TTL, so that is short too.
-    std::fs::write(
-        &extra,
+    common::server_agent(
+        name,
         "log_level = \"INFO\"\nserver {\n  heartbeat_grace = \"1s\"\n  min_heartbeat_ttl = \"1s\"\n  failover_heartbeat_ttl = \"3s\"\n}\n",
     )
-    .unwrap();
-    let extra = extra.display().to_string();
-    let agent = Agent::start(&dir, &["-server", "-data-dir", &data, "-config", &extra]);
-    let rpc = agent
-        .get("/v1/status/leader")
-        .ok()
-        .and_then(|v| v.as_str().map(String::from))
-        .expect("the server's rpc address");
-    (agent, rpc)
 }
 
 fn client(name: &str, servers: &str) -> Agent {

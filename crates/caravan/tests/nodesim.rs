@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{bin, temp_dir, wait_for, Agent};
+use common::{bin, wait_for, Agent};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
@@ -81,18 +81,6 @@ impl Drop for Nodesim {
     }
 }
 
-fn server() -> (Agent, String) {
-    let dir = temp_dir("nodesim");
-    let data = dir.join("data").display().to_string();
-    let agent = Agent::start(&dir, &["-server", "-data-dir", &data]);
-    let rpc = agent
-        .get("/v1/status/leader")
-        .ok()
-        .and_then(|v| v.as_str().map(String::from))
-        .expect("the server's rpc address");
-    (agent, rpc)
-}
-
 fn job(id: &str, kind: &str, count: u64, config: Value) -> Value {
     json!({"Job": {"ID": id, "Type": kind, "TaskGroups": [{
         "Name": "g", "Count": count,
@@ -118,7 +106,7 @@ fn count_status(list: &[Value], status: &str) -> u64 {
 
 #[test]
 fn five_hundred_simulated_nodes_run_every_allocation_once() {
-    let (agent, rpc) = server();
+    let (agent, rpc) = common::server_agent("nodesim", "");
     let mut sim = Nodesim::start(&rpc, NODES, 7);
 
     wait_for(

@@ -71,7 +71,7 @@ enum RecordRef<'a> {
     JobSummary(&'a JobSummary),
     Eval(&'a Evaluation),
     Alloc(&'a Allocation),
-    AllocOfVersion(AllocOfVersion<Allocation>),
+    AllocOfVersion(Box<AllocOfVersion<Allocation>>),
     Node(&'a Node),
     Deployment(&'a Deployment),
     CsiVolume(&'a CSIVolume),
@@ -158,11 +158,11 @@ pub(crate) fn save(root: &Root, w: &mut dyn Write) -> Result<(), StateError> {
                 bare.job = None;
                 put(
                     &mut w,
-                    RecordRef::AllocOfVersion(AllocOfVersion {
+                    RecordRef::AllocOfVersion(Box::new(AllocOfVersion {
                         alloc: bare,
                         job_version: job.version.unwrap_or(0),
                         job_modify_index: job.job_modify_index.unwrap_or(0),
-                    }),
+                    })),
                 )?;
             }
             None => put(&mut w, RecordRef::Alloc(alloc))?,

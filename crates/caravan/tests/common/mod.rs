@@ -51,6 +51,23 @@ pub fn mock_dev_agent(name: &str) -> Agent {
     agent
 }
 
+/// A `caravan agent -server` in a fresh dir named after `name`, with `extra` agent configuration
+/// (empty: none), once it leads; with its rpc address.
+pub fn server_agent(name: &str, extra: &str) -> (Agent, String) {
+    let dir = temp_dir(name);
+    let data = dir.join("data").display().to_string();
+    let cfg = dir.join("server.hcl");
+    std::fs::write(&cfg, extra).unwrap();
+    let cfg = cfg.display().to_string();
+    let agent = Agent::start(&dir, &["-server", "-data-dir", &data, "-config", &cfg]);
+    let rpc = agent
+        .get("/v1/status/leader")
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .expect("the server's rpc address");
+    (agent, rpc)
+}
+
 /// A running agent; killed (SIGKILL) when dropped.
 pub struct Agent {
     child: Child,
