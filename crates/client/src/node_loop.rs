@@ -195,7 +195,7 @@ pub(crate) fn heartbeat_interval(ttl: Duration, rng: &mut Rng) -> Duration {
     (half - jitter).max(HEARTBEAT_INTERVAL_MIN)
 }
 
-fn to_std(d: model::Duration) -> Duration {
+pub(crate) fn to_std(d: model::Duration) -> Duration {
     Duration::from_nanos(u64::try_from(d.as_nanos()).unwrap_or(0))
 }
 

@@ -19,7 +19,7 @@ use crate::conn::{is_failover, ServerConn};
 use crate::events;
 use crate::fingerprint::{build_node, CpuFacts, DiskFacts, HostFacts, NetFacts};
 use crate::identity::NodeIdentity;
-use crate::node_loop::heartbeat_interval;
+use crate::node_loop::{heartbeat_interval, to_std};
 use crate::rng::{Backoff, Rng};
 use crate::time::{now_rfc3339, now_unix_ns};
 use crate::{ClientConfig, RpcServerConn};
@@ -882,10 +882,6 @@ async fn sleep_or_stop(d: Duration, shutdown: &mut watch::Receiver<bool>) -> boo
         () = tokio::time::sleep(d) => *shutdown.borrow(),
         _ = shutdown.changed() => true,
     }
-}
-
-fn to_std(d: model::Duration) -> Duration {
-    Duration::from_nanos(u64::try_from(d.as_nanos()).unwrap_or(0))
 }
 
 fn nanos(d: Duration) -> i64 {

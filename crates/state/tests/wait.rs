@@ -126,17 +126,23 @@ fn allocs_cmd(allocs: Vec<model::alloc::Allocation>) -> Command {
     Command::AllocUpsert { allocs }
 }
 
-/// A client's allocation query waits on its own node: a write that places allocations on other
-/// nodes does not wake it, one on its node does, and so does a delete; the waiter map is empty
-/// again once nobody waits.
-#[tokio::test(start_paused = true)]
-async fn a_node_waiter_wakes_only_for_its_own_allocations() {
+/// A store with job `web` (index 1) and its allocation `a1` on node `n1` (index 2).
+fn one_alloc_on_n1() -> (StateStore, model::Job) {
     let store = StateStore::new();
     let web = job("web");
     store.apply(1, &job_cmd("web")).unwrap();
     store
         .apply(2, &allocs_cmd(vec![alloc("a1", &web, "n1", "e1")]))
         .unwrap();
+    (store, web)
+}
+
+/// A client's allocation query waits on its own node: a write that places allocations on other
+/// nodes does not wake it, one on its node does, and so does a delete; the waiter map is empty
+/// again once nobody waits.
+#[tokio::test(start_paused = true)]
+async fn a_node_waiter_wakes_only_for_its_own_allocations() {
+    let (store, web) = one_alloc_on_n1();
     let snap = store.snapshot();
     assert_eq!(snap.node_alloc_index("n1"), 2);
     assert_eq!(snap.node_alloc_index("n2"), 0);
@@ -224,12 +230,7 @@ async fn a_node_waiter_wakes_only_for_its_own_allocations() {
 /// higher than the true one), and a restore wakes every node waiter.
 #[tokio::test(start_paused = true)]
 async fn node_indexes_survive_a_load_and_a_restore_wakes_node_waiters() {
-    let store = StateStore::new();
-    let web = job("web");
-    store.apply(1, &job_cmd("web")).unwrap();
-    store
-        .apply(2, &allocs_cmd(vec![alloc("a1", &web, "n1", "e1")]))
-        .unwrap();
+    let (store, _) = one_alloc_on_n1();
     let mut saved = Vec::new();
     store.save(&mut saved).unwrap();
     let other = StateStore::new();

@@ -88,12 +88,11 @@ impl Server {
             self.leadership().node_forget(node_id);
             return cfg.min_heartbeat_ttl;
         }
-        let known = self.state().snapshot().node_count();
         self.leadership().node_heartbeat_scaled(
             node_id,
             cfg.max_heartbeats_per_second,
             cfg.min_heartbeat_ttl,
-            known,
+            || self.state().snapshot().node_count(),
         )
     }
 

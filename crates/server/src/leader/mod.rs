@@ -96,12 +96,12 @@ impl Leadership {
         node_id: &str,
         rate: f64,
         min_ttl: std::time::Duration,
-        known_nodes: usize,
+        known_nodes: impl FnOnce() -> usize,
     ) -> std::time::Duration {
         let random = uuid::Uuid::new_v4().as_u64_pair().0;
         let mut guard = self.heartbeats.lock().expect("heartbeat lock");
         let Some(engine) = guard.as_mut() else {
-            return heartbeat::heartbeat_ttl(rate, min_ttl, known_nodes, random);
+            return heartbeat::heartbeat_ttl(rate, min_ttl, known_nodes(), random);
         };
         let ttl = heartbeat::heartbeat_ttl(rate, min_ttl, engine.timer_count(), random);
         let event = heartbeat::Event::NodeHeartbeat {
