@@ -404,3 +404,70 @@ async fn a_new_leader_times_initializing_nodes_too() {
     .await;
     server.shutdown().await;
 }
+
+/// Clients' reports are folded into shared entries (`Node.UpdateAlloc`'s 50 ms batch): each caller
+/// is answered only once its own update is applied (it reads it back at once), and no concurrent
+/// report is lost. How many entries they took is printed, not asserted (it depends on timing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_alloc_reports_are_each_applied_before_their_answer() {
+    let (server, _dir) = start_server("batch").await;
+    server.node_register(node("a")).await.unwrap();
+    let mut j = job("many");
+    j.task_groups[0].count = Some(8);
+    server
+        .job_register(JobRegisterRequest {
+            job: j,
+            enforce_index: false,
+            job_modify_index: 0,
+            preserve_counts: false,
+            eval_priority: 0,
+        })
+        .await
+        .expect("job registers");
+    let snap = wait_until(&server, "8 allocations placed", |s| {
+        s.allocs_by_job("default", "many").len() == 8
+    })
+    .await;
+    let ids: Vec<String> = snap
+        .allocs_by_job("default", "many")
+        .iter()
+        .map(|a| a.id.clone())
+        .collect();
+    let mut calls = tokio::task::JoinSet::new();
+    for id in ids.clone() {
+        let server = server.clone();
+        calls.spawn(async move {
+            let req = model::wire::NodeUpdateAllocRequest {
+                node_id: "a".into(),
+                secret_id: "secret-a".into(),
+                allocs: vec![model::wire::AllocClientUpdate {
+                    id: id.clone(),
+                    client_status: "running".into(),
+                    ..Default::default()
+                }],
+            };
+            let index = server.node_update_alloc(req).await.expect("report applied");
+            let seen = server
+                .state()
+                .snapshot()
+                .alloc(&id)
+                .unwrap()
+                .client_status
+                .clone();
+            assert_eq!(seen, "running", "{id} answered before its entry applied");
+            index
+        });
+    }
+    let mut indexes = BTreeSet::new();
+    while let Some(r) = calls.join_next().await {
+        indexes.insert(r.unwrap());
+    }
+    println!(
+        "8 concurrent reports committed in {} entries",
+        indexes.len()
+    );
+    let snap = server.state().snapshot();
+    for id in &ids {
+        assert_eq!(snap.alloc(id).unwrap().client_status, "running", "{id}");
+    }
+}
