@@ -457,11 +457,62 @@ impl Cluster {
         while !cond() {
             if start.elapsed() > WAIT_MAX {
                 self.dump_logs();
+                self.dump_state();
                 panic!("timed out after {WAIT_MAX:?} waiting for {what}");
             }
             std::thread::sleep(Duration::from_millis(100));
         }
         start.elapsed()
+    }
+
+    /// The cluster's view, printed after the log tails (so a CI log's tail shows it): every node,
+    /// allocation and evaluation, one line each.
+    pub fn dump_state(&self) {
+        let short = |v: &Value| {
+            v.as_str()
+                .unwrap_or("-")
+                .chars()
+                .take(8)
+                .collect::<String>()
+        };
+        eprintln!("----- nodes -----");
+        for n in self.nodes() {
+            eprintln!("{} {} {}", short(&n["ID"]), n["Name"], n["Status"]);
+        }
+        eprintln!("----- allocations (id job/group node desired client modify next) -----");
+        for a in self
+            .get("/v1/allocations")
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+        {
+            eprintln!(
+                "{} {}/{} {} {} {} {} {}",
+                short(&a["ID"]),
+                a["JobID"].as_str().unwrap_or("-"),
+                a["TaskGroup"].as_str().unwrap_or("-"),
+                short(&a["NodeID"]),
+                a["DesiredStatus"],
+                a["ClientStatus"],
+                a["ModifyIndex"],
+                short(&a["NextAllocation"]),
+            );
+        }
+        eprintln!("----- evaluations (id job trigger status blocked modify) -----");
+        for e in self
+            .get("/v1/evaluations")
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+        {
+            eprintln!(
+                "{} {} {} {} {} {}",
+                short(&e["ID"]),
+                e["JobID"].as_str().unwrap_or("-"),
+                e["TriggeredBy"],
+                e["Status"],
+                short(&e["BlockedEval"]),
+                e["ModifyIndex"],
+            );
+        }
     }
 
     pub fn dump_logs(&self) {
