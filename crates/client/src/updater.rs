@@ -85,6 +85,9 @@ impl Updater {
             secret_id: self.identity.secret_id.clone(),
             allocs: batch,
         };
+        for u in &req.allocs {
+            tracing::debug!(alloc_id = %u.id, client_status = %u.client_status, "sending an allocation update");
+        }
         let sent: Vec<String> = req.allocs.iter().map(|u| u.id.clone()).collect();
         self.conn.update_allocs(req).await?;
         for id in sent {

@@ -104,6 +104,11 @@ pub enum Command {
     AllocUpsert {
         allocs: Vec<Allocation>,
     },
+    /// Allocations stopped outside a plan (the copy a reconnect drops): each stored allocation
+    /// gets the stop's fields; its client's fields stay as stored; unknown IDs are skipped.
+    AllocStop {
+        stops: Vec<AllocStop>,
+    },
     DeploymentUpsert {
         deployment: Deployment,
     },
@@ -341,6 +346,7 @@ impl Command {
             Command::NodeDeregister { .. } => "NodeDeregister",
             Command::NodeUpdateStatus { .. } => "NodeUpdateStatus",
             Command::AllocUpsert { .. } => "AllocUpsert",
+            Command::AllocStop { .. } => "AllocStop",
             Command::DeploymentUpsert { .. } => "DeploymentUpsert",
             Command::PlanApply { .. } => "PlanApply",
             Command::AllocClientUpdate { .. } => "AllocClientUpdate",

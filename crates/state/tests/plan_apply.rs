@@ -396,3 +396,107 @@ fn plan_apply_round_trips_through_the_log_encoding() {
     let decoded: AllocStop = serde_json::from_str(minimal).unwrap();
     assert_eq!(decoded.alloc_id, "a1");
 }
+
+/// A plan's copy of an existing allocation is older than the client's last report: the client's
+/// fields stay as stored (Nomad's `upsertAllocsImpl`), unless the plan marks it lost or unknown.
+/// Otherwise a client that said `complete` would read as `running` forever (it never says again).
+#[test]
+fn a_plan_never_writes_back_a_client_status_older_than_the_stored_one() {
+    let mut fsm = Fsm::default();
+    let j = job("web");
+    fsm.register(&j, "e1");
+    let mut a = alloc("a1", &j, "n1", "e1");
+    a.client_status = "running".into();
+    fsm.allocs(vec![a.clone()]);
+    // The scheduler's snapshot still has it running; its client reports it complete.
+    let stale = fsm.snap().alloc("a1").unwrap();
+    fsm.apply(Command::AllocClientUpdate {
+        allocs: vec![model::wire::AllocClientUpdate {
+            id: "a1".into(),
+            client_status: "complete".into(),
+            client_description: "All tasks have completed".into(),
+            task_states: [("t".to_string(), model::alloc::TaskState::default())].into(),
+            ..Default::default()
+        }],
+        evals: vec![],
+    });
+    // A plan made on that snapshot writes its copy back (a follow-up marker, say).
+    let mut update = (*stale).clone();
+    update.followup_eval_id = "e9".into();
+    update.job = None;
+    fsm.apply(with(plan("e2", &j), vec![update], vec![], vec![]));
+    let now = fsm.snap().alloc("a1").unwrap();
+    assert_eq!(
+        now.followup_eval_id, "e9",
+        "the plan's own field is written"
+    );
+    assert_eq!(now.client_status, "complete");
+    assert_eq!(now.client_description, "All tasks have completed");
+    assert!(
+        now.task_states.contains_key("t"),
+        "task states stay the client's"
+    );
+    // Marking it unknown is the scheduler's to say.
+    let mut unknown = (*now).clone();
+    unknown.client_status = "unknown".into();
+    unknown.job = None;
+    fsm.apply(with(plan("e3", &j), vec![unknown], vec![], vec![]));
+    assert_eq!(fsm.snap().alloc("a1").unwrap().client_status, "unknown");
+}
+
+/// `AllocStop` (a reconnect's losing copy) writes the stop's fields onto the stored allocation:
+/// what its client reported stays; unknown IDs are skipped.
+#[test]
+fn alloc_stop_changes_only_the_desired_fields() {
+    let mut fsm = Fsm::default();
+    let j = job("web");
+    fsm.register(&j, "e1");
+    let mut a = alloc("a1", &j, "n1", "e1");
+    a.client_status = "running".into();
+    fsm.allocs(vec![a]);
+    let mut s = stop("a1");
+    s.desired_description = "alloc not needed as node is reconnected".into();
+    let r = fsm.apply(Command::AllocStop {
+        stops: vec![s, stop("gone")],
+    });
+    let now = fsm.snap().alloc("a1").unwrap();
+    assert_eq!(now.desired_status, "stop");
+    assert_eq!(
+        now.desired_description,
+        "alloc not needed as node is reconnected"
+    );
+    assert_eq!(now.client_status, "running");
+    assert_eq!(now.modify_index, r.index);
+    assert_eq!(now.modify_time, 7_000);
+    assert!(fsm.snap().alloc("gone").is_none());
+}
+
+/// A client's report that came late (a call it gave up on while cut off, delivered after the
+/// report that superseded it) cannot bring a finished allocation back to running.
+#[test]
+fn a_late_report_never_revives_a_finished_allocation() {
+    let mut fsm = Fsm::default();
+    let j = job("web");
+    fsm.register(&j, "e1");
+    fsm.allocs(vec![alloc("a1", &j, "n1", "e1")]);
+    let report = |status: &str| Command::AllocClientUpdate {
+        allocs: vec![model::wire::AllocClientUpdate {
+            id: "a1".into(),
+            client_status: status.into(),
+            ..Default::default()
+        }],
+        evals: vec![],
+    };
+    fsm.apply(report("running"));
+    fsm.apply(report("complete"));
+    fsm.apply(report("running"));
+    assert_eq!(fsm.snap().alloc("a1").unwrap().client_status, "complete");
+    fsm.apply(report("pending"));
+    assert_eq!(fsm.snap().alloc("a1").unwrap().client_status, "complete");
+    // The servers' `lost` is not the client's last word: a reconnecting client's `running` is.
+    let mut lost = (*fsm.snap().alloc("a1").unwrap()).clone();
+    lost.client_status = "lost".into();
+    fsm.allocs(vec![lost]);
+    fsm.apply(report("running"));
+    assert_eq!(fsm.snap().alloc("a1").unwrap().client_status, "running");
+}

@@ -173,7 +173,7 @@ fn reconnect_losers(
     snap: &state::StateSnapshot,
     updates: &[model::wire::AllocClientUpdate],
     now: i64,
-) -> Vec<model::alloc::Allocation> {
+) -> Vec<state::AllocStop> {
     let mut out = Vec::new();
     for u in updates {
         let Some(original) = snap.alloc(&u.id) else {
@@ -204,11 +204,15 @@ fn reconnect_losers(
         } else {
             original
         };
-        let mut stop = (*loser).clone();
-        stop.desired_status = model::alloc::ALLOC_DESIRED_STATUS_STOP.into();
-        stop.desired_description = scheduler::DESC_RECONNECTED.into();
-        stop.modify_time = now;
-        out.push(stop);
+        // A stop, not a copy: what the loser's client reported since `snap` stays.
+        out.push(state::AllocStop {
+            alloc_id: loser.id.clone(),
+            desired_status: model::alloc::ALLOC_DESIRED_STATUS_STOP.into(),
+            desired_description: scheduler::DESC_RECONNECTED.into(),
+            client_status: String::new(),
+            followup_eval_id: String::new(),
+            modify_time: now,
+        });
     }
     out
 }
@@ -387,6 +391,10 @@ impl Server {
         let snap = self.state().snapshot();
         // A node reports only its own allocations: another node's are dropped, whatever the
         // caller's secret proves.
+        for u in &req.allocs {
+            tracing::debug!(node = %req.node_id, alloc_id = %u.id, client_status = %u.client_status,
+                "allocation update from its client");
+        }
         let before = req.allocs.len();
         req.allocs
             .retain(|u| snap.alloc(&u.id).is_none_or(|a| a.node_id == req.node_id));
@@ -428,7 +436,7 @@ impl Server {
         // as running copies the servers mean to keep.
         let losers = reconnect_losers(&snap, &req.allocs, now);
         if !losers.is_empty() {
-            self.apply(Command::AllocUpsert { allocs: losers }).await?;
+            self.apply(Command::AllocStop { stops: losers }).await?;
         }
         // Folded with other clients' reports into one entry per window (Nomad's 50 ms batch).
         self.alloc_batcher()

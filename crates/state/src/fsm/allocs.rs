@@ -18,11 +18,28 @@ use model::alloc::{
 use model::deployment::DeploymentState;
 use model::summary::TaskGroupSummary;
 
+/// Who writes an allocation through [`upsert`], and so which fields of a stored one it may set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Writer {
+    /// `AllocUpsert`: every field as given.
+    AsGiven,
+    /// The servers (plans, stops): their copy may be older than the client's last report, so an
+    /// existing allocation keeps its task states, and its client status and description unless
+    /// the write marks it `lost` or `unknown` (Nomad's `upsertAllocsImpl`). Without this a plan
+    /// made on a snapshot taken before a client said `complete` would write `running` back, and
+    /// no later report would correct it (the client already said it).
+    Server,
+}
+
 /// `AllocUpsert`: a new allocation gets create, modify and alloc-modify index = this index and must
-/// carry its job; an existing one keeps its create index (and its job when the update leaves it out).
-/// Deployment counts, job summaries, the previous allocation's `NextAllocation` and the job's status
-/// follow.
-pub(super) fn upsert(tx: &mut Txn, allocs: &[Allocation]) -> Result<(), StateError> {
+/// carry its job; an existing one keeps its create index (and its job when the update leaves it out;
+/// with [`Writer::Server`], the client's fields too). Deployment counts, job summaries, the previous
+/// allocation's `NextAllocation` and the job's status follow.
+pub(super) fn upsert(
+    tx: &mut Txn,
+    allocs: &[Allocation],
+    writer: Writer,
+) -> Result<(), StateError> {
     let index = tx.index();
     let mut jobs = StatusUpdates::new();
     for alloc in allocs {
@@ -56,6 +73,15 @@ pub(super) fn upsert(tx: &mut Txn, allocs: &[Allocation]) -> Result<(), StateErr
                 if alloc.next_allocation.is_empty() {
                     alloc.next_allocation.clone_from(&old.next_allocation);
                 }
+                if writer == Writer::Server {
+                    alloc.task_states.clone_from(&old.task_states);
+                    if alloc.client_status != ALLOC_CLIENT_STATUS_LOST
+                        && alloc.client_status != ALLOC_CLIENT_STATUS_UNKNOWN
+                    {
+                        alloc.client_status.clone_from(&old.client_status);
+                        alloc.client_description.clone_from(&old.client_description);
+                    }
+                }
             }
         }
         update_deployment_with_alloc(tx, &mut alloc, existing.as_deref());
@@ -82,6 +108,9 @@ pub(super) fn client_update(
         let Some(existing) = tx.allocs().get(&update.id).cloned() else {
             continue;
         };
+        if reverts_a_finished_allocation(&existing, update) {
+            continue;
+        }
         let mut alloc = (*existing).clone();
         alloc.client_status.clone_from(&update.client_status);
         alloc
@@ -103,6 +132,27 @@ pub(super) fn client_update(
     tx.touch(Table::Allocs);
     set_job_statuses(tx, &jobs, false);
     Ok(())
+}
+
+/// A report that an allocation its client already finished (`complete` or `failed`) is pending
+/// or running again is stale, never news: a client's allocation runner does not come back from
+/// either. Such a report arrives when a call the client gave up on (a timeout while it was cut
+/// off) is delivered after the report that superseded it; applied, it would show a stopped
+/// allocation running for good, since the client has nothing newer to say. `lost` and `unknown`
+/// are the servers' words, not the client's: a reconnecting client's `running` overrides them.
+fn reverts_a_finished_allocation(
+    existing: &Allocation,
+    update: &model::wire::AllocClientUpdate,
+) -> bool {
+    let finished = matches!(
+        existing.client_status.as_str(),
+        ALLOC_CLIENT_STATUS_COMPLETE | ALLOC_CLIENT_STATUS_FAILED
+    );
+    let live = matches!(
+        update.client_status.as_str(),
+        ALLOC_CLIENT_STATUS_PENDING | ALLOC_CLIENT_STATUS_RUNNING
+    );
+    finished && live
 }
 
 /// `AllocUpdateDesiredTransition` (Nomad's `updateAllocDesiredTransitionTxn`): each transition's set

@@ -209,7 +209,10 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
             status,
             updated_at,
         } => nodes::update_status(tx, node_id, status, *updated_at).map(|()| plain),
-        Command::AllocUpsert { allocs } => allocs::upsert(tx, allocs).map(|()| plain),
+        Command::AllocUpsert { allocs } => {
+            allocs::upsert(tx, allocs, allocs::Writer::AsGiven).map(|()| plain)
+        }
+        Command::AllocStop { stops } => plan::stop(tx, stops).map(|()| plain),
         Command::DeploymentUpsert { deployment } => {
             deployments::upsert(tx, deployment).map(|()| plain)
         }

@@ -44,7 +44,7 @@ pub(super) fn apply(tx: &mut Txn, plan: &PlanResults<'_>) -> Result<ApplyRespons
         a
     }));
     if !writes.is_empty() {
-        allocs::upsert(tx, &writes)?;
+        allocs::upsert(tx, &writes, allocs::Writer::Server)?;
     }
     if !plan.evals.is_empty() {
         evals::upsert(tx, plan.evals)?;
@@ -54,6 +54,16 @@ pub(super) fn apply(tx: &mut Txn, plan: &PlanResults<'_>) -> Result<ApplyRespons
         eval_id: Some(plan.eval_id.to_owned()),
         ..ApplyResponse::default()
     })
+}
+
+/// `AllocStop`: allocations stopped outside a plan (a reconnect's losing copy), written like a
+/// plan's stops: the stored allocation with the stop's fields, never a caller's older copy.
+pub(super) fn stop(tx: &mut Txn, stops: &[AllocStop]) -> Result<(), StateError> {
+    let writes = stopped(tx, stops);
+    if writes.is_empty() {
+        return Ok(());
+    }
+    allocs::upsert(tx, &writes, allocs::Writer::Server)
 }
 
 /// The stopped allocations as they will be stored: Nomad's `denormalizeAllocationDiffSlice`.
