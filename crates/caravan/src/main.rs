@@ -3,6 +3,12 @@
 
 mod cli;
 
+/// mimalloc instead of glibc's malloc: the server allocates and frees many small objects from
+/// many threads (state versions, encoded frames); glibc spent most of its time consolidating and
+/// kept freed memory (BENCHMARKS.md, "process allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let code = cli::run(std::env::args_os().collect());
     std::process::exit(code);

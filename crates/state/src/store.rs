@@ -174,9 +174,12 @@ impl StateStore {
     ) -> StateSnapshot {
         // Subscribe before the first look, so a publish between the look and the wait is not lost.
         let mut published = self.inner.published.subscribe();
-        let mut snap = self.snapshot();
-        let restores = snap.root().restores();
+        let restores = self.inner.root.load().restores();
         loop {
+            // A look takes the current version and lets it go before sleeping: a waiter holding
+            // the version it went to sleep on keeps that version's copied paths alive, and
+            // thousands of waiters (one per node) held thousands of versions of a changing state.
+            let snap = self.snapshot();
             let moved = if tables.is_empty() {
                 snap.index() > min_index
             } else {
@@ -185,9 +188,10 @@ impl StateStore {
             if min_index == 0 || moved || snap.root().restores() != restores {
                 return snap;
             }
+            drop(snap);
             match tokio::time::timeout_at(deadline, published.changed()).await {
                 // The sender lives in `inner`, which `self` keeps alive: `changed` cannot fail.
-                Ok(_) => snap = self.snapshot(),
+                Ok(_) => {}
                 Err(_elapsed) => return self.snapshot(),
             }
         }
@@ -206,7 +210,7 @@ impl StateStore {
         min_index: u64,
         deadline: Instant,
     ) -> StateSnapshot {
-        let mut snap = self.snapshot();
+        let snap = self.snapshot();
         if min_index == 0 || snap.node_alloc_index(node_id) > min_index {
             return snap;
         }
@@ -220,15 +224,18 @@ impl StateStore {
             store: self,
             node_id,
         };
-        snap = self.snapshot();
         let restores = snap.root().restores();
+        drop(snap);
         loop {
+            // The version looked at is let go before sleeping (see `wait_for`).
+            let snap = self.snapshot();
             if snap.node_alloc_index(node_id) > min_index || snap.root().restores() != restores {
                 return snap;
             }
+            drop(snap);
             match tokio::time::timeout_at(deadline, rx.changed()).await {
                 // The sender stays in the map while this receiver lives (see LeaveNodeWaiters).
-                Ok(_) => snap = self.snapshot(),
+                Ok(_) => {}
                 Err(_elapsed) => return self.snapshot(),
             }
         }
