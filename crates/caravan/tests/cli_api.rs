@@ -719,3 +719,47 @@ fn status_json_lists_every_job() {
     assert_eq!(v.as_array().unwrap().len(), 1);
     assert_eq!(v[0]["Summary"]["Summary"]["api"]["Running"], 1);
 }
+
+/// `caravan job status | head -1`: the reader goes away after one line; the command ends quietly
+/// on the broken pipe (by SIGPIPE, as Nomad's and every Unix tool does), never with a panic.
+#[test]
+fn a_reader_that_goes_away_ends_the_command_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let agent = FakeAgent::start();
+    let jobs: Vec<String> = (0..5000)
+        .map(|i| {
+            format!(
+                r#"{{"ID":"job-{i}","Name":"job-{i}","Type":"service","Priority":50,
+                    "Status":"running","SubmitTime":{SUBMITTED}}}"#
+            )
+        })
+        .collect();
+    agent.on(
+        "GET",
+        "/v1/jobs",
+        Canned::json(format!("[{}]", jobs.join(","))).index(3),
+    );
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("caravan"))
+        .args(["job", "status"])
+        .env("NOMAD_ADDR", agent.address())
+        .env_remove("NOMAD_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("caravan starts");
+    // Read one line, then close our end: every later write by the command hits a closed pipe.
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut first).expect("a first line");
+    assert!(first.starts_with("ID"), "{first}");
+    drop(stdout);
+    let out = child.wait_with_output().expect("caravan ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(
+        out.status.signal(),
+        Some(13),
+        "ended by SIGPIPE: {:?}",
+        out.status
+    );
+}

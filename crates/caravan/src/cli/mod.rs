@@ -100,6 +100,30 @@ enum Command {
 }
 
 /// Runs the CLI on `args` (including the program name) and returns the exit code.
+/// `caravan job status | head`: when the reader goes away, a command ends quietly, as Nomad's
+/// (Go ends on a broken pipe to stdout) and every Unix tool does, instead of panicking in
+/// `println!`. Rust starts with SIGPIPE ignored; this restores the default for the short commands
+/// only (their sockets write with MSG_NOSIGNAL, so only stdout and stderr raise it).
+fn die_quietly_on_a_closed_stdout() {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    // SAFETY: sets the default disposition of one signal before any thread starts; no handler.
+    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
+}
+
+impl Command {
+    /// Agents and helper processes that serve sockets for a long time keep SIGPIPE ignored.
+    fn is_long_running(&self) -> bool {
+        matches!(
+            self,
+            Command::Agent(_)
+                | Command::Executor(_)
+                | Command::CsiHostpath(_)
+                | Command::Logmon(_)
+                | Command::Nodesim(_)
+        )
+    }
+}
+
 pub fn run(args: Vec<OsString>) -> i32 {
     let cli = match Cli::try_parse_from(nomad_style_flags(args)) {
         Ok(cli) => cli,
@@ -108,6 +132,9 @@ pub fn run(args: Vec<OsString>) -> i32 {
             return if e.use_stderr() { 1 } else { 0 };
         }
     };
+    if !cli.command.is_long_running() {
+        die_quietly_on_a_closed_stdout();
+    }
     let result = match cli.command {
         Command::Agent(args) => agent::run(args),
         Command::Acl(cmd) => Ok(acl::run(cmd)),
