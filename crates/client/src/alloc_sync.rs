@@ -8,10 +8,10 @@ use crate::conn::ServerConn;
 use crate::context::shutting_down;
 use crate::context::RunnerContext;
 use crate::identity::NodeIdentity;
-use crate::limits::ALLOC_QUERY_IDLE_DELAY;
+use crate::limits::{ALLOC_FETCH_CHUNK, ALLOC_QUERY_IDLE_DELAY};
 use crate::rng::{Backoff, Rng};
 use model::alloc::Allocation;
-use model::wire::{AllocClientUpdate, NodeClientAllocsRequest};
+use model::wire::{AllocClientUpdate, AllocGetAllocsRequest, NodeClientAllocsRequest};
 use rpc::ErrorCode;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -178,6 +178,57 @@ impl Runners {
     }
 }
 
+/// The node's allocations as last fetched. `Node.GetClientAllocs` lists IDs with their
+/// `AllocModifyIndex` (Nomad's shape); only those new here or changed since are fetched in full
+/// (`Alloc.GetAllocs`, in chunks), as Nomad's client pulls only what moved.
+#[derive(Default)]
+pub(crate) struct AllocCache {
+    allocs: BTreeMap<String, Allocation>,
+}
+
+impl AllocCache {
+    /// The node's allocations as the servers listed them at `index`: cached ones that did not
+    /// change, fetched ones that did. A listed allocation gone by the time it is fetched (garbage
+    /// collected) is left out. On an error nothing is lost: the next answer lists them again.
+    pub(crate) async fn refresh(
+        &mut self,
+        conn: &dyn ServerConn,
+        identity: &NodeIdentity,
+        listed: &BTreeMap<String, u64>,
+        index: u64,
+    ) -> Result<Vec<Allocation>, rpc::RpcError> {
+        self.allocs.retain(|id, _| listed.contains_key(id));
+        let changed: Vec<String> = listed
+            .iter()
+            .filter(|(id, at)| {
+                self.allocs
+                    .get(*id)
+                    .is_none_or(|a| a.alloc_modify_index < **at)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for chunk in changed.chunks(ALLOC_FETCH_CHUNK) {
+            let resp = conn
+                .get_allocs(AllocGetAllocsRequest {
+                    node_id: identity.id.clone(),
+                    secret_id: identity.secret_id.clone(),
+                    alloc_ids: chunk.to_vec(),
+                    min_index: index,
+                })
+                .await?;
+            for a in resp.allocs {
+                if listed.contains_key(&a.id) {
+                    self.allocs.insert(a.id.clone(), a);
+                }
+            }
+        }
+        Ok(listed
+            .keys()
+            .filter_map(|id| self.allocs.get(id).cloned())
+            .collect())
+    }
+}
+
 pub(crate) struct AllocSync {
     pub conn: Arc<dyn ServerConn>,
     pub identity: NodeIdentity,
@@ -194,6 +245,7 @@ impl AllocSync {
         let mut shutdown = self.shutdown.clone();
         let mut backoff = Backoff::new(self.rng.clone());
         let mut index: u64 = 0;
+        let mut cache = AllocCache::default();
         loop {
             tokio::select! {
                 up = registered(&mut self.registered) => if !up { return },
@@ -205,16 +257,25 @@ impl AllocSync {
                 min_index: index,
                 wait: model::Duration::from(self.wait),
             };
+            let conn = Arc::clone(&self.conn);
+            let identity = self.identity.clone();
+            let query = async {
+                let resp = conn.get_client_allocs(req).await?;
+                let allocs = cache
+                    .refresh(&*conn, &identity, &resp.allocs, resp.index)
+                    .await?;
+                Ok::<_, rpc::RpcError>((resp.index, allocs))
+            };
             let result = tokio::select! {
-                r = self.conn.get_client_allocs(req) => r,
+                r = query => r,
                 () = shutting_down(&mut shutdown) => return,
             };
             let pause = match result {
-                Ok(resp) => {
+                Ok((at, allocs)) => {
                     backoff.reset();
-                    let advanced = resp.index != index;
-                    index = resp.index;
-                    self.runners.reconcile(resp.allocs).await;
+                    let advanced = at != index;
+                    index = at;
+                    self.runners.reconcile(allocs).await;
                     (!advanced).then_some(ALLOC_QUERY_IDLE_DELAY)
                 }
                 Err(e) => {

@@ -7,9 +7,10 @@
 
 use crate::limits::{ALLOC_QUERY_DEADLINE_MARGIN, CSI_SERVER_CALL_TIMEOUT, SERVER_CALL_TIMEOUT};
 use model::wire::{
-    methods, CsiVolumeClaimRequest, CsiVolumeClaimResponse, CsiVolumeUnpublishRequest,
-    NodeClientAllocsRequest, NodeClientAllocsResponse, NodeRegisterRequest, NodeUpdateAllocRequest,
-    NodeUpdateResponse, NodeUpdateStatusRequest,
+    methods, AllocGetAllocsRequest, AllocGetAllocsResponse, CsiVolumeClaimRequest,
+    CsiVolumeClaimResponse, CsiVolumeUnpublishRequest, NodeClientAllocsRequest,
+    NodeClientAllocsResponse, NodeRegisterRequest, NodeUpdateAllocRequest, NodeUpdateResponse,
+    NodeUpdateStatusRequest,
 };
 use rpc::{ErrorCode, RpcError};
 use serde::de::DeserializeOwned;
@@ -38,6 +39,9 @@ pub trait ServerConn: Send + Sync + 'static {
         &self,
         req: NodeClientAllocsRequest,
     ) -> ConnFuture<'_, NodeClientAllocsResponse>;
+    /// `Alloc.GetAllocs`: some of the node's allocations in full (those `GetClientAllocs` listed
+    /// as new or changed).
+    fn get_allocs(&self, req: AllocGetAllocsRequest) -> ConnFuture<'_, AllocGetAllocsResponse>;
     /// `Node.UpdateAlloc`: a batch of allocation status updates.
     fn update_allocs(&self, req: NodeUpdateAllocRequest) -> ConnFuture<'_, ()>;
     /// `CSIVolume.Claim`: an allocation claims a volume before its tasks start; the answer
@@ -183,6 +187,13 @@ impl ServerConn for RpcServerConn {
             let wait = Duration::from_nanos(u64::try_from(req.wait.as_nanos()).unwrap_or(0));
             let deadline = wait + ALLOC_QUERY_DEADLINE_MARGIN;
             self.call(methods::NODE_GET_CLIENT_ALLOCS, &req, deadline)
+                .await
+        })
+    }
+
+    fn get_allocs(&self, req: AllocGetAllocsRequest) -> ConnFuture<'_, AllocGetAllocsResponse> {
+        Box::pin(async move {
+            self.call(methods::ALLOC_GET_ALLOCS, &req, SERVER_CALL_TIMEOUT)
                 .await
         })
     }

@@ -23,6 +23,9 @@ pub const ALLOC_QUERY_IDLE_DELAY: Duration = Duration::from_millis(250);
 /// The deadline of every non-blocking server call.
 pub const SERVER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The most allocations one `Alloc.GetAllocs` asks for (full allocations with their jobs: a
+/// chunk keeps the answer well under the rpc frame limit).
+pub const ALLOC_FETCH_CHUNK: usize = 64;
 /// The most allocation updates one `Node.UpdateAlloc` call carries.
 pub const ALLOC_UPDATES_PER_CALL_MAX: usize = 256;
 /// Capacity of the channel from alloc runners to the update batcher (it drains continuously,

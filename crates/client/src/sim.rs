@@ -30,8 +30,8 @@ use model::alloc::{
 };
 use model::node::{Node, NodeStatus};
 use model::wire::{
-    AllocClientUpdate, NodeClientAllocsRequest, NodeRegisterRequest, NodeUpdateAllocRequest,
-    NodeUpdateStatusRequest,
+    AllocClientUpdate, AllocGetAllocsRequest, NodeClientAllocsRequest, NodeClientAllocsResponse,
+    NodeRegisterRequest, NodeUpdateAllocRequest, NodeUpdateStatusRequest,
 };
 use rpc::ErrorCode;
 use std::collections::{BTreeMap, HashMap};
@@ -296,6 +296,9 @@ struct SimNode {
 #[derive(Default)]
 struct NodeState {
     allocs: HashMap<String, SimAlloc>,
+    /// Every allocation the servers list for this node → the `AllocModifyIndex` last fetched
+    /// (including those it does not run): what changed is fetched, the rest is not.
+    known: HashMap<String, u64>,
     /// Allocations whose state changed since the last report.
     dirty: Vec<String>,
     ready: bool,
@@ -621,12 +624,22 @@ impl SimNode {
                 r = self.conn.get_client_allocs(req) => r,
                 _ = shutdown.changed() => return,
             };
-            match resp {
+            let resp = match resp {
                 Ok(resp) => {
+                    let fetched = tokio::select! {
+                        r = self.fetch_changed(&resp) => r,
+                        _ = shutdown.changed() => return,
+                    };
+                    fetched.map(|allocs| (resp, allocs))
+                }
+                Err(e) => Err(e),
+            };
+            match resp {
+                Ok((resp, fetched)) => {
                     backoff.reset();
                     // A lower index than ours means the servers' state was replaced: start over.
                     index = resp.index;
-                    self.sync(resp.allocs);
+                    self.sync(&resp.allocs, fetched);
                 }
                 Err(e) => {
                     if !is_failover(&e) && e.code != ErrorCode::NotFound {
@@ -641,19 +654,48 @@ impl SimNode {
         }
     }
 
+    /// The listed allocations that are new to this node or changed since it fetched them, in
+    /// full (`Alloc.GetAllocs`, in chunks).
+    async fn fetch_changed(
+        &self,
+        resp: &NodeClientAllocsResponse,
+    ) -> Result<Vec<Allocation>, rpc::RpcError> {
+        let changed: Vec<String> = {
+            let st = self.state.lock().expect("sim node lock");
+            resp.allocs
+                .iter()
+                .filter(|(id, at)| st.known.get(*id).is_none_or(|k| k < *at))
+                .map(|(id, _)| id.clone())
+                .collect()
+        };
+        let mut out = Vec::with_capacity(changed.len());
+        for chunk in changed.chunks(crate::limits::ALLOC_FETCH_CHUNK) {
+            let got = self
+                .conn
+                .get_allocs(AllocGetAllocsRequest {
+                    node_id: self.identity.id.clone(),
+                    secret_id: self.identity.secret_id.clone(),
+                    alloc_ids: chunk.to_vec(),
+                    min_index: resp.index,
+                })
+                .await?;
+            out.extend(got.allocs);
+        }
+        Ok(out)
+    }
+
     /// Starts allocations that are new here, stops those the servers stopped, forgets those
-    /// they no longer list.
-    fn sync(self: &Arc<Self>, allocs: Vec<Allocation>) {
+    /// they no longer list. `fetched` are the listed allocations that changed.
+    fn sync(self: &Arc<Self>, listed: &BTreeMap<String, u64>, fetched: Vec<Allocation>) {
         let now = now_unix_ns();
         let mut timers: Vec<(String, u64)> = Vec::new();
         {
             let mut st = self.state.lock().expect("sim node lock");
-            let listed: std::collections::HashSet<&str> =
-                allocs.iter().map(|a| a.id.as_str()).collect();
+            st.known.retain(|id, _| listed.contains_key(id));
             let gone: Vec<String> = st
                 .allocs
                 .keys()
-                .filter(|id| !listed.contains(id.as_str()))
+                .filter(|id| !listed.contains_key(id.as_str()))
                 .cloned()
                 .collect();
             for id in gone {
@@ -661,7 +703,10 @@ impl SimNode {
                     self.recount(a.counted, "gone");
                 }
             }
-            for alloc in &allocs {
+            for alloc in &fetched {
+                st.known.insert(alloc.id.clone(), alloc.alloc_modify_index);
+            }
+            for alloc in &fetched {
                 let wants_run = alloc.desired_status == ALLOC_DESIRED_STATUS_RUN;
                 match st.allocs.get_mut(&alloc.id) {
                     None => {

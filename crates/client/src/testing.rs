@@ -11,9 +11,10 @@ use model::alloc::{
 use model::csi::CSIVolume;
 use model::node::Node;
 use model::wire::{
-    AllocClientUpdate, CsiVolumeClaimRequest, CsiVolumeClaimResponse, CsiVolumeUnpublishRequest,
-    NodeClientAllocsRequest, NodeClientAllocsResponse, NodeRegisterRequest, NodeUpdateAllocRequest,
-    NodeUpdateResponse, NodeUpdateStatusRequest,
+    AllocClientUpdate, AllocGetAllocsRequest, AllocGetAllocsResponse, CsiVolumeClaimRequest,
+    CsiVolumeClaimResponse, CsiVolumeUnpublishRequest, NodeClientAllocsRequest,
+    NodeClientAllocsResponse, NodeRegisterRequest, NodeUpdateAllocRequest, NodeUpdateResponse,
+    NodeUpdateStatusRequest,
 };
 use model::{Job, Task, TaskGroup};
 use rpc::RpcError;
@@ -39,6 +40,8 @@ struct FakeState {
     heartbeats: BTreeMap<String, u64>,
     allocs: BTreeMap<String, Allocation>,
     updates: Vec<AllocClientUpdate>,
+    /// How many allocations clients fetched in full (`Alloc.GetAllocs`).
+    fetched: usize,
     csi_volumes: BTreeMap<String, CSIVolume>,
     csi_claims: Vec<CsiVolumeClaimRequest>,
     csi_unpublishes: Vec<CsiVolumeUnpublishRequest>,
@@ -87,6 +90,11 @@ impl FakeServer {
 
     pub fn node(&self, id: &str) -> Option<Node> {
         self.with(|s| s.nodes.get(id).cloned())
+    }
+
+    /// How many allocations clients fetched in full so far.
+    pub fn fetched(&self) -> usize {
+        self.with(|s| s.fetched)
     }
 
     pub fn registrations(&self) -> u64 {
@@ -208,7 +216,7 @@ impl FakeServer {
                 .allocs
                 .values()
                 .filter(|a| a.node_id == req.node_id)
-                .cloned()
+                .map(|a| (a.id.clone(), a.alloc_modify_index))
                 .collect(),
             index: s.index,
         }))
@@ -248,6 +256,25 @@ impl ServerConn for FakeServer {
         req: NodeClientAllocsRequest,
     ) -> ConnFuture<'_, NodeClientAllocsResponse> {
         Box::pin(self.blocking_allocs(req))
+    }
+
+    fn get_allocs(&self, req: AllocGetAllocsRequest) -> ConnFuture<'_, AllocGetAllocsResponse> {
+        Box::pin(async move {
+            self.check_node(&req.node_id, &req.secret_id)?;
+            Ok(self.with(|s| {
+                s.fetched += req.alloc_ids.len();
+                AllocGetAllocsResponse {
+                    allocs: req
+                        .alloc_ids
+                        .iter()
+                        .filter_map(|id| s.allocs.get(id))
+                        .filter(|a| a.node_id == req.node_id)
+                        .cloned()
+                        .collect(),
+                    index: s.index,
+                }
+            }))
+        })
     }
 
     fn update_allocs(&self, req: NodeUpdateAllocRequest) -> ConnFuture<'_, ()> {

@@ -660,3 +660,32 @@ async fn a_denied_user_fails_the_task_before_it_starts() {
     }
     client.shutdown().await;
 }
+
+/// `Node.GetClientAllocs` lists IDs with their `AllocModifyIndex`; the client fetches in full
+/// only the allocations new to it or changed since — not every allocation on every wake (its
+/// own reports wake it here, as the fake server has one index for everything).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_new_or_changed_allocations_are_fetched() {
+    let dir = TestDir::new("client-fetch");
+    let server = FakeServer::new(Duration::from_secs(5));
+    let client = start(dir.path(), &server).await;
+    let idle = || task("idle", "mock_driver", json!({"run_for": "1h"}));
+    let a = alloc(client.node_id(), job("a", "service", vec![idle()]));
+    server.add_alloc(a.clone());
+    wait_status(&server, &a.id, "running").await;
+    assert_eq!(server.fetched(), 1);
+    let b = alloc(client.node_id(), job("b", "service", vec![idle()]));
+    server.add_alloc(b.clone());
+    wait_status(&server, &b.id, "running").await;
+    assert_eq!(server.fetched(), 2, "a, unchanged, is not fetched again");
+    server.stop_alloc(&a.id);
+    wait_status(&server, &a.id, "complete").await;
+    assert_eq!(server.fetched(), 3, "only the stopped one is fetched");
+    server.remove_alloc(&a.id);
+    eventually("a is forgotten", LIMIT, || {
+        (client.alloc_ids() == vec![b.id.clone()]).then_some(())
+    })
+    .await;
+    assert_eq!(server.fetched(), 3, "a removal needs no fetch");
+    client.shutdown().await;
+}

@@ -232,9 +232,40 @@ pub struct NodeClientAllocsRequest {
     pub wait: crate::Duration,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// Nomad's shape: which allocations the node has and each one's `AllocModifyIndex`, not the
+/// allocations themselves. The client fetches only those new to it or changed since it last
+/// fetched them ([`AllocGetAllocsRequest`]): a node with twenty allocations, one of which changed,
+/// gets twenty IDs and one allocation instead of twenty allocations with their jobs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct NodeClientAllocsResponse {
+    /// Allocation ID → its `AllocModifyIndex`.
+    #[serde(rename = "Allocs")]
+    pub allocs: std::collections::BTreeMap<String, u64>,
+    #[serde(rename = "Index")]
+    pub index: u64,
+}
+
+/// `Alloc.GetAllocs` (Nomad's `AllocsGetRequest`): a node's client fetches some of its allocations
+/// in full. Only the node's own allocations are answered; IDs that no longer exist are left out.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AllocGetAllocsRequest {
+    #[serde(rename = "NodeID")]
+    pub node_id: String,
+    #[serde(rename = "SecretID")]
+    pub secret_id: String,
+    #[serde(rename = "AllocIDs")]
+    pub alloc_ids: Vec<String>,
+    /// The answer reflects at least this index (the `Index` of the `Node.GetClientAllocs` answer
+    /// that listed them): a server that is further behind waits for it, briefly.
+    #[serde(rename = "MinQueryIndex")]
+    pub min_index: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AllocGetAllocsResponse {
     /// Full allocations (with their job), as the client needs to run them.
     #[serde(rename = "Allocs")]
     pub allocs: Vec<crate::alloc::Allocation>,
@@ -346,6 +377,7 @@ pub mod methods {
     pub const NODE_UPDATE_STATUS: &str = "Node.UpdateStatus";
     pub const NODE_GET_CLIENT_ALLOCS: &str = "Node.GetClientAllocs";
     pub const NODE_UPDATE_ALLOC: &str = "Node.UpdateAlloc";
+    pub const ALLOC_GET_ALLOCS: &str = "Alloc.GetAllocs";
     pub const CSI_VOLUME_CLAIM: &str = "CSIVolume.Claim";
     pub const CSI_VOLUME_UNPUBLISH: &str = "CSIVolume.Unpublish";
 }

@@ -210,6 +210,13 @@ impl rpc::Handler for RpcHandler {
                     })
                     .await
                 }
+                model::wire::methods::ALLOC_GET_ALLOCS => {
+                    call(
+                        body,
+                        |req| async move { server.alloc_get_allocs(req).await },
+                    )
+                    .await
+                }
                 "Node.UpdateAlloc" => {
                     call(
                         body,

@@ -18,6 +18,7 @@ const OPEN_METHODS: &[&str] = &[
     methods::NODE_UPDATE_STATUS,
     methods::NODE_GET_CLIENT_ALLOCS,
     methods::NODE_UPDATE_ALLOC,
+    methods::ALLOC_GET_ALLOCS,
     methods::CSI_VOLUME_CLAIM,
     methods::CSI_VOLUME_UNPUBLISH,
     crate::http_forward::AGENT_HTTP,

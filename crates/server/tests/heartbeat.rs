@@ -471,3 +471,79 @@ async fn concurrent_alloc_reports_are_each_applied_before_their_answer() {
         assert_eq!(snap.alloc(id).unwrap().client_status, "running", "{id}");
     }
 }
+
+/// `Node.GetClientAllocs` answers IDs with their `AllocModifyIndex`; `Alloc.GetAllocs` answers
+/// only the asking node's own allocations, needs its secret, leaves out IDs that do not exist,
+/// refuses an oversized request, and says `Unavailable` when asked for a state it has not reached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_lists_its_allocations_and_fetches_only_its_own() {
+    let (server, _dir) = start_server("fetch").await;
+    server.node_register(node("a")).await.unwrap();
+    server.node_register(node("b")).await.unwrap();
+    let alloc = place_one(&server, job("web")).await;
+    let (mine, other) = if alloc.node_id == "a" {
+        ("a", "b")
+    } else {
+        ("b", "a")
+    };
+    let listed = server
+        .node_get_client_allocs(model::wire::NodeClientAllocsRequest {
+            node_id: mine.into(),
+            secret_id: format!("secret-{mine}"),
+            min_index: 0,
+            wait: model::Duration::from_secs(1),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        listed.allocs,
+        [(alloc.id.clone(), alloc.alloc_modify_index)].into()
+    );
+    let ask = |node: &str, secret: &str, ids: Vec<String>, min_index: u64| {
+        server.alloc_get_allocs(model::wire::AllocGetAllocsRequest {
+            node_id: node.into(),
+            secret_id: secret.into(),
+            alloc_ids: ids,
+            min_index,
+        })
+    };
+    let got = ask(
+        mine,
+        &format!("secret-{mine}"),
+        vec![alloc.id.clone(), "no-such-alloc".into()],
+        listed.index,
+    )
+    .await
+    .unwrap();
+    assert_eq!(got.allocs.len(), 1);
+    assert_eq!(got.allocs[0].id, alloc.id);
+    assert!(
+        got.allocs[0].job.is_some(),
+        "a fetched allocation carries its job"
+    );
+    // Another node, with its own valid secret, gets nothing of it.
+    let theirs = ask(other, &format!("secret-{other}"), vec![alloc.id.clone()], 0)
+        .await
+        .unwrap();
+    assert!(theirs.allocs.is_empty());
+    // A wrong secret is refused.
+    assert!(ask(mine, "wrong", vec![alloc.id.clone()], 0).await.is_err());
+    // Too many IDs at once is a bad request that says how many are allowed.
+    let many: Vec<String> = (0..2000).map(|i| format!("id-{i}")).collect();
+    let err = ask(mine, &format!("secret-{mine}"), many, 0)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, rpc::ErrorCode::BadRequest, "{err}");
+    assert!(err.message.contains("at most"), "{err}");
+    // A state this server has not reached: it waits briefly, then says to ask again.
+    let ahead = server.state().latest_index() + 1_000;
+    let err = ask(
+        mine,
+        &format!("secret-{mine}"),
+        vec![alloc.id.clone()],
+        ahead,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code, rpc::ErrorCode::Unavailable, "{err}");
+}

@@ -7,8 +7,9 @@ use crate::server::Server;
 use model::eval::{Evaluation, EVAL_STATUS_PENDING, EVAL_TRIGGER_NODE_UPDATE};
 use model::node::{Node, NodeStatus};
 use model::wire::{
-    NodeClientAllocsRequest, NodeClientAllocsResponse, NodeRegisterRequest, NodeUpdateAllocRequest,
-    NodeUpdateResponse, NodeUpdateStatusRequest,
+    AllocGetAllocsRequest, AllocGetAllocsResponse, NodeClientAllocsRequest,
+    NodeClientAllocsResponse, NodeRegisterRequest, NodeUpdateAllocRequest, NodeUpdateResponse,
+    NodeUpdateStatusRequest,
 };
 use model::JobType;
 use state::{Command, StateSnapshot};
@@ -348,10 +349,11 @@ impl Server {
         Ok(self.node_update_response(index, ttl))
     }
 
-    /// `Node.GetClientAllocs`: every allocation on the node (with its job), answered once an
-    /// allocation on this node changed after `min_index` or the wait ran out; the index is the
-    /// node's own (the last change to its allocations). Never an empty list for an unknown
-    /// node: that would tell its client to destroy everything it runs.
+    /// `Node.GetClientAllocs`: the IDs of every allocation on the node with their
+    /// `AllocModifyIndex` (Nomad's shape; the client fetches what changed with `Alloc.GetAllocs`),
+    /// answered once an allocation on this node changed after `min_index` or the wait ran out;
+    /// the index is the node's own (the last change to its allocations). Never an empty list
+    /// for an unknown node: that would tell its client to destroy everything it runs.
     pub async fn node_get_client_allocs(
         &self,
         req: NodeClientAllocsRequest,
@@ -369,11 +371,55 @@ impl Server {
         let allocs = snap
             .allocs_by_node(&req.node_id)
             .iter()
-            .map(|a| (**a).clone())
+            .map(|a| (a.id.clone(), a.alloc_modify_index))
             .collect();
         Ok(NodeClientAllocsResponse {
             allocs,
             index: snap.node_alloc_index(&req.node_id).max(1),
+        })
+    }
+
+    /// `Alloc.GetAllocs`: the node's own allocations among `alloc_ids`, in full, from a state at
+    /// least as new as `min_index` (a server further behind waits up to
+    /// [`ALLOC_FETCH_WAIT_MAX`] and then answers `Unavailable`, so the client asks again). IDs
+    /// that are gone or on another node are left out.
+    pub async fn alloc_get_allocs(
+        &self,
+        req: AllocGetAllocsRequest,
+    ) -> Result<AllocGetAllocsResponse, ServerError> {
+        self.known_node(&req.node_id, &req.secret_id)?;
+        if req.alloc_ids.len() > ALLOC_FETCH_IDS_MAX {
+            return Err(ServerError::bad_request(format!(
+                "AllocIDs names {} allocations; ask for at most {ALLOC_FETCH_IDS_MAX} at a time",
+                req.alloc_ids.len()
+            )));
+        }
+        let deadline = tokio::time::Instant::now() + ALLOC_FETCH_WAIT_MAX;
+        let snap = self
+            .state()
+            .wait_for(&[], req.min_index.saturating_sub(1), deadline)
+            .await;
+        if snap.index() < req.min_index {
+            return Err(ServerError::new(
+                rpc::ErrorCode::Unavailable,
+                format!(
+                "this server has applied up to index {}, the allocations were asked for at {}; \
+                 ask again",
+                snap.index(),
+                req.min_index
+            ),
+            ));
+        }
+        let allocs = req
+            .alloc_ids
+            .iter()
+            .filter_map(|id| snap.alloc(id))
+            .filter(|a| a.node_id == req.node_id)
+            .map(|a| (*a).clone())
+            .collect();
+        Ok(AllocGetAllocsResponse {
+            allocs,
+            index: snap.index(),
         })
     }
 
@@ -467,6 +513,10 @@ impl Server {
 
 /// The longest a client's allocation query may wait on the server.
 const CLIENT_QUERY_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(300);
+/// How long `Alloc.GetAllocs` waits for this server to reach the index asked for.
+const ALLOC_FETCH_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+/// The most allocations one `Alloc.GetAllocs` names (the client asks in chunks).
+pub const ALLOC_FETCH_IDS_MAX: usize = 1024;
 
 #[cfg(test)]
 mod tests {
