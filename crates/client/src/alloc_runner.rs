@@ -55,6 +55,10 @@ pub(crate) struct AllocRunnerHandle {
     pub stop_on_client_after: Option<std::time::Duration>,
     /// Already told to stop for being disconnected.
     pub stopped_disconnected: bool,
+    /// The `AllocModifyIndex` of the servers' `unknown` copy this client already answered with
+    /// its real status (0: none). The answer changes only the client's fields, so the copy the
+    /// client holds stays `unknown` until the servers change it again: one answer per copy.
+    pub unknown_answered: u64,
 }
 
 /// Each task's runner and running process, shared with the client's user actions.
@@ -278,6 +282,7 @@ impl AllocRunner {
             tasks,
             stop_on_client_after,
             stopped_disconnected: false,
+            unknown_answered: 0,
         }
     }
 

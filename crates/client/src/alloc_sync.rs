@@ -129,11 +129,15 @@ impl Runners {
             for alloc in allocs {
                 seen.insert(alloc.id.clone());
                 if alloc.client_status == model::alloc::ALLOC_CLIENT_STATUS_UNKNOWN {
-                    if let Some(h) = map.get(&alloc.id) {
+                    if let Some(h) = map
+                        .get_mut(&alloc.id)
+                        .filter(|h| h.unknown_answered != alloc.alloc_modify_index)
+                    {
                         let status = h.status.lock().expect("status lock").clone();
                         if status.client_status != alloc.client_status
                             && !status.client_status.is_empty()
                         {
+                            h.unknown_answered = alloc.alloc_modify_index;
                             resend.push(status);
                         }
                     }
@@ -261,6 +265,11 @@ impl AllocSync {
             let identity = self.identity.clone();
             let query = async {
                 let resp = conn.get_client_allocs(req).await?;
+                if resp.index < index {
+                    // The servers' state was replaced (a restored snapshot): cached copies may
+                    // be newer than theirs, so everything is fetched again.
+                    cache = AllocCache::default();
+                }
                 let allocs = cache
                     .refresh(&*conn, &identity, &resp.allocs, resp.index)
                     .await?;

@@ -299,6 +299,8 @@ struct NodeState {
     /// Every allocation the servers list for this node → the `AllocModifyIndex` last fetched
     /// (including those it does not run): what changed is fetched, the rest is not.
     known: HashMap<String, u64>,
+    /// The index of the last listing (a lower one means the servers' state was replaced).
+    listed_at: u64,
     /// Allocations whose state changed since the last report.
     dirty: Vec<String>,
     ready: bool,
@@ -661,7 +663,12 @@ impl SimNode {
         resp: &NodeClientAllocsResponse,
     ) -> Result<Vec<Allocation>, rpc::RpcError> {
         let changed: Vec<String> = {
-            let st = self.state.lock().expect("sim node lock");
+            let mut st = self.state.lock().expect("sim node lock");
+            if resp.index < st.listed_at {
+                // The servers' state was replaced: fetch everything again.
+                st.known.clear();
+            }
+            st.listed_at = resp.index;
             resp.allocs
                 .iter()
                 .filter(|(id, at)| st.known.get(*id).is_none_or(|k| k < *at))

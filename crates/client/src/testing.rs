@@ -127,6 +127,17 @@ impl FakeServer {
         });
     }
 
+    /// Marks an allocation `unknown`, as the servers do while its node is disconnected.
+    pub fn mark_unknown(&self, id: &str) {
+        self.change(|s, index| {
+            if let Some(a) = s.allocs.get_mut(id) {
+                a.client_status = model::alloc::ALLOC_CLIENT_STATUS_UNKNOWN.into();
+                a.modify_index = index;
+                a.alloc_modify_index = index;
+            }
+        });
+    }
+
     /// Removes an allocation, as garbage collection does.
     pub fn remove_alloc(&self, id: &str) {
         self.change(|s, _| s.allocs.remove(id));

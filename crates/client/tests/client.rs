@@ -689,3 +689,37 @@ async fn only_new_or_changed_allocations_are_fetched() {
     assert_eq!(server.fetched(), 3, "a removal needs no fetch");
     client.shutdown().await;
 }
+
+/// An allocation the servers call `unknown` gets its real status sent once per `unknown` copy:
+/// the answer changes only client fields (no new `AllocModifyIndex`), so the client's copy stays
+/// `unknown`, and later wakes must not send it again and again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_allocation_is_answered_once_per_copy() {
+    let dir = TestDir::new("client-unknown");
+    let server = FakeServer::new(Duration::from_secs(5));
+    let client = start(dir.path(), &server).await;
+    let idle = || task("idle", "mock_driver", json!({"run_for": "1h"}));
+    let a = alloc(client.node_id(), job("a", "service", vec![idle()]));
+    server.add_alloc(a.clone());
+    wait_status(&server, &a.id, "running").await;
+    let before = server.updates_for(&a.id).len();
+    server.mark_unknown(&a.id);
+    wait_status(&server, &a.id, "running").await;
+    assert_eq!(server.updates_for(&a.id).len(), before + 1, "answered once");
+    // Other changes on the node wake the client's query again and again.
+    for job_id in ["b", "c", "d"] {
+        let other = alloc(client.node_id(), job(job_id, "service", vec![idle()]));
+        server.add_alloc(other.clone());
+        wait_status(&server, &other.id, "running").await;
+    }
+    assert_eq!(
+        server.updates_for(&a.id).len(),
+        before + 1,
+        "the same unknown copy is not answered again"
+    );
+    // A newer unknown copy (another disconnect) is answered again.
+    server.mark_unknown(&a.id);
+    wait_status(&server, &a.id, "running").await;
+    assert_eq!(server.updates_for(&a.id).len(), before + 2);
+    client.shutdown().await;
+}
