@@ -436,12 +436,21 @@ fn a_plan_never_writes_back_a_client_status_older_than_the_stored_one() {
         now.task_states.contains_key("t"),
         "task states stay the client's"
     );
-    // Marking it unknown is the scheduler's to say.
+    // Not even `unknown` or `lost` overrides what the client said last, `complete`: the servers
+    // judged on an older view of it.
     let mut unknown = (*now).clone();
     unknown.client_status = "unknown".into();
     unknown.job = None;
     fsm.apply(with(plan("e3", &j), vec![unknown], vec![], vec![]));
-    assert_eq!(fsm.snap().alloc("a1").unwrap().client_status, "unknown");
+    assert_eq!(fsm.snap().alloc("a1").unwrap().client_status, "complete");
+    // On an allocation still running, marking it unknown is the scheduler's to say.
+    let mut b = alloc("b1", &j, "n1", "e1");
+    b.client_status = "running".into();
+    fsm.allocs(vec![b.clone()]);
+    b.client_status = "unknown".into();
+    b.job = None;
+    fsm.apply(with(plan("e4", &j), vec![b], vec![], vec![]));
+    assert_eq!(fsm.snap().alloc("b1").unwrap().client_status, "unknown");
 }
 
 /// `AllocStop` (a reconnect's losing copy) writes the stop's fields onto the stored allocation:

@@ -197,7 +197,14 @@ fn commit_command(plan: &Plan, result: &PlanResult, evals: &[Evaluation]) -> sta
                 a.desired_status.clone()
             },
             desired_description: a.desired_description.clone(),
-            client_status: a.client_status.clone(),
+            // Only the scheduler's own `lost` goes through: any other status on the stopped
+            // copy is the worker's snapshot of the client's report, maybe older than the stored
+            // one (a stale `unknown` would undo a reconnect's `running`).
+            client_status: if a.client_status == model::alloc::ALLOC_CLIENT_STATUS_LOST {
+                a.client_status.clone()
+            } else {
+                String::new()
+            },
             followup_eval_id: a.followup_eval_id.clone(),
             modify_time: a.modify_time,
         })

@@ -475,3 +475,58 @@ fn a_full_queue_refuses_more() {
         [(10_000, Err(PlanError::QueueFull(PLAN_QUEUE_MAX)))]
     );
 }
+
+/// A stop built on the worker's snapshot carries that snapshot's client status; only the
+/// scheduler's own `lost` is written: a stale `unknown` would undo the `running` its client
+/// reported since (a reconnect), and a `lost` never overrides a client's `complete`.
+#[test]
+fn a_stop_writes_no_client_status_older_than_the_stored_one() {
+    let mut c = Cluster::new();
+    c.add_node(node("n1", 1000, 1024));
+    let web = job("web", 2, 100, 64);
+    c.register(&web, "eval-web");
+    let mut a = alloc("a", &web, "n1", 100, 64);
+    a.client_status = "unknown".into();
+    let mut b = alloc("b", &web, "n1", 100, 64);
+    b.client_status = "running".into();
+    c.apply(state::Command::AllocUpsert { allocs: vec![a, b] });
+    // The worker's snapshot: a unknown, b running.
+    let (stale_a, stale_b) = (c.snap().alloc("a").unwrap(), c.snap().alloc("b").unwrap());
+    // Meanwhile a's client came back and says running; b's client finished it.
+    c.apply(state::Command::AllocClientUpdate {
+        allocs: vec![
+            model::wire::AllocClientUpdate {
+                id: "a".into(),
+                client_status: "running".into(),
+                ..Default::default()
+            },
+            model::wire::AllocClientUpdate {
+                id: "b".into(),
+                client_status: "complete".into(),
+                ..Default::default()
+            },
+        ],
+        evals: vec![],
+    });
+    let mut plan = plan_for("web");
+    let mut stop_a = (*stale_a).clone();
+    stop_a.desired_status = "stop".into();
+    plan.push_update(stop_a);
+    let mut stop_b = (*stale_b).clone();
+    stop_b.desired_status = "stop".into();
+    stop_b.client_status = "lost".into();
+    plan.push_update(stop_b);
+    let v = evaluate_plan(
+        &c.snap(),
+        &PlanSubmission {
+            plan,
+            evals: vec![],
+        },
+    );
+    commit(&mut c, &v);
+    let snap = c.snap();
+    assert_eq!(snap.alloc("a").unwrap().desired_status, "stop");
+    assert_eq!(snap.alloc("a").unwrap().client_status, "running");
+    assert_eq!(snap.alloc("b").unwrap().desired_status, "stop");
+    assert_eq!(snap.alloc("b").unwrap().client_status, "complete");
+}

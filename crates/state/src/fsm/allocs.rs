@@ -25,7 +25,8 @@ pub(super) enum Writer {
     AsGiven,
     /// The servers (plans, stops): their copy may be older than the client's last report, so an
     /// existing allocation keeps its task states, and its client status and description unless
-    /// the write marks it `lost` or `unknown` (Nomad's `upsertAllocsImpl`). Without this a plan
+    /// the write marks it `lost` or `unknown` (Nomad's `upsertAllocsImpl`) — and even then when
+    /// the client already said `complete` or `failed`. Without this a plan
     /// made on a snapshot taken before a client said `complete` would write `running` back, and
     /// no later report would correct it (the client already said it).
     Server,
@@ -75,8 +76,15 @@ pub(super) fn upsert(
                 }
                 if writer == Writer::Server {
                     alloc.task_states.clone_from(&old.task_states);
-                    if alloc.client_status != ALLOC_CLIENT_STATUS_LOST
-                        && alloc.client_status != ALLOC_CLIENT_STATUS_UNKNOWN
+                    // The client's own last word (`complete`, `failed`) stands even against the
+                    // servers' `lost`/`unknown`, which were judged on an older view of it.
+                    let client_finished = matches!(
+                        old.client_status.as_str(),
+                        ALLOC_CLIENT_STATUS_COMPLETE | ALLOC_CLIENT_STATUS_FAILED
+                    );
+                    if client_finished
+                        || (alloc.client_status != ALLOC_CLIENT_STATUS_LOST
+                            && alloc.client_status != ALLOC_CLIENT_STATUS_UNKNOWN)
                     {
                         alloc.client_status.clone_from(&old.client_status);
                         alloc.client_description.clone_from(&old.client_description);
