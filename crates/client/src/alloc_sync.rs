@@ -211,19 +211,9 @@ impl AllocCache {
             })
             .map(|(id, _)| id.clone())
             .collect();
-        for chunk in changed.chunks(ALLOC_FETCH_CHUNK) {
-            let resp = conn
-                .get_allocs(AllocGetAllocsRequest {
-                    node_id: identity.id.clone(),
-                    secret_id: identity.secret_id.clone(),
-                    alloc_ids: chunk.to_vec(),
-                    min_index: index,
-                })
-                .await?;
-            for a in resp.allocs {
-                if listed.contains_key(&a.id) {
-                    self.allocs.insert(a.id.clone(), a);
-                }
+        for a in fetch_allocs(conn, identity, &changed, index).await? {
+            if listed.contains_key(&a.id) {
+                self.allocs.insert(a.id.clone(), a);
             }
         }
         Ok(listed
@@ -231,6 +221,29 @@ impl AllocCache {
             .filter_map(|id| self.allocs.get(id).cloned())
             .collect())
     }
+}
+
+/// The node's allocations `ids` in full (`Alloc.GetAllocs`, [`ALLOC_FETCH_CHUNK`] at a time),
+/// from a state at least at `index`; IDs gone meanwhile are left out.
+pub(crate) async fn fetch_allocs(
+    conn: &dyn ServerConn,
+    identity: &NodeIdentity,
+    ids: &[String],
+    index: u64,
+) -> Result<Vec<Allocation>, rpc::RpcError> {
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(ALLOC_FETCH_CHUNK) {
+        let resp = conn
+            .get_allocs(AllocGetAllocsRequest {
+                node_id: identity.id.clone(),
+                secret_id: identity.secret_id.clone(),
+                alloc_ids: chunk.to_vec(),
+                min_index: index,
+            })
+            .await?;
+        out.extend(resp.allocs);
+    }
+    Ok(out)
 }
 
 pub(crate) struct AllocSync {

@@ -30,8 +30,8 @@ use model::alloc::{
 };
 use model::node::{Node, NodeStatus};
 use model::wire::{
-    AllocClientUpdate, AllocGetAllocsRequest, NodeClientAllocsRequest, NodeClientAllocsResponse,
-    NodeRegisterRequest, NodeUpdateAllocRequest, NodeUpdateStatusRequest,
+    AllocClientUpdate, NodeClientAllocsRequest, NodeClientAllocsResponse, NodeRegisterRequest,
+    NodeUpdateAllocRequest, NodeUpdateStatusRequest,
 };
 use rpc::ErrorCode;
 use std::collections::{BTreeMap, HashMap};
@@ -675,20 +675,7 @@ impl SimNode {
                 .map(|(id, _)| id.clone())
                 .collect()
         };
-        let mut out = Vec::with_capacity(changed.len());
-        for chunk in changed.chunks(crate::limits::ALLOC_FETCH_CHUNK) {
-            let got = self
-                .conn
-                .get_allocs(AllocGetAllocsRequest {
-                    node_id: self.identity.id.clone(),
-                    secret_id: self.identity.secret_id.clone(),
-                    alloc_ids: chunk.to_vec(),
-                    min_index: resp.index,
-                })
-                .await?;
-            out.extend(got.allocs);
-        }
-        Ok(out)
+        crate::alloc_sync::fetch_allocs(&*self.conn, &self.identity, &changed, resp.index).await
     }
 
     /// Starts allocations that are new here, stops those the servers stopped, forgets those
