@@ -357,7 +357,7 @@ impl Client {
             let body = self.read_body(resp, &url, timeout).await?;
             return Err(ApiError {
                 status,
-                message: body.trim().to_string(),
+                message: String::from_utf8_lossy(&body).trim().to_string(),
             }
             .into());
         }
@@ -446,10 +446,32 @@ impl Client {
 
     async fn send(
         &self,
-        mut req: reqwest::RequestBuilder,
+        req: reqwest::RequestBuilder,
         url: &Url,
         timeout: Duration,
     ) -> Result<(String, HeaderMap)> {
+        let (body, headers) = self.send_bytes(req, url, timeout).await?;
+        Ok((String::from_utf8_lossy(&body).into_owned(), headers))
+    }
+
+    /// A GET whose answer is a file (a snapshot): its bytes, unchanged.
+    pub(crate) async fn get_bytes(&self, segments: &[&str]) -> Result<Vec<u8>> {
+        let mut pairs: Vec<(&'static str, String)> = Vec::new();
+        self.place(&mut pairs, None, None);
+        let url = self.url(segments, &pairs);
+        let (body, _) = self
+            .send_bytes(self.http.get(url.clone()), &url, self.config.timeout)
+            .await?;
+        Ok(body)
+    }
+
+    /// [`Self::send`] without reading the body as text.
+    async fn send_bytes(
+        &self,
+        mut req: reqwest::RequestBuilder,
+        url: &Url,
+        timeout: Duration,
+    ) -> Result<(Vec<u8>, HeaderMap)> {
         if let Some(token) = self.config.token.as_deref().filter(|t| !t.is_empty()) {
             req = req.header("X-Nomad-Token", token);
         }
@@ -467,20 +489,20 @@ impl Client {
         if status != 200 {
             return Err(ApiError {
                 status,
-                message: body.trim().to_string(),
+                message: String::from_utf8_lossy(&body).trim().to_string(),
             }
             .into());
         }
         Ok((body, headers))
     }
 
-    /// The body as text, refusing one over [`RESPONSE_BYTES_MAX`].
+    /// The body, refusing one over [`RESPONSE_BYTES_MAX`].
     async fn read_body(
         &self,
         mut resp: reqwest::Response,
         url: &Url,
         timeout: Duration,
-    ) -> Result<String> {
+    ) -> Result<Vec<u8>> {
         let mut bytes = Vec::new();
         while let Some(chunk) = resp
             .chunk()
@@ -495,7 +517,7 @@ impl Client {
             }
             bytes.extend_from_slice(&chunk);
         }
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
+        Ok(bytes)
     }
 
     fn transport_error(&self, e: &reqwest::Error, url: &Url, timeout: Duration) -> Error {

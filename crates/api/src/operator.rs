@@ -116,8 +116,8 @@ impl Client {
     }
 
     /// `GET /v1/operator/snapshot`: the cluster's state as a file.
-    pub async fn snapshot_save(&self) -> Result<String> {
-        self.get_text(&["v1", "operator", "snapshot"], &[]).await
+    pub async fn snapshot_save(&self) -> Result<Vec<u8>> {
+        self.get_bytes(&["v1", "operator", "snapshot"]).await
     }
 
     /// `PUT /v1/operator/snapshot`: replaces the cluster's state with a saved one.

@@ -18,7 +18,23 @@ async fn call_from(from: &str, to: &str, method: &str, body: Value) -> Value {
         .connect(to.parse().expect("rpc addr"))
         .await
         .expect("connect");
-    let req = serde_json::to_vec(&json!({"id": 1, "method": method, "body": body})).unwrap();
+    #[derive(serde::Serialize)]
+    struct Request<'a> {
+        id: u64,
+        method: &'a str,
+        body: serde_bytes::ByteBuf,
+    }
+    #[derive(serde::Deserialize)]
+    struct Response {
+        result: Result<serde_bytes::ByteBuf, rpc::RpcError>,
+    }
+    let body = serde_bytes::ByteBuf::from(rpc::codec::encode(&body).unwrap());
+    let req = rpc::codec::encode(&Request {
+        id: 1,
+        method,
+        body,
+    })
+    .unwrap();
     let len = u32::try_from(req.len()).unwrap().to_be_bytes();
     stream.write_all(&len).await.unwrap();
     stream.write_all(&req).await.unwrap();
@@ -29,8 +45,11 @@ async fn call_from(from: &str, to: &str, method: &str, body: Value) -> Value {
         .expect("an answer");
     let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
     stream.read_exact(&mut buf).await.unwrap();
-    let v: Value = serde_json::from_slice(&buf).unwrap();
-    v["result"].clone()
+    let resp: Response = rpc::codec::decode(&buf).unwrap();
+    match resp.result {
+        Ok(answer) => json!({"Ok": rpc::codec::decode::<Value>(&answer).unwrap()}),
+        Err(e) => json!({"Err": {"code": e.code, "message": e.message}}),
+    }
 }
 
 fn denied(result: &Value) -> String {

@@ -203,7 +203,7 @@ fn a_tls_cluster_works_and_refuses_the_wrong_peers() {
             ),
         ] {
             let err = as_client
-                .call_raw(&servers[0].rpc, method, body)
+                .call_raw(&servers[0].rpc, method, &rpc::codec::encode(&body).unwrap())
                 .await
                 .expect_err("refused");
             assert_eq!(
@@ -215,14 +215,22 @@ fn a_tls_cluster_works_and_refuses_the_wrong_peers() {
         }
         // ...while client calls work with it (the node endpoints check their own secret).
         let r = as_client
-            .call_raw(&servers[0].rpc, "Server.Info", serde_json::Value::Null)
+            .call_raw(
+                &servers[0].rpc,
+                "Server.Info",
+                &rpc::codec::encode(&()).unwrap(),
+            )
             .await;
         assert!(r.is_ok(), "{r:?}");
 
         // Plain TCP gets nothing: the handshake never happens, the call fails.
         let plain = rpc::Client::new(Duration::from_secs(5));
         let err = plain
-            .call_raw(&servers[0].rpc, "Server.Info", serde_json::Value::Null)
+            .call_raw(
+                &servers[0].rpc,
+                "Server.Info",
+                &rpc::codec::encode(&()).unwrap(),
+            )
             .await
             .expect_err("plain TCP is refused");
         assert!(

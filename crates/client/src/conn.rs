@@ -12,9 +12,7 @@ use model::wire::{
     NodeClientAllocsResponse, NodeRegisterRequest, NodeUpdateAllocRequest, NodeUpdateResponse,
     NodeUpdateStatusRequest,
 };
-use rpc::{ErrorCode, RpcError};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
+use rpc::{ErrorCode, Method, RpcError};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Mutex;
@@ -110,27 +108,25 @@ impl RpcServerConn {
         list.preferred = 0;
     }
 
-    async fn call<Req: Serialize, Resp: DeserializeOwned>(
+    async fn call<M: Method>(
         &self,
-        method: &str,
-        req: &Req,
+        req: &M::Request,
         timeout: Duration,
-    ) -> Result<Resp, RpcError> {
-        let body = serde_json::to_value(req)
-            .map_err(|e| RpcError::bad_request(format!("{method}: encoding request: {e}")))?;
+    ) -> Result<M::Response, RpcError> {
+        let method = M::NAME;
+        let body = rpc::encode_request::<M>(req)?;
         let order = self.servers();
         let mut last = RpcError::unavailable(format!("{method}: no servers are known"));
         for addr in order {
             match self
                 .rpc
-                .call_raw_timeout(&addr, method, body.clone(), timeout)
+                .call_raw_timeout(&addr, method, &body, timeout)
                 .await
             {
-                Ok(value) => {
+                Ok(answer) => {
                     self.prefer(&addr);
-                    return serde_json::from_value(value).map_err(|e| {
-                        RpcError::internal(format!("{method}: undecodable answer from {addr}: {e}"))
-                    });
+                    return rpc::decode_response::<M>(&answer)
+                        .map_err(|e| RpcError::internal(format!("{addr}: {}", e.message)));
                 }
                 Err(e) if is_failover(&e) => {
                     tracing::debug!(%addr, %method, error = %e, "server call failed; trying the next server");
@@ -149,12 +145,11 @@ impl RpcServerConn {
         }
     }
 
-    async fn node_update<Req: Serialize>(
+    async fn node_update<M: Method<Response = NodeUpdateResponse>>(
         &self,
-        method: &str,
-        req: &Req,
+        req: &M::Request,
     ) -> Result<NodeUpdateResponse, RpcError> {
-        let resp: NodeUpdateResponse = self.call(method, req, SERVER_CALL_TIMEOUT).await?;
+        let resp = self.call::<M>(req, SERVER_CALL_TIMEOUT).await?;
         self.learn(&resp.servers);
         Ok(resp)
     }
@@ -172,11 +167,11 @@ fn dedup(addrs: Vec<String>) -> Vec<String> {
 
 impl ServerConn for RpcServerConn {
     fn register(&self, req: NodeRegisterRequest) -> ConnFuture<'_, NodeUpdateResponse> {
-        Box::pin(async move { self.node_update(methods::NODE_REGISTER, &req).await })
+        Box::pin(async move { self.node_update::<methods::NodeRegister>(&req).await })
     }
 
     fn update_status(&self, req: NodeUpdateStatusRequest) -> ConnFuture<'_, NodeUpdateResponse> {
-        Box::pin(async move { self.node_update(methods::NODE_UPDATE_STATUS, &req).await })
+        Box::pin(async move { self.node_update::<methods::NodeUpdateStatus>(&req).await })
     }
 
     fn get_client_allocs(
@@ -186,22 +181,21 @@ impl ServerConn for RpcServerConn {
         Box::pin(async move {
             let wait = Duration::from_nanos(u64::try_from(req.wait.as_nanos()).unwrap_or(0));
             let deadline = wait + ALLOC_QUERY_DEADLINE_MARGIN;
-            self.call(methods::NODE_GET_CLIENT_ALLOCS, &req, deadline)
+            self.call::<methods::NodeGetClientAllocs>(&req, deadline)
                 .await
         })
     }
 
     fn get_allocs(&self, req: AllocGetAllocsRequest) -> ConnFuture<'_, AllocGetAllocsResponse> {
         Box::pin(async move {
-            self.call(methods::ALLOC_GET_ALLOCS, &req, SERVER_CALL_TIMEOUT)
+            self.call::<methods::AllocGetAllocs>(&req, SERVER_CALL_TIMEOUT)
                 .await
         })
     }
 
     fn update_allocs(&self, req: NodeUpdateAllocRequest) -> ConnFuture<'_, ()> {
         Box::pin(async move {
-            let _: serde_json::Value = self
-                .call(methods::NODE_UPDATE_ALLOC, &req, SERVER_CALL_TIMEOUT)
+            self.call::<methods::NodeUpdateAlloc>(&req, SERVER_CALL_TIMEOUT)
                 .await?;
             Ok(())
         })
@@ -210,15 +204,14 @@ impl ServerConn for RpcServerConn {
     fn csi_claim(&self, req: CsiVolumeClaimRequest) -> ConnFuture<'_, CsiVolumeClaimResponse> {
         // A claim may wait on a controller publish: the longer deadline of plugin calls.
         Box::pin(async move {
-            self.call(methods::CSI_VOLUME_CLAIM, &req, CSI_SERVER_CALL_TIMEOUT)
+            self.call::<methods::CsiVolumeClaim>(&req, CSI_SERVER_CALL_TIMEOUT)
                 .await
         })
     }
 
     fn csi_unpublish(&self, req: CsiVolumeUnpublishRequest) -> ConnFuture<'_, ()> {
         Box::pin(async move {
-            let _: serde_json::Value = self
-                .call(methods::CSI_VOLUME_UNPUBLISH, &req, CSI_SERVER_CALL_TIMEOUT)
+            self.call::<methods::CsiVolumeUnpublish>(&req, CSI_SERVER_CALL_TIMEOUT)
                 .await?;
             Ok(())
         })
@@ -229,7 +222,6 @@ impl ServerConn for RpcServerConn {
 mod tests {
     use super::*;
     use rpc::{BoxFuture, Handler};
-    use serde_json::{json, Value};
     use std::sync::Arc;
 
     /// A server that answers `Node.Register` with a TTL and a server list.
@@ -242,14 +234,18 @@ mod tests {
             &self,
             _peer: &rpc::Peer,
             method: String,
-            _body: Value,
-        ) -> BoxFuture<'static, Result<Value, RpcError>> {
+            _body: Vec<u8>,
+        ) -> BoxFuture<'static, Result<Vec<u8>, RpcError>> {
             let servers = self.servers.clone();
             Box::pin(async move {
                 match method.as_str() {
-                    methods::NODE_REGISTER => Ok(
-                        json!({"HeartbeatTTL": 1_000_000_000u64, "Servers": servers, "Index": 7}),
-                    ),
+                    methods::NODE_REGISTER => {
+                        rpc::encode_response::<methods::NodeRegister>(&NodeUpdateResponse {
+                            heartbeat_ttl: model::Duration::from_secs(1),
+                            servers,
+                            index: 7,
+                        })
+                    }
                     _ => Err(RpcError::not_found(format!("no method {method}"))),
                 }
             })

@@ -14,7 +14,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use futures::future::BoxFuture;
-use server::http_forward::{HttpForwardRequest, HttpForwardResponse, HttpHandler, AGENT_HTTP};
+use rpc::Method as _;
+use server::http_forward::{HttpForwardRequest, HttpForwardResponse, HttpHandler};
+use server::methods::AgentHttp;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -489,7 +491,7 @@ async fn forward(State(st): State<ClientAgentState>, req: Request<Body>) -> Resp
     let uri = path_and_query(&parts.uri);
     let headers = forwarded_headers(&parts.headers);
     let fwd = HttpForwardRequest::new(parts.method.as_str(), &uri, headers, &body);
-    let payload = match serde_json::to_value(&fwd) {
+    let payload = match rpc::encode_request::<AgentHttp>(&fwd) {
         Ok(v) => v,
         Err(e) => {
             return ApiError {
@@ -504,10 +506,10 @@ async fn forward(State(st): State<ClientAgentState>, req: Request<Body>) -> Resp
     for addr in &servers {
         match st
             .rpc
-            .call_raw_timeout(addr, AGENT_HTTP, payload.clone(), FORWARD_TIMEOUT)
+            .call_raw_timeout(addr, AgentHttp::NAME, &payload, FORWARD_TIMEOUT)
             .await
         {
-            Ok(v) => match serde_json::from_value::<HttpForwardResponse>(v) {
+            Ok(answer) => match rpc::decode_response::<AgentHttp>(&answer) {
                 Ok(resp) => return into_response(&resp),
                 Err(e) => last_error = format!("{addr} answered something undecodable: {e}"),
             },

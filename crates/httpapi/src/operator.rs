@@ -190,18 +190,10 @@ pub async fn snapshot(
             }
             Err(e) => ApiError::from(e).into_response(),
         },
-        Method::PUT | Method::POST => {
-            let Ok(text) = String::from_utf8(body.to_vec()) else {
-                return ApiError::bad_request(
-                    "not a Caravan snapshot (it is not text); make one with `caravan operator snapshot save FILE`",
-                )
-                .into_response();
-            };
-            match st.server.snapshot_restore(text).await {
-                Ok(index) => reply::write(&serde_json::json!({"Index": index}), index, false),
-                Err(e) => ApiError::from(e).into_response(),
-            }
-        }
+        Method::PUT | Method::POST => match st.server.snapshot_restore(body.to_vec()).await {
+            Ok(index) => reply::write(&serde_json::json!({"Index": index}), index, false),
+            Err(e) => ApiError::from(e).into_response(),
+        },
         _ => ApiError::invalid_method().into_response(),
     }
 }

@@ -371,15 +371,64 @@ pub struct JobRevertRequest {
     pub enforce_prior_version: Option<u64>,
 }
 
-/// rpc method names between clients and servers (Nomad's).
+/// The rpc methods clients call on servers (Nomad's names), each with its request and answer.
+/// The servers' own methods (forwarding to the leader, joining) live in the `server` crate.
 pub mod methods {
-    pub const NODE_REGISTER: &str = "Node.Register";
-    pub const NODE_UPDATE_STATUS: &str = "Node.UpdateStatus";
-    pub const NODE_GET_CLIENT_ALLOCS: &str = "Node.GetClientAllocs";
-    pub const NODE_UPDATE_ALLOC: &str = "Node.UpdateAlloc";
-    pub const ALLOC_GET_ALLOCS: &str = "Alloc.GetAllocs";
-    pub const CSI_VOLUME_CLAIM: &str = "CSIVolume.Claim";
-    pub const CSI_VOLUME_UNPUBLISH: &str = "CSIVolume.Unpublish";
+    use super::*;
+
+    /// Declares a unit type per method and its [`rpc::Method`] implementation.
+    #[macro_export]
+    macro_rules! rpc_method {
+        ($(#[$doc:meta])* $vis:vis $ty:ident = $name:literal: $req:ty => $resp:ty) => {
+            $(#[$doc])*
+            #[derive(Debug, Clone, Copy)]
+            $vis struct $ty;
+            impl rpc::Method for $ty {
+                const NAME: &'static str = $name;
+                type Request = $req;
+                type Response = $resp;
+            }
+        };
+    }
+
+    rpc_method!(
+        /// A client registers its node (and re-registers after a server lost it).
+        pub NodeRegister = "Node.Register": NodeRegisterRequest => NodeUpdateResponse
+    );
+    rpc_method!(
+        /// The heartbeat.
+        pub NodeUpdateStatus = "Node.UpdateStatus": NodeUpdateStatusRequest => NodeUpdateResponse
+    );
+    rpc_method!(
+        /// A blocking query: the node's allocation IDs with their modify indexes.
+        pub NodeGetClientAllocs = "Node.GetClientAllocs":
+            NodeClientAllocsRequest => NodeClientAllocsResponse
+    );
+    rpc_method!(
+        /// A batch of allocation status updates; answers the index of the write.
+        pub NodeUpdateAlloc = "Node.UpdateAlloc": NodeUpdateAllocRequest => u64
+    );
+    rpc_method!(
+        /// Some of the node's allocations in full.
+        pub AllocGetAllocs = "Alloc.GetAllocs": AllocGetAllocsRequest => AllocGetAllocsResponse
+    );
+    rpc_method!(
+        /// An allocation claims a CSI volume before its tasks start.
+        pub CsiVolumeClaim = "CSIVolume.Claim": CsiVolumeClaimRequest => CsiVolumeClaimResponse
+    );
+    rpc_method!(
+        /// An allocation's claim is released once the node unmounted the volume.
+        pub CsiVolumeUnpublish = "CSIVolume.Unpublish": CsiVolumeUnpublishRequest => ()
+    );
+
+    use rpc::Method;
+    pub const NODE_REGISTER: &str = NodeRegister::NAME;
+    pub const NODE_UPDATE_STATUS: &str = NodeUpdateStatus::NAME;
+    pub const NODE_GET_CLIENT_ALLOCS: &str = NodeGetClientAllocs::NAME;
+    pub const NODE_UPDATE_ALLOC: &str = NodeUpdateAlloc::NAME;
+    pub const ALLOC_GET_ALLOCS: &str = AllocGetAllocs::NAME;
+    pub const CSI_VOLUME_CLAIM: &str = CsiVolumeClaim::NAME;
+    pub const CSI_VOLUME_UNPUBLISH: &str = CsiVolumeUnpublish::NAME;
 }
 
 /// `CSIVolume.Claim` (Nomad's `CSIVolumeClaimRequest`): a client's allocation claims a volume before

@@ -33,7 +33,10 @@ const KEY_COMMITTED: &str = "committed";
 const KEY_LAST_PURGED: &str = "last_purged";
 
 /// Bump when the layout of either table changes; `open` refuses other versions.
-const SCHEMA_VERSION: u64 = 1;
+/// 1: entries and meta in JSON. 2: in MessagePack; a store still holding JSON from version 1 reads
+/// on ([`decode_stored`]), so opening one only raises its number, and a build that reads only 1
+/// refuses the store instead of misreading it. The number itself is decimal text in every version.
+const SCHEMA_VERSION: u64 = 2;
 
 /// The log store; clones share the database and serve as openraft's log readers.
 #[derive(Clone)]
@@ -64,9 +67,10 @@ impl LogStore {
             .create(path)
             .map_err(|e| io_err(&format!("opening {}", path.display()), e))?;
         let store = LogStore { db: Arc::new(db) };
-        let found: Option<u64> = store.read_meta(KEY_SCHEMA)?;
+        let found = store.read_schema()?;
         match found {
             Some(SCHEMA_VERSION) => {}
+            Some(1) => store.write_blocking(Durability::Immediate, put_schema)?,
             Some(other) => {
                 return Err(io_err(
                     "schema",
@@ -78,7 +82,7 @@ impl LogStore {
             }
             None => store.write_blocking(Durability::Immediate, |txn| {
                 txn.open_table(LOG)?;
-                put_meta(txn, KEY_SCHEMA, &SCHEMA_VERSION)
+                put_schema(txn)
             })?,
         }
         Ok(store)
@@ -87,6 +91,23 @@ impl LogStore {
     /// Makes every earlier non-durable commit durable. Blocking.
     pub fn flush(&self) -> io::Result<()> {
         self.write_blocking(Durability::Immediate, |_| Ok(()))
+    }
+
+    fn read_schema(&self) -> io::Result<Option<u64>> {
+        let txn = self.db.begin_read().map_err(|e| io_err("begin read", e))?;
+        let table = match txn.open_table(META) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(io_err("open meta", e)),
+        };
+        let Some(value) = table.get(KEY_SCHEMA).map_err(|e| io_err("read meta", e))? else {
+            return Ok(None);
+        };
+        let text = String::from_utf8_lossy(value.value()).into_owned();
+        text.trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| io_err("schema", format!("unreadable schema version {text:?}")))
     }
 
     fn read_meta<T: DeserializeOwned>(&self, key: &str) -> io::Result<Option<T>> {
@@ -99,7 +120,7 @@ impl LogStore {
         let Some(value) = table.get(key).map_err(|e| io_err("read meta", e))? else {
             return Ok(None);
         };
-        serde_json::from_slice(value.value())
+        decode_stored(value.value())
             .map(Some)
             .map_err(|e| io_err(&format!("decoding {key}"), e))
     }
@@ -139,13 +160,29 @@ impl LogStore {
             return Ok(None);
         };
         let only: LogIdOnly =
-            serde_json::from_slice(value.value()).map_err(|e| io_err("decoding entry", e))?;
+            decode_stored(value.value()).map_err(|e| io_err("decoding entry", e))?;
         Ok(Some(only.log_id))
     }
 }
 
+fn put_schema(txn: &WriteTransaction) -> Result<(), redb::Error> {
+    let text = SCHEMA_VERSION.to_string();
+    txn.open_table(META)?.insert(KEY_SCHEMA, text.as_bytes())?;
+    Ok(())
+}
+
+/// A stored entry or meta value. They are MessagePack; a log written by an earlier version holds
+/// JSON, whose values here (objects, `null`, arrays, strings) start with a byte that no stored
+/// MessagePack value starts with (MessagePack would read it as a small integer).
+fn decode_stored<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    match bytes.first() {
+        Some(b'{' | b'n' | b'[' | b'"') => serde_json::from_slice(bytes).map_err(|e| e.to_string()),
+        _ => rpc::codec::decode(bytes).map_err(|e| e.to_string()),
+    }
+}
+
 fn put_meta<T: Serialize>(txn: &WriteTransaction, key: &str, value: &T) -> Result<(), redb::Error> {
-    let bytes = serde_json::to_vec(value).expect("log ids and votes always encode");
+    let bytes = rpc::codec::encode(value).expect("log ids and votes always encode");
     txn.open_table(META)?.insert(key, bytes.as_slice())?;
     Ok(())
 }
@@ -170,9 +207,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         let mut entries = Vec::new();
         for item in table.range(bounds).map_err(|e| io_err("read range", e))? {
             let (_, value) = item.map_err(|e| io_err("read entry", e))?;
-            entries.push(
-                serde_json::from_slice(value.value()).map_err(|e| io_err("decoding entry", e))?,
-            );
+            entries.push(decode_stored(value.value()).map_err(|e| io_err("decoding entry", e))?);
         }
         Ok(entries)
     }
@@ -224,7 +259,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let mut rows = Vec::new();
         for entry in entries {
-            let bytes = serde_json::to_vec(&entry).map_err(|e| io_err("encoding entry", e))?;
+            let bytes = rpc::codec::encode(&entry).map_err(|e| io_err("encoding entry", e))?;
             rows.push((entry.log_id.index(), bytes));
         }
         let result = self
@@ -266,5 +301,71 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             remove_range(txn, (Bound::Unbounded, Bound::Included(log_id.index())))
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{Bytes, TypeConfig};
+    use openraft::entry::RaftEntry;
+    use openraft::type_config::alias::{LeaderIdOf, LogIdOf};
+    use openraft::vote::RaftLeaderIdExt;
+
+    fn log_id(term: u64, index: u64) -> LogId {
+        LogIdOf::<TypeConfig>::new(LeaderIdOf::<TypeConfig>::new_committed(term, 1), index)
+    }
+
+    /// A data dir written before MessagePack (schema 1, JSON rows) opens, reads, and takes new
+    /// entries; a schema this build does not know is refused.
+    #[tokio::test]
+    async fn a_json_log_from_an_earlier_version_still_reads() {
+        let dir = std::env::temp_dir().join(format!("caravan-log-json-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("raft.db");
+        let old = Entry::new_normal(log_id(1, 1), Bytes(b"first".to_vec()));
+        {
+            let db = Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut meta = txn.open_table(META).unwrap();
+                meta.insert(KEY_SCHEMA, b"1".as_slice()).unwrap();
+                let committed = serde_json::to_vec(&Some(log_id(1, 1))).unwrap();
+                meta.insert(KEY_COMMITTED, committed.as_slice()).unwrap();
+                let mut log = txn.open_table(LOG).unwrap();
+                let row = serde_json::to_vec(&old).unwrap();
+                assert_eq!(row.first(), Some(&b'{'));
+                log.insert(1, row.as_slice()).unwrap();
+            }
+            txn.commit().unwrap();
+        }
+        let mut store = LogStore::open(&path).unwrap();
+        assert_eq!(store.read_schema().unwrap(), Some(SCHEMA_VERSION));
+        assert_eq!(store.read_committed().await.unwrap(), Some(log_id(1, 1)));
+        assert_eq!(store.last_log_id().unwrap(), Some(log_id(1, 1)));
+        let newer = Entry::new_normal(log_id(1, 2), Bytes(b"second".to_vec()));
+        let row = rpc::codec::encode(&newer).unwrap();
+        store
+            .write_blocking(Durability::Immediate, move |txn| {
+                txn.open_table(LOG)?.insert(2, row.as_slice())?;
+                Ok(())
+            })
+            .unwrap();
+        let entries = store.try_get_log_entries(1..3).await.unwrap();
+        assert_eq!(entries, vec![old, newer]);
+        drop(store);
+
+        let db = Database::open(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(META)
+            .unwrap()
+            .insert(KEY_SCHEMA, b"3".as_slice())
+            .unwrap();
+        txn.commit().unwrap();
+        drop(db);
+        let err = LogStore::open(&path).err().expect("schema 3 is refused");
+        assert!(err.to_string().contains("schema version 3"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

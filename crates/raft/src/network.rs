@@ -81,13 +81,13 @@ impl Peer {
         req: &Req,
         timeout: Duration,
     ) -> Result<Resp, rpc::RpcError> {
-        let body = serde_json::to_value(req)
+        let body = rpc::codec::encode(req)
             .map_err(|e| rpc::RpcError::internal(format!("{method}: encoding request: {e}")))?;
-        let value = self
+        let answer = self
             .client
-            .call_raw_timeout(&self.addr, method, body, timeout)
+            .call_raw_timeout(&self.addr, method, &body, timeout)
             .await?;
-        serde_json::from_value(value)
+        rpc::codec::decode(&answer)
             .map_err(|e| rpc::RpcError::internal(format!("{method}: decoding response: {e}")))
     }
 

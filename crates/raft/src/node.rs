@@ -15,7 +15,6 @@ use openraft::async_runtime::watch::WatchReceiver;
 use openraft::errors::{ClientWriteError, Fatal, ForwardToLeader, InitializeError};
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest};
 use openraft::{BasicNode, RaftMetrics, ServerState, SnapshotPolicy};
-use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -461,7 +460,7 @@ impl RaftNode {
 
     /// Serves a peer's raft message. The server routes every rpc method starting with `Raft.`
     /// here.
-    pub async fn handle_rpc(&self, method: &str, body: Value) -> Result<Value, rpc::RpcError> {
+    pub async fn handle_rpc(&self, method: &str, body: &[u8]) -> Result<Vec<u8>, rpc::RpcError> {
         if self.inner.stopped.load(Ordering::SeqCst) {
             return Err(rpc::RpcError::unavailable(format!(
                 "raft on node {} is shut down",
@@ -521,7 +520,7 @@ impl RaftNode {
     fn addressed<T: serde::de::DeserializeOwned>(
         &self,
         method: &str,
-        body: Value,
+        body: &[u8],
     ) -> Result<T, rpc::RpcError> {
         let req: Addressed<T> = decode(method, body)?;
         self.check_target(req.target)?;
@@ -542,7 +541,7 @@ impl RaftNode {
         rpc::RpcError::unavailable(format!("raft on node {}: {e}", self.inner.id))
     }
 
-    async fn receive_snapshot_chunk(&self, chunk: SnapshotChunk) -> Result<Value, rpc::RpcError> {
+    async fn receive_snapshot_chunk(&self, chunk: SnapshotChunk) -> Result<Vec<u8>, rpc::RpcError> {
         let data = {
             let mut incoming = self.inner.incoming.lock().expect("incoming lock");
             if chunk.offset == 0 {
@@ -573,7 +572,7 @@ impl RaftNode {
             }
             current.data.extend_from_slice(&chunk.data.0);
             if !chunk.done {
-                return Ok(Value::Null);
+                return encode(&None::<()>);
             }
             incoming.take().expect("checked above").data
         };
@@ -638,12 +637,12 @@ fn leader_of(m: &RaftMetrics<TypeConfig>) -> Option<(u64, String)> {
     Some((id, node.addr.clone()))
 }
 
-fn decode<T: serde::de::DeserializeOwned>(method: &str, body: Value) -> Result<T, rpc::RpcError> {
-    serde_json::from_value(body).map_err(|e| rpc::RpcError::bad_request(format!("{method}: {e}")))
+fn decode<T: serde::de::DeserializeOwned>(method: &str, body: &[u8]) -> Result<T, rpc::RpcError> {
+    rpc::codec::decode(body).map_err(|e| rpc::RpcError::bad_request(format!("{method}: {e}")))
 }
 
-fn encode<T: serde::Serialize>(value: &T) -> Result<Value, rpc::RpcError> {
-    serde_json::to_value(value)
+fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, rpc::RpcError> {
+    rpc::codec::encode(value)
         .map_err(|e| rpc::RpcError::internal(format!("encoding raft response: {e}")))
 }
 

@@ -5,8 +5,9 @@ use base64::Engine;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
-/// Opaque bytes: an entry's payload or the state machine's response to it. Base64 on the wire
-/// and on disk, so a JSON frame stays compact.
+/// Opaque bytes: an entry's payload or the state machine's response to it. MessagePack `bin` on
+/// the wire and on disk; a log written before that (JSON) holds them as base64 text, which still
+/// reads.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub(crate) struct Bytes(pub Vec<u8>);
 
@@ -24,17 +25,37 @@ impl fmt::Display for Bytes {
 
 impl Serialize for Bytes {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&STANDARD.encode(&self.0))
+        if s.is_human_readable() {
+            s.serialize_str(&STANDARD.encode(&self.0))
+        } else {
+            s.serialize_bytes(&self.0)
+        }
     }
 }
 
 impl<'de> Deserialize<'de> for Bytes {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        STANDARD
-            .decode(text.as_bytes())
-            .map(Bytes)
-            .map_err(serde::de::Error::custom)
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Bytes;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("bytes, or base64 text")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Bytes, E> {
+                STANDARD.decode(v.as_bytes()).map(Bytes).map_err(E::custom)
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Bytes, E> {
+                Ok(Bytes(v.to_vec()))
+            }
+            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Bytes, E> {
+                Ok(Bytes(v))
+            }
+        }
+        if d.is_human_readable() {
+            d.deserialize_str(Visit)
+        } else {
+            d.deserialize_any(Visit)
+        }
     }
 }
 
@@ -57,6 +78,14 @@ pub(crate) type Snapshot = openraft::type_config::alias::SnapshotOf<TypeConfig, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bytes_are_bin_in_msgpack_and_base64_in_json() {
+        let b = Bytes(vec![0, 1, 2, 250]);
+        let packed = rpc::codec::encode(&b).unwrap();
+        assert_eq!(packed, [0xc4, 4, 0, 1, 2, 250]);
+        assert_eq!(rpc::codec::decode::<Bytes>(&packed).unwrap(), b);
+    }
 
     #[test]
     fn bytes_are_base64_in_json() {

@@ -7,7 +7,6 @@ use crate::limits::{CALL_TIMEOUT_DEFAULT, IN_FLIGHT_PER_CONNECTION_MAX, WRITE_QU
 use crate::server::write_frames;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,23 +15,37 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, OnceCell, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-/// A typed RPC method: its wire name and the shapes of its request and response.
-pub trait Method {
+/// A typed RPC method: its wire name and the shapes of its request and response. Every
+/// endpoint is one implementation; callers use [`Client::call`], servers route by
+/// [`Method::NAME`] and decode with [`decode_request`].
+pub trait Method: Send + Sync + 'static {
     const NAME: &'static str;
-    type Request: Serialize + DeserializeOwned + Send + Sync;
-    type Response: Serialize + DeserializeOwned + Send;
+    type Request: Serialize + DeserializeOwned + Send + Sync + 'static;
+    type Response: Serialize + DeserializeOwned + Send + 'static;
 }
 
 /// Decodes a request body for `M` on the serving side (`BadRequest` when it does not fit).
-pub fn decode_request<M: Method>(body: Value) -> Result<M::Request, RpcError> {
-    serde_json::from_value(body)
+pub fn decode_request<M: Method>(body: &[u8]) -> Result<M::Request, RpcError> {
+    crate::codec::decode(body)
         .map_err(|e| RpcError::bad_request(format!("{}: malformed request: {e}", M::NAME)))
 }
 
 /// Encodes a response of `M` on the serving side.
-pub fn encode_response<M: Method>(resp: &M::Response) -> Result<Value, RpcError> {
-    serde_json::to_value(resp)
+pub fn encode_response<M: Method>(resp: &M::Response) -> Result<Vec<u8>, RpcError> {
+    crate::codec::encode(resp)
         .map_err(|e| RpcError::internal(format!("{}: encoding response: {e}", M::NAME)))
+}
+
+/// Encodes a request of `M` on the calling side.
+pub fn encode_request<M: Method>(req: &M::Request) -> Result<Vec<u8>, RpcError> {
+    crate::codec::encode(req)
+        .map_err(|e| RpcError::bad_request(format!("{}: encoding request: {e}", M::NAME)))
+}
+
+/// Decodes an answer of `M` on the calling side.
+pub fn decode_response<M: Method>(body: &[u8]) -> Result<M::Response, RpcError> {
+    crate::codec::decode(body)
+        .map_err(|e| RpcError::internal(format!("{}: undecodable answer: {e}", M::NAME)))
 }
 
 /// A handle for calling peers. Cheap to clone; clones share the connections.
@@ -67,7 +80,7 @@ struct ConnShared {
     /// Set once the connection broke; the next call on this address re-dials.
     closed: AtomicBool,
     /// Calls waiting for their response, by id. Never held across `.await`.
-    pending: Mutex<HashMap<u64, oneshot::Sender<Result<Value, RpcError>>>>,
+    pending: Mutex<HashMap<u64, oneshot::Sender<Result<serde_bytes::ByteBuf, RpcError>>>>,
     in_flight: Arc<Semaphore>,
 }
 
@@ -136,9 +149,15 @@ impl Client {
         self.inner.timeout
     }
 
-    /// Calls `method` on the server at `addr` with a JSON body. `Unavailable` on connect or I/O
-    /// errors, `Timeout` when the deadline passes, otherwise whatever the handler answered.
-    pub async fn call_raw(&self, addr: &str, method: &str, body: Value) -> Result<Value, RpcError> {
+    /// Calls `method` on the server at `addr` with an already encoded body (MessagePack, see
+    /// [`crate::codec`]). `Unavailable` on connect or I/O errors, `Timeout` when the deadline
+    /// passes, otherwise whatever the handler answered, still encoded.
+    pub async fn call_raw(
+        &self,
+        addr: &str,
+        method: &str,
+        body: &[u8],
+    ) -> Result<Vec<u8>, RpcError> {
         self.call_raw_timeout(addr, method, body, self.inner.timeout)
             .await
     }
@@ -148,12 +167,11 @@ impl Client {
         &self,
         addr: &str,
         method: &str,
-        body: Value,
+        body: &[u8],
         timeout: Duration,
-    ) -> Result<Value, RpcError> {
+    ) -> Result<Vec<u8>, RpcError> {
         let deadline = Instant::now() + timeout;
-        match tokio::time::timeout_at(deadline, self.call_inner(addr, method, &body, deadline))
-            .await
+        match tokio::time::timeout_at(deadline, self.call_inner(addr, method, body, deadline)).await
         {
             Ok(result) => result,
             Err(_) => Err(RpcError::timeout(format!(
@@ -162,26 +180,34 @@ impl Client {
         }
     }
 
-    /// Calls the typed method `M`.
+    /// Calls the typed method `M` with this client's deadline.
     pub async fn call<M: Method>(
         &self,
         addr: &str,
         req: &M::Request,
     ) -> Result<M::Response, RpcError> {
-        let body = serde_json::to_value(req)
-            .map_err(|e| RpcError::bad_request(format!("{}: encoding request: {e}", M::NAME)))?;
-        let value = self.call_raw(addr, M::NAME, body).await?;
-        serde_json::from_value(value)
-            .map_err(|e| RpcError::internal(format!("{}: decoding response: {e}", M::NAME)))
+        self.call_timeout::<M>(addr, req, self.inner.timeout).await
+    }
+
+    /// Calls the typed method `M` with a deadline of its own.
+    pub async fn call_timeout<M: Method>(
+        &self,
+        addr: &str,
+        req: &M::Request,
+        timeout: Duration,
+    ) -> Result<M::Response, RpcError> {
+        let body = encode_request::<M>(req)?;
+        let answer = self.call_raw_timeout(addr, M::NAME, &body, timeout).await?;
+        decode_response::<M>(&answer)
     }
 
     async fn call_inner(
         &self,
         addr: &str,
         method: &str,
-        body: &Value,
+        body: &[u8],
         deadline: Instant,
-    ) -> Result<Value, RpcError> {
+    ) -> Result<Vec<u8>, RpcError> {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let conn = self.connection(addr).await?;
         let _permit: OwnedSemaphorePermit = conn
@@ -212,7 +238,7 @@ impl Client {
             .await
             .unwrap_or_else(|_| Err(RpcError::unavailable(format!("{addr}: connection closed"))));
         pending.disarm();
-        result
+        result.map(serde_bytes::ByteBuf::into_vec)
     }
 
     /// The live connection to `addr`, dialing one if there is none.
@@ -286,7 +312,7 @@ async fn read_responses<R: tokio::io::AsyncRead + Unpin>(read: R, shared: Arc<Co
             Err(FrameError::Closed) => break "closed by the server".to_string(),
             Err(e) => break e.to_string(),
         };
-        let resp: Response = match serde_json::from_slice(&bytes) {
+        let resp: Response = match crate::codec::decode(&bytes) {
             Ok(resp) => resp,
             Err(e) => break format!("malformed response: {e}"),
         };
@@ -315,7 +341,7 @@ impl<'a> PendingGuard<'a> {
     fn insert(
         shared: &'a ConnShared,
         id: u64,
-        tx: oneshot::Sender<Result<Value, RpcError>>,
+        tx: oneshot::Sender<Result<serde_bytes::ByteBuf, RpcError>>,
     ) -> Option<Self> {
         let mut pending = shared.pending.lock().expect("pending lock");
         // Checked under the lock: `fail_all` sets `closed` before draining, so an entry added
@@ -362,8 +388,8 @@ mod tests {
             &self,
             _peer: &crate::Peer,
             _method: String,
-            body: Value,
-        ) -> BoxFuture<'static, Result<Value, RpcError>> {
+            body: Vec<u8>,
+        ) -> BoxFuture<'static, Result<Vec<u8>, RpcError>> {
             Box::pin(async move { Ok(body) })
         }
     }
@@ -381,11 +407,15 @@ mod tests {
             .map(|i| {
                 let client = client.clone();
                 let addr = addr.clone();
-                tokio::spawn(async move { client.call_raw(&addr, "Echo", Value::from(i)).await })
+                tokio::spawn(async move {
+                    let body = crate::codec::encode(&i).unwrap();
+                    client.call_raw(&addr, "Echo", &body).await
+                })
             })
             .collect();
         for (i, call) in calls.into_iter().enumerate() {
-            assert_eq!(call.await.unwrap().unwrap(), Value::from(i));
+            let answer: usize = crate::codec::decode(&call.await.unwrap().unwrap()).unwrap();
+            assert_eq!(answer, i);
         }
         assert_eq!(client.inner.dials.load(Ordering::Relaxed), 1);
         let _ = stop.send(());

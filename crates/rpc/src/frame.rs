@@ -1,13 +1,16 @@
-//! Frames on the wire: a 4-byte big-endian length, then that many bytes of JSON.
+//! Frames on the wire: a 4-byte big-endian length, then that many bytes of MessagePack
+//! ([`crate::codec`]).
 //!
-//! A request frame is `{"id":…,"method":…,"body":…}`; a response frame is `{"id":…,"result":…}`
-//! where `result` is `{"Ok":value}` or `{"Err":{"code":…,"message":…}}`. Ids are chosen by the
-//! client and only need to be unique among one connection's pending calls.
+//! A request frame is the map `{id, method, body, timeout_ms?, auth?}`; a response frame is
+//! `{id, result}` where `result` is `{"Ok": body}` or `{"Err": {code, message}}`. A body is the
+//! request's or answer's own MessagePack, carried as bytes, so the serving side reads the
+//! envelope first and the endpoint decodes its body straight into its typed request. Ids are
+//! chosen by the client and only need to be unique among one connection's pending calls.
 
 use crate::error::RpcError;
 use crate::limits::{FRAME_BYTES_MAX, READ_CHUNK_BYTES};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_bytes::ByteBuf;
 use std::io;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
@@ -17,7 +20,8 @@ const LEN_BYTES: usize = 4;
 pub(crate) struct RequestOut<'a> {
     pub id: u64,
     pub method: &'a str,
-    pub body: &'a Value,
+    #[serde(with = "serde_bytes")]
+    pub body: &'a [u8],
     /// How long the caller waits for the answer, from when it sent the request: the server
     /// cancels the handler past it, since nobody is left to read its answer.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -32,7 +36,7 @@ pub(crate) struct RequestIn {
     pub id: u64,
     pub method: String,
     #[serde(default)]
-    pub body: Value,
+    pub body: ByteBuf,
     #[serde(default)]
     pub timeout_ms: Option<u64>,
     #[serde(default)]
@@ -48,7 +52,7 @@ pub(crate) struct IdOnly {
 #[derive(Serialize, Deserialize)]
 pub(crate) struct Response {
     pub id: u64,
-    pub result: Result<Value, RpcError>,
+    pub result: Result<ByteBuf, RpcError>,
 }
 
 /// Why a frame could not be produced or read.
@@ -57,7 +61,7 @@ pub(crate) enum FrameError {
     #[error("frame of {bytes} bytes exceeds the {max}-byte limit")]
     TooLarge { bytes: usize, max: usize },
     #[error("encoding frame: {0}")]
-    Encode(serde_json::Error),
+    Encode(crate::codec::CodecError),
     #[error("connection closed")]
     Closed,
     #[error("connection closed in the middle of a frame")]
@@ -69,7 +73,7 @@ pub(crate) enum FrameError {
 /// Encodes `msg` as one frame (length prefix included).
 pub(crate) fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
     let mut buf = vec![0u8; LEN_BYTES];
-    serde_json::to_writer(&mut buf, msg).map_err(FrameError::Encode)?;
+    crate::codec::encode_into(&mut buf, msg).map_err(FrameError::Encode)?;
     let len = buf.len() - LEN_BYTES;
     if len > FRAME_BYTES_MAX {
         return Err(FrameError::TooLarge {
@@ -99,7 +103,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
     }
 
-    /// The next frame's JSON bytes; `Err(Closed)` at a clean end of stream.
+    /// The next frame's bytes (without the length); `Err(Closed)` at a clean end of stream.
     pub async fn next(&mut self) -> Result<Vec<u8>, FrameError> {
         loop {
             if let Some(frame) = self.take_frame()? {
@@ -148,6 +152,7 @@ mod tests {
     async fn frames_split_across_reads_come_back_whole() {
         let a = encode(&serde_json::json!({"a": 1})).unwrap();
         let b = encode(&serde_json::json!("second")).unwrap();
+        let (a_body, b_body) = (a[LEN_BYTES..].to_vec(), b[LEN_BYTES..].to_vec());
         let mut bytes = a.clone();
         bytes.extend_from_slice(&b);
         let (mut w, r) = tokio::io::duplex(3);
@@ -156,8 +161,10 @@ mod tests {
             w.write_all(&bytes).await.unwrap();
         });
         let mut reader = FrameReader::new(r);
-        assert_eq!(reader.next().await.unwrap(), br#"{"a":1}"#);
-        assert_eq!(reader.next().await.unwrap(), br#""second""#);
+        assert_eq!(reader.next().await.unwrap(), a_body);
+        assert_eq!(reader.next().await.unwrap(), b_body);
+        let back: serde_json::Value = crate::codec::decode(&a_body).unwrap();
+        assert_eq!(back, serde_json::json!({"a": 1}));
         writer.await.unwrap();
         assert!(matches!(reader.next().await, Err(FrameError::Closed)));
     }

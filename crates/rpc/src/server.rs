@@ -8,7 +8,7 @@ use crate::limits::{
     WRITE_QUEUE_FRAMES_MAX,
 };
 use futures::future::BoxFuture;
-use serde_json::Value;
+use serde_bytes::ByteBuf;
 use std::future::Future;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
@@ -28,14 +28,16 @@ pub struct Peer {
 }
 
 /// What a server does with each request. Implementations hold their own state (behind `Arc`s)
-/// and return a `'static` future so requests run concurrently.
+/// and return a `'static` future so requests run concurrently. The body and the answer are
+/// MessagePack ([`crate::codec`]); [`decode_request`](crate::decode_request) and
+/// [`encode_response`](crate::encode_response) turn them into a [`Method`](crate::Method)'s types.
 pub trait Handler: Send + Sync + 'static {
     fn handle(
         &self,
         peer: &Peer,
         method: String,
-        body: Value,
-    ) -> BoxFuture<'static, Result<Value, RpcError>>;
+        body: Vec<u8>,
+    ) -> BoxFuture<'static, Result<Vec<u8>, RpcError>>;
 }
 
 /// Serves until `shutdown` resolves. Each connection may carry many concurrent requests.
@@ -190,12 +192,10 @@ where
 /// The request, or `Err(Some(frame))` with an error answer when only its id could be decoded,
 /// or `Err(None)` when not even that.
 fn decode_request(bytes: &[u8]) -> Result<RequestIn, Option<Vec<u8>>> {
-    match serde_json::from_slice::<RequestIn>(bytes) {
+    match crate::codec::decode::<RequestIn>(bytes) {
         Ok(req) => Ok(req),
         Err(e) => {
-            let id = serde_json::from_slice::<IdOnly>(bytes)
-                .map_err(|_| None)?
-                .id;
+            let id = crate::codec::decode::<IdOnly>(bytes).map_err(|_| None)?.id;
             let result = Err(RpcError::bad_request(format!("malformed request: {e}")));
             Err(frame::encode(&Response { id, result }).ok())
         }
@@ -216,7 +216,7 @@ async fn run_call(
             let method = req.method.clone();
             tokio::time::timeout(
                 std::time::Duration::from_millis(ms),
-                handler.handle(peer, req.method, req.body),
+                handler.handle(peer, req.method, req.body.into_vec()),
             )
             .await
             .unwrap_or_else(|_| {
@@ -225,8 +225,9 @@ async fn run_call(
                 )))
             })
         }
-        None => handler.handle(peer, req.method, req.body).await,
+        None => handler.handle(peer, req.method, req.body.into_vec()).await,
     };
+    let result = result.map(ByteBuf::from);
     let bytes = match frame::encode(&Response { id, result }) {
         Ok(bytes) => bytes,
         Err(e) => {

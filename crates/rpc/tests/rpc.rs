@@ -27,17 +27,45 @@ impl Drop for OnDrop {
     }
 }
 
+/// Calls `method` with a JSON-shaped body (MessagePack on the wire) and decodes the answer.
+async fn call_value(
+    client: &Client,
+    addr: &str,
+    method: &str,
+    body: Value,
+) -> Result<Value, RpcError> {
+    let body = rpc::codec::encode(&body).unwrap();
+    let answer = client.call_raw(addr, method, &body).await?;
+    Ok(rpc::codec::decode(&answer).unwrap())
+}
+
 impl Handler for TestHandler {
     fn handle(
         &self,
         _peer: &rpc::Peer,
         method: String,
-        body: Value,
-    ) -> BoxFuture<'static, Result<Value, RpcError>> {
+        body: Vec<u8>,
+    ) -> BoxFuture<'static, Result<Vec<u8>, RpcError>> {
         let entered = self.entered.clone();
         let dropped = self.dropped.clone();
         Box::pin(async move {
-            match method.as_str() {
+            let body: Value =
+                rpc::codec::decode(&body).map_err(|e| RpcError::bad_request(e.to_string()))?;
+            let answer = handle_value(&method, body, entered, dropped).await?;
+            Ok(rpc::codec::encode(&answer).unwrap())
+        })
+    }
+}
+
+async fn handle_value(
+    method: &str,
+    body: Value,
+    entered: Arc<Notify>,
+    dropped: Arc<Notify>,
+) -> Result<Value, RpcError> {
+    {
+        {
+            match method {
                 "Test.Hang" => {
                     let _cancelled = OnDrop(dropped);
                     entered.notify_one();
@@ -52,7 +80,7 @@ impl Handler for TestHandler {
                 "Test.Fail" => Err(RpcError::not_found("no such job \"web\"")),
                 other => Err(RpcError::not_found(format!("unknown method {other}"))),
             }
-        })
+        }
     }
 }
 
@@ -128,8 +156,7 @@ async fn many_concurrent_calls_share_one_connection_and_may_finish_out_of_order(
         calls.push(tokio::spawn(async move {
             // Earlier calls sleep longer, so answers come back in reverse order.
             let ms = (500 - i) / 25;
-            let got = client
-                .call_raw(&addr, "Test.Sleep", json!(ms))
+            let got = call_value(&client, &addr, "Test.Sleep", json!(ms))
                 .await
                 .unwrap();
             assert_eq!(got, json!(ms));
@@ -146,8 +173,7 @@ async fn many_concurrent_calls_share_one_connection_and_may_finish_out_of_order(
 async fn an_error_code_survives_the_wire() {
     let server = Server::start().await;
     let client = Client::new(Duration::from_secs(5));
-    let err = client
-        .call_raw(&server.addr, "Test.Fail", Value::Null)
+    let err = call_value(&client, &server.addr, "Test.Fail", Value::Null)
         .await
         .unwrap_err();
     assert_eq!(err.code, ErrorCode::NotFound);
@@ -161,16 +187,16 @@ async fn a_server_that_is_gone_is_unavailable_and_the_client_redials_when_it_is_
     let server = Server::start().await;
     let addr = server.addr.clone();
     let client = Client::new(Duration::from_secs(5));
-    client.call_raw(&addr, "Test.Echo", json!(1)).await.unwrap();
+    call_value(&client, &addr, "Test.Echo", json!(1))
+        .await
+        .unwrap();
     server.stop().await;
 
-    let err = client
-        .call_raw(&addr, "Test.Echo", json!(2))
+    let err = call_value(&client, &addr, "Test.Echo", json!(2))
         .await
         .unwrap_err();
     assert_eq!(err.code, ErrorCode::Unavailable, "{err}");
-    let err = client
-        .call_raw(&addr, "Test.Echo", json!(3))
+    let err = call_value(&client, &addr, "Test.Echo", json!(3))
         .await
         .unwrap_err();
     assert_eq!(err.code, ErrorCode::Unavailable, "{err}");
@@ -182,7 +208,9 @@ async fn a_server_that_is_gone_is_unavailable_and_the_client_redials_when_it_is_
         let _ = stopped.await;
     }));
     assert_eq!(
-        client.call_raw(&addr, "Test.Echo", json!(4)).await.unwrap(),
+        call_value(&client, &addr, "Test.Echo", json!(4))
+            .await
+            .unwrap(),
         json!(4)
     );
     let _ = stop.send(());
@@ -194,11 +222,13 @@ async fn pending_calls_fail_unavailable_when_the_server_stops() {
     let server = Server::start().await;
     let addr = server.addr.clone();
     let client = Client::new(Duration::from_secs(30));
-    client.call_raw(&addr, "Test.Echo", json!(0)).await.unwrap();
+    call_value(&client, &addr, "Test.Echo", json!(0))
+        .await
+        .unwrap();
     let slow = {
         let client = client.clone();
         let addr = addr.clone();
-        tokio::spawn(async move { client.call_raw(&addr, "Test.Hang", Value::Null).await })
+        tokio::spawn(async move { call_value(&client, &addr, "Test.Hang", Value::Null).await })
     };
     // Stop the server once the call is running there.
     tokio::time::timeout(Duration::from_secs(5), server.entered.notified())
@@ -213,14 +243,12 @@ async fn pending_calls_fail_unavailable_when_the_server_stops() {
 async fn a_slow_handler_times_out_and_the_connection_stays_usable() {
     let server = Server::start().await;
     let client = Client::new(Duration::from_millis(200));
-    let err = client
-        .call_raw(&server.addr, "Test.Hang", Value::Null)
+    let err = call_value(&client, &server.addr, "Test.Hang", Value::Null)
         .await
         .unwrap_err();
     assert_eq!(err.code, ErrorCode::Timeout, "{err}");
     assert_eq!(
-        client
-            .call_raw(&server.addr, "Test.Echo", json!("after"))
+        call_value(&client, &server.addr, "Test.Echo", json!("after"))
             .await
             .unwrap(),
         json!("after")
@@ -235,8 +263,7 @@ async fn a_slow_handler_times_out_and_the_connection_stays_usable() {
 async fn a_handler_whose_caller_stopped_waiting_is_cancelled() {
     let server = Server::start().await;
     let client = Client::new(Duration::from_millis(200));
-    let err = client
-        .call_raw(&server.addr, "Test.Hang", Value::Null)
+    let err = call_value(&client, &server.addr, "Test.Hang", Value::Null)
         .await
         .unwrap_err();
     assert_eq!(err.code, ErrorCode::Timeout, "{err}");
@@ -251,15 +278,13 @@ async fn an_oversized_request_is_refused_before_it_is_sent() {
     let server = Server::start().await;
     let client = Client::new(Duration::from_secs(30));
     let huge = "x".repeat(rpc::limits::FRAME_BYTES_MAX);
-    let err = client
-        .call_raw(&server.addr, "Test.Echo", json!(huge))
+    let err = call_value(&client, &server.addr, "Test.Echo", json!(huge))
         .await
         .unwrap_err();
     assert_eq!(err.code, ErrorCode::BadRequest, "{err}");
     // The connection is untouched.
     assert_eq!(
-        client
-            .call_raw(&server.addr, "Test.Echo", json!(5))
+        call_value(&client, &server.addr, "Test.Echo", json!(5))
             .await
             .unwrap(),
         json!(5)
@@ -286,7 +311,8 @@ async fn the_server_drops_a_connection_that_announces_an_oversized_frame() {
 async fn a_malformed_request_with_an_id_gets_bad_request() {
     let server = Server::start().await;
     let mut raw = TcpStream::connect(&server.addr).await.unwrap();
-    let body = br#"{"id":9,"method":17}"#;
+    let body = rpc::codec::encode(&json!({"id": 9, "method": 17})).unwrap();
+    let body = &body[..];
     raw.write_all(&(body.len() as u32).to_be_bytes())
         .await
         .unwrap();
@@ -295,7 +321,7 @@ async fn a_malformed_request_with_an_id_gets_bad_request() {
     raw.read_exact(&mut len).await.unwrap();
     let mut frame = vec![0u8; u32::from_be_bytes(len) as usize];
     raw.read_exact(&mut frame).await.unwrap();
-    let resp: Value = serde_json::from_slice(&frame).unwrap();
+    let resp: Value = rpc::codec::decode(&frame).unwrap();
     assert_eq!(resp["id"], json!(9));
     assert_eq!(resp["result"]["Err"]["code"], json!("BadRequest"));
     server.stop().await;
@@ -309,8 +335,7 @@ async fn an_unreachable_address_is_unavailable() {
         l.local_addr().unwrap().to_string()
     };
     let client = Client::new(Duration::from_secs(5));
-    let err = client
-        .call_raw(&addr, "Test.Echo", json!(1))
+    let err = call_value(&client, &addr, "Test.Echo", json!(1))
         .await
         .unwrap_err();
     assert_eq!(err.code, ErrorCode::Unavailable, "{err}");

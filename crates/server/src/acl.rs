@@ -21,7 +21,6 @@ use state::{Command, StateSnapshot, Table};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-pub const ACL_WRITE: &str = "ACL.Write";
 /// Nomad's wording for a refused request.
 pub const PERMISSION_DENIED: &str = "Permission denied";
 pub const TOKEN_NOT_FOUND: &str = "ACL token not found";
@@ -219,7 +218,10 @@ impl Server {
 
     pub async fn acl_write(&self, write: AclWrite) -> Result<AclWriteResponse, ServerError> {
         match self.forward_target().await? {
-            Some(leader) => self.forward(&leader, ACL_WRITE, &write).await,
+            Some(leader) => {
+                self.forward::<crate::methods::AclWriteMethod>(&leader, &write)
+                    .await
+            }
             None => self.acl_write_local(write).await,
         }
     }

@@ -1,12 +1,15 @@
 //! The server's rpc endpoints: raft traffic goes to raft; everything else is a server endpoint that a
 //! follower forwarded here because this server leads.
 
+use crate::error::ServerError;
+use crate::methods as m;
 use crate::server::Server;
 use futures::future::BoxFuture;
-use rpc::RpcError;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-use serde_json::Value;
+use model::wire::methods;
+use rpc::{Method, RpcError};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::LazyLock;
 
 pub struct RpcHandler {
     pub server: Server,
@@ -17,8 +20,8 @@ impl rpc::Handler for RpcHandler {
         &self,
         peer: &rpc::Peer,
         method: String,
-        body: Value,
-    ) -> BoxFuture<'static, Result<Value, RpcError>> {
+        body: Vec<u8>,
+    ) -> BoxFuture<'static, Result<Vec<u8>, RpcError>> {
         let server = self.server.clone();
         let role = peer.role;
         let auth = peer.auth.clone();
@@ -65,201 +68,139 @@ impl rpc::Handler for RpcHandler {
                 ));
             }
             if method.starts_with("Raft.") {
-                return server.raft().handle_rpc(&method, body).await;
+                return server.raft().handle_rpc(&method, &body).await;
             }
-            match method.as_str() {
-                "Job.Register" => {
-                    call(
-                        body,
-                        |req| async move { server.job_register_local(req).await },
-                    )
-                    .await
-                }
-                "Job.Plan" => {
-                    call(body, |req| async move { server.job_plan_local(req).await }).await
-                }
-                "Job.Deregister" => {
-                    call(body, |req: (String, String, bool)| async move {
-                        server.job_deregister_local(&req.0, &req.1, req.2).await
-                    })
-                    .await
-                }
-                crate::endpoints::alloc::ALLOC_STOP => {
-                    call(body, |req: (String, bool)| async move {
-                        server.alloc_stop_local(&req.0, req.1).await
-                    })
-                    .await
-                }
-                "Job.Evaluate" => {
-                    call(body, |req: (String, String)| async move {
-                        server.job_evaluate_local(&req.0, &req.1).await
-                    })
-                    .await
-                }
-                model::wire::methods::CSI_VOLUME_CLAIM => {
-                    call(body, |req| async move {
-                        let r = server.csi_write(crate::csi::CsiWrite::Claim(req)).await?;
-                        r.claim.ok_or_else(|| {
-                            crate::error::ServerError::internal(
-                                "a claim answered without its result",
-                            )
-                        })
-                    })
-                    .await
-                }
-                model::wire::methods::CSI_VOLUME_UNPUBLISH => {
-                    call(body, |req| async move {
-                        server
-                            .csi_write(crate::csi::CsiWrite::Unpublish(req))
-                            .await
-                            .map(|_| ())
-                    })
-                    .await
-                }
-                crate::acl::ACL_WRITE => {
-                    call(body, |req| async move { server.acl_write_local(req).await }).await
-                }
-                crate::csi::CSI_WRITE => {
-                    call(body, |req| async move { server.csi_write_local(req).await }).await
-                }
-                crate::endpoints::deployment::DEPLOYMENT_ACTION => {
-                    call(body, |req| async move {
-                        server.deployment_action_local(req).await
-                    })
-                    .await
-                }
-                crate::endpoints::deployment::JOB_REVERT => {
-                    call(
-                        body,
-                        |req: (String, model::wire::JobRevertRequest)| async move {
-                            server.job_revert_local(&req.0, req.1).await
-                        },
-                    )
-                    .await
-                }
-                "Job.Dispatch" => {
-                    call(
-                        body,
-                        |req: (String, model::wire::JobDispatchRequest)| async move {
-                            server.job_dispatch_local(&req.0, req.1).await
-                        },
-                    )
-                    .await
-                }
-                "Periodic.Force" => {
-                    call(body, |req: (String, String)| async move {
-                        server.periodic_force_local(&req.0, &req.1).await
-                    })
-                    .await
-                }
-                crate::join::SERVER_INFO => {
-                    call(body, |()| async move { server.server_info().await }).await
-                }
-                crate::join::SERVER_JOIN => {
-                    call(
-                        body,
-                        |req| async move { server.server_join_request(req).await },
-                    )
-                    .await
-                }
-                crate::join::SERVER_BOOTSTRAP => {
-                    call(body, |members| async move {
-                        server.server_bootstrap(members).await
-                    })
-                    .await
-                }
-                crate::join::SERVER_TRANSFER_LEADERSHIP => {
-                    call(body, |id: Option<u64>| async move {
-                        server.server_transfer_leadership(id).await
-                    })
-                    .await
-                }
-                crate::join::SERVER_REMOVE => {
-                    call(
-                        body,
-                        |id: u64| async move { server.server_remove(id).await },
-                    )
-                    .await
-                }
-                crate::endpoints::operator::SNAPSHOT_RESTORE => {
-                    call(body, |snapshot: String| async move {
-                        server.snapshot_restore_local(snapshot).await
-                    })
-                    .await
-                }
-                crate::http_forward::AGENT_HTTP => {
-                    call(body, |req| async move { server.http_forwarded(req).await }).await
-                }
-                // Clients call these on any server; each forwards to the leader where it must.
-                "Node.Register" => {
-                    call(body, |req: model::wire::NodeRegisterRequest| async move {
-                        server.node_register(req.node).await
-                    })
-                    .await
-                }
-                "Node.UpdateStatus" => {
-                    call(
-                        body,
-                        |req| async move { server.node_update_status(req).await },
-                    )
-                    .await
-                }
-                "Node.GetClientAllocs" => {
-                    call(body, |req| async move {
-                        server.node_get_client_allocs(req).await
-                    })
-                    .await
-                }
-                model::wire::methods::ALLOC_GET_ALLOCS => {
-                    call(
-                        body,
-                        |req| async move { server.alloc_get_allocs(req).await },
-                    )
-                    .await
-                }
-                "Node.UpdateAlloc" => {
-                    call(
-                        body,
-                        |req| async move { server.node_update_alloc(req).await },
-                    )
-                    .await
-                }
-                crate::endpoints::node_drain::NODE_UPDATE_DRAIN => {
-                    call(body, |req| async move {
-                        server.node_update_drain_local(req).await
-                    })
-                    .await
-                }
-                crate::endpoints::node_drain::NODE_UPDATE_ELIGIBILITY => {
-                    call(body, |req| async move {
-                        server.node_update_eligibility_local(req).await
-                    })
-                    .await
-                }
-                crate::endpoints::node_drain::NODE_EVALUATE => {
-                    call(body, |req: String| async move {
-                        server.node_evaluate_local(req).await
-                    })
-                    .await
-                }
-                other => Err(RpcError::bad_request(format!(
-                    "unknown rpc method {other:?}"
+            match TABLE.get(method.as_str()) {
+                Some(endpoint) => endpoint(server, body).await,
+                None => Err(RpcError::bad_request(format!(
+                    "unknown rpc method {method:?}"
                 ))),
             }
         })
     }
 }
 
-/// Decodes the request, runs the endpoint, encodes the response.
-async fn call<Req, Resp, F, Fut>(body: Value, f: F) -> Result<Value, RpcError>
-where
-    Req: DeserializeOwned,
-    Resp: Serialize,
-    F: FnOnce(Req) -> Fut,
-    Fut: std::future::Future<Output = Result<Resp, crate::ServerError>>,
-{
-    let req = serde_json::from_value(body)
-        .map_err(|e| RpcError::bad_request(format!("undecodable request: {e}")))?;
-    let resp = f(req).await?;
-    serde_json::to_value(resp).map_err(|e| RpcError::internal(e.to_string()))
+type Endpoint =
+    Box<dyn Fn(Server, Vec<u8>) -> BoxFuture<'static, Result<Vec<u8>, RpcError>> + Send + Sync>;
+
+/// Every rpc method a server serves (besides raft's), by name.
+static TABLE: LazyLock<HashMap<&'static str, Endpoint>> = LazyLock::new(table);
+
+/// The names [`TABLE`] routes (tests check the access lists against it).
+#[cfg(test)]
+pub(crate) fn routed() -> Vec<&'static str> {
+    TABLE.keys().copied().collect()
+}
+
+fn table() -> HashMap<&'static str, Endpoint> {
+    let mut t = Table::default();
+    // Writes a follower forwards to the leader.
+    t.add::<m::JobRegister, _, _>(|s, req| async move { s.job_register_local(req).await });
+    t.add::<m::JobPlan, _, _>(|s, req| async move { s.job_plan_local(req).await });
+    t.add::<m::JobDeregister, _, _>(|s, req| async move {
+        s.job_deregister_local(&req.namespace, &req.job_id, req.purge)
+            .await
+    });
+    t.add::<m::JobEvaluate, _, _>(|s, req| async move {
+        s.job_evaluate_local(&req.namespace, &req.job_id).await
+    });
+    t.add::<m::JobRevert, _, _>(|s, req| async move {
+        s.job_revert_local(&req.namespace, req.request).await
+    });
+    t.add::<m::JobDispatch, _, _>(|s, req| async move {
+        s.job_dispatch_local(&req.namespace, req.request).await
+    });
+    t.add::<m::PeriodicForce, _, _>(|s, req| async move {
+        s.periodic_force_local(&req.namespace, &req.job_id).await
+    });
+    t.add::<m::AllocStop, _, _>(|s, req| async move {
+        s.alloc_stop_local(&req.alloc_id, req.no_shutdown_delay)
+            .await
+    });
+    t.add::<m::AclWriteMethod, _, _>(|s, req| async move { s.acl_write_local(req).await });
+    t.add::<m::CsiWriteMethod, _, _>(|s, req| async move { s.csi_write_local(req).await });
+    t.add::<m::DeploymentActionMethod, _, _>(|s, req| async move {
+        s.deployment_action_local(req).await
+    });
+    t.add::<m::NodeUpdateDrain, _, _>(|s, req| async move { s.node_update_drain_local(req).await });
+    t.add::<m::NodeUpdateEligibility, _, _>(|s, req| async move {
+        s.node_update_eligibility_local(req).await
+    });
+    t.add::<m::NodeEvaluate, _, _>(
+        |s, req| async move { s.node_evaluate_local(req.node_id).await },
+    );
+    t.add::<m::SnapshotRestore, _, _>(|s, req| async move {
+        s.snapshot_restore_local(req.snapshot).await
+    });
+    // Servers managing each other.
+    t.add::<m::ServerInfoMethod, _, _>(|s, ()| async move { s.server_info().await });
+    t.add::<m::ServerJoin, _, _>(|s, req| async move { s.server_join_request(req).await });
+    t.add::<m::ServerBootstrap, _, _>(
+        |s, req| async move { s.server_bootstrap(req.members).await },
+    );
+    t.add::<m::ServerTransferLeadership, _, _>(|s, req| async move {
+        s.server_transfer_leadership(req.to).await
+    });
+    t.add::<m::ServerRemove, _, _>(|s, req| async move { s.server_remove(req.id).await });
+    t.add::<m::AgentHttp, _, _>(|s, req| async move { s.http_forwarded(req).await });
+    // Clients call these on any server; each forwards to the leader where it must.
+    t.add::<methods::NodeRegister, _, _>(|s, req| async move { s.node_register(req.node).await });
+    t.add::<methods::NodeUpdateStatus, _, _>(
+        |s, req| async move { s.node_update_status(req).await },
+    );
+    t.add::<methods::NodeGetClientAllocs, _, _>(|s, req| async move {
+        s.node_get_client_allocs(req).await
+    });
+    t.add::<methods::AllocGetAllocs, _, _>(|s, req| async move { s.alloc_get_allocs(req).await });
+    t.add::<methods::NodeUpdateAlloc, _, _>(|s, req| async move { s.node_update_alloc(req).await });
+    t.add::<methods::CsiVolumeClaim, _, _>(|s, req| async move {
+        let r = s.csi_write(crate::csi::CsiWrite::Claim(req)).await?;
+        r.claim
+            .ok_or_else(|| ServerError::internal("a claim answered without its result"))
+    });
+    t.add::<methods::CsiVolumeUnpublish, _, _>(|s, req| async move {
+        s.csi_write(crate::csi::CsiWrite::Unpublish(req))
+            .await
+            .map(|_| ())
+    });
+    t.0
+}
+
+#[derive(Default)]
+struct Table(HashMap<&'static str, Endpoint>);
+
+impl Table {
+    /// Routes `M` to `f`: the body is decoded into `M::Request` (a body that does not fit is a
+    /// `BadRequest` naming the method), the answer encoded from `M::Response`.
+    fn add<M, F, Fut>(&mut self, f: F)
+    where
+        M: Method,
+        F: Fn(Server, M::Request) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<M::Response, ServerError>> + Send + 'static,
+    {
+        let endpoint: Endpoint =
+            Box::new(move |server, body| match rpc::decode_request::<M>(&body) {
+                Ok(req) => {
+                    let answer = f(server, req);
+                    Box::pin(async move { rpc::encode_response::<M>(&answer.await?) })
+                }
+                Err(e) => Box::pin(async move { Err(e) }),
+            });
+        let before = self.0.insert(M::NAME, endpoint);
+        assert!(before.is_none(), "{} is routed twice", M::NAME);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_open_method_is_routed_and_every_route_is_known() {
+        let routed = routed();
+        for open in crate::peers::OPEN_METHODS {
+            assert!(routed.contains(open), "{open} is open but not routed");
+        }
+        assert_eq!(routed.len(), 28, "{routed:?}");
+    }
 }

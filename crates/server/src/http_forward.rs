@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-pub const AGENT_HTTP: &str = "Agent.Http";
+pub const AGENT_HTTP: &str = <crate::methods::AgentHttp as rpc::Method>::NAME;
 /// The header a server sets on a request it forwards to the leader, so it is never forwarded again.
 pub const FORWARDED_HEADER: &str = "x-caravan-forwarded";
 /// A forwarded read may be a blocking query (up to 10 minutes), plus slack.
@@ -92,14 +92,9 @@ impl Server {
         let Some(leader) = self.leader_addr() else {
             return Ok(None);
         };
-        let body = serde_json::to_value(req).map_err(|e| ServerError::internal(e.to_string()))?;
-        let v = self
-            .rpc_client()
-            .call_raw_timeout(&leader, AGENT_HTTP, body, READ_FORWARD_TIMEOUT)
-            .await?;
-        serde_json::from_value(v)
+        self.forward_timeout::<crate::methods::AgentHttp>(&leader, req, READ_FORWARD_TIMEOUT)
+            .await
             .map(Some)
-            .map_err(|e| ServerError::internal(format!("undecodable answer from {leader}: {e}")))
     }
 
     pub(crate) async fn http_forwarded(

@@ -1,16 +1,17 @@
 //! Servers finding each other (Nomad's `bootstrap_expect` and `server_join`, over rpc instead of
 //! gossip). Every server runs [`join_loop`] over its join addresses (`retry_join`, `server join`):
 //!
-//! - it asks each address who is there ([`SERVER_INFO`]: raft id, address, whether in a cluster);
-//! - not yet in a cluster, and someone is: it asks them to add it ([`SERVER_JOIN`], which goes to
+//! - it asks each address who is there ([`crate::methods::ServerInfoMethod`]: raft id, address, whether in a cluster);
+//! - not yet in a cluster, and someone is: it asks them to add it ([`crate::methods::ServerJoin`], which goes to
 //!   the leader, which adds it as a learner, lets it catch up, then makes it a voter);
 //! - in a cluster, and someone at a join address is not: it asks the leader to add them;
 //! - nobody is in a cluster yet, and `bootstrap_expect` servers (itself included) answered: it
-//!   asks each of them to bootstrap with exactly that membership ([`SERVER_BOOTSTRAP`]) and does so
+//!   asks each of them to bootstrap with exactly that membership ([`crate::methods::ServerBootstrap`]) and does so
 //!   itself; identical memberships form one cluster whoever initializes first. Only a server that
 //!   sees the whole expected set starts this, so a partial set never forms a cluster.
 
 use crate::error::ServerError;
+use crate::methods as m;
 use crate::server::Server;
 use rpc::ErrorCode;
 use serde::{Deserialize, Serialize};
@@ -18,13 +19,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::sync::watch;
 
-pub const SERVER_INFO: &str = "Server.Info";
-pub const SERVER_JOIN: &str = "Server.Join";
-pub const SERVER_REMOVE: &str = "Server.Remove";
-pub const SERVER_TRANSFER_LEADERSHIP: &str = "Server.TransferLeadership";
 /// How long a leadership transfer may take before it is reported as failed.
 const TRANSFER_TIMEOUT: Duration = Duration::from_secs(30);
-pub const SERVER_BOOTSTRAP: &str = "Server.Bootstrap";
 
 /// How often the join loop looks again.
 const JOIN_INTERVAL: Duration = Duration::from_millis(500);
@@ -78,12 +74,8 @@ impl Server {
     pub async fn server_join_request(&self, req: JoinRequest) -> Result<(), ServerError> {
         match self.forward_target().await? {
             Some(leader) => {
-                let body =
-                    serde_json::to_value(&req).map_err(|e| ServerError::internal(e.to_string()))?;
-                self.rpc_client()
-                    .call_raw_timeout(&leader, SERVER_JOIN, body, JOIN_TIMEOUT)
-                    .await?;
-                Ok(())
+                self.forward_timeout::<m::ServerJoin>(&leader, &req, JOIN_TIMEOUT)
+                    .await
             }
             None => {
                 tracing::info!(id = req.id, addr = %req.addr, "adding a server to the cluster");
@@ -98,7 +90,10 @@ impl Server {
     /// Removes server `id` from the cluster (`operator raft remove-peer`), on the leader.
     pub async fn server_remove(&self, id: u64) -> Result<(), ServerError> {
         match self.forward_target().await? {
-            Some(leader) => self.forward(&leader, SERVER_REMOVE, &id).await,
+            Some(leader) => {
+                self.forward::<m::ServerRemove>(&leader, &m::ServerRemoveArgs { id })
+                    .await
+            }
             None => {
                 if id == self.node_id() && self.raft().voters().len() > 1 {
                     tracing::info!("removing the leader itself from the cluster");
@@ -116,7 +111,13 @@ impl Server {
     /// steps down alive: the step-down case of every leader-loop guarantee, without a kill.
     pub async fn server_transfer_leadership(&self, id: Option<u64>) -> Result<u64, ServerError> {
         match self.forward_target().await? {
-            Some(leader) => self.forward(&leader, SERVER_TRANSFER_LEADERSHIP, &id).await,
+            Some(leader) => {
+                self.forward::<m::ServerTransferLeadership>(
+                    &leader,
+                    &m::TransferLeadershipArgs { to: id },
+                )
+                .await
+            }
             None => {
                 let me = self.node_id();
                 let to = match id {
@@ -180,17 +181,8 @@ impl Server {
     }
 
     async fn info_of(&self, addr: &str) -> Result<ServerInfo, ServerError> {
-        let v = self
-            .rpc_client()
-            .call_raw_timeout(
-                addr,
-                SERVER_INFO,
-                serde_json::Value::Null,
-                JOIN_CALL_TIMEOUT,
-            )
-            .await?;
-        serde_json::from_value(v)
-            .map_err(|e| ServerError::internal(format!("undecodable answer from {addr}: {e}")))
+        self.forward_timeout::<m::ServerInfoMethod>(addr, &(), JOIN_CALL_TIMEOUT)
+            .await
     }
 
     /// One step of the join protocol, given what the other servers said.
@@ -217,15 +209,13 @@ impl Server {
             return Ok(());
         }
         if let Some(member) = others.iter().find(|o| o.initialized) {
-            let body = serde_json::to_value(JoinRequest {
+            let req = JoinRequest {
                 id: me.id,
                 addr: me.addr.clone(),
-            })
-            .map_err(|e| ServerError::internal(e.to_string()))?;
-            self.rpc_client()
-                .call_raw_timeout(&member.addr, SERVER_JOIN, body, JOIN_TIMEOUT)
-                .await?;
-            return Ok(());
+            };
+            return self
+                .forward_timeout::<m::ServerJoin>(&member.addr, &req, JOIN_TIMEOUT)
+                .await;
         }
         let expect = self.config().bootstrap_expect.max(1) as usize;
         let mut set: BTreeMap<u64, String> =
@@ -238,14 +228,15 @@ impl Server {
         // membership (the others may not know each other's addresses; identical memberships make
         // one cluster whoever initializes first).
         tracing::info!(servers = set.len(), "bootstrapping the cluster");
-        let body = serde_json::to_value(&set).map_err(|e| ServerError::internal(e.to_string()))?;
+        let req = m::BootstrapArgs {
+            members: set.clone(),
+        };
         for (id, addr) in &set {
             if *id == me.id {
                 continue;
             }
             if let Err(e) = self
-                .rpc_client()
-                .call_raw_timeout(addr, SERVER_BOOTSTRAP, body.clone(), JOIN_CALL_TIMEOUT)
+                .forward_timeout::<m::ServerBootstrap>(addr, &req, JOIN_CALL_TIMEOUT)
                 .await
             {
                 tracing::debug!(addr = %addr, error = %e, "asking a server to bootstrap failed");

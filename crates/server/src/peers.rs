@@ -13,7 +13,7 @@ use model::wire::methods;
 use std::net::{IpAddr, SocketAddr};
 
 /// What a client agent (or anyone) may call.
-const OPEN_METHODS: &[&str] = &[
+pub(crate) const OPEN_METHODS: &[&str] = &[
     methods::NODE_REGISTER,
     methods::NODE_UPDATE_STATUS,
     methods::NODE_GET_CLIENT_ALLOCS,
@@ -21,8 +21,8 @@ const OPEN_METHODS: &[&str] = &[
     methods::ALLOC_GET_ALLOCS,
     methods::CSI_VOLUME_CLAIM,
     methods::CSI_VOLUME_UNPUBLISH,
-    crate::http_forward::AGENT_HTTP,
-    crate::join::SERVER_INFO,
+    <crate::methods::AgentHttp as rpc::Method>::NAME,
+    <crate::methods::ServerInfoMethod as rpc::Method>::NAME,
 ];
 
 /// Compares in time independent of where they differ.

@@ -5,8 +5,6 @@ use crate::config::ServerConfig;
 use crate::error::ServerError;
 use crate::fsm::{Fsm, FsmResult};
 use crate::handler::RpcHandler;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use state::{ApplyResponse, Command, StateStore};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -191,10 +189,6 @@ impl Server {
         self.inner.node_id
     }
 
-    pub(crate) fn rpc_client(&self) -> &rpc::Client {
-        &self.inner.rpc_client
-    }
-
     pub(crate) fn join_addrs(&self) -> &std::sync::Mutex<Vec<String>> {
         &self.inner.join_addrs
     }
@@ -357,10 +351,10 @@ impl Server {
     }
 
     pub(crate) async fn apply(&self, cmd: Command) -> Result<ApplyResponse, ServerError> {
-        let payload = serde_json::to_vec(&cmd)
+        let payload = crate::fsm::encode_command(&cmd)
             .map_err(|e| ServerError::internal(format!("encoding a raft command: {e}")))?;
         let (_index, response) = self.inner.raft.write(payload).await?;
-        match serde_json::from_slice::<FsmResult>(&response) {
+        match rpc::codec::decode::<FsmResult>(&response) {
             Ok(FsmResult::Ok(r)) => Ok(r),
             Ok(FsmResult::NotFound(m)) => Err(ServerError::not_found(m)),
             Ok(FsmResult::Failed(m)) => Err(ServerError::internal(m)),
@@ -384,34 +378,28 @@ impl Server {
         Ok((!self.is_leader()).then_some(leader))
     }
 
-    /// Sends a request to the leader's rpc endpoint `method`.
-    pub(crate) async fn forward<Req: Serialize, Resp: DeserializeOwned>(
+    /// Sends a request to the leader's rpc endpoint `M`.
+    pub(crate) async fn forward<M: rpc::Method>(
         &self,
         addr: &str,
-        method: &str,
-        req: &Req,
-    ) -> Result<Resp, ServerError> {
-        self.forward_timeout(addr, method, req, self.inner.rpc_client.timeout())
+        req: &M::Request,
+    ) -> Result<M::Response, ServerError> {
+        self.forward_timeout::<M>(addr, req, self.inner.rpc_client.timeout())
             .await
     }
 
     /// [`Server::forward`] with a wait of its own (the leader cancels the request past it).
-    pub(crate) async fn forward_timeout<Req: Serialize, Resp: DeserializeOwned>(
+    pub(crate) async fn forward_timeout<M: rpc::Method>(
         &self,
         addr: &str,
-        method: &str,
-        req: &Req,
+        req: &M::Request,
         timeout: std::time::Duration,
-    ) -> Result<Resp, ServerError> {
-        let body = serde_json::to_value(req).map_err(|e| ServerError::internal(e.to_string()))?;
-        let value = self
+    ) -> Result<M::Response, ServerError> {
+        Ok(self
             .inner
             .rpc_client
-            .call_raw_timeout(addr, method, body, timeout)
-            .await?;
-        serde_json::from_value(value).map_err(|e| {
-            ServerError::internal(format!("undecodable {method} response from {addr}: {e}"))
-        })
+            .call_timeout::<M>(addr, req, timeout)
+            .await?)
     }
 }
 

@@ -208,7 +208,8 @@ pub enum Command {
     /// Replaces the whole state with a snapshot taken by `operator snapshot save` (the JSON-lines
     /// format of [`crate::StateStore::save`]), its indexes lowered to this entry's index.
     StateRestore {
-        snapshot: String,
+        #[serde(with = "serde_bytes")]
+        snapshot: Vec<u8>,
     },
     /// Register CSI volumes, or update registered ones (the endpoint merged the changes in; claims
     /// and the create index are kept from the stored volume).

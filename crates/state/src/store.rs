@@ -126,7 +126,7 @@ impl StateStore {
             )));
         }
         if let Command::StateRestore { snapshot } = cmd {
-            return match persist::load_rebased(&mut snapshot.as_bytes(), index) {
+            return match persist::load_rebased(&mut snapshot.as_slice(), index) {
                 Ok(mut root) => {
                     root.set_restores(current.restores() + 1);
                     self.publish(root, Touched::All);

@@ -362,11 +362,7 @@ fn a_restore_through_the_log_lowers_indexes_so_later_writes_look_newer() {
     let mut young = Fsm::default();
     young.register(&job("gone"), "eg");
     young.register(&job("gone2"), "eg2");
-    let restored_at = young
-        .apply(Command::StateRestore {
-            snapshot: String::from_utf8(saved).unwrap(),
-        })
-        .index;
+    let restored_at = young.apply(Command::StateRestore { snapshot: saved }).index;
     assert_eq!(restored_at, 3);
     let snap = young.store.snapshot();
     assert_eq!(snap.index(), 3);
@@ -388,7 +384,7 @@ fn a_restore_through_the_log_lowers_indexes_so_later_writes_look_newer() {
     let before = young.store.snapshot().jobs(None, "").len();
     assert!(young
         .try_apply(Command::StateRestore {
-            snapshot: "{\"Format\":1}".into()
+            snapshot: b"{\"Format\":1}".to_vec()
         })
         .is_err());
     assert_eq!(young.store.snapshot().jobs(None, "").len(), before);

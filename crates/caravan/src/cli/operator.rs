@@ -83,7 +83,7 @@ fn snapshot_save(args: SnapshotArgs) -> i32 {
             Ok(d) => d,
             Err(e) => return fail("Failed to get snapshot file", &e),
         };
-        if let Err(e) = std::fs::write(&args.file, data.as_bytes()) {
+        if let Err(e) = std::fs::write(&args.file, &data) {
             eprintln!("Failed to write snapshot file {}: {e}", args.file.display());
             return 1;
         }

@@ -6,7 +6,6 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use raft::{RaftConfig, RaftNode, StateMachine};
 use rpc::{BoxFuture, Handler, RpcError};
-use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -105,12 +104,12 @@ impl Handler for Router {
         &self,
         _peer: &rpc::Peer,
         method: String,
-        body: Value,
-    ) -> BoxFuture<'static, Result<Value, RpcError>> {
+        body: Vec<u8>,
+    ) -> BoxFuture<'static, Result<Vec<u8>, RpcError>> {
         let node = self.0.get().cloned();
         Box::pin(async move {
             match node {
-                Some(node) if method.starts_with("Raft.") => node.handle_rpc(&method, body).await,
+                Some(node) if method.starts_with("Raft.") => node.handle_rpc(&method, &body).await,
                 Some(_) => Err(RpcError::not_found(format!("no method {method}"))),
                 None => Err(RpcError::unavailable("node not open yet")),
             }

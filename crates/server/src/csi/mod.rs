@@ -33,9 +33,6 @@ use serde::{Deserialize, Serialize};
 use state::{Command, StateSnapshot};
 use std::collections::BTreeMap;
 
-/// The rpc method a follower forwards CSI writes with.
-pub const CSI_WRITE: &str = "CSI.Write";
-
 /// How long a follower waits for the leader's answer to a forwarded CSI write: as long as a
 /// client waits for `CSIVolume.Claim` (a controller call may wait its turn, then take minutes).
 const CSI_FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
@@ -128,8 +125,12 @@ impl Server {
             // gave up earlier would take the request out of the plugin's queue while the client
             // still waits, and its retry would queue at the back.
             Some(leader) => {
-                self.forward_timeout(&leader, CSI_WRITE, &write, CSI_FORWARD_TIMEOUT)
-                    .await
+                self.forward_timeout::<crate::methods::CsiWriteMethod>(
+                    &leader,
+                    &write,
+                    CSI_FORWARD_TIMEOUT,
+                )
+                .await
             }
             None => self.csi_write_local(write).await,
         }

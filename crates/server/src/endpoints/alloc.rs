@@ -9,9 +9,6 @@ use model::eval::EVAL_TRIGGER_ALLOC_STOP;
 use model::wire::AllocStopResponse;
 use state::Command;
 
-/// The rpc method a follower forwards `alloc stop` with.
-pub const ALLOC_STOP: &str = "Alloc.Stop";
-
 impl Server {
     /// Stops an allocation so that the scheduler replaces it (Nomad's `Alloc.Stop`).
     pub async fn alloc_stop(
@@ -21,8 +18,14 @@ impl Server {
     ) -> Result<AllocStopResponse, ServerError> {
         match self.forward_target().await? {
             Some(leader) => {
-                self.forward(&leader, ALLOC_STOP, &(alloc_id, no_shutdown_delay))
-                    .await
+                self.forward::<crate::methods::AllocStop>(
+                    &leader,
+                    &crate::methods::AllocStopArgs {
+                        alloc_id: alloc_id.to_string(),
+                        no_shutdown_delay,
+                    },
+                )
+                .await
             }
             None => self.alloc_stop_local(alloc_id, no_shutdown_delay).await,
         }

@@ -42,9 +42,6 @@ impl DeploymentAction {
     }
 }
 
-pub const DEPLOYMENT_ACTION: &str = "Deployment.Action";
-pub const JOB_REVERT: &str = "Job.Revert";
-
 /// The deployment and its job, or a 404 / 400 naming what is wrong.
 fn load(snap: &StateSnapshot, id: &str) -> Result<(Arc<Deployment>, Arc<Job>), ServerError> {
     let d = snap
@@ -83,7 +80,10 @@ impl Server {
         action: DeploymentAction,
     ) -> Result<DeploymentUpdateResponse, ServerError> {
         match self.forward_target().await? {
-            Some(leader) => self.forward(&leader, DEPLOYMENT_ACTION, &action).await,
+            Some(leader) => {
+                self.forward::<crate::methods::DeploymentActionMethod>(&leader, &action)
+                    .await
+            }
             None => self.deployment_action_local(action).await,
         }
     }
@@ -122,7 +122,16 @@ impl Server {
         req: JobRevertRequest,
     ) -> Result<JobRegisterResponse, ServerError> {
         match self.forward_target().await? {
-            Some(leader) => self.forward(&leader, JOB_REVERT, &(namespace, req)).await,
+            Some(leader) => {
+                self.forward::<crate::methods::JobRevert>(
+                    &leader,
+                    &crate::methods::InNamespace {
+                        namespace: namespace.to_string(),
+                        request: req,
+                    },
+                )
+                .await
+            }
             None => self.job_revert_local(namespace, req).await,
         }
     }

@@ -124,7 +124,10 @@ impl Server {
         req: JobRegisterRequest,
     ) -> Result<JobRegisterResponse, ServerError> {
         match self.forward_target().await? {
-            Some(leader) => self.forward(&leader, "Job.Register", &req).await,
+            Some(leader) => {
+                self.forward::<crate::methods::JobRegister>(&leader, &req)
+                    .await
+            }
             None => self.job_register_local(req).await,
         }
     }
@@ -195,8 +198,15 @@ impl Server {
     ) -> Result<JobDeregisterResponse, ServerError> {
         match self.forward_target().await? {
             Some(leader) => {
-                self.forward(&leader, "Job.Deregister", &(namespace, job_id, purge))
-                    .await
+                self.forward::<crate::methods::JobDeregister>(
+                    &leader,
+                    &crate::methods::JobDeregisterArgs {
+                        namespace: namespace.to_string(),
+                        job_id: job_id.to_string(),
+                        purge,
+                    },
+                )
+                .await
             }
             None => self.job_deregister_local(namespace, job_id, purge).await,
         }
@@ -241,8 +251,14 @@ impl Server {
     ) -> Result<JobRegisterResponse, ServerError> {
         match self.forward_target().await? {
             Some(leader) => {
-                self.forward(&leader, "Job.Evaluate", &(namespace, job_id))
-                    .await
+                self.forward::<crate::methods::JobEvaluate>(
+                    &leader,
+                    &crate::methods::JobRef {
+                        namespace: namespace.to_string(),
+                        job_id: job_id.to_string(),
+                    },
+                )
+                .await
             }
             None => self.job_evaluate_local(namespace, job_id).await,
         }

@@ -179,8 +179,14 @@ impl Server {
     ) -> Result<PeriodicForceResponse, ServerError> {
         match self.forward_target().await? {
             Some(leader) => {
-                self.forward(&leader, "Periodic.Force", &(namespace, job_id))
-                    .await
+                self.forward::<crate::methods::PeriodicForce>(
+                    &leader,
+                    &crate::methods::JobRef {
+                        namespace: namespace.to_string(),
+                        job_id: job_id.to_string(),
+                    },
+                )
+                .await
             }
             None => self.periodic_force_local(namespace, job_id).await,
         }
@@ -237,8 +243,14 @@ impl Server {
     ) -> Result<JobDispatchResponse, ServerError> {
         match self.forward_target().await? {
             Some(leader) => {
-                self.forward(&leader, "Job.Dispatch", &(namespace, req))
-                    .await
+                self.forward::<crate::methods::JobDispatch>(
+                    &leader,
+                    &crate::methods::InNamespace {
+                        namespace: namespace.to_string(),
+                        request: req,
+                    },
+                )
+                .await
             }
             None => self.job_dispatch_local(namespace, req).await,
         }

@@ -22,8 +22,11 @@ impl Server {
     pub async fn node_register(&self, node: Node) -> Result<NodeUpdateResponse, ServerError> {
         match self.forward_target().await? {
             Some(leader) => {
-                self.forward(&leader, "Node.Register", &NodeRegisterRequest { node })
-                    .await
+                self.forward::<model::wire::methods::NodeRegister>(
+                    &leader,
+                    &NodeRegisterRequest { node },
+                )
+                .await
             }
             None => self.node_register_local(node).await,
         }
@@ -331,7 +334,9 @@ impl Server {
         req: NodeUpdateStatusRequest,
     ) -> Result<NodeUpdateResponse, ServerError> {
         if let Some(leader) = self.forward_target().await? {
-            return self.forward(&leader, "Node.UpdateStatus", &req).await;
+            return self
+                .forward::<model::wire::methods::NodeUpdateStatus>(&leader, &req)
+                .await;
         }
         let node = self.known_node(&req.node_id, &req.secret_id)?;
         let was_down = node.status_kind() == Some(NodeStatus::Down);
@@ -431,7 +436,9 @@ impl Server {
         mut req: NodeUpdateAllocRequest,
     ) -> Result<u64, ServerError> {
         if let Some(leader) = self.forward_target().await? {
-            return self.forward(&leader, "Node.UpdateAlloc", &req).await;
+            return self
+                .forward::<model::wire::methods::NodeUpdateAlloc>(&leader, &req)
+                .await;
         }
         self.known_node(&req.node_id, &req.secret_id)?;
         let snap = self.state().snapshot();

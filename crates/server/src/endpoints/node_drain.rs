@@ -16,10 +16,6 @@ use model::wire::{NodeUpdateDrainRequest, NodeUpdateEligibilityRequest, NodeWrit
 use state::Command;
 use std::sync::Arc;
 
-pub const NODE_UPDATE_DRAIN: &str = "Node.UpdateDrain";
-pub const NODE_UPDATE_ELIGIBILITY: &str = "Node.UpdateEligibility";
-pub const NODE_EVALUATE: &str = "Node.Evaluate";
-
 impl Server {
     /// `Node.UpdateDrain`: sets (or with no `DrainSpec`, ends) the node's drain.
     pub async fn node_update_drain(
@@ -27,7 +23,10 @@ impl Server {
         req: NodeUpdateDrainRequest,
     ) -> Result<NodeWriteResponse, ServerError> {
         match self.forward_target().await? {
-            Some(leader) => self.forward(&leader, NODE_UPDATE_DRAIN, &req).await,
+            Some(leader) => {
+                self.forward::<crate::methods::NodeUpdateDrain>(&leader, &req)
+                    .await
+            }
             None => self.node_update_drain_local(req).await,
         }
     }
@@ -84,7 +83,10 @@ impl Server {
         req: NodeUpdateEligibilityRequest,
     ) -> Result<NodeWriteResponse, ServerError> {
         match self.forward_target().await? {
-            Some(leader) => self.forward(&leader, NODE_UPDATE_ELIGIBILITY, &req).await,
+            Some(leader) => {
+                self.forward::<crate::methods::NodeUpdateEligibility>(&leader, &req)
+                    .await
+            }
             None => self.node_update_eligibility_local(req).await,
         }
     }
@@ -135,7 +137,13 @@ impl Server {
     /// jobs that may run there.
     pub async fn node_evaluate(&self, node_id: String) -> Result<NodeWriteResponse, ServerError> {
         match self.forward_target().await? {
-            Some(leader) => self.forward(&leader, NODE_EVALUATE, &node_id).await,
+            Some(leader) => {
+                self.forward::<crate::methods::NodeEvaluate>(
+                    &leader,
+                    &crate::methods::NodeRef { node_id },
+                )
+                .await
+            }
             None => self.node_evaluate_local(node_id).await,
         }
     }

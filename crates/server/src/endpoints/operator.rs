@@ -6,8 +6,6 @@ use crate::error::ServerError;
 use crate::server::Server;
 use state::{Command, StateStore};
 
-pub const SNAPSHOT_RESTORE: &str = "Operator.SnapshotRestore";
-
 impl Server {
     /// The state as `operator snapshot save` writes it (JSON lines; see `state::StateStore::save`).
     pub fn snapshot_save(&self) -> Result<Vec<u8>, ServerError> {
@@ -19,24 +17,30 @@ impl Server {
     }
 
     /// Replaces the cluster's state with `snapshot`; returns the Raft index it took effect at.
-    pub async fn snapshot_restore(&self, snapshot: String) -> Result<u64, ServerError> {
+    pub async fn snapshot_restore(&self, snapshot: Vec<u8>) -> Result<u64, ServerError> {
         // Checked here first: a file that is not a snapshot never reaches the log.
         StateStore::new()
-            .restore(&mut snapshot.as_bytes())
+            .restore(&mut snapshot.as_slice())
             .map_err(|e| {
                 ServerError::bad_request(format!(
                     "not a Caravan snapshot (make one with `caravan operator snapshot save FILE`): {e}"
                 ))
             })?;
         match self.forward_target().await? {
-            Some(leader) => self.forward(&leader, SNAPSHOT_RESTORE, &snapshot).await,
+            Some(leader) => {
+                self.forward::<crate::methods::SnapshotRestore>(
+                    &leader,
+                    &crate::methods::SnapshotRestoreArgs { snapshot },
+                )
+                .await
+            }
             None => self.snapshot_restore_local(snapshot).await,
         }
     }
 
     pub(crate) async fn snapshot_restore_local(
         &self,
-        snapshot: String,
+        snapshot: Vec<u8>,
     ) -> Result<u64, ServerError> {
         let resp = self.apply(Command::StateRestore { snapshot }).await?;
         let nodes = crate::leader::timed_nodes(&self.state().snapshot());

@@ -33,7 +33,7 @@ pub struct JobPlanRequest {
 impl Server {
     pub async fn job_plan(&self, req: JobPlanRequest) -> Result<JobPlanResponse, ServerError> {
         match self.forward_target().await? {
-            Some(leader) => self.forward(&leader, "Job.Plan", &req).await,
+            Some(leader) => self.forward::<crate::methods::JobPlan>(&leader, &req).await,
             None => self.job_plan_local(req).await,
         }
     }

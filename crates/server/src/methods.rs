@@ -1,0 +1,123 @@
+//! The servers' own rpc methods: writes a follower forwards to the leader, and the calls servers
+//! make to join, bootstrap and manage each other. One type per method with named request and
+//! answer types ([`rpc::Method`]); the clients' methods are in `model::wire::methods`. The handler
+//! table (`handler.rs`) routes every one of them, and callers name the type, never the string.
+
+use crate::acl::{AclWrite, AclWriteResponse};
+use crate::csi::{CsiWrite, CsiWriteResponse};
+use crate::endpoints::deployment::DeploymentAction;
+use crate::endpoints::job::JobRegisterRequest;
+use crate::endpoints::plan::JobPlanRequest;
+use crate::http_forward::{HttpForwardRequest, HttpForwardResponse};
+use crate::join::{JoinRequest, ServerInfo};
+use model::rpc_method;
+use model::wire::{
+    AllocStopResponse, DeploymentUpdateResponse, JobDeregisterResponse, JobDispatchRequest,
+    JobDispatchResponse, JobPlanResponse, JobRegisterResponse, JobRevertRequest,
+    NodeUpdateDrainRequest, NodeUpdateEligibilityRequest, NodeWriteResponse, PeriodicForceResponse,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A job named within its namespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRef {
+    pub namespace: String,
+    pub job_id: String,
+}
+
+/// `Job.Deregister`'s request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobDeregisterArgs {
+    pub namespace: String,
+    pub job_id: String,
+    /// Remove the job from state at once instead of marking it stopped.
+    pub purge: bool,
+}
+
+/// `Alloc.Stop`'s request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocStopArgs {
+    pub alloc_id: String,
+    pub no_shutdown_delay: bool,
+}
+
+/// A request about a job in a namespace (`Job.Revert`, `Job.Dispatch`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct InNamespace<T> {
+    pub namespace: String,
+    pub request: T,
+}
+
+/// `Node.Evaluate`'s request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRef {
+    pub node_id: String,
+}
+
+/// `Server.Remove`'s request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerRemoveArgs {
+    pub id: u64,
+}
+
+/// `Server.TransferLeadership`'s request: to this server, or (none) to any up-to-date voter.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransferLeadershipArgs {
+    pub to: Option<u64>,
+}
+
+/// `Server.Bootstrap`'s request: the first voters, raft id → rpc address.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootstrapArgs {
+    pub members: BTreeMap<u64, String>,
+}
+
+/// `Operator.SnapshotRestore`'s request: the snapshot file as it was saved.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotRestoreArgs {
+    #[serde(with = "serde_bytes")]
+    pub snapshot: Vec<u8>,
+}
+
+rpc_method!(pub JobRegister = "Job.Register": JobRegisterRequest => JobRegisterResponse);
+rpc_method!(pub JobPlan = "Job.Plan": JobPlanRequest => JobPlanResponse);
+rpc_method!(pub JobDeregister = "Job.Deregister": JobDeregisterArgs => JobDeregisterResponse);
+rpc_method!(pub JobEvaluate = "Job.Evaluate": JobRef => JobRegisterResponse);
+rpc_method!(
+    pub JobRevert = "Job.Revert": InNamespace<JobRevertRequest> => JobRegisterResponse
+);
+rpc_method!(
+    pub JobDispatch = "Job.Dispatch": InNamespace<JobDispatchRequest> => JobDispatchResponse
+);
+rpc_method!(pub PeriodicForce = "Periodic.Force": JobRef => PeriodicForceResponse);
+rpc_method!(pub AllocStop = "Alloc.Stop": AllocStopArgs => AllocStopResponse);
+rpc_method!(pub AclWriteMethod = "ACL.Write": AclWrite => AclWriteResponse);
+rpc_method!(pub CsiWriteMethod = "CSI.Write": CsiWrite => CsiWriteResponse);
+rpc_method!(
+    pub DeploymentActionMethod = "Deployment.Action": DeploymentAction => DeploymentUpdateResponse
+);
+rpc_method!(
+    pub NodeUpdateDrain = "Node.UpdateDrain": NodeUpdateDrainRequest => NodeWriteResponse
+);
+rpc_method!(
+    pub NodeUpdateEligibility = "Node.UpdateEligibility":
+        NodeUpdateEligibilityRequest => NodeWriteResponse
+);
+rpc_method!(pub NodeEvaluate = "Node.Evaluate": NodeRef => NodeWriteResponse);
+rpc_method!(
+    /// What a server says about itself; answers anyone.
+    pub ServerInfoMethod = "Server.Info": () => ServerInfo
+);
+rpc_method!(pub ServerJoin = "Server.Join": JoinRequest => ());
+rpc_method!(pub ServerBootstrap = "Server.Bootstrap": BootstrapArgs => ());
+rpc_method!(pub ServerRemove = "Server.Remove": ServerRemoveArgs => ());
+rpc_method!(
+    /// Answers the raft id of the new leader.
+    pub ServerTransferLeadership = "Server.TransferLeadership": TransferLeadershipArgs => u64
+);
+rpc_method!(pub SnapshotRestore = "Operator.SnapshotRestore": SnapshotRestoreArgs => u64);
+rpc_method!(
+    /// An HTTP request a client agent (or a follower's HTTP layer) hands a server to answer.
+    pub AgentHttp = "Agent.Http": HttpForwardRequest => HttpForwardResponse
+);
