@@ -351,7 +351,12 @@ impl Server {
     }
 
     pub(crate) async fn apply(&self, cmd: Command) -> Result<ApplyResponse, ServerError> {
-        let payload = crate::fsm::encode_command(&cmd)
+        self.apply_ref(&cmd).await
+    }
+
+    /// [`Server::apply`] of a borrowed command (the plan applier keeps its entries).
+    pub(crate) async fn apply_ref(&self, cmd: &Command) -> Result<ApplyResponse, ServerError> {
+        let payload = crate::fsm::encode_command(cmd)
             .map_err(|e| ServerError::internal(format!("encoding a raft command: {e}")))?;
         let (_index, response) = self.inner.raft.write(payload).await?;
         match rpc::codec::decode::<FsmResult>(&response) {

@@ -135,6 +135,13 @@ pub enum Command {
         /// are skipped.
         deployment_updates: Vec<DeploymentStatusUpdate>,
     },
+    /// Several plans' commits in one entry: the plan applier batches the plans that queued up
+    /// while a commit was in flight. Each is applied in order as its own `PlanApply`; one that
+    /// fails changes nothing and the others still apply ([`ApplyResponse::batch_errors`]). Only
+    /// `PlanApply` commands may be inside.
+    PlanApplyBatch {
+        plans: Vec<Command>,
+    },
     /// What clients report about their allocations (`Node.UpdateAlloc`): only the client's fields
     /// change (status, description, task states, deployment health, modify time); unknown IDs are
     /// skipped; `AllocModifyIndex` stays, so clients do not mistake their own reports for server
@@ -350,6 +357,7 @@ impl Command {
             Command::AllocStop { .. } => "AllocStop",
             Command::DeploymentUpsert { .. } => "DeploymentUpsert",
             Command::PlanApply { .. } => "PlanApply",
+            Command::PlanApplyBatch { .. } => "PlanApplyBatch",
             Command::AllocClientUpdate { .. } => "AllocClientUpdate",
             Command::DeploymentStatus { .. } => "DeploymentStatus",
             Command::StateRestore { .. } => "StateRestore",
@@ -393,4 +401,7 @@ pub struct ApplyResponse {
     pub eval_id: Option<String>,
     /// The index at which that evaluation was written (the command's index).
     pub eval_create_index: Option<u64>,
+    /// `PlanApplyBatch`: each plan's error, in the batch's order (`None`: applied).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub batch_errors: Vec<Option<String>>,
 }

@@ -509,3 +509,69 @@ fn a_late_report_never_revives_a_finished_allocation() {
     fsm.apply(report("running"));
     assert_eq!(fsm.snap().alloc("a1").unwrap().client_status, "running");
 }
+
+/// Several plans in one entry: each applies as its own `PlanApply`, at the entry's index; one that
+/// fails leaves no trace and the others still apply; nothing but plans may be inside.
+#[test]
+fn a_plan_batch_applies_each_plan_and_a_failing_one_alone_changes_nothing() {
+    let mut fsm = Fsm::default();
+    fsm.register(&job("web"), "e1");
+    fsm.register(&job("api"), "e2");
+    let (web, api) = (fsm.job("web"), fsm.job("api"));
+    let mut broken = with(
+        plan("e3", &web),
+        vec![placed("b1", "n1", "e3")],
+        vec![],
+        vec![],
+    );
+    if let Command::PlanApply {
+        job, deployment, ..
+    } = &mut broken
+    {
+        // A new allocation without a job fails, after its deployment was written.
+        *job = None;
+        *deployment = Some(common::deployment("d-broken", &web));
+    }
+    let mut api_alloc = alloc("c1", &api, "n2", "e2");
+    api_alloc.job = None;
+    let batch = Command::PlanApplyBatch {
+        plans: vec![
+            with(
+                plan("e1", &web),
+                vec![placed("a1", "n1", "e1")],
+                vec![],
+                vec![completed("e1", 0)],
+            ),
+            broken,
+            Command::EvalUpsert { evals: vec![] },
+            with(plan("e2", &api), vec![api_alloc], vec![], vec![]),
+        ],
+    };
+    let resp = fsm.apply(batch);
+    let errors: Vec<bool> = resp.batch_errors.iter().map(Option::is_some).collect();
+    assert_eq!(
+        errors,
+        [false, true, true, false],
+        "{:?}",
+        resp.batch_errors
+    );
+    assert!(resp.batch_errors[2]
+        .as_deref()
+        .is_some_and(|e| e.contains("EvalUpsert inside a plan batch")));
+    let snap = fsm.snap();
+    for id in ["a1", "c1"] {
+        let a = snap.alloc(id).unwrap_or_else(|| panic!("{id} applied"));
+        assert_eq!(a.create_index, resp.index, "{id}");
+        assert!(a.job.is_some(), "{id} has the plan's job");
+    }
+    assert!(snap.alloc("b1").is_none());
+    assert!(
+        snap.deployment("d-broken").is_none(),
+        "the failed plan left nothing"
+    );
+    assert_eq!(snap.eval("e1").unwrap().status, "complete");
+
+    // The log encoding carries batches too.
+    let text = serde_json::to_string(&Command::PlanApplyBatch { plans: vec![] }).unwrap();
+    assert_eq!(text, r#"{"type":"PlanApplyBatch","plans":[]}"#);
+}

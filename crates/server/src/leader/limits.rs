@@ -50,6 +50,11 @@ pub const FOLLOW_EMPTY_POLL: Duration = Duration::from_millis(20);
 /// Plans waiting for the applier at most; a worker submitting to a full queue gets an error and
 /// nacks its evaluation.
 pub const PLAN_QUEUE_MAX: usize = 1_024;
+/// The most plans the applier evaluates together and commits in one Raft entry...
+pub const PLAN_BATCH_MAX: usize = 16;
+/// ...and the most allocations they place and stop together (the first plan always goes): an
+/// entry stays a few MiB, well under raft's `ENTRY_BYTES_MAX`.
+pub const PLAN_BATCH_ALLOCS_MAX: usize = 4_096;
 
 // ----- workers -----
 

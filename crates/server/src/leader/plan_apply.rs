@@ -1,23 +1,28 @@
 //! The plan queue and the plan applier: the one place that settles conflicts between workers.
 //!
 //! Workers schedule in parallel on snapshots that may be stale by the time their plans arrive. The
-//! applier takes plans one at a time, highest priority first (then in arrival order), and checks
-//! each against the newest state ([`evaluate_plan`]): every node the plan places on must still exist
-//! and be ready (and, for new placements, eligible and not draining), and the node's live
-//! allocations, less those the plan stops or replaces, plus those it places, must fit
-//! ([`scheduler::allocs_fit`]). A node that fails loses its whole part of the plan (stops included,
-//! as in Nomad: a destructive update must not stop without its replacement); the rest commits —
-//! unless the plan is all-at-once — and the result carries a refresh index, so the worker refreshes
-//! its snapshot and schedules again. What commits is one raft entry ([`state::Command::PlanApply`]);
-//! the evaluation updates the worker sent with the plan go in it only when the whole plan fit.
+//! applier takes plans highest priority first (then in arrival order), and checks each against the
+//! newest state ([`evaluate_plan`]): every node the plan places on must still exist and be ready
+//! (and, for new placements, eligible and not draining), and the node's live allocations, less
+//! those the plan stops or replaces, plus those it places, must fit ([`scheduler::allocs_fit`]). A
+//! node that fails loses its whole part of the plan (stops included, as in Nomad: a destructive
+//! update must not stop without its replacement); the rest commits — unless the plan is
+//! all-at-once — and the result carries a refresh index, so the worker refreshes its snapshot and
+//! schedules again. A plan's commit is [`state::Command::PlanApply`]; the evaluation updates the
+//! worker sent with the plan go in it only when the whole plan fit.
 //!
-//! The engine ([`PlanApplier`]) only orders and sequences; evaluating (CPU work over a snapshot) and
+//! Pipelined, as Nomad's: while one entry commits, the plans queued meanwhile are checked as one
+//! batch against the newest state with that entry applied optimistically
+//! ([`StateSnapshot::with_applied`]), each on top of the ones before it ([`evaluate_batch`]), and
+//! they go to Raft together ([`state::Command::PlanApplyBatch`]) once the entry is applied.
+//!
+//! The engine ([`PlanApplier`]) only orders and sequences; evaluating (CPU work over snapshots) and
 //! committing (raft) are commands the shell runs. On leadership loss it is flushed: every queued
-//! plan, and the one in flight, is answered [`PlanError::NotLeader`]; a commit already handed to raft
-//! may still land, which is harmless (the new leader's broker finds the evaluation unfinished in
-//! state and runs it again against the newer state).
+//! plan, and those in flight, are answered [`PlanError::NotLeader`]; a commit already handed to
+//! raft may still land, which is harmless (the new leader's broker finds the evaluation
+//! unfinished in state and runs it again against the newer state).
 
-use super::limits::PLAN_QUEUE_MAX;
+use super::limits::{PLAN_BATCH_ALLOCS_MAX, PLAN_BATCH_MAX, PLAN_QUEUE_MAX};
 use model::alloc::{Allocation, ALLOC_DESIRED_STATUS_STOP};
 use model::eval::Evaluation;
 use model::node::{NodeStatus, SchedulingEligibility};
@@ -220,6 +225,43 @@ fn commit_command(plan: &Plan, result: &PlanResult, evals: &[Evaluation]) -> sta
     }
 }
 
+/// The verdicts on a batch, in order: each plan is checked against the newest state (or, with
+/// `under`, the entry in commit applied to the state it was made on) with the plans before it in
+/// the batch applied. A rejected plan's refresh index is a real one (the optimistic states'
+/// indexes are not); the engine raises it to the entry that commits the batch.
+pub fn evaluate_batch(
+    newest: &StateSnapshot,
+    under: Option<(StateSnapshot, Arc<state::Command>)>,
+    batch: &Batch,
+) -> Vec<(PlanId, Evaluated)> {
+    let mut snap = match under {
+        Some((base, entry)) => base.with_applied(&entry).unwrap_or_else(|e| {
+            // Raft will fail it the same way: nothing of it will be applied.
+            tracing::warn!(error = %e, "the plan entry in commit does not apply");
+            base
+        }),
+        None => newest.clone(),
+    };
+    let refresh = newest
+        .max_table_index(&[Table::Nodes, Table::Allocs])
+        .max(1);
+    let mut verdicts = Vec::with_capacity(batch.len());
+    for (i, (id, submission)) in batch.iter().enumerate() {
+        let mut verdict = evaluate_plan(&snap, submission);
+        if verdict.result.refresh_index != 0 {
+            verdict.result.refresh_index = refresh;
+        }
+        if let Some(command) = verdict.command.as_ref().filter(|_| i + 1 < batch.len()) {
+            match snap.with_applied(command) {
+                Ok(next) => snap = next,
+                Err(e) => tracing::warn!(error = %e, "a plan's entry does not apply"),
+            }
+        }
+        verdicts.push((*id, verdict));
+    }
+    verdicts
+}
+
 // ----- the engine -----
 
 /// Names a submitted plan until it is answered.
@@ -235,18 +277,40 @@ pub enum PlanError {
     Commit(String),
 }
 
+/// How many allocations a plan places, stops and evicts.
+fn plan_allocs(plan: &Plan) -> usize {
+    [
+        &plan.node_allocation,
+        &plan.node_update,
+        &plan.node_preemptions,
+    ]
+    .iter()
+    .flat_map(|m| m.values())
+    .map(Vec::len)
+    .sum()
+}
+
+/// Plans, in the order they are evaluated and committed.
+pub type Batch = Vec<(PlanId, Arc<PlanSubmission>)>;
+
 #[derive(Debug)]
 pub enum Event {
     Submit {
         id: PlanId,
         submission: Arc<PlanSubmission>,
     },
-    /// The shell evaluated the in-flight plan against the newest state.
-    Evaluated { id: PlanId, outcome: Box<Evaluated> },
-    /// Its entry was committed (and applied) at `index`.
-    Committed { id: PlanId, index: u64 },
-    /// Evaluating or committing the plan in flight failed.
-    Failed { id: PlanId, error: String },
+    /// The shell evaluated the batch it was given: a verdict per plan, in the batch's order.
+    Evaluated { verdicts: Vec<(PlanId, Evaluated)> },
+    /// Evaluating the batch failed (a panic): its plans are answered with the error.
+    EvaluationFailed { error: String },
+    /// The entry in commit was applied at `index`; `errors` has each plan's error when the entry
+    /// held several (`state::Command::PlanApplyBatch`).
+    Committed {
+        index: u64,
+        errors: Vec<Option<String>>,
+    },
+    /// Writing the entry in commit failed.
+    CommitFailed { error: String },
     /// Leadership lost.
     Flush,
 }
@@ -255,33 +319,58 @@ pub enum Event {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
-    /// Evaluate this plan against the newest state, then report [`Event::Evaluated`].
-    Evaluate {
-        id: PlanId,
-        submission: Arc<PlanSubmission>,
-    },
-    /// Write this entry through raft, then report [`Event::Committed`] or [`Event::Failed`].
-    Commit {
-        id: PlanId,
-        command: Box<state::Command>,
-    },
+    /// Evaluate these plans in order, each against the newest state with the verdicts before it
+    /// applied, then report [`Event::Evaluated`]. `over_commit`: the entry in commit is not applied
+    /// yet; evaluate on top of it as if it were (the shell kept it when it sent it to Raft).
+    Evaluate { batch: Batch, over_commit: bool },
+    /// Write this entry through Raft, then report [`Event::Committed`] or [`Event::CommitFailed`].
+    Commit { command: Box<state::Command> },
     Reply {
         id: PlanId,
         result: Result<PlanResult, PlanError>,
     },
 }
 
-enum InFlight {
-    Evaluating(PlanId),
-    Committing(PlanId, Box<PlanResult>),
+struct Evaluating {
+    batch: Batch,
+    over_commit: bool,
+    /// The commit this evaluation builds on failed: its verdicts are void.
+    void: bool,
 }
 
-/// The plan queue and the one-at-a-time sequence of evaluate → commit → reply.
+struct Ready {
+    batch: Batch,
+    verdicts: Vec<(PlanId, Evaluated)>,
+    over_commit: bool,
+}
+
+/// A plan of the entry in commit: its result, and its place in the entry (`None`: it writes
+/// nothing, but its answer waits for the entry, whose state it was checked against).
+struct Committing {
+    id: PlanId,
+    result: PlanResult,
+    in_entry: Option<usize>,
+}
+
+/// The plan queue and the pipeline: one batch commits while the next is evaluated against the
+/// state with the first applied optimistically (Nomad's pipelined plan apply), and the plans
+/// that queued up while one commit was in flight go into the next entry together.
+///
+/// Why this never overcommits a node: everything that takes room on a node is written by this
+/// applier, one entry after another. A batch is evaluated against the newest state plus every
+/// entry before it that is not applied yet (at most one: the next entry is sent only once the
+/// previous one is applied) plus the plans before it in the batch. When an entry under an
+/// evaluation fails, that evaluation's verdicts are void and its plans are evaluated again.
 #[derive(Default)]
 pub struct PlanApplier {
     /// `(priority, arrival)` → the plan: highest priority first, then first come.
     queue: BTreeMap<(Reverse<i32>, PlanId), Arc<PlanSubmission>>,
-    in_flight: Option<InFlight>,
+    evaluating: Option<Evaluating>,
+    /// The evaluated batch waiting for the entry in commit.
+    ready: Option<Ready>,
+    committing: Option<Vec<Committing>>,
+    /// The index of the last entry applied: a rejected plan refreshes to at least it.
+    last_index: u64,
 }
 
 impl PlanApplier {
@@ -289,7 +378,7 @@ impl PlanApplier {
         PlanApplier::default()
     }
 
-    /// Plans waiting, not counting the one in flight.
+    /// Plans waiting, not counting those in flight.
     #[cfg(test)]
     pub fn queued(&self) -> usize {
         self.queue.len()
@@ -309,53 +398,99 @@ impl PlanApplier {
                     self.queue.insert(key, submission);
                 }
             }
-            Event::Evaluated { id, outcome } => {
-                if !matches!(self.in_flight, Some(InFlight::Evaluating(f)) if f == id) {
+            Event::Evaluated { verdicts } => {
+                let Some(evaluating) = self.evaluating.take() else {
                     return out;
+                };
+                if evaluating.void {
+                    self.requeue(evaluating.batch);
+                } else {
+                    self.ready = Some(Ready {
+                        batch: evaluating.batch,
+                        verdicts,
+                        over_commit: evaluating.over_commit,
+                    });
                 }
-                let Evaluated { result, command } = *outcome;
-                match command {
-                    Some(command) => {
-                        self.in_flight = Some(InFlight::Committing(id, Box::new(result)));
-                        out.push(Command::Commit {
-                            id,
-                            command: Box::new(command),
-                        });
-                    }
-                    None => {
-                        self.in_flight = None;
+            }
+            Event::EvaluationFailed { error } => {
+                if let Some(evaluating) = self.evaluating.take() {
+                    for (id, _) in evaluating.batch {
                         out.push(Command::Reply {
                             id,
-                            result: Ok(result),
+                            result: Err(PlanError::Commit(error.clone())),
                         });
                     }
                 }
             }
-            Event::Committed { id, index } => {
-                if let Some(mut result) = self.take_committing(id) {
-                    result.alloc_index = index;
-                    out.push(Command::Reply {
-                        id,
-                        result: Ok(*result),
-                    });
+            Event::Committed { index, errors } => {
+                let Some(plans) = self.committing.take() else {
+                    return out;
+                };
+                self.last_index = self.last_index.max(index);
+                for Committing {
+                    id,
+                    mut result,
+                    in_entry,
+                } in plans
+                {
+                    let error = in_entry.and_then(|i| errors.get(i).cloned().flatten());
+                    let result = match error {
+                        Some(e) => Err(PlanError::Commit(e)),
+                        None => {
+                            if in_entry.is_some() {
+                                result.alloc_index = index;
+                            }
+                            self.raise_refresh(&mut result);
+                            Ok(result)
+                        }
+                    };
+                    out.push(Command::Reply { id, result });
                 }
             }
-            Event::Failed { id, error } => {
-                if self.in_flight_id() == Some(id) {
-                    self.in_flight = None;
+            Event::CommitFailed { error } => {
+                let Some(plans) = self.committing.take() else {
+                    return out;
+                };
+                for p in plans {
                     out.push(Command::Reply {
-                        id,
-                        result: Err(PlanError::Commit(error)),
+                        id: p.id,
+                        result: Err(PlanError::Commit(error.clone())),
                     });
+                }
+                // What was checked on top of the failed entry is void.
+                if let Some(evaluating) = self.evaluating.as_mut() {
+                    evaluating.void |= evaluating.over_commit;
+                }
+                if self.ready.as_ref().is_some_and(|r| r.over_commit) {
+                    let ready = self.ready.take().expect("checked");
+                    self.requeue(ready.batch);
                 }
             }
             Event::Flush => {
-                let in_flight = self.in_flight_id();
-                self.in_flight = None;
+                let in_flight = self
+                    .committing
+                    .take()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| p.id)
+                    .chain(
+                        self.ready
+                            .take()
+                            .into_iter()
+                            .flat_map(|r| r.batch)
+                            .map(|p| p.0),
+                    )
+                    .chain(
+                        self.evaluating
+                            .take()
+                            .into_iter()
+                            .flat_map(|e| e.batch)
+                            .map(|p| p.0),
+                    );
                 let queued = std::mem::take(&mut self.queue)
                     .into_keys()
                     .map(|(_, id)| id);
-                for id in in_flight.into_iter().chain(queued) {
+                for id in in_flight.chain(queued) {
                     out.push(Command::Reply {
                         id,
                         result: Err(PlanError::NotLeader),
@@ -364,36 +499,91 @@ impl PlanApplier {
                 return out;
             }
         }
-        self.start_next(&mut out);
+        self.advance(&mut out);
         out
     }
 
-    fn in_flight_id(&self) -> Option<PlanId> {
-        match &self.in_flight {
-            Some(InFlight::Evaluating(id) | InFlight::Committing(id, _)) => Some(*id),
-            None => None,
+    /// A rejected plan refreshes to a state with everything it was checked against applied.
+    fn raise_refresh(&self, result: &mut PlanResult) {
+        if result.refresh_index != 0 {
+            result.refresh_index = result.refresh_index.max(self.last_index);
         }
     }
 
-    fn take_committing(&mut self, id: PlanId) -> Option<Box<PlanResult>> {
-        match self.in_flight.take() {
-            Some(InFlight::Committing(f, result)) if f == id => Some(result),
-            other => {
-                self.in_flight = other;
-                None
+    fn requeue(&mut self, batch: Batch) {
+        // Back in the queue under their first keys: their places in line are kept.
+        for (id, submission) in batch {
+            self.queue
+                .insert((Reverse(submission.plan.priority), id), submission);
+        }
+    }
+
+    fn advance(&mut self, out: &mut Vec<Command>) {
+        if self.committing.is_none() {
+            if let Some(ready) = self.ready.take() {
+                self.send_entry(ready, out);
             }
         }
+        if self.evaluating.is_none() && self.ready.is_none() && !self.queue.is_empty() {
+            let mut batch = Batch::new();
+            let mut allocs = 0;
+            while batch.len() < PLAN_BATCH_MAX {
+                let Some(entry) = self.queue.first_entry() else {
+                    break;
+                };
+                let size = plan_allocs(&entry.get().plan);
+                if !batch.is_empty() && allocs + size > PLAN_BATCH_ALLOCS_MAX {
+                    break;
+                }
+                allocs += size;
+                let ((_, id), submission) = entry.remove_entry();
+                batch.push((id, submission));
+            }
+            let over_commit = self.committing.is_some();
+            self.evaluating = Some(Evaluating {
+                batch: batch.clone(),
+                over_commit,
+                void: false,
+            });
+            out.push(Command::Evaluate { batch, over_commit });
+        }
     }
 
-    fn start_next(&mut self, out: &mut Vec<Command>) {
-        if self.in_flight.is_some() {
+    /// One entry for the evaluated batch; plans that write nothing are answered with it, or at
+    /// once when nothing in the batch writes.
+    fn send_entry(&mut self, ready: Ready, out: &mut Vec<Command>) {
+        let mut entry = Vec::new();
+        let mut plans = Vec::with_capacity(ready.verdicts.len());
+        for (id, Evaluated { result, command }) in ready.verdicts {
+            let in_entry = command.map(|c| {
+                entry.push(c);
+                entry.len() - 1
+            });
+            plans.push(Committing {
+                id,
+                result,
+                in_entry,
+            });
+        }
+        if entry.is_empty() {
+            for Committing { id, mut result, .. } in plans {
+                self.raise_refresh(&mut result);
+                out.push(Command::Reply {
+                    id,
+                    result: Ok(result),
+                });
+            }
             return;
         }
-        let Some(((_, id), submission)) = self.queue.pop_first() else {
-            return;
+        let command = if entry.len() == 1 {
+            entry.pop().expect("one")
+        } else {
+            state::Command::PlanApplyBatch { plans: entry }
         };
-        self.in_flight = Some(InFlight::Evaluating(id));
-        out.push(Command::Evaluate { id, submission });
+        self.committing = Some(plans);
+        out.push(Command::Commit {
+            command: Box::new(command),
+        });
     }
 }
 

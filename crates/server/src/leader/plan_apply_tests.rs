@@ -350,10 +350,21 @@ fn sub(priority: i32) -> Arc<PlanSubmission> {
     })
 }
 
-fn evaluating(out: &[Command]) -> Vec<PlanId> {
+fn evaluating(out: &[Command]) -> Vec<(Vec<PlanId>, bool)> {
     out.iter()
         .filter_map(|c| match c {
-            Command::Evaluate { id, .. } => Some(*id),
+            Command::Evaluate { batch, over_commit } => {
+                Some((batch.iter().map(|(id, _)| *id).collect(), *over_commit))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn committing(out: &[Command]) -> Vec<&state::Command> {
+    out.iter()
+        .filter_map(|c| match c {
+            Command::Commit { command } => Some(&**command),
             _ => None,
         })
         .collect()
@@ -375,85 +386,258 @@ fn commit_outcome() -> Evaluated {
     }
 }
 
+fn nothing_to_write() -> Evaluated {
+    Evaluated {
+        result: PlanResult::default(),
+        command: None,
+    }
+}
+
+fn committed(index: u64) -> Event {
+    Event::Committed {
+        index,
+        errors: vec![],
+    }
+}
+
+/// The pipeline: the first plan is checked alone; the plans that queue meanwhile are checked
+/// together, on top of the entry in commit, and go into one entry once it is applied; each plan
+/// of a batch gets its own answer (a plan that fails in the entry fails alone).
 #[test]
-fn plans_apply_one_at_a_time_highest_priority_first() {
+fn plans_queued_during_a_commit_are_checked_on_top_of_it_and_committed_together() {
     let mut e = PlanApplier::new();
     let out = e.handle(Event::Submit {
         id: 1,
         submission: sub(50),
     });
-    assert_eq!(evaluating(&out), [1], "idle: starts at once");
+    assert_eq!(evaluating(&out), [(vec![1], false)], "idle: starts at once");
     for (id, priority) in [(2, 10), (3, 90), (4, 90)] {
         let out = e.handle(Event::Submit {
             id,
             submission: sub(priority),
         });
-        assert!(out.is_empty(), "one plan in flight at a time");
+        assert!(out.is_empty(), "one evaluation in flight at a time");
     }
     let out = e.handle(Event::Evaluated {
-        id: 1,
-        outcome: Box::new(commit_outcome()),
+        verdicts: vec![(1, commit_outcome())],
     });
-    assert!(matches!(out[..], [Command::Commit { id: 1, .. }]));
-    let out = e.handle(Event::Committed { id: 1, index: 42 });
-    assert_eq!(replies(&out), [(1, Ok(42))]);
-    assert_eq!(evaluating(&out), [3], "priority 90, first come");
-
+    assert!(matches!(
+        committing(&out)[..],
+        [state::Command::EvalUpsert { .. }]
+    ));
+    assert_eq!(
+        evaluating(&out),
+        [(vec![3, 4, 2], true)],
+        "the rest, by priority then arrival, on top of the entry in commit"
+    );
     let out = e.handle(Event::Evaluated {
-        id: 3,
-        outcome: Box::new(Evaluated {
-            result: PlanResult::default(),
-            command: None,
-        }),
+        verdicts: vec![
+            (3, commit_outcome()),
+            (4, nothing_to_write()),
+            (2, commit_outcome()),
+        ],
+    });
+    assert!(out.is_empty(), "waits for the entry in commit");
+    let out = e.handle(committed(42));
+    assert_eq!(replies(&out), [(1, Ok(42))]);
+    let [state::Command::PlanApplyBatch { plans }] = &committing(&out)[..] else {
+        panic!("one entry for the batch: {out:?}");
+    };
+    assert_eq!(plans.len(), 2, "the plan that writes nothing is not in it");
+    let out = e.handle(Event::Committed {
+        index: 43,
+        errors: vec![None, Some("no such evaluation".into())],
     });
     assert_eq!(
         replies(&out),
-        [(3, Ok(0))],
-        "nothing to write: answered at once"
+        [
+            (3, Ok(43)),
+            (4, Ok(0)),
+            (2, Err(PlanError::Commit("no such evaluation".into())))
+        ]
     );
-    assert_eq!(evaluating(&out), [4]);
-    let out = e.handle(Event::Failed {
-        id: 4,
-        error: "raft: timed out".into(),
+    assert!(e.handle(committed(99)).is_empty(), "no entry in commit");
+}
+
+/// What was checked on top of an entry that then failed is void: those plans are checked again
+/// against the state as it is (whether their verdicts came back before or after the failure).
+#[test]
+fn a_failed_commit_voids_the_verdicts_made_on_top_of_it() {
+    for verdicts_first in [false, true] {
+        let mut e = PlanApplier::new();
+        e.handle(Event::Submit {
+            id: 1,
+            submission: sub(50),
+        });
+        e.handle(Event::Submit {
+            id: 2,
+            submission: sub(50),
+        });
+        let out = e.handle(Event::Evaluated {
+            verdicts: vec![(1, commit_outcome())],
+        });
+        assert_eq!(evaluating(&out), [(vec![2], true)]);
+        if verdicts_first {
+            let out = e.handle(Event::Evaluated {
+                verdicts: vec![(2, commit_outcome())],
+            });
+            assert!(out.is_empty());
+        }
+        let out = e.handle(Event::CommitFailed {
+            error: "raft: timed out".into(),
+        });
+        assert_eq!(
+            replies(&out),
+            [(1, Err(PlanError::Commit("raft: timed out".into())))]
+        );
+        let out = if verdicts_first {
+            out
+        } else {
+            e.handle(Event::Evaluated {
+                verdicts: vec![(2, commit_outcome())],
+            })
+        };
+        assert!(committing(&out).is_empty(), "{out:?}");
+        assert_eq!(evaluating(&out), [(vec![2], false)], "checked again");
+    }
+}
+
+/// A rejected plan refreshes to at least the entry that committed its batch: the plans before
+/// it in the batch (what rejected it) are in the state the worker schedules on next.
+#[test]
+fn a_rejected_plan_refreshes_to_the_entry_of_its_batch() {
+    let mut e = PlanApplier::new();
+    e.handle(Event::Submit {
+        id: 1,
+        submission: sub(50),
+    });
+    let mut rejected = nothing_to_write();
+    rejected.result.refresh_index = 7;
+    let out = e.handle(Event::Evaluated {
+        verdicts: vec![(1, rejected.clone())],
+    });
+    let [Command::Reply { result: Ok(r), .. }] = &out[..] else {
+        panic!("nothing to write: answered at once: {out:?}");
+    };
+    assert_eq!(r.refresh_index, 7);
+
+    for id in [2, 3] {
+        e.handle(Event::Submit {
+            id,
+            submission: sub(50),
+        });
+    }
+    let out = e.handle(Event::Evaluated {
+        verdicts: vec![(2, commit_outcome()), (3, rejected)],
+    });
+    assert_eq!(committing(&out).len(), 1);
+    let out = e.handle(committed(50));
+    let refresh: Vec<_> = out
+        .iter()
+        .filter_map(|c| match c {
+            Command::Reply { id, result: Ok(r) } => Some((*id, r.refresh_index, r.alloc_index)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refresh, [(2, 0, 50), (3, 50, 0)]);
+}
+
+/// A batch is bounded by plans and by the allocations they move; the first plan always goes.
+#[test]
+fn batches_are_bounded_by_plans_and_allocations() {
+    use crate::leader::limits::{PLAN_BATCH_ALLOCS_MAX, PLAN_BATCH_MAX};
+    let big = |n: usize| {
+        let mut plan = Plan {
+            priority: 50,
+            ..Plan::default()
+        };
+        plan.node_allocation
+            .insert("n1".into(), vec![Allocation::default(); n]);
+        Arc::new(PlanSubmission {
+            plan,
+            evals: vec![],
+        })
+    };
+    let mut e = PlanApplier::new();
+    e.handle(Event::Submit {
+        id: 0,
+        submission: sub(50),
+    });
+    for id in 1..=PLAN_BATCH_MAX as u64 + 1 {
+        e.handle(Event::Submit {
+            id,
+            submission: sub(50),
+        });
+    }
+    let out = e.handle(Event::Evaluated {
+        verdicts: vec![(0, nothing_to_write())],
+    });
+    let [(batch, _)] = &evaluating(&out)[..] else {
+        panic!("{out:?}");
+    };
+    assert_eq!(batch.len(), PLAN_BATCH_MAX);
+    let out = e.handle(Event::Evaluated {
+        verdicts: batch.iter().map(|id| (*id, nothing_to_write())).collect(),
+    });
+    assert_eq!(evaluating(&out), [(vec![PLAN_BATCH_MAX as u64 + 1], false)]);
+    e.handle(Event::Evaluated {
+        verdicts: vec![(PLAN_BATCH_MAX as u64 + 1, nothing_to_write())],
+    });
+
+    let mut e = PlanApplier::new();
+    e.handle(Event::Submit {
+        id: 0,
+        submission: sub(50),
+    });
+    for id in 1..=3 {
+        e.handle(Event::Submit {
+            id,
+            submission: big(PLAN_BATCH_ALLOCS_MAX / 2 + 1),
+        });
+    }
+    let out = e.handle(Event::Evaluated {
+        verdicts: vec![(0, nothing_to_write())],
     });
     assert_eq!(
-        replies(&out),
-        [(4, Err(PlanError::Commit("raft: timed out".into())))]
-    );
-    assert_eq!(evaluating(&out), [2]);
-    assert!(
-        e.handle(Event::Committed { id: 99, index: 1 }).is_empty(),
-        "reports for other plans are ignored"
+        evaluating(&out),
+        [(vec![1], false)],
+        "two would be too many"
     );
 }
 
 #[test]
 fn a_flush_answers_every_plan_not_leader() {
     let mut e = PlanApplier::new();
-    e.handle(Event::Submit {
-        id: 1,
-        submission: sub(50),
+    for id in 1..=3 {
+        e.handle(Event::Submit {
+            id,
+            submission: sub(50),
+        });
+    }
+    // 1 in commit, 2 and 3 under evaluation on top of it.
+    e.handle(Event::Evaluated {
+        verdicts: vec![(1, commit_outcome())],
     });
     e.handle(Event::Submit {
-        id: 2,
+        id: 4,
         submission: sub(50),
     });
     let out = e.handle(Event::Flush);
+    let mut answered = replies(&out);
+    answered.sort_by_key(|(id, _)| *id);
     assert_eq!(
-        replies(&out),
-        [
-            (1, Err(PlanError::NotLeader)),
-            (2, Err(PlanError::NotLeader))
-        ]
+        answered,
+        (1..=4)
+            .map(|id| (id, Err(PlanError::NotLeader)))
+            .collect::<Vec<_>>()
     );
     assert_eq!(e.queued(), 0);
     assert!(e
         .handle(Event::Evaluated {
-            id: 1,
-            outcome: Box::new(commit_outcome())
+            verdicts: vec![(2, commit_outcome()), (3, commit_outcome())]
         })
-        .iter()
-        .all(|c| !matches!(c, Command::Commit { .. })));
+        .is_empty());
+    assert!(e.handle(committed(5)).is_empty());
 }
 
 #[test]
@@ -529,4 +713,57 @@ fn a_stop_writes_no_client_status_older_than_the_stored_one() {
     assert_eq!(snap.alloc("a").unwrap().client_status, "running");
     assert_eq!(snap.alloc("b").unwrap().desired_status, "stop");
     assert_eq!(snap.alloc("b").unwrap().client_status, "complete");
+}
+
+/// Two plans that each fit the state alone but not together. Checked in one batch, the second
+/// sees the first applied and is rejected; checked while the first is the entry in commit (not
+/// applied yet), likewise. Checked against the state alone it would fit: that is what the
+/// optimistic state prevents.
+#[test]
+fn the_batch_before_a_plan_and_the_entry_in_commit_count_against_it() {
+    let mut c = Cluster::new();
+    c.add_node(node("n1", 1000, 1024));
+    let (a, b) = (job("a", 1, 600, 256), job("b", 1, 600, 256));
+    let eval_a = c.register(&a, "eval-a");
+    let eval_b = c.register(&b, "eval-b");
+    let s0 = c.snap();
+    let view = SnapshotView::new(s0.clone());
+    let out_a = scheduler::schedule(&view, &eval_a, NOW, seed_from(&eval_a.id)).unwrap();
+    let out_b = scheduler::schedule(&view, &eval_b, NOW, seed_from(&eval_b.id)).unwrap();
+    let sub_a = Arc::new(submission(&eval_a, out_a, s0.index()));
+    let sub_b = Arc::new(submission(&eval_b, out_b, s0.index()));
+
+    let alone = evaluate_batch(&c.snap(), None, &vec![(2, sub_b.clone())]);
+    assert!(alone[0].1.result.rejected_nodes.is_empty(), "b alone fits");
+
+    let both = evaluate_batch(
+        &c.snap(),
+        None,
+        &vec![(1, sub_a.clone()), (2, sub_b.clone())],
+    );
+    let (a_verdict, b_verdict) = (&both[0].1, &both[1].1);
+    assert!(a_verdict.command.is_some());
+    assert_eq!(a_verdict.result.refresh_index, 0);
+    assert_eq!(b_verdict.result.rejected_nodes, ["n1"]);
+    let places = |v: &Evaluated| match &v.command {
+        Some(state::Command::PlanApply { allocs_upsert, .. }) => allocs_upsert.len(),
+        _ => 0,
+    };
+    assert_eq!(places(b_verdict), 0, "nothing of b is placed");
+    assert!(
+        b_verdict.result.refresh_index <= c.snap().index(),
+        "a real index, not the optimistic state's"
+    );
+
+    let entry = Arc::new(a_verdict.command.clone().unwrap());
+    let over = evaluate_batch(
+        &c.snap(),
+        Some((c.snap(), entry.clone())),
+        &vec![(2, sub_b.clone())],
+    );
+    assert_eq!(over[0].1.result.rejected_nodes, ["n1"]);
+
+    c.apply((*entry).clone());
+    assert_nothing_overcommitted(&c.snap());
+    assert_eq!(c.snap().allocs_by_node("n1").len(), 1);
 }

@@ -12,12 +12,12 @@ use super::limits::{
     BROKER_REQUESTS_MAX, BROKER_TICK_MAX, BROKER_WRITE_EVALS_MAX, FOLLOW_EMPTY_POLL, FOLLOW_WAIT,
     HEARTBEAT_TICK_MAX, PLAN_QUEUE_MAX,
 };
-use super::plan_apply::{self, evaluate_plan, PlanApplier, PlanError, PlanId, PlanSubmission};
+use super::plan_apply::{self, PlanApplier, PlanError, PlanId, PlanSubmission};
 use crate::endpoints::now_nanos;
 use crate::server::Server;
 use model::eval::Evaluation;
 use model::plan::PlanResult;
-use state::{StateStore, Table};
+use state::{StateSnapshot, StateStore, Table};
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::Arc;
@@ -415,11 +415,14 @@ async fn applier_loop(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut engine = PlanApplier::new();
-    // At most one evaluation or commit is in flight, so at most one report waits here.
-    let (done_tx, mut done_rx) = mpsc::channel::<plan_apply::Event>(2);
-    // Bounded by the queue (PLAN_QUEUE_MAX) plus the plan in flight.
+    // At most one evaluation and one commit are in flight, so at most two reports wait here.
+    let (done_tx, mut done_rx) = mpsc::channel::<plan_apply::Event>(4);
+    // Bounded by the queue (PLAN_QUEUE_MAX) plus the plans in flight.
     let mut replies: HashMap<PlanId, PlanReply> = HashMap::new();
     let mut next_id: PlanId = 0;
+    // The entry in commit and the state it was made on (everything before it applied): the next
+    // batch is checked against that state with the entry applied.
+    let mut in_commit: Option<(StateSnapshot, Arc<state::Command>)> = None;
     loop {
         let event = tokio::select! {
             () = stopped(&mut stop) => plan_apply::Event::Flush,
@@ -434,41 +437,46 @@ async fn applier_loop(
             Some(done) = done_rx.recv() => done,
         };
         let flush = matches!(event, plan_apply::Event::Flush);
+        if matches!(
+            event,
+            plan_apply::Event::Committed { .. } | plan_apply::Event::CommitFailed { .. }
+        ) {
+            in_commit = None;
+        }
         for command in engine.handle(event) {
             match command {
-                plan_apply::Command::Evaluate { id, submission } => {
+                plan_apply::Command::Evaluate { batch, over_commit } => {
                     let store = server.state().clone();
+                    let under = if over_commit { in_commit.clone() } else { None };
                     let done = done_tx.clone();
                     tokio::spawn(async move {
-                        let snap = store.snapshot();
                         let event = match tokio::task::spawn_blocking(move || {
-                            evaluate_plan(&snap, &submission)
+                            plan_apply::evaluate_batch(&store.snapshot(), under, &batch)
                         })
                         .await
                         {
-                            Ok(outcome) => plan_apply::Event::Evaluated {
-                                id,
-                                outcome: Box::new(outcome),
-                            },
-                            Err(e) => plan_apply::Event::Failed {
-                                id,
-                                error: format!("evaluating the plan panicked: {e}"),
+                            Ok(verdicts) => plan_apply::Event::Evaluated { verdicts },
+                            Err(e) => plan_apply::Event::EvaluationFailed {
+                                error: format!("evaluating the plans panicked: {e}"),
                             },
                         };
                         let _ = done.send(event).await;
                     });
                 }
-                plan_apply::Command::Commit { id, command } => {
+                plan_apply::Command::Commit { command } => {
+                    let command = Arc::new(*command);
+                    // Taken before the entry goes to Raft: it holds every earlier entry (each
+                    // was applied before this one was sent) and not this one.
+                    in_commit = Some((server.state().snapshot(), command.clone()));
                     let server = server.clone();
                     let done = done_tx.clone();
                     tokio::spawn(async move {
-                        let event = match server.apply(*command).await {
+                        let event = match server.apply_ref(&command).await {
                             Ok(resp) => plan_apply::Event::Committed {
-                                id,
                                 index: resp.index,
+                                errors: resp.batch_errors,
                             },
-                            Err(e) => plan_apply::Event::Failed {
-                                id,
+                            Err(e) => plan_apply::Event::CommitFailed {
                                 error: e.to_string(),
                             },
                         };

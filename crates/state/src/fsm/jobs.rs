@@ -99,6 +99,7 @@ fn finish(
         job_modify_index: Some(job_modify_index),
         eval_id: eval.map(|e| e.id.clone()),
         eval_create_index: eval.map(|_| tx.index()),
+        ..ApplyResponse::default()
     })
 }
 

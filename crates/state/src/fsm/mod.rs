@@ -236,6 +236,28 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
                 deployment_updates,
             },
         ),
+        Command::PlanApplyBatch { plans } => {
+            let mut batch_errors = Vec::with_capacity(plans.len());
+            for plan in plans {
+                if !matches!(plan, Command::PlanApply { .. }) {
+                    batch_errors.push(Some(format!("{} inside a plan batch", plan.name())));
+                    continue;
+                }
+                // A plan that fails leaves no trace: the transaction goes back to before it.
+                let before = tx.root.clone();
+                match dispatch(tx, plan) {
+                    Ok(_) => batch_errors.push(None),
+                    Err(e) => {
+                        tx.root = before;
+                        batch_errors.push(Some(e.to_string()));
+                    }
+                }
+            }
+            Ok(ApplyResponse {
+                batch_errors,
+                ..plain
+            })
+        }
         Command::AllocClientUpdate {
             allocs: updates,
             evals: follow_ups,
