@@ -137,8 +137,9 @@ pub enum Command {
     },
     /// Several plans' commits in one entry: the plan applier batches the plans that queued up
     /// while a commit was in flight. Each is applied in order as its own `PlanApply`; one that
-    /// fails changes nothing and the others still apply ([`ApplyResponse::batch_errors`]). Only
-    /// `PlanApply` commands may be inside.
+    /// fails changes nothing, and the plans after it are not applied either (each was checked
+    /// with the ones before it applied), while those before it stay
+    /// ([`ApplyResponse::batch_errors`]). Only `PlanApply` commands may be inside.
     PlanApplyBatch {
         plans: Vec<Command>,
     },

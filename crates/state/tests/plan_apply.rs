@@ -511,9 +511,10 @@ fn a_late_report_never_revives_a_finished_allocation() {
 }
 
 /// Several plans in one entry: each applies as its own `PlanApply`, at the entry's index; one that
-/// fails leaves no trace and the others still apply; nothing but plans may be inside.
+/// fails leaves no trace, those before it stay, and those after it (checked with it applied) are
+/// not applied; nothing but plans may be inside.
 #[test]
-fn a_plan_batch_applies_each_plan_and_a_failing_one_alone_changes_nothing() {
+fn a_plan_batch_applies_each_plan_until_one_fails() {
     let mut fsm = Fsm::default();
     fsm.register(&job("web"), "e1");
     fsm.register(&job("api"), "e2");
@@ -534,7 +535,7 @@ fn a_plan_batch_applies_each_plan_and_a_failing_one_alone_changes_nothing() {
     }
     let mut api_alloc = alloc("c1", &api, "n2", "e2");
     api_alloc.job = None;
-    let batch = Command::PlanApplyBatch {
+    let resp = fsm.apply(Command::PlanApplyBatch {
         plans: vec![
             with(
                 plan("e1", &web),
@@ -543,33 +544,40 @@ fn a_plan_batch_applies_each_plan_and_a_failing_one_alone_changes_nothing() {
                 vec![completed("e1", 0)],
             ),
             broken,
-            Command::EvalUpsert { evals: vec![] },
-            with(plan("e2", &api), vec![api_alloc], vec![], vec![]),
+            with(plan("e2", &api), vec![api_alloc.clone()], vec![], vec![]),
         ],
-    };
-    let resp = fsm.apply(batch);
+    });
     let errors: Vec<bool> = resp.batch_errors.iter().map(Option::is_some).collect();
-    assert_eq!(
-        errors,
-        [false, true, true, false],
-        "{:?}",
-        resp.batch_errors
-    );
+    assert_eq!(errors, [false, true, true], "{:?}", resp.batch_errors);
     assert!(resp.batch_errors[2]
         .as_deref()
-        .is_some_and(|e| e.contains("EvalUpsert inside a plan batch")));
+        .is_some_and(|e| e.contains("an earlier plan of its batch failed")));
     let snap = fsm.snap();
-    for id in ["a1", "c1"] {
-        let a = snap.alloc(id).unwrap_or_else(|| panic!("{id} applied"));
-        assert_eq!(a.create_index, resp.index, "{id}");
-        assert!(a.job.is_some(), "{id} has the plan's job");
-    }
+    let a1 = snap.alloc("a1").expect("the plan before the failure stays");
+    assert_eq!(a1.create_index, resp.index);
+    assert!(a1.job.is_some(), "a1 has the plan's job");
+    assert_eq!(snap.eval("e1").unwrap().status, "complete");
     assert!(snap.alloc("b1").is_none());
     assert!(
         snap.deployment("d-broken").is_none(),
         "the failed plan left nothing"
     );
-    assert_eq!(snap.eval("e1").unwrap().status, "complete");
+    assert!(
+        snap.alloc("c1").is_none(),
+        "the plan after the failure is not applied"
+    );
+
+    let resp = fsm.apply(Command::PlanApplyBatch {
+        plans: vec![
+            Command::EvalUpsert { evals: vec![] },
+            with(plan("e2", &api), vec![api_alloc], vec![], vec![]),
+        ],
+    });
+    assert!(resp.batch_errors[0]
+        .as_deref()
+        .is_some_and(|e| e.contains("EvalUpsert inside a plan batch")));
+    assert!(resp.batch_errors[1].is_some());
+    assert!(fsm.snap().alloc("c1").is_none());
 
     // The log encoding carries batches too.
     let text = serde_json::to_string(&Command::PlanApplyBatch { plans: vec![] }).unwrap();

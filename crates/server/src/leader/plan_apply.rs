@@ -227,7 +227,8 @@ fn commit_command(plan: &Plan, result: &PlanResult, evals: &[Evaluation]) -> sta
 
 /// The verdicts on a batch, in order: each plan is checked against the newest state (or, with
 /// `under`, the entry in commit applied to the state it was made on) with the plans before it in
-/// the batch applied. A rejected plan's refresh index is a real one (the optimistic states'
+/// the batch applied. Fewer verdicts than plans: the rest could not be checked (an entry under
+/// them does not apply) and go back to the queue. A rejected plan's refresh index is a real one (the optimistic states'
 /// indexes are not); the engine raises it to the entry that commits the batch.
 pub fn evaluate_batch(
     newest: &StateSnapshot,
@@ -235,11 +236,15 @@ pub fn evaluate_batch(
     batch: &Batch,
 ) -> Vec<(PlanId, Evaluated)> {
     let mut snap = match under {
-        Some((base, entry)) => base.with_applied(&entry).unwrap_or_else(|e| {
-            // Raft will fail it the same way: nothing of it will be applied.
-            tracing::warn!(error = %e, "the plan entry in commit does not apply");
-            base
-        }),
+        Some((base, entry)) => match base.with_applied(&entry) {
+            Ok(snap) => snap,
+            Err(e) => {
+                // Whether Raft applies it is not known: nothing is checked until it is (the
+                // engine puts the batch back and waits for the commit).
+                tracing::warn!(error = %e, "the plan entry in commit does not apply");
+                return Vec::new();
+            }
+        },
         None => newest.clone(),
     };
     let refresh = newest
@@ -251,13 +256,23 @@ pub fn evaluate_batch(
         if verdict.result.refresh_index != 0 {
             verdict.result.refresh_index = refresh;
         }
-        if let Some(command) = verdict.command.as_ref().filter(|_| i + 1 < batch.len()) {
-            match snap.with_applied(command) {
+        let next = verdict
+            .command
+            .as_ref()
+            .filter(|_| i + 1 < batch.len())
+            .map(|command| snap.with_applied(command));
+        verdicts.push((*id, verdict));
+        if let Some(next) = next {
+            match next {
                 Ok(next) => snap = next,
-                Err(e) => tracing::warn!(error = %e, "a plan's entry does not apply"),
+                Err(e) => {
+                    // It will fail in Raft too (and the plans after it with it): the rest of
+                    // the batch goes back to the queue.
+                    tracing::warn!(error = %e, "a plan's entry does not apply");
+                    break;
+                }
             }
         }
-        verdicts.push((*id, verdict));
     }
     verdicts
 }
@@ -371,6 +386,9 @@ pub struct PlanApplier {
     committing: Option<Vec<Committing>>,
     /// The index of the last entry applied: a rejected plan refreshes to at least it.
     last_index: u64,
+    /// Nothing is checked until the entry in commit is settled (it did not apply to the state
+    /// the last batch was to be checked on).
+    hold: bool,
 }
 
 impl PlanApplier {
@@ -405,11 +423,20 @@ impl PlanApplier {
                 if evaluating.void {
                     self.requeue(evaluating.batch);
                 } else {
-                    self.ready = Some(Ready {
-                        batch: evaluating.batch,
-                        verdicts,
-                        over_commit: evaluating.over_commit,
-                    });
+                    let mut batch = evaluating.batch;
+                    let unchecked = batch.split_off(verdicts.len().min(batch.len()));
+                    if !unchecked.is_empty() {
+                        // Checked again once the entry under them is settled.
+                        self.hold = evaluating.over_commit && self.committing.is_some();
+                        self.requeue(unchecked);
+                    }
+                    if !verdicts.is_empty() {
+                        self.ready = Some(Ready {
+                            batch,
+                            verdicts,
+                            over_commit: evaluating.over_commit,
+                        });
+                    }
                 }
             }
             Event::EvaluationFailed { error } => {
@@ -426,7 +453,12 @@ impl PlanApplier {
                 let Some(plans) = self.committing.take() else {
                     return out;
                 };
+                self.hold = false;
                 self.last_index = self.last_index.max(index);
+                if errors.iter().any(Option::is_some) {
+                    // What was checked on top of the plans that failed is void.
+                    self.void_over_commit();
+                }
                 for Committing {
                     id,
                     mut result,
@@ -451,6 +483,7 @@ impl PlanApplier {
                 let Some(plans) = self.committing.take() else {
                     return out;
                 };
+                self.hold = false;
                 for p in plans {
                     out.push(Command::Reply {
                         id: p.id,
@@ -458,15 +491,10 @@ impl PlanApplier {
                     });
                 }
                 // What was checked on top of the failed entry is void.
-                if let Some(evaluating) = self.evaluating.as_mut() {
-                    evaluating.void |= evaluating.over_commit;
-                }
-                if self.ready.as_ref().is_some_and(|r| r.over_commit) {
-                    let ready = self.ready.take().expect("checked");
-                    self.requeue(ready.batch);
-                }
+                self.void_over_commit();
             }
             Event::Flush => {
+                self.hold = false;
                 let in_flight = self
                     .committing
                     .take()
@@ -503,6 +531,18 @@ impl PlanApplier {
         out
     }
 
+    /// Voids what was checked on top of the entry in commit (it failed, or part of it did): the
+    /// batch under evaluation is checked again when it comes back, the one checked already at once.
+    fn void_over_commit(&mut self) {
+        if let Some(evaluating) = self.evaluating.as_mut() {
+            evaluating.void |= evaluating.over_commit;
+        }
+        if self.ready.as_ref().is_some_and(|r| r.over_commit) {
+            let ready = self.ready.take().expect("checked");
+            self.requeue(ready.batch);
+        }
+    }
+
     /// A rejected plan refreshes to a state with everything it was checked against applied.
     fn raise_refresh(&self, result: &mut PlanResult) {
         if result.refresh_index != 0 {
@@ -524,7 +564,8 @@ impl PlanApplier {
                 self.send_entry(ready, out);
             }
         }
-        if self.evaluating.is_none() && self.ready.is_none() && !self.queue.is_empty() {
+        let held = self.hold && self.committing.is_some();
+        if self.evaluating.is_none() && self.ready.is_none() && !held && !self.queue.is_empty() {
             let mut batch = Batch::new();
             let mut allocs = 0;
             while batch.len() < PLAN_BATCH_MAX {

@@ -502,6 +502,61 @@ fn a_failed_commit_voids_the_verdicts_made_on_top_of_it() {
     }
 }
 
+/// A plan that fails inside an applied entry voids what was checked on top of it, like a failed
+/// entry: those plans were counted with its stops done.
+#[test]
+fn a_plan_failing_inside_its_entry_voids_the_verdicts_made_on_top_of_it() {
+    let mut e = PlanApplier::new();
+    for id in 1..=3 {
+        e.handle(Event::Submit {
+            id,
+            submission: sub(50),
+        });
+    }
+    e.handle(Event::Evaluated {
+        verdicts: vec![(1, commit_outcome())],
+    });
+    let out = e.handle(Event::Evaluated {
+        verdicts: vec![(2, commit_outcome()), (3, commit_outcome())],
+    });
+    assert!(out.is_empty(), "checked on top of 1, waiting for it");
+    let out = e.handle(Event::Committed {
+        index: 9,
+        errors: vec![Some("attempting to upsert allocation without a job".into())],
+    });
+    assert_eq!(replies(&out).len(), 1);
+    assert!(committing(&out).is_empty(), "{out:?}");
+    assert_eq!(evaluating(&out), [(vec![2, 3], false)], "checked again");
+}
+
+/// Plans that could not be checked (the entry under them does not apply to the state it was
+/// made on) go back to the queue, and nothing is checked until that entry is settled.
+#[test]
+fn unchecked_plans_wait_for_the_entry_under_them() {
+    let mut e = PlanApplier::new();
+    for id in 1..=3 {
+        e.handle(Event::Submit {
+            id,
+            submission: sub(50),
+        });
+    }
+    e.handle(Event::Evaluated {
+        verdicts: vec![(1, commit_outcome())],
+    });
+    let out = e.handle(Event::Evaluated { verdicts: vec![] });
+    assert!(out.is_empty(), "held while 1 commits: {out:?}");
+    assert_eq!(e.queued(), 2);
+    let out = e.handle(committed(10));
+    assert_eq!(replies(&out), [(1, Ok(10))]);
+    assert_eq!(evaluating(&out), [(vec![2, 3], false)]);
+    // A batch cut short (a plan's entry did not apply): the checked part goes on, the rest waits.
+    let out = e.handle(Event::Evaluated {
+        verdicts: vec![(2, commit_outcome())],
+    });
+    assert_eq!(committing(&out).len(), 1);
+    assert_eq!(evaluating(&out), [(vec![3], true)]);
+}
+
 /// A rejected plan refreshes to at least the entry that committed its batch: the plans before
 /// it in the batch (what rejected it) are in the state the worker schedules on next.
 #[test]

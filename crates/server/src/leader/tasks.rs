@@ -400,6 +400,9 @@ impl ApplierHandle {
     }
 }
 
+/// How soon the applier tries again to settle a failed entry.
+const SETTLE_RETRY: Duration = Duration::from_millis(200);
+
 /// The applier task and its handle.
 pub(crate) fn applier_task(
     server: Server,
@@ -471,15 +474,7 @@ async fn applier_loop(
                     let server = server.clone();
                     let done = done_tx.clone();
                     tokio::spawn(async move {
-                        let event = match server.apply_ref(&command).await {
-                            Ok(resp) => plan_apply::Event::Committed {
-                                index: resp.index,
-                                errors: resp.batch_errors,
-                            },
-                            Err(e) => plan_apply::Event::CommitFailed {
-                                error: e.to_string(),
-                            },
-                        };
+                        let event = commit_entry(&server, &command).await;
                         let _ = done.send(event).await;
                     });
                 }
@@ -492,6 +487,85 @@ async fn applier_loop(
         }
         if flush {
             return;
+        }
+    }
+}
+
+/// Writes a plan entry. A batch too large for one Raft entry goes plan by plan (each is checked
+/// with the ones before it applied, so they go in order and stop at the first failure, as the
+/// FSM applies a batch). A failed write may still land (a timeout after the entry was
+/// appended): the failure is reported only once a later write has committed, so the state the
+/// next plans are checked against shows the entry's fate.
+async fn commit_entry(server: &Server, command: &state::Command) -> plan_apply::Event {
+    let written = match command {
+        state::Command::PlanApplyBatch { plans }
+            if encoded_len(command) > raft::limits::ENTRY_BYTES_MAX =>
+        {
+            commit_one_by_one(server, plans).await
+        }
+        _ => server
+            .apply_ref(command)
+            .await
+            .map(|resp| (resp.index, resp.batch_errors)),
+    };
+    match written {
+        Ok((index, errors)) => plan_apply::Event::Committed { index, errors },
+        Err(e) => {
+            settle(server).await;
+            plan_apply::Event::CommitFailed {
+                error: e.to_string(),
+            }
+        }
+    }
+}
+
+fn encoded_len(command: &state::Command) -> usize {
+    crate::fsm::encode_command(command).map_or(usize::MAX, |b| b.len())
+}
+
+/// A batch's plans, one entry each: the last index, and each plan's error.
+async fn commit_one_by_one(
+    server: &Server,
+    plans: &[state::Command],
+) -> Result<(u64, Vec<Option<String>>), crate::ServerError> {
+    let mut index = 0;
+    let mut errors = Vec::with_capacity(plans.len());
+    for plan in plans {
+        if errors.iter().any(Option::is_some) {
+            errors.push(Some(
+                "not applied: an earlier plan of its batch failed".to_owned(),
+            ));
+            continue;
+        }
+        match server.apply_ref(plan).await {
+            Ok(resp) => {
+                index = resp.index;
+                errors.push(None);
+            }
+            Err(e) if index == 0 => return Err(e),
+            Err(e) => {
+                settle(server).await;
+                errors.push(Some(e.to_string()));
+            }
+        }
+    }
+    Ok((index, errors))
+}
+
+/// Waits until a write after everything sent so far has committed (every earlier entry is then
+/// applied or gone), or until this server no longer leads (the applier is flushed then).
+async fn settle(server: &Server) {
+    // An empty evaluation upsert changes nothing: it only orders after what came before.
+    while server.is_leader() {
+        match server
+            .apply(state::Command::EvalUpsert { evals: vec![] })
+            .await
+        {
+            Ok(_) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "waiting for a write to settle the failed plan entry");
+                tokio::time::sleep(SETTLE_RETRY).await;
+            }
         }
     }
 }

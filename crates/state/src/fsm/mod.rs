@@ -238,9 +238,19 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
         ),
         Command::PlanApplyBatch { plans } => {
             let mut batch_errors = Vec::with_capacity(plans.len());
+            let mut failed = false;
             for plan in plans {
+                if failed {
+                    // Each plan was checked with the ones before it applied: after one failed,
+                    // the rest were checked against a state that will not be.
+                    batch_errors.push(Some(
+                        "not applied: an earlier plan of its batch failed".to_owned(),
+                    ));
+                    continue;
+                }
                 if !matches!(plan, Command::PlanApply { .. }) {
                     batch_errors.push(Some(format!("{} inside a plan batch", plan.name())));
+                    failed = true;
                     continue;
                 }
                 // A plan that fails leaves no trace: the transaction goes back to before it.
@@ -250,6 +260,7 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
                     Err(e) => {
                         tx.root = before;
                         batch_errors.push(Some(e.to_string()));
+                        failed = true;
                     }
                 }
             }
