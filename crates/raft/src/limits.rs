@@ -39,3 +39,6 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long a membership change (a learner catching up, then its promotion) may take.
 pub const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How often the log's size is looked at for the byte-count snapshot trigger.
+pub const LOG_BYTES_CHECK_EVERY: Duration = Duration::from_secs(1);

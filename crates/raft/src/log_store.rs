@@ -42,6 +42,8 @@ const SCHEMA_VERSION: u64 = 2;
 #[derive(Clone)]
 pub(crate) struct LogStore {
     db: Arc<Database>,
+    /// Bytes of entries appended since the store was opened.
+    appended: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Just the log id of a stored entry, without decoding its payload.
@@ -66,7 +68,10 @@ impl LogStore {
             .set_cache_size(LOG_CACHE_BYTES)
             .create(path)
             .map_err(|e| io_err(&format!("opening {}", path.display()), e))?;
-        let store = LogStore { db: Arc::new(db) };
+        let store = LogStore {
+            db: Arc::new(db),
+            appended: Arc::default(),
+        };
         let found = store.read_schema()?;
         match found {
             Some(SCHEMA_VERSION) => {}
@@ -86,6 +91,11 @@ impl LogStore {
             })?,
         }
         Ok(store)
+    }
+
+    /// Bytes of entries appended since the store was opened.
+    pub fn appended_bytes(&self) -> u64 {
+        self.appended.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Makes every earlier non-durable commit durable. Blocking.
@@ -262,6 +272,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             let bytes = rpc::codec::encode(&entry).map_err(|e| io_err("encoding entry", e))?;
             rows.push((entry.log_id.index(), bytes));
         }
+        let bytes: usize = rows.iter().map(|(_, b)| b.len()).sum();
+        self.appended
+            .fetch_add(bytes as u64, std::sync::atomic::Ordering::Relaxed);
         let result = self
             .write(Durability::Immediate, move |txn| {
                 let mut table = txn.open_table(LOG)?;

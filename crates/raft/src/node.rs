@@ -35,6 +35,10 @@ pub struct RaftConfig {
     pub election_timeout_ms: (u64, u64),
     /// Build a snapshot after this many applied entries (0: never) and purge the log behind it.
     pub snapshot_every_entries: u64,
+    /// ...and after this many bytes written to the log since the last one this triggered (0:
+    /// never): a few large entries (plans of thousands of allocations) fill the disk long before
+    /// the count is reached.
+    pub snapshot_every_bytes: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -175,17 +179,23 @@ impl RaftNode {
         let raft = Raft::new(cfg.node_id, Arc::new(config), network, log.clone(), sm)
             .await
             .map_err(from_fatal)?;
-        Ok(RaftNode {
-            inner: Arc::new(Inner {
-                id: cfg.node_id,
-                rpc_addr: cfg.rpc_addr,
-                raft,
-                log: Mutex::new(Some(log)),
-                last_contact: Mutex::new(None),
-                incoming: Mutex::new(None),
-                stopped: AtomicBool::new(false),
-            }),
-        })
+        let inner = Arc::new(Inner {
+            id: cfg.node_id,
+            rpc_addr: cfg.rpc_addr,
+            raft,
+            log: Mutex::new(Some(log.clone())),
+            last_contact: Mutex::new(None),
+            incoming: Mutex::new(None),
+            stopped: AtomicBool::new(false),
+        });
+        if cfg.snapshot_every_bytes > 0 {
+            tokio::spawn(snapshot_by_log_bytes(
+                Arc::downgrade(&inner),
+                log,
+                cfg.snapshot_every_bytes,
+            ));
+        }
+        Ok(RaftNode { inner })
     }
 
     /// Forms the cluster from `members` (id -> rpc address) if this node has never been part
@@ -609,6 +619,34 @@ impl RaftNode {
                 .map_err(|e| RaftError::Storage(e.to_string()))?;
         }
         Ok(())
+    }
+}
+
+/// Triggers a snapshot whenever `every` more bytes were written to the log, until the node stops.
+async fn snapshot_by_log_bytes(node: std::sync::Weak<Inner>, log: LogStore, every: u64) {
+    let mut mark = 0u64;
+    let mut tick = tokio::time::interval(crate::limits::LOG_BYTES_CHECK_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(inner) = node.upgrade() else {
+            return;
+        };
+        if inner.stopped.load(Ordering::SeqCst) {
+            return;
+        }
+        let written = log.appended_bytes();
+        if written.saturating_sub(mark) < every {
+            continue;
+        }
+        mark = written;
+        tracing::debug!(
+            bytes = written,
+            "the raft log grew past its snapshot threshold; snapshotting"
+        );
+        if let Err(e) = inner.raft.trigger().snapshot().await {
+            tracing::warn!(error = %e, "could not trigger a raft snapshot");
+        }
     }
 }
 

@@ -155,6 +155,38 @@ async fn compaction_snapshots_and_purges_and_the_node_still_reopens() {
     n.stop().await;
 }
 
+/// Large entries fill the log long before a count is reached: a snapshot is also taken by the
+/// bytes written (here with the count trigger off).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_is_taken_when_the_log_grows_past_its_byte_threshold() {
+    let dir = TempDir::new("bytes");
+    let n = TestNode::start_with(1, "127.0.0.1:0", &dir.sub("n1"), |c| {
+        c.snapshot_every_entries = 0;
+        c.snapshot_every_bytes = 256 * 1024;
+    })
+    .await;
+    n.node
+        .bootstrap(BTreeMap::from([(1, n.addr.clone())]))
+        .await
+        .unwrap();
+    n.node.wait_for_leader(DEADLINE).await.unwrap();
+    wait_until("the node leads", || n.node.is_leader()).await;
+    for _ in 0..4 {
+        n.node.write(vec![7u8; 32 * 1024]).await.unwrap();
+    }
+    // 128 KiB: under the threshold. A snapshot now would come from something else.
+    tokio::time::sleep(raft::limits::LOG_BYTES_CHECK_EVERY * 2).await;
+    assert_eq!(n.node.stats().last_snapshot_index, 0);
+    for _ in 0..6 {
+        n.node.write(vec![7u8; 32 * 1024]).await.unwrap();
+    }
+    wait_until("a snapshot is taken by bytes", || {
+        n.node.stats().last_snapshot_index > 0
+    })
+    .await;
+    n.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writes_all_apply_once_each() {
     let dir = TempDir::new("concurrent");

@@ -25,8 +25,10 @@ pub struct ServerConfig {
     /// Raft timing, in milliseconds.
     pub raft_heartbeat_ms: u64,
     pub raft_election_timeout_ms: (u64, u64),
-    /// Take a state snapshot (and compact the log) after this many entries.
+    /// Take a state snapshot (and compact the log) after this many entries...
     pub raft_snapshot_every: u64,
+    /// ...or after this many bytes of log (0: only by count).
+    pub raft_snapshot_every_bytes: u64,
     /// Scheduling workers the leader runs (Nomad's `num_schedulers`); default: the cores.
     pub num_schedulers: usize,
     /// The heartbeat TTL handed to clients (Nomad's `min_heartbeat_ttl`); default 10 s.
@@ -84,6 +86,7 @@ impl ServerConfig {
             raft_heartbeat_ms: 250,
             raft_election_timeout_ms: (1000, 2000),
             raft_snapshot_every: 8192,
+            raft_snapshot_every_bytes: 256 * 1024 * 1024,
             num_schedulers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             min_heartbeat_ttl: limits::DEFAULT_MIN_HEARTBEAT_TTL,
             heartbeat_grace: limits::DEFAULT_HEARTBEAT_GRACE,

@@ -98,6 +98,7 @@ impl Server {
             heartbeat_ms: cfg.raft_heartbeat_ms,
             election_timeout_ms: cfg.raft_election_timeout_ms,
             snapshot_every_entries: cfg.raft_snapshot_every,
+            snapshot_every_bytes: cfg.raft_snapshot_every_bytes,
         };
         let fsm = Arc::new(Fsm {
             store: store.clone(),

@@ -126,6 +126,7 @@ pub fn config(id: u64, addr: &str, dir: &Path, snapshot_every_entries: u64) -> R
         heartbeat_ms: 150,
         election_timeout_ms: (1500, 3000),
         snapshot_every_entries,
+        snapshot_every_bytes: 0,
     }
 }
 
@@ -143,6 +144,19 @@ pub struct TestNode {
 impl TestNode {
     /// Binds `addr` (e.g. `127.0.0.1:0`), serves rpc there and opens the node on `dir`.
     pub async fn start(id: u64, addr: &str, dir: &Path, snapshot_every_entries: u64) -> TestNode {
+        TestNode::start_with(id, addr, dir, |c| {
+            c.snapshot_every_entries = snapshot_every_entries
+        })
+        .await
+    }
+
+    /// [`TestNode::start`] with the config changed by `tune`.
+    pub async fn start_with(
+        id: u64,
+        addr: &str,
+        dir: &Path,
+        tune: impl FnOnce(&mut RaftConfig),
+    ) -> TestNode {
         let listener = TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let slot = Arc::new(OnceLock::new());
@@ -156,13 +170,9 @@ impl TestNode {
         ));
         let sm = Arc::new(ListSm::default());
         let client = rpc::Client::new(Duration::from_secs(5));
-        let node = RaftNode::open(
-            config(id, &addr, dir, snapshot_every_entries),
-            sm.clone(),
-            client,
-        )
-        .await
-        .unwrap();
+        let mut cfg = config(id, &addr, dir, 0);
+        tune(&mut cfg);
+        let node = RaftNode::open(cfg, sm.clone(), client).await.unwrap();
         let _ = slot.set(node.clone());
         TestNode {
             id,
