@@ -63,14 +63,6 @@ impl StateSnapshot {
         &self.root
     }
 
-    /// This state with `cmd` applied after it (at the next index), published nowhere: the plan
-    /// applier checks the next plans against it while `cmd` is still on its way through Raft (Nomad's
-    /// optimistic `UpsertPlanResults` on a snapshot).
-    pub fn with_applied(&self, cmd: &crate::Command) -> Result<StateSnapshot, crate::StateError> {
-        let (root, _) = crate::fsm::apply(&self.root, self.index() + 1, cmd)?;
-        Ok(StateSnapshot::new(Arc::new(root)))
-    }
-
     /// The highest Raft index applied when the snapshot was taken.
     pub fn index(&self) -> u64 {
         self.root.index()

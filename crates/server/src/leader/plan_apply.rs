@@ -12,9 +12,9 @@
 //! worker sent with the plan go in it only when the whole plan fit.
 //!
 //! Pipelined, as Nomad's: while one entry commits, the plans queued meanwhile are checked as one
-//! batch against the newest state with that entry applied optimistically
-//! ([`StateSnapshot::with_applied`]), each on top of the ones before it ([`evaluate_batch`]), and
-//! they go to Raft together ([`state::Command::PlanApplyBatch`]) once the entry is applied.
+//! batch against the newest state with that entry laid over it optimistically ([`PlanView`]),
+//! each on top of the ones before it ([`evaluate_batch`]), and they go to Raft together
+//! ([`state::Command::PlanApplyBatch`]) once the entry is applied.
 //!
 //! The engine ([`PlanApplier`]) only orders and sequences; evaluating (CPU work over snapshots) and
 //! committing (raft) are commands the shell runs. On leadership loss it is flushed: every queued
@@ -29,7 +29,7 @@ use model::node::{NodeStatus, SchedulingEligibility};
 use model::plan::{Plan, PlanResult};
 use state::{AllocStop, StateSnapshot, Table};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 /// What a worker hands the applier.
@@ -50,8 +50,92 @@ pub struct Evaluated {
     pub command: Option<state::Command>,
 }
 
+/// What a plan is checked against: a state snapshot, with the placements and stops of plan
+/// entries not applied to it yet laid over the nodes they touch. Only what the fit check reads
+/// (each node's allocations) is laid over; laying an entry the snapshot already holds changes
+/// nothing (allocations are replaced by ID).
+#[derive(Clone)]
+pub struct PlanView {
+    snap: StateSnapshot,
+    /// Node ID → its allocations with the entries laid over.
+    nodes: HashMap<String, Vec<Arc<Allocation>>>,
+}
+
+impl PlanView {
+    pub fn new(snap: StateSnapshot) -> PlanView {
+        PlanView {
+            snap,
+            nodes: HashMap::new(),
+        }
+    }
+
+    fn node(&self, id: &str) -> Option<Arc<model::node::Node>> {
+        self.snap.node(id)
+    }
+
+    fn allocs_by_node(&self, id: &str) -> Vec<Arc<Allocation>> {
+        match self.nodes.get(id) {
+            Some(allocs) => allocs.clone(),
+            None => self.snap.allocs_by_node(id),
+        }
+    }
+
+    /// Lays a plan entry (`PlanApply` or `PlanApplyBatch`) over the view, as the FSM would apply
+    /// it as far as the fit check can tell.
+    pub fn lay(&mut self, command: &state::Command) {
+        match command {
+            state::Command::PlanApply {
+                job,
+                allocs_upsert,
+                allocs_stop,
+                ..
+            } => {
+                for stop in allocs_stop {
+                    let Some(stored) = self.snap.alloc(&stop.alloc_id) else {
+                        continue;
+                    };
+                    let mut stopped = (*stored).clone();
+                    stopped.desired_status.clone_from(&stop.desired_status);
+                    if !stop.client_status.is_empty() {
+                        stopped.client_status.clone_from(&stop.client_status);
+                    }
+                    self.put(Arc::new(stopped));
+                }
+                let job = job.as_ref().map(|j| Arc::new(j.clone()));
+                for placed in allocs_upsert {
+                    let mut placed = placed.clone();
+                    if placed.job.is_none() {
+                        placed.job.clone_from(&job);
+                    }
+                    self.put(Arc::new(placed));
+                }
+            }
+            state::Command::PlanApplyBatch { plans } => plans.iter().for_each(|p| self.lay(p)),
+            _ => {}
+        }
+    }
+
+    fn put(&mut self, alloc: Arc<Allocation>) {
+        let allocs = match self.nodes.entry(alloc.node_id.clone()) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(self.snap.allocs_by_node(&alloc.node_id))
+            }
+        };
+        match allocs.iter_mut().find(|a| a.id == alloc.id) {
+            Some(slot) => *slot = alloc,
+            None => allocs.push(alloc),
+        }
+    }
+}
+
 /// Checks `sub` against `snap` (the newest state) and builds the entry that commits what fits.
 pub fn evaluate_plan(snap: &StateSnapshot, sub: &PlanSubmission) -> Evaluated {
+    evaluate_on(&PlanView::new(snap.clone()), sub)
+}
+
+/// [`evaluate_plan`] against a view with entries laid over.
+fn evaluate_on(snap: &PlanView, sub: &PlanSubmission) -> Evaluated {
     let plan = &sub.plan;
     let mut result = PlanResult::default();
     let touched: BTreeSet<&String> = plan
@@ -85,7 +169,10 @@ pub fn evaluate_plan(snap: &StateSnapshot, sub: &PlanSubmission) -> Evaluated {
         correct_canaries(&mut result);
     }
     if partial {
-        result.refresh_index = snap.max_table_index(&[Table::Nodes, Table::Allocs]).max(1);
+        result.refresh_index = snap
+            .snap
+            .max_table_index(&[Table::Nodes, Table::Allocs])
+            .max(1);
     }
     let evals = if partial { &[][..] } else { &sub.evals[..] };
     let command =
@@ -94,7 +181,7 @@ pub fn evaluate_plan(snap: &StateSnapshot, sub: &PlanSubmission) -> Evaluated {
 }
 
 /// Whether the plan's part on `node_id` still fits the newest state; the reason when not.
-fn check_node(snap: &StateSnapshot, plan: &Plan, node_id: &str) -> Result<(), String> {
+fn check_node(snap: &PlanView, plan: &Plan, node_id: &str) -> Result<(), String> {
     let placing = plan
         .node_allocation
         .get(node_id)
@@ -225,54 +312,26 @@ fn commit_command(plan: &Plan, result: &PlanResult, evals: &[Evaluation]) -> sta
     }
 }
 
-/// The verdicts on a batch, in order: each plan is checked against the newest state (or, with
-/// `under`, the entry in commit applied to the state it was made on) with the plans before it in
-/// the batch applied. Fewer verdicts than plans: the rest could not be checked (an entry under
-/// them does not apply) and go back to the queue. A rejected plan's refresh index is a real one (the optimistic states'
-/// indexes are not); the engine raises it to the entry that commits the batch.
+/// The verdicts on a batch, in order: each plan is checked against the newest state with the
+/// entry in commit (`under`) and the plans before it in the batch laid over ([`PlanView`]). A
+/// rejected plan's refresh index is the newest state's; the engine raises it to the entry that
+/// commits the batch.
 pub fn evaluate_batch(
     newest: &StateSnapshot,
-    under: Option<(StateSnapshot, Arc<state::Command>)>,
+    under: Option<&state::Command>,
     batch: &Batch,
 ) -> Vec<(PlanId, Evaluated)> {
-    let mut snap = match under {
-        Some((base, entry)) => match base.with_applied(&entry) {
-            Ok(snap) => snap,
-            Err(e) => {
-                // Whether Raft applies it is not known: nothing is checked until it is (the
-                // engine puts the batch back and waits for the commit).
-                tracing::warn!(error = %e, "the plan entry in commit does not apply");
-                return Vec::new();
-            }
-        },
-        None => newest.clone(),
-    };
-    let refresh = newest
-        .max_table_index(&[Table::Nodes, Table::Allocs])
-        .max(1);
+    let mut view = PlanView::new(newest.clone());
+    if let Some(entry) = under {
+        view.lay(entry);
+    }
     let mut verdicts = Vec::with_capacity(batch.len());
     for (i, (id, submission)) in batch.iter().enumerate() {
-        let mut verdict = evaluate_plan(&snap, submission);
-        if verdict.result.refresh_index != 0 {
-            verdict.result.refresh_index = refresh;
+        let verdict = evaluate_on(&view, submission);
+        if let Some(command) = verdict.command.as_ref().filter(|_| i + 1 < batch.len()) {
+            view.lay(command);
         }
-        let next = verdict
-            .command
-            .as_ref()
-            .filter(|_| i + 1 < batch.len())
-            .map(|command| snap.with_applied(command));
         verdicts.push((*id, verdict));
-        if let Some(next) = next {
-            match next {
-                Ok(next) => snap = next,
-                Err(e) => {
-                    // It will fail in Raft too (and the plans after it with it): the rest of
-                    // the batch goes back to the queue.
-                    tracing::warn!(error = %e, "a plan's entry does not apply");
-                    break;
-                }
-            }
-        }
     }
     verdicts
 }

@@ -771,9 +771,9 @@ fn a_stop_writes_no_client_status_older_than_the_stored_one() {
 }
 
 /// Two plans that each fit the state alone but not together. Checked in one batch, the second
-/// sees the first applied and is rejected; checked while the first is the entry in commit (not
+/// sees the first laid over and is rejected; checked while the first is the entry in commit (not
 /// applied yet), likewise. Checked against the state alone it would fit: that is what the
-/// optimistic state prevents.
+/// optimistic view prevents.
 #[test]
 fn the_batch_before_a_plan_and_the_entry_in_commit_count_against_it() {
     let mut c = Cluster::new();
@@ -811,14 +811,13 @@ fn the_batch_before_a_plan_and_the_entry_in_commit_count_against_it() {
     );
 
     let entry = Arc::new(a_verdict.command.clone().unwrap());
-    let over = evaluate_batch(
-        &c.snap(),
-        Some((c.snap(), entry.clone())),
-        &vec![(2, sub_b.clone())],
-    );
+    let over = evaluate_batch(&c.snap(), Some(&entry), &vec![(2, sub_b.clone())]);
     assert_eq!(over[0].1.result.rejected_nodes, ["n1"]);
 
     c.apply((*entry).clone());
     assert_nothing_overcommitted(&c.snap());
     assert_eq!(c.snap().allocs_by_node("n1").len(), 1);
+    // Laying an entry the state already holds changes nothing: b is still rejected.
+    let again = evaluate_batch(&c.snap(), Some(&entry), &vec![(2, sub_b.clone())]);
+    assert_eq!(again[0].1.result.rejected_nodes, ["n1"]);
 }

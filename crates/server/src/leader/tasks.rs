@@ -17,7 +17,7 @@ use crate::endpoints::now_nanos;
 use crate::server::Server;
 use model::eval::Evaluation;
 use model::plan::PlanResult;
-use state::{StateSnapshot, StateStore, Table};
+use state::{StateStore, Table};
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::Arc;
@@ -423,9 +423,8 @@ async fn applier_loop(
     // Bounded by the queue (PLAN_QUEUE_MAX) plus the plans in flight.
     let mut replies: HashMap<PlanId, PlanReply> = HashMap::new();
     let mut next_id: PlanId = 0;
-    // The entry in commit and the state it was made on (everything before it applied): the next
-    // batch is checked against that state with the entry applied.
-    let mut in_commit: Option<(StateSnapshot, Arc<state::Command>)> = None;
+    // The entry in commit: the next batch is checked with it laid over the newest state.
+    let mut in_commit: Option<Arc<state::Command>> = None;
     loop {
         let event = tokio::select! {
             () = stopped(&mut stop) => plan_apply::Event::Flush,
@@ -454,7 +453,7 @@ async fn applier_loop(
                     let done = done_tx.clone();
                     tokio::spawn(async move {
                         let event = match tokio::task::spawn_blocking(move || {
-                            plan_apply::evaluate_batch(&store.snapshot(), under, &batch)
+                            plan_apply::evaluate_batch(&store.snapshot(), under.as_deref(), &batch)
                         })
                         .await
                         {
@@ -468,9 +467,7 @@ async fn applier_loop(
                 }
                 plan_apply::Command::Commit { command } => {
                     let command = Arc::new(*command);
-                    // Taken before the entry goes to Raft: it holds every earlier entry (each
-                    // was applied before this one was sent) and not this one.
-                    in_commit = Some((server.state().snapshot(), command.clone()));
+                    in_commit = Some(command.clone());
                     let server = server.clone();
                     let done = done_tx.clone();
                     tokio::spawn(async move {
