@@ -93,9 +93,10 @@ impl LogStore {
         Ok(store)
     }
 
-    /// Bytes of entries appended since the store was opened.
-    pub fn appended_bytes(&self) -> u64 {
-        self.appended.load(std::sync::atomic::Ordering::Relaxed)
+    /// The count of bytes of entries appended since the store was opened. Shared, so a watcher
+    /// can read it without holding the store (and its database lock) open.
+    pub fn appended_bytes(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        self.appended.clone()
     }
 
     /// Makes every earlier non-durable commit durable. Blocking.

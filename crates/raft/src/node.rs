@@ -191,7 +191,7 @@ impl RaftNode {
         if cfg.snapshot_every_bytes > 0 {
             tokio::spawn(snapshot_by_log_bytes(
                 Arc::downgrade(&inner),
-                log,
+                log.appended_bytes(),
                 cfg.snapshot_every_bytes,
             ));
         }
@@ -623,7 +623,11 @@ impl RaftNode {
 }
 
 /// Triggers a snapshot whenever `every` more bytes were written to the log, until the node stops.
-async fn snapshot_by_log_bytes(node: std::sync::Weak<Inner>, log: LogStore, every: u64) {
+async fn snapshot_by_log_bytes(
+    node: std::sync::Weak<Inner>,
+    appended: Arc<std::sync::atomic::AtomicU64>,
+    every: u64,
+) {
     let mut mark = 0u64;
     let mut tick = tokio::time::interval(crate::limits::LOG_BYTES_CHECK_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -635,7 +639,7 @@ async fn snapshot_by_log_bytes(node: std::sync::Weak<Inner>, log: LogStore, ever
         if inner.stopped.load(Ordering::SeqCst) {
             return;
         }
-        let written = log.appended_bytes();
+        let written = appended.load(Ordering::Relaxed);
         if written.saturating_sub(mark) < every {
             continue;
         }
@@ -647,6 +651,9 @@ async fn snapshot_by_log_bytes(node: std::sync::Weak<Inner>, log: LogStore, ever
         if let Err(e) = inner.raft.trigger().snapshot().await {
             tracing::warn!(error = %e, "could not trigger a raft snapshot");
         }
+        // Not held while sleeping: a node shut down and opened again on its data dir in the
+        // same process must find nothing of the old one left.
+        drop(inner);
     }
 }
 

@@ -185,6 +185,13 @@ async fn a_snapshot_is_taken_when_the_log_grows_past_its_byte_threshold() {
     })
     .await;
     n.stop().await;
+    // The watcher holds nothing of the stopped node: it opens again at once in this process.
+    let n = TestNode::start_with(1, "127.0.0.1:0", &dir.sub("n1"), |c| {
+        c.snapshot_every_entries = 0;
+        c.snapshot_every_bytes = 256 * 1024;
+    })
+    .await;
+    n.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
