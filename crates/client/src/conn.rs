@@ -239,7 +239,7 @@ mod tests {
             let servers = self.servers.clone();
             Box::pin(async move {
                 match method.as_str() {
-                    methods::NODE_REGISTER => {
+                    methods::NodeRegister::NAME => {
                         rpc::encode_response::<methods::NodeRegister>(&NodeUpdateResponse {
                             heartbeat_ttl: model::Duration::from_secs(1),
                             servers,

@@ -420,15 +420,6 @@ pub mod methods {
         /// An allocation's claim is released once the node unmounted the volume.
         pub CsiVolumeUnpublish = "CSIVolume.Unpublish": CsiVolumeUnpublishRequest => ()
     );
-
-    use rpc::Method;
-    pub const NODE_REGISTER: &str = NodeRegister::NAME;
-    pub const NODE_UPDATE_STATUS: &str = NodeUpdateStatus::NAME;
-    pub const NODE_GET_CLIENT_ALLOCS: &str = NodeGetClientAllocs::NAME;
-    pub const NODE_UPDATE_ALLOC: &str = NodeUpdateAlloc::NAME;
-    pub const ALLOC_GET_ALLOCS: &str = AllocGetAllocs::NAME;
-    pub const CSI_VOLUME_CLAIM: &str = CsiVolumeClaim::NAME;
-    pub const CSI_VOLUME_UNPUBLISH: &str = CsiVolumeUnpublish::NAME;
 }
 
 /// `CSIVolume.Claim` (Nomad's `CSIVolumeClaimRequest`): a client's allocation claims a volume before

@@ -105,16 +105,10 @@ impl LogStore {
     }
 
     fn read_schema(&self) -> io::Result<Option<u64>> {
-        let txn = self.db.begin_read().map_err(|e| io_err("begin read", e))?;
-        let table = match txn.open_table(META) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(e) => return Err(io_err("open meta", e)),
-        };
-        let Some(value) = table.get(KEY_SCHEMA).map_err(|e| io_err("read meta", e))? else {
+        let Some(raw) = self.read_meta_raw(KEY_SCHEMA)? else {
             return Ok(None);
         };
-        let text = String::from_utf8_lossy(value.value()).into_owned();
+        let text = String::from_utf8_lossy(&raw).into_owned();
         text.trim()
             .parse()
             .map(Some)
@@ -122,18 +116,24 @@ impl LogStore {
     }
 
     fn read_meta<T: DeserializeOwned>(&self, key: &str) -> io::Result<Option<T>> {
+        let Some(raw) = self.read_meta_raw(key)? else {
+            return Ok(None);
+        };
+        decode_stored(&raw)
+            .map(Some)
+            .map_err(|e| io_err(&format!("decoding {key}"), e))
+    }
+
+    /// A meta value's stored bytes.
+    fn read_meta_raw(&self, key: &str) -> io::Result<Option<Vec<u8>>> {
         let txn = self.db.begin_read().map_err(|e| io_err("begin read", e))?;
         let table = match txn.open_table(META) {
             Ok(t) => t,
             Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
             Err(e) => return Err(io_err("open meta", e)),
         };
-        let Some(value) = table.get(key).map_err(|e| io_err("read meta", e))? else {
-            return Ok(None);
-        };
-        decode_stored(value.value())
-            .map(Some)
-            .map_err(|e| io_err(&format!("decoding {key}"), e))
+        let value = table.get(key).map_err(|e| io_err("read meta", e))?;
+        Ok(value.map(|v| v.value().to_vec()))
     }
 
     /// One write transaction, committed with `durability`. Blocking.

@@ -9,7 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 async fn solo(dir: &std::path::Path, snapshot_every: u64) -> TestNode {
-    let n = TestNode::start(1, "127.0.0.1:0", dir, snapshot_every).await;
+    lead(TestNode::start(1, "127.0.0.1:0", dir, snapshot_every).await).await
+}
+
+/// Bootstraps `n` as a cluster of one and waits until it leads.
+async fn lead(n: TestNode) -> TestNode {
     n.node
         .bootstrap(BTreeMap::from([(1, n.addr.clone())]))
         .await
@@ -160,17 +164,14 @@ async fn compaction_snapshots_and_purges_and_the_node_still_reopens() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_is_taken_when_the_log_grows_past_its_byte_threshold() {
     let dir = TempDir::new("bytes");
-    let n = TestNode::start_with(1, "127.0.0.1:0", &dir.sub("n1"), |c| {
-        c.snapshot_every_entries = 0;
-        c.snapshot_every_bytes = 256 * 1024;
-    })
+    let n = lead(
+        TestNode::start_with(1, "127.0.0.1:0", &dir.sub("n1"), |c| {
+            c.snapshot_every_entries = 0;
+            c.snapshot_every_bytes = 256 * 1024;
+        })
+        .await,
+    )
     .await;
-    n.node
-        .bootstrap(BTreeMap::from([(1, n.addr.clone())]))
-        .await
-        .unwrap();
-    n.node.wait_for_leader(DEADLINE).await.unwrap();
-    wait_until("the node leads", || n.node.is_leader()).await;
     for _ in 0..4 {
         n.node.write(vec![7u8; 32 * 1024]).await.unwrap();
     }

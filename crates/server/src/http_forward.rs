@@ -1,5 +1,5 @@
 //! HTTP requests a client-only agent forwards to a server (Nomad's client agents forward API calls
-//! to servers over rpc): the rpc method [`AGENT_HTTP`] carries the request, and the server runs it
+//! to servers over rpc): the rpc method [`crate::methods::AgentHttp`] carries the request, and the server runs it
 //! through its own HTTP API, which the agent installs with [`Server::set_http_handler`] (the server
 //! crate cannot name the HTTP crate, which depends on it).
 
@@ -10,7 +10,6 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-pub const AGENT_HTTP: &str = <crate::methods::AgentHttp as rpc::Method>::NAME;
 /// The header a server sets on a request it forwards to the leader, so it is never forwarded again.
 pub const FORWARDED_HEADER: &str = "x-caravan-forwarded";
 /// A forwarded read may be a blocking query (up to 10 minutes), plus slack.

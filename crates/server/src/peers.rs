@@ -10,19 +10,20 @@
 
 use crate::server::Server;
 use model::wire::methods;
+use rpc::Method;
 use std::net::{IpAddr, SocketAddr};
 
 /// What a client agent (or anyone) may call.
 pub(crate) const OPEN_METHODS: &[&str] = &[
-    methods::NODE_REGISTER,
-    methods::NODE_UPDATE_STATUS,
-    methods::NODE_GET_CLIENT_ALLOCS,
-    methods::NODE_UPDATE_ALLOC,
-    methods::ALLOC_GET_ALLOCS,
-    methods::CSI_VOLUME_CLAIM,
-    methods::CSI_VOLUME_UNPUBLISH,
-    <crate::methods::AgentHttp as rpc::Method>::NAME,
-    <crate::methods::ServerInfoMethod as rpc::Method>::NAME,
+    methods::NodeRegister::NAME,
+    methods::NodeUpdateStatus::NAME,
+    methods::NodeGetClientAllocs::NAME,
+    methods::NodeUpdateAlloc::NAME,
+    methods::AllocGetAllocs::NAME,
+    methods::CsiVolumeClaim::NAME,
+    methods::CsiVolumeUnpublish::NAME,
+    crate::methods::AgentHttp::NAME,
+    crate::methods::ServerInfoMethod::NAME,
 ];
 
 /// Compares in time independent of where they differ.

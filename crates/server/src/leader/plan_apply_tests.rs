@@ -33,6 +33,22 @@ fn submission(
     }
 }
 
+/// One node with room for one of two jobs, both scheduled on the same snapshot: their plans.
+fn contested() -> (Cluster, PlanSubmission, PlanSubmission) {
+    let mut c = Cluster::new();
+    c.add_node(node("n1", 1000, 1024));
+    let (a, b) = (job("a", 1, 600, 256), job("b", 1, 600, 256));
+    let eval_a = c.register(&a, "eval-a");
+    let eval_b = c.register(&b, "eval-b");
+    let s0 = c.snap();
+    let view = SnapshotView::new(s0.clone());
+    let out_a = scheduler::schedule(&view, &eval_a, NOW, seed_from(&eval_a.id)).unwrap();
+    let out_b = scheduler::schedule(&view, &eval_b, NOW, seed_from(&eval_b.id)).unwrap();
+    let sub_a = submission(&eval_a, out_a, s0.index());
+    let sub_b = submission(&eval_b, out_b, s0.index());
+    (c, sub_a, sub_b)
+}
+
 fn placed_on(plan: &Plan) -> Vec<String> {
     plan.node_allocation
         .iter()
@@ -126,20 +142,13 @@ fn conflicting_plans_from_two_workers_one_commits_the_other_refreshes_and_retrie
 /// recorded and a blocked evaluation carries the work — still nothing overcommitted.
 #[test]
 fn a_retry_with_no_room_left_blocks_instead_of_overcommitting() {
-    let mut c = Cluster::new();
-    c.add_node(node("n1", 1000, 1024));
-    let (a, b) = (job("a", 1, 600, 256), job("b", 1, 600, 256));
-    let eval_a = c.register(&a, "eval-a");
-    let eval_b = c.register(&b, "eval-b");
-    let s0 = c.snap();
-    let view = SnapshotView::new(s0.clone());
-    let out_a = scheduler::schedule(&view, &eval_a, NOW, seed_from(&eval_a.id)).unwrap();
-    let out_b = scheduler::schedule(&view, &eval_b, NOW, seed_from(&eval_b.id)).unwrap();
-    let verdict_a = evaluate_plan(&c.snap(), &submission(&eval_a, out_a, s0.index()));
+    let (mut c, sub_a, sub_b) = contested();
+    let verdict_a = evaluate_plan(&c.snap(), &sub_a);
     commit(&mut c, &verdict_a);
-    let rejected = evaluate_plan(&c.snap(), &submission(&eval_b, out_b, s0.index()));
+    let rejected = evaluate_plan(&c.snap(), &sub_b);
     assert!(rejected.result.refresh_index > 0);
 
+    let eval_b = c.snap().eval("eval-b").unwrap();
     let retry = scheduler::schedule(
         &SnapshotView::new(c.snap()),
         &eval_b,
@@ -776,17 +785,8 @@ fn a_stop_writes_no_client_status_older_than_the_stored_one() {
 /// optimistic view prevents.
 #[test]
 fn the_batch_before_a_plan_and_the_entry_in_commit_count_against_it() {
-    let mut c = Cluster::new();
-    c.add_node(node("n1", 1000, 1024));
-    let (a, b) = (job("a", 1, 600, 256), job("b", 1, 600, 256));
-    let eval_a = c.register(&a, "eval-a");
-    let eval_b = c.register(&b, "eval-b");
-    let s0 = c.snap();
-    let view = SnapshotView::new(s0.clone());
-    let out_a = scheduler::schedule(&view, &eval_a, NOW, seed_from(&eval_a.id)).unwrap();
-    let out_b = scheduler::schedule(&view, &eval_b, NOW, seed_from(&eval_b.id)).unwrap();
-    let sub_a = Arc::new(submission(&eval_a, out_a, s0.index()));
-    let sub_b = Arc::new(submission(&eval_b, out_b, s0.index()));
+    let (mut c, sub_a, sub_b) = contested();
+    let (sub_a, sub_b) = (Arc::new(sub_a), Arc::new(sub_b));
 
     let alone = evaluate_batch(&c.snap(), None, &vec![(2, sub_b.clone())]);
     assert!(alone[0].1.result.rejected_nodes.is_empty(), "b alone fits");
