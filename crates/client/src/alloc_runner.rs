@@ -18,9 +18,7 @@ use crate::state_db::{AllocRecord, TaskRecord};
 use crate::task_runner::{AllocView, TaskCommand, TaskReport, TaskRunner, TaskRunnerHandle};
 use crate::time::now_unix_ns;
 use model::alloc::{
-    AllocDeploymentStatus, Allocation, TaskEvent, TaskState, ALLOC_CLIENT_STATUS_COMPLETE,
-    ALLOC_CLIENT_STATUS_FAILED, ALLOC_CLIENT_STATUS_PENDING, ALLOC_CLIENT_STATUS_RUNNING,
-    TASK_STATE_DEAD, TASK_STATE_PENDING, TASK_STATE_RUNNING,
+    AllocDeploymentStatus, Allocation, ClientStatus, TaskEvent, TaskState, TaskStatus,
 };
 use model::wire::AllocClientUpdate;
 use model::Task;
@@ -106,12 +104,12 @@ struct Slot {
 }
 
 impl Slot {
-    fn state(&self) -> &str {
+    fn state(&self) -> &TaskStatus {
         &self.record.state.state
     }
 
     fn is_dead(&self) -> bool {
-        self.state() == TASK_STATE_DEAD
+        *self.state() == TaskStatus::Dead
     }
 
     fn can_start(&self) -> bool {
@@ -124,7 +122,7 @@ pub(crate) struct AllocRunner {
     alloc: watch::Sender<Arc<Allocation>>,
     dir: AllocDir,
     slots: BTreeMap<String, Slot>,
-    client_status: String,
+    client_status: ClientStatus,
     client_description: String,
     status: Arc<Mutex<AllocClientUpdate>>,
     reports_tx: mpsc::Sender<TaskReport>,
@@ -191,7 +189,7 @@ impl AllocRunner {
         if let Some((_, group)) = find_group(&alloc) {
             for task in &group.tasks {
                 let mut state = TaskState {
-                    state: TASK_STATE_PENDING.into(),
+                    state: TaskStatus::Pending,
                     ..TaskState::default()
                 };
                 events::push(&mut state, events::received());
@@ -207,7 +205,7 @@ impl AllocRunner {
         let record = AllocRecord {
             version: STATE_VERSION,
             alloc,
-            client_status: ALLOC_CLIENT_STATUS_PENDING.into(),
+            client_status: ClientStatus::Pending,
             client_description: String::new(),
             tasks,
             csi_volumes: BTreeMap::new(),
@@ -299,7 +297,7 @@ impl AllocRunner {
         }
         self.begin_volumes();
         if self.slots.is_empty() {
-            self.client_status = ALLOC_CLIENT_STATUS_FAILED.into();
+            self.client_status = ClientStatus::Failed;
             self.client_description = "the allocation has no job or task group".into();
         }
         self.advance().await;
@@ -364,7 +362,7 @@ impl AllocRunner {
             tracing::warn!(alloc_id = %self.alloc_id(), "{msg}");
             for slot in self.slots.values_mut().filter(|s| s.can_start()) {
                 events::push(&mut slot.record.state, events::setup_failure(&msg));
-                events::transition(&mut slot.record.state, TASK_STATE_DEAD);
+                events::transition(&mut slot.record.state, TaskStatus::Dead);
             }
         }
         self.persist().await;
@@ -540,7 +538,7 @@ impl AllocRunner {
         self.start_where(|s| matches!(s.role, Role::Prestart { .. }));
         let prestart_done = self.slots.values().all(|s| match s.role {
             Role::Prestart { sidecar: false } => s.is_dead() && !s.record.state.failed,
-            Role::Prestart { sidecar: true } => s.state() == TASK_STATE_RUNNING,
+            Role::Prestart { sidecar: true } => *s.state() == TaskStatus::Running,
             _ => true,
         });
         if !prestart_done {
@@ -550,7 +548,7 @@ impl AllocRunner {
         let main_running = self
             .slots
             .values()
-            .any(|s| s.role == Role::Main && s.state() == TASK_STATE_RUNNING);
+            .any(|s| s.role == Role::Main && *s.state() == TaskStatus::Running);
         if main_running {
             self.start_where(|s| s.role == Role::Poststart);
         }
@@ -593,7 +591,7 @@ impl AllocRunner {
         for slot in self.slots.values_mut() {
             let skip = slot.role == Role::Poststop && !destroying;
             if slot.can_start() && !skip {
-                events::transition(&mut slot.record.state, TASK_STATE_DEAD);
+                events::transition(&mut slot.record.state, TaskStatus::Dead);
             }
         }
     }
@@ -631,7 +629,7 @@ impl AllocRunner {
         self.observe_health();
         if !self.slots.is_empty() {
             let (status, description) = client_status(self.slots.values().map(|s| &s.record.state));
-            self.client_status = status.into();
+            self.client_status = status;
             self.client_description = description.into();
         }
         let update = AllocClientUpdate {
@@ -780,7 +778,7 @@ fn slots_of(record: &AllocRecord) -> BTreeMap<String, Slot> {
                 .cloned()
                 .unwrap_or_else(|| TaskRecord {
                     state: TaskState {
-                        state: TASK_STATE_PENDING.into(),
+                        state: TaskStatus::Pending,
                         ..TaskState::default()
                     },
                     handle: None,
@@ -800,26 +798,26 @@ fn slots_of(record: &AllocRecord) -> BTreeMap<String, Slot> {
 /// pending beats complete.
 pub(crate) fn client_status<'a>(
     states: impl Iterator<Item = &'a TaskState>,
-) -> (&'static str, &'static str) {
+) -> (ClientStatus, &'static str) {
     let (mut pending, mut running, mut dead, mut failed) = (false, false, false, false);
     for s in states {
-        match s.state.as_str() {
-            TASK_STATE_RUNNING => running = true,
-            TASK_STATE_DEAD if s.failed => failed = true,
-            TASK_STATE_DEAD => dead = true,
+        match s.state {
+            TaskStatus::Running => running = true,
+            TaskStatus::Dead if s.failed => failed = true,
+            TaskStatus::Dead => dead = true,
             _ => pending = true,
         }
     }
     if failed {
-        (ALLOC_CLIENT_STATUS_FAILED, "Failed tasks")
+        (ClientStatus::Failed, "Failed tasks")
     } else if running {
-        (ALLOC_CLIENT_STATUS_RUNNING, "Tasks are running")
+        (ClientStatus::Running, "Tasks are running")
     } else if pending {
-        (ALLOC_CLIENT_STATUS_PENDING, "No tasks have started")
+        (ClientStatus::Pending, "No tasks have started")
     } else if dead {
-        (ALLOC_CLIENT_STATUS_COMPLETE, "All tasks have completed")
+        (ClientStatus::Complete, "All tasks have completed")
     } else {
-        (ALLOC_CLIENT_STATUS_PENDING, "No tasks have started")
+        (ClientStatus::Pending, "No tasks have started")
     }
 }
 
@@ -829,7 +827,7 @@ mod tests {
 
     fn st(state: &str, failed: bool) -> TaskState {
         TaskState {
-            state: state.into(),
+            state: TaskStatus::from_text(state),
             failed,
             ..TaskState::default()
         }

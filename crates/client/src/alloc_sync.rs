@@ -128,15 +128,13 @@ impl Runners {
             let mut seen = BTreeSet::new();
             for alloc in allocs {
                 seen.insert(alloc.id.clone());
-                if alloc.client_status == model::alloc::ALLOC_CLIENT_STATUS_UNKNOWN {
+                if alloc.client_status == model::alloc::ClientStatus::Unknown {
                     if let Some(h) = map
                         .get_mut(&alloc.id)
                         .filter(|h| h.unknown_answered != alloc.alloc_modify_index)
                     {
                         let status = h.status.lock().expect("status lock").clone();
-                        if status.client_status != alloc.client_status
-                            && !status.client_status.is_empty()
-                        {
+                        if status.client_status != alloc.client_status {
                             h.unknown_answered = alloc.alloc_modify_index;
                             resend.push(status);
                         }

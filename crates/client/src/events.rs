@@ -3,12 +3,11 @@
 use crate::limits::TASK_EVENTS_MAX;
 use crate::time::{format_unix_nanos, now_unix_ns};
 use model::alloc::{
-    TaskEvent, TaskState, TASK_EVENT_ARTIFACT_DOWNLOAD_FAILED, TASK_EVENT_DOWNLOADING_ARTIFACTS,
-    TASK_EVENT_DRIVER_FAILURE, TASK_EVENT_KILLED, TASK_EVENT_KILLING, TASK_EVENT_LEADER_DEAD,
-    TASK_EVENT_NOT_RESTARTING, TASK_EVENT_RECEIVED, TASK_EVENT_RESTARTING,
-    TASK_EVENT_RESTART_SIGNAL, TASK_EVENT_SETUP, TASK_EVENT_SETUP_FAILURE,
+    TaskEvent, TaskState, TaskStatus, TASK_EVENT_ARTIFACT_DOWNLOAD_FAILED,
+    TASK_EVENT_DOWNLOADING_ARTIFACTS, TASK_EVENT_DRIVER_FAILURE, TASK_EVENT_KILLED,
+    TASK_EVENT_KILLING, TASK_EVENT_LEADER_DEAD, TASK_EVENT_NOT_RESTARTING, TASK_EVENT_RECEIVED,
+    TASK_EVENT_RESTARTING, TASK_EVENT_RESTART_SIGNAL, TASK_EVENT_SETUP, TASK_EVENT_SETUP_FAILURE,
     TASK_EVENT_SIBLING_FAILED, TASK_EVENT_SIGNALING, TASK_EVENT_STARTED, TASK_EVENT_TERMINATED,
-    TASK_STATE_DEAD, TASK_STATE_RUNNING,
 };
 use std::time::Duration;
 
@@ -267,15 +266,15 @@ pub fn push(state: &mut TaskState, e: TaskEvent) {
 
 /// Moves the task to `to` (`pending`, `running`, `dead`), recording start and finish times as
 /// Nomad does: `StartedAt` on every start, `FinishedAt` once.
-pub fn transition(state: &mut TaskState, to: &str) {
+pub fn transition(state: &mut TaskState, to: TaskStatus) {
     let now = format_unix_nanos(now_unix_ns());
-    if to == TASK_STATE_RUNNING && state.state != TASK_STATE_RUNNING {
+    if to == TaskStatus::Running && state.state != TaskStatus::Running {
         state.started_at = Some(now.clone());
     }
-    if to == TASK_STATE_DEAD && state.finished_at.is_none() {
+    if to == TaskStatus::Dead && state.finished_at.is_none() {
         state.finished_at = Some(now);
     }
-    state.state = to.to_string();
+    state.state = to;
 }
 
 #[cfg(test)]
@@ -320,12 +319,12 @@ mod tests {
     #[test]
     fn times_follow_the_state() {
         let mut s = TaskState::default();
-        transition(&mut s, "running");
+        transition(&mut s, TaskStatus::Running);
         let first = s.started_at.clone();
         assert!(first.is_some());
-        transition(&mut s, "dead");
+        transition(&mut s, TaskStatus::Dead);
         let finished = s.finished_at.clone();
-        transition(&mut s, "dead");
+        transition(&mut s, TaskStatus::Dead);
         assert_eq!(s.finished_at, finished);
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! Pure: the caller passes the time and the tasks' states.
 
-use model::alloc::{Allocation, TASK_STATE_RUNNING};
+use model::alloc::{Allocation, TaskStatus};
 use model::group::TaskGroup;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -18,7 +18,7 @@ const HEALTHY_DEADLINE_DEFAULT: Duration = Duration::from_secs(300);
 pub(crate) struct TaskView<'a> {
     /// The task must be running for the allocation to be healthy (main tasks, sidecars).
     pub must_run: bool,
-    pub state: &'a str,
+    pub state: &'a TaskStatus,
     pub failed: bool,
 }
 
@@ -78,7 +78,7 @@ impl HealthTracker {
         let (mut all_running, mut any_failed) = (true, false);
         for t in tasks {
             any_failed |= t.failed;
-            all_running &= !t.must_run || t.state == TASK_STATE_RUNNING;
+            all_running &= !t.must_run || *t.state == TaskStatus::Running;
         }
         if any_failed {
             self.decided = Some(false);
@@ -129,10 +129,14 @@ mod tests {
         HealthTracker::for_alloc(&alloc, Some(&group), now).expect("tracked")
     }
 
-    fn view(state: &str, failed: bool) -> TaskView<'_> {
+    fn view(state: &str, failed: bool) -> TaskView<'static> {
         TaskView {
             must_run: true,
-            state,
+            state: match state {
+                "running" => &TaskStatus::Running,
+                "pending" => &TaskStatus::Pending,
+                _ => &TaskStatus::Dead,
+            },
             failed,
         }
     }

@@ -118,7 +118,7 @@ impl NodeLoop {
             let req = NodeUpdateStatusRequest {
                 node_id: self.identity.id.clone(),
                 secret_id: self.identity.secret_id.clone(),
-                status: NodeStatus::Ready.as_str().into(),
+                status: Some(NodeStatus::Ready),
             };
             let result = tokio::select! {
                 r = self.conn.update_status(req) => r,
@@ -130,9 +130,8 @@ impl NodeLoop {
                     if failing_since.take().is_some() {
                         self.runners.reconnected();
                     }
-                    if self.node.get().status != NodeStatus::Ready.as_str() {
-                        self.node
-                            .update(|n| n.status = NodeStatus::Ready.as_str().into());
+                    if self.node.get().status != NodeStatus::Ready {
+                        self.node.update(|n| n.status = NodeStatus::Ready);
                     }
                     ttl = to_std(resp.heartbeat_ttl);
                     next = Instant::now() + self.interval(ttl);

@@ -49,7 +49,7 @@ impl RestartTracker {
     /// `policy`: the task's canonical restart policy (`None`: Nomad's default for the job type).
     pub fn new(
         policy: Option<&RestartPolicy>,
-        job_type: JobType,
+        job_type: &JobType,
         lifecycle: Option<&TaskLifecycle>,
     ) -> RestartTracker {
         let default = RestartPolicy::default_for(job_type);
@@ -170,7 +170,7 @@ mod tests {
     #[test]
     fn attempts_within_the_interval_then_fail() {
         let p = policy(2, 60, 100, "fail");
-        let mut t = RestartTracker::new(Some(&p), JobType::Service, None);
+        let mut t = RestartTracker::new(Some(&p), &JobType::Service, None);
         let now = Instant::now();
         let first = t.on_exit(false, now, 7);
         let Decision::Restart { delay, reason } = &first else {
@@ -190,7 +190,7 @@ mod tests {
     #[test]
     fn a_new_interval_resets_the_count() {
         let p = policy(1, 10, 0, "fail");
-        let mut t = RestartTracker::new(Some(&p), JobType::Service, None);
+        let mut t = RestartTracker::new(Some(&p), &JobType::Service, None);
         let now = Instant::now();
         assert!(is_restart(&t.on_exit(false, now, 0)));
         assert!(!is_restart(&t.on_exit(
@@ -208,7 +208,7 @@ mod tests {
     #[test]
     fn delay_mode_waits_for_the_interval_to_end() {
         let p = policy(1, 10, 0, "delay");
-        let mut t = RestartTracker::new(Some(&p), JobType::Service, None);
+        let mut t = RestartTracker::new(Some(&p), &JobType::Service, None);
         let now = Instant::now();
         assert!(is_restart(&t.on_exit(false, now, 0)));
         let d = t.on_exit(false, now + Duration::from_secs(4), 0);
@@ -225,29 +225,29 @@ mod tests {
     fn success_ends_batch_tasks_but_restarts_services() {
         let p = policy(2, 60, 0, "fail");
         let now = Instant::now();
-        let mut batch = RestartTracker::new(Some(&p), JobType::Batch, None);
+        let mut batch = RestartTracker::new(Some(&p), &JobType::Batch, None);
         assert_eq!(batch.on_exit(true, now, 0), Decision::Complete);
-        let mut service = RestartTracker::new(Some(&p), JobType::Service, None);
+        let mut service = RestartTracker::new(Some(&p), &JobType::Service, None);
         assert!(is_restart(&service.on_exit(true, now, 0)));
         let sidecar = TaskLifecycle {
             hook: "prestart".into(),
             sidecar: false,
         };
-        let mut init = RestartTracker::new(Some(&p), JobType::Service, Some(&sidecar));
+        let mut init = RestartTracker::new(Some(&p), &JobType::Service, Some(&sidecar));
         assert_eq!(init.on_exit(true, now, 0), Decision::Complete);
     }
 
     #[test]
     fn no_attempts_and_unrecoverable_errors_fail_at_once() {
         let now = Instant::now();
-        let mut t = RestartTracker::new(Some(&policy(0, 60, 0, "fail")), JobType::Service, None);
+        let mut t = RestartTracker::new(Some(&policy(0, 60, 0, "fail")), &JobType::Service, None);
         assert_eq!(
             t.on_exit(false, now, 0),
             Decision::Fail {
                 reason: REASON_NO_RESTARTS_ALLOWED.into()
             }
         );
-        let mut t = RestartTracker::new(Some(&policy(3, 60, 0, "fail")), JobType::Service, None);
+        let mut t = RestartTracker::new(Some(&policy(3, 60, 0, "fail")), &JobType::Service, None);
         assert_eq!(
             t.on_start_error(false, now, 0),
             Decision::Fail {
@@ -260,7 +260,7 @@ mod tests {
     #[test]
     fn defaults_come_from_the_job_type() {
         let now = Instant::now();
-        let mut t = RestartTracker::new(None, JobType::Batch, None);
+        let mut t = RestartTracker::new(None, &JobType::Batch, None);
         for _ in 0..3 {
             let d = t.on_exit(false, now, 0);
             assert_eq!(

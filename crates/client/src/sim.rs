@@ -24,9 +24,7 @@ use crate::rng::{Backoff, Rng};
 use crate::time::{now_rfc3339, now_unix_ns};
 use crate::{ClientConfig, RpcServerConn};
 use model::alloc::{
-    AllocDeploymentStatus, Allocation, TaskState, ALLOC_CLIENT_STATUS_COMPLETE,
-    ALLOC_CLIENT_STATUS_FAILED, ALLOC_CLIENT_STATUS_PENDING, ALLOC_CLIENT_STATUS_RUNNING,
-    ALLOC_DESIRED_STATUS_RUN, TASK_STATE_DEAD, TASK_STATE_PENDING, TASK_STATE_RUNNING,
+    AllocDeploymentStatus, Allocation, ClientStatus, DesiredStatus, TaskState, TaskStatus,
 };
 use model::node::{Node, NodeStatus};
 use model::wire::{
@@ -313,7 +311,7 @@ struct SimAlloc {
     healthy_reported: bool,
     tasks: Vec<SimTask>,
     /// The status last counted in the counters.
-    counted: &'static str,
+    counted: ClientStatus,
     stopping: bool,
     /// Bumped on every stop, so timers of an earlier life do nothing.
     generation: u64,
@@ -335,13 +333,13 @@ struct SimTask {
 }
 
 impl SimTask {
-    fn phase(&self) -> &'static str {
+    fn phase(&self) -> TaskStatus {
         if self.finished_at.is_some() || self.error.is_some() {
-            TASK_STATE_DEAD
+            TaskStatus::Dead
         } else if self.started_at.is_some() {
-            TASK_STATE_RUNNING
+            TaskStatus::Running
         } else {
-            TASK_STATE_PENDING
+            TaskStatus::Pending
         }
     }
 
@@ -352,7 +350,7 @@ impl SimTask {
     /// Nomad's task state with the events a real client records for the same life.
     fn state(&self) -> TaskState {
         let mut s = TaskState {
-            state: self.phase().into(),
+            state: self.phase(),
             failed: self.failed(),
             ..TaskState::default()
         };
@@ -410,19 +408,19 @@ impl SimAlloc {
             min_healthy,
             healthy_reported: false,
             tasks,
-            counted: ALLOC_CLIENT_STATUS_PENDING,
+            counted: ClientStatus::Pending,
             stopping: false,
             generation: 0,
         }
     }
 
     /// Nomad's `getClientStatus` over the tasks.
-    fn client_status(&self) -> (&'static str, &'static str) {
+    fn client_status(&self) -> (ClientStatus, &'static str) {
         let states: Vec<TaskState> = self
             .tasks
             .iter()
             .map(|t| TaskState {
-                state: t.phase().into(),
+                state: t.phase(),
                 failed: t.failed(),
                 ..TaskState::default()
             })
@@ -434,7 +432,7 @@ impl SimAlloc {
         let (status, description) = self.client_status();
         AllocClientUpdate {
             id: id.to_string(),
-            client_status: status.into(),
+            client_status: status,
             client_description: description.into(),
             task_states: self
                 .tasks
@@ -578,7 +576,7 @@ impl SimNode {
                 let req = NodeUpdateStatusRequest {
                     node_id: self.identity.id.clone(),
                     secret_id: self.identity.secret_id.clone(),
-                    status: NodeStatus::Ready.as_str().into(),
+                    status: Some(NodeStatus::Ready),
                 };
                 match self.conn.update_status(req).await {
                     Ok(resp) => {
@@ -694,14 +692,14 @@ impl SimNode {
                 .collect();
             for id in gone {
                 if let Some(a) = st.allocs.remove(&id) {
-                    self.recount(a.counted, "gone");
+                    self.recount(&a.counted, None);
                 }
             }
             for alloc in &fetched {
                 st.known.insert(alloc.id.clone(), alloc.alloc_modify_index);
             }
             for alloc in &fetched {
-                let wants_run = alloc.desired_status == ALLOC_DESIRED_STATUS_RUN;
+                let wants_run = alloc.desired_status == DesiredStatus::Run;
                 match st.allocs.get_mut(&alloc.id) {
                     None => {
                         if !wants_run || alloc.client_terminal() {
@@ -718,7 +716,7 @@ impl SimNode {
                             a.stopping = true;
                             a.generation += 1;
                             for t in a.tasks.iter_mut() {
-                                if t.phase() != TASK_STATE_DEAD {
+                                if t.phase() != TaskStatus::Dead {
                                     t.finished_at = Some(now);
                                     t.killed = true;
                                 }
@@ -765,7 +763,7 @@ impl SimNode {
             let mut changed = false;
             for t in a.tasks.iter_mut() {
                 match t.phase() {
-                    TASK_STATE_PENDING => {
+                    TaskStatus::Pending => {
                         let due = t.received_at + nanos(t.block_for);
                         if now >= due {
                             t.started_at = Some(now);
@@ -777,7 +775,7 @@ impl SimNode {
                             next = min_opt(next, ns_to_duration(due - now));
                         }
                     }
-                    TASK_STATE_RUNNING if !t.run_for.is_zero() => {
+                    TaskStatus::Running if !t.run_for.is_zero() => {
                         let due = t.started_at.unwrap_or(now) + nanos(t.run_for);
                         if now >= due {
                             t.finished_at = Some(now);
@@ -789,7 +787,7 @@ impl SimNode {
                     _ => {}
                 }
             }
-            let running = a.tasks.iter().all(|t| t.phase() == TASK_STATE_RUNNING);
+            let running = a.tasks.iter().all(|t| t.phase() == TaskStatus::Running);
             if a.deployment && !a.healthy_reported && running && !a.tasks.is_empty() {
                 let since = a
                     .tasks
@@ -806,15 +804,12 @@ impl SimNode {
                 }
             }
             let status = a.client_status().0;
-            let counted = a.counted;
-            if status != counted {
-                a.counted = status;
-            }
+            let counted = std::mem::replace(&mut a.counted, status.clone());
             if changed {
                 st.dirty.push(id.clone());
             }
             if status != counted {
-                self.recount(counted, status);
+                self.recount(&counted, Some(&status));
             }
             next
         };
@@ -828,19 +823,23 @@ impl SimNode {
     }
 
     /// Moves one allocation between the counters.
-    fn recount(&self, from: &str, to: &str) {
+    /// `to` is `None` for an allocation the servers no longer list.
+    fn recount(&self, from: &ClientStatus, to: Option<&ClientStatus>) {
         let c = &self.counters;
-        if from == ALLOC_CLIENT_STATUS_RUNNING {
+        if *from == ClientStatus::Running {
             c.running.fetch_sub(1, Ordering::Relaxed);
         }
+        let Some(to) = to else {
+            return;
+        };
         match to {
-            ALLOC_CLIENT_STATUS_RUNNING => {
+            ClientStatus::Running => {
                 c.running.fetch_add(1, Ordering::Relaxed);
             }
-            ALLOC_CLIENT_STATUS_COMPLETE => {
+            ClientStatus::Complete => {
                 c.complete.fetch_add(1, Ordering::Relaxed);
             }
-            ALLOC_CLIENT_STATUS_FAILED => {
+            ClientStatus::Failed => {
                 c.failed.fetch_add(1, Ordering::Relaxed);
             }
             _ => {}
@@ -871,9 +870,8 @@ impl SimNode {
                     };
                     let status = a.client_status().0;
                     if status != a.counted {
-                        let from = a.counted;
-                        a.counted = status;
-                        self.recount(from, status);
+                        let from = std::mem::replace(&mut a.counted, status.clone());
+                        self.recount(&from, Some(&status));
                     }
                     out.push(a.update(&id));
                 }
@@ -970,9 +968,9 @@ mod tests {
         );
         assert_eq!(t.run_for, Duration::from_secs(2));
         assert_eq!(t.block_for, Duration::from_secs(1));
-        assert_eq!(t.phase(), TASK_STATE_PENDING);
+        assert_eq!(t.phase(), TaskStatus::Pending);
         let failed = sim_task(&task(serde_json::json!({"start_error": "no"})), 0);
-        assert_eq!((failed.phase(), failed.failed()), (TASK_STATE_DEAD, true));
+        assert_eq!((failed.phase(), failed.failed()), (TaskStatus::Dead, true));
         let s = failed.state();
         assert!(s.failed);
         assert!(s.events.iter().any(|e| e.event_type == "Driver Failure"));
@@ -986,10 +984,10 @@ mod tests {
     fn task_states_follow_the_life() {
         let mut t = sim_task(&task(serde_json::json!({"exit_code": 1})), 10);
         t.started_at = Some(20);
-        assert_eq!(t.state().state, TASK_STATE_RUNNING);
+        assert_eq!(t.state().state, TaskStatus::Running);
         t.finished_at = Some(30);
         let s = t.state();
-        assert_eq!((s.state.as_str(), s.failed), (TASK_STATE_DEAD, true));
+        assert_eq!((&s.state, s.failed), (&TaskStatus::Dead, true));
         let types: Vec<&str> = s.events.iter().map(|e| e.event_type.as_str()).collect();
         assert_eq!(types, ["Received", "Task Setup", "Started", "Terminated"]);
         t.killed = true;

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 pub struct AllocRecord {
     pub version: u32,
     pub alloc: Allocation,
-    pub client_status: String,
+    pub client_status: model::alloc::ClientStatus,
     pub client_description: String,
     pub tasks: BTreeMap<String, TaskRecord>,
     /// The allocation's CSI volumes as claimed and mounted (alias → volume), so a restarted

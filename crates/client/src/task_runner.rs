@@ -22,10 +22,7 @@ use crate::taskenv::{EnvInputs, TaskEnv, TaskPaths};
 use drivers::{
     Driver, DriverError, ExitResult, FsIsolation, TaskConfig, TaskHandle, TaskResources,
 };
-use model::alloc::{
-    Allocation, TaskEvent, TASK_STATE_DEAD, TASK_STATE_PENDING, TASK_STATE_RUNNING,
-};
-use model::job::JobType;
+use model::alloc::{Allocation, TaskEvent, TaskStatus};
 use model::Task;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -149,16 +146,11 @@ impl TaskRunner {
         let (cmd_tx, cmd_rx) = mpsc::channel(RUNNER_QUEUE_CAPACITY);
         let tracker = {
             let a = alloc.alloc.borrow();
-            let job_type = a
-                .job
-                .as_deref()
-                .and_then(|j| j.job_type.as_deref())
-                .and_then(JobType::parse)
-                .unwrap_or_default();
+            let job_type = a.job.as_deref().map(|j| j.kind()).unwrap_or_default();
             let task = find_task(&a, &name).map(|(_, _, t)| t);
             RestartTracker::new(
                 task.and_then(|t| t.restart_policy.as_ref()),
-                job_type,
+                &job_type,
                 task.and_then(|t| t.lifecycle.as_ref()),
             )
         };
@@ -282,7 +274,7 @@ impl TaskRunner {
         tracing::warn!(task = %self.name, "{msg}");
         self.record.handle = None;
         self.push(events::driver_failure(msg));
-        events::transition(&mut self.record.state, TASK_STATE_PENDING);
+        events::transition(&mut self.record.state, TaskStatus::Pending);
         self.report().await;
         let d = self
             .tracker
@@ -327,7 +319,7 @@ impl TaskRunner {
             Ok(handle) => {
                 tracing::debug!(task = %self.name, %task_id, pid = ?handle.pid, "task started");
                 self.record.handle = Some(handle);
-                events::transition(&mut self.record.state, TASK_STATE_RUNNING);
+                events::transition(&mut self.record.state, TaskStatus::Running);
                 self.push(events::started());
                 self.report().await;
                 self.supervise(&alloc, &*driver);
@@ -350,7 +342,7 @@ impl TaskRunner {
     async fn setup_failed(&mut self, msg: &str) -> Step {
         tracing::warn!(task = %self.name, "task setup failed: {msg}");
         self.push(events::setup_failure(msg));
-        events::transition(&mut self.record.state, TASK_STATE_DEAD);
+        events::transition(&mut self.record.state, TaskStatus::Dead);
         self.report().await;
         Step::Done
     }
@@ -617,7 +609,7 @@ impl TaskRunner {
         self.record.state.restarts += 1;
         self.record.state.last_restart = Some(crate::time::now_rfc3339());
         self.push(events::restarting(Duration::ZERO, reason));
-        events::transition(&mut self.record.state, TASK_STATE_PENDING);
+        events::transition(&mut self.record.state, TaskStatus::Pending);
         self.report().await;
         if let Some(reply) = reply {
             let _ = reply.send(Ok(()));
@@ -720,7 +712,7 @@ impl TaskRunner {
         let error = stopped.err().map(|e| e.to_string());
         self.push(events::killed(error.as_deref()));
         self.forget(driver, task_id).await;
-        events::transition(&mut self.record.state, TASK_STATE_DEAD);
+        events::transition(&mut self.record.state, TaskStatus::Dead);
         self.report().await;
         tracing::debug!(task = %self.name, %task_id, "task killed");
         Step::Done
@@ -732,7 +724,7 @@ impl TaskRunner {
             self.push(*e);
         }
         self.push(events::killed(None));
-        events::transition(&mut self.record.state, TASK_STATE_DEAD);
+        events::transition(&mut self.record.state, TaskStatus::Dead);
         self.report().await;
         Step::Done
     }
@@ -740,13 +732,13 @@ impl TaskRunner {
     async fn apply(&mut self, decision: Decision) -> Step {
         match decision {
             Decision::Complete => {
-                events::transition(&mut self.record.state, TASK_STATE_DEAD);
+                events::transition(&mut self.record.state, TaskStatus::Dead);
                 self.report().await;
                 Step::Done
             }
             Decision::Fail { reason } => {
                 self.push(events::not_restarting(&reason));
-                events::transition(&mut self.record.state, TASK_STATE_DEAD);
+                events::transition(&mut self.record.state, TaskStatus::Dead);
                 self.report().await;
                 Step::Done
             }
@@ -754,7 +746,7 @@ impl TaskRunner {
                 self.record.state.restarts += 1;
                 self.record.state.last_restart = Some(crate::time::now_rfc3339());
                 self.push(events::restarting(delay, &reason));
-                events::transition(&mut self.record.state, TASK_STATE_PENDING);
+                events::transition(&mut self.record.state, TaskStatus::Pending);
                 self.report().await;
                 let sleep = tokio::time::sleep(delay);
                 tokio::pin!(sleep);

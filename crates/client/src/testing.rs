@@ -6,7 +6,7 @@
 use crate::conn::{ConnFuture, ServerConn};
 use model::alloc::{
     AllocatedCpuResources, AllocatedMemoryResources, AllocatedResources, AllocatedTaskResources,
-    Allocation, ALLOC_CLIENT_STATUS_PENDING, ALLOC_DESIRED_STATUS_RUN, ALLOC_DESIRED_STATUS_STOP,
+    Allocation, ClientStatus, DesiredStatus,
 };
 use model::csi::CSIVolume;
 use model::node::Node;
@@ -119,7 +119,7 @@ impl FakeServer {
     pub fn stop_alloc(&self, id: &str) {
         self.change(|s, index| {
             if let Some(a) = s.allocs.get_mut(id) {
-                a.desired_status = ALLOC_DESIRED_STATUS_STOP.into();
+                a.desired_status = DesiredStatus::Stop;
                 a.desired_description = "alloc is being stopped".into();
                 a.modify_index = index;
                 a.alloc_modify_index = index;
@@ -131,7 +131,7 @@ impl FakeServer {
     pub fn mark_unknown(&self, id: &str) {
         self.change(|s, index| {
             if let Some(a) = s.allocs.get_mut(id) {
-                a.client_status = model::alloc::ALLOC_CLIENT_STATUS_UNKNOWN.into();
+                a.client_status = model::alloc::ClientStatus::Unknown;
                 a.modify_index = index;
                 a.alloc_modify_index = index;
             }
@@ -154,8 +154,8 @@ impl FakeServer {
     }
 
     /// The client statuses reported for an allocation, repeats removed.
-    pub fn client_statuses(&self, id: &str) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
+    pub fn client_statuses(&self, id: &str) -> Vec<ClientStatus> {
+        let mut out: Vec<ClientStatus> = Vec::new();
         for u in self.updates_for(id) {
             if out.last() != Some(&u.client_status) {
                 out.push(u.client_status);
@@ -255,7 +255,9 @@ impl ServerConn for FakeServer {
             Ok(self.with(|s| {
                 *s.heartbeats.entry(req.node_id.clone()).or_default() += 1;
                 if let Some(n) = s.nodes.get_mut(&req.node_id) {
-                    n.status.clone_from(&req.status);
+                    if let Some(status) = &req.status {
+                        n.status.clone_from(status);
+                    }
                 }
                 Self::node_answer(s)
             }))
@@ -405,8 +407,8 @@ pub fn alloc(node_id: &str, job: Job) -> Allocation {
             tasks,
             ..AllocatedResources::default()
         }),
-        desired_status: ALLOC_DESIRED_STATUS_RUN.into(),
-        client_status: ALLOC_CLIENT_STATUS_PENDING.into(),
+        desired_status: DesiredStatus::Run,
+        client_status: ClientStatus::Pending,
         job: Some(std::sync::Arc::new(job)),
         ..Allocation::default()
     }

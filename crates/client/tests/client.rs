@@ -143,8 +143,8 @@ async fn a_raw_exec_task_runs_logs_and_completes() {
     server.add_alloc(a.clone());
     wait_status(&server, &a.id, "complete").await;
     let statuses = server.client_statuses(&a.id);
-    assert_eq!(statuses.last().map(String::as_str), Some("complete"));
-    assert!(statuses.contains(&"running".to_string()), "{statuses:?}");
+    assert_eq!(statuses.last().map(|s| s.as_str()), Some("complete"));
+    assert!(statuses.contains(&"running".into()), "{statuses:?}");
     let log = std::fs::read_to_string(client.alloc_dir(&a.id).join("alloc/logs/hello.stdout.0"))
         .expect("stdout log");
     assert_eq!(log, "hello from hello\n");

@@ -28,7 +28,7 @@ async fn list_inner(st: &ApiState, params: HashMap<String, String>) -> Result<Re
         evals.retain(|e| &e.job_id == job);
     }
     if let Some(status) = q.params.get("status").filter(|s| !s.is_empty()) {
-        evals.retain(|e| &e.status == status);
+        evals.retain(|e| e.status.as_str() == status);
     }
     // Without a prefix Nomad pages by "<CreateIndex>.<ID>" (creation order); with one, by ID.
     let by_id = !q.prefix.is_empty();

@@ -125,7 +125,7 @@ impl AllocRoots for ApiState {
             return true;
         };
         match alloc.task_states.get(task) {
-            Some(t) => t.state == model::alloc::TASK_STATE_DEAD,
+            Some(t) => t.state == model::alloc::TaskStatus::Dead,
             None => alloc.client_terminal(),
         }
     }

@@ -12,7 +12,7 @@ pub fn job(r: &mut Reader, id: String) -> Job {
         id,
         region: r.string("region"),
         namespace: r.string("namespace"),
-        job_type: r.string("type"),
+        job_type: r.string("type").map(|t| JobType::from_text(&t)),
         priority: r.i32("priority"),
         all_at_once: r.flag("all_at_once"),
         datacenters: r.strings("datacenters"),

@@ -10,34 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_with::skip_serializing_none;
 use std::collections::BTreeMap;
 
-pub const ALLOC_DESIRED_STATUS_RUN: &str = "run";
-pub const ALLOC_DESIRED_STATUS_STOP: &str = "stop";
-pub const ALLOC_DESIRED_STATUS_EVICT: &str = "evict";
-pub const ALLOC_DESIRED_STATUSES: [&str; 3] = [
-    ALLOC_DESIRED_STATUS_RUN,
-    ALLOC_DESIRED_STATUS_STOP,
-    ALLOC_DESIRED_STATUS_EVICT,
-];
-
-pub const ALLOC_CLIENT_STATUS_PENDING: &str = "pending";
-pub const ALLOC_CLIENT_STATUS_RUNNING: &str = "running";
-pub const ALLOC_CLIENT_STATUS_COMPLETE: &str = "complete";
-pub const ALLOC_CLIENT_STATUS_FAILED: &str = "failed";
-pub const ALLOC_CLIENT_STATUS_LOST: &str = "lost";
-/// The client is disconnected; the allocation may still be running.
-pub const ALLOC_CLIENT_STATUS_UNKNOWN: &str = "unknown";
-pub const ALLOC_CLIENT_STATUSES: [&str; 6] = [
-    ALLOC_CLIENT_STATUS_PENDING,
-    ALLOC_CLIENT_STATUS_RUNNING,
-    ALLOC_CLIENT_STATUS_COMPLETE,
-    ALLOC_CLIENT_STATUS_FAILED,
-    ALLOC_CLIENT_STATUS_LOST,
-    ALLOC_CLIENT_STATUS_UNKNOWN,
-];
-
-pub const TASK_STATE_PENDING: &str = "pending";
-pub const TASK_STATE_RUNNING: &str = "running";
-pub const TASK_STATE_DEAD: &str = "dead";
+pub use crate::status::{ClientStatus, DesiredStatus, TaskStatus};
 
 pub const TASK_EVENT_RECEIVED: &str = "Received";
 pub const TASK_EVENT_SETUP: &str = "Task Setup";
@@ -56,22 +29,6 @@ pub const TASK_EVENT_SIGNALING: &str = "Signaling";
 pub const TASK_EVENT_RESTART_SIGNAL: &str = "Restart Signaled";
 pub const TASK_EVENT_LEADER_DEAD: &str = "Leader Task Dead";
 pub const TASK_EVENT_PLUGIN_HEALTHY: &str = "Plugin became healthy";
-
-/// Whether the servers want the allocation gone (`stop` or `evict`).
-pub fn desired_status_is_terminal(status: &str) -> bool {
-    matches!(
-        status,
-        ALLOC_DESIRED_STATUS_STOP | ALLOC_DESIRED_STATUS_EVICT
-    )
-}
-
-/// Whether the client reports the allocation finished (`complete`, `failed` or `lost`).
-pub fn client_status_is_terminal(status: &str) -> bool {
-    matches!(
-        status,
-        ALLOC_CLIENT_STATUS_COMPLETE | ALLOC_CLIENT_STATUS_FAILED | ALLOC_CLIENT_STATUS_LOST
-    )
-}
 
 /// Go's `omitempty`: whether a value is its type's zero value.
 pub(crate) fn is_default<T: Default + PartialEq>(value: &T) -> bool {
@@ -112,15 +69,15 @@ pub struct Allocation {
     #[serde(rename = "Metrics")]
     pub metrics: Option<AllocMetric>,
     /// `run`, `stop` or `evict`.
-    #[serde(rename = "DesiredStatus", skip_serializing_if = "is_default")]
-    pub desired_status: String,
+    #[serde(rename = "DesiredStatus")]
+    pub desired_status: DesiredStatus,
     #[serde(rename = "DesiredDescription", skip_serializing_if = "is_default")]
     pub desired_description: String,
     #[serde(rename = "DesiredTransition", skip_serializing_if = "is_default")]
     pub desired_transition: DesiredTransition,
     /// `pending`, `running`, `complete`, `failed`, `lost` or `unknown`.
-    #[serde(rename = "ClientStatus", skip_serializing_if = "is_default")]
-    pub client_status: String,
+    #[serde(rename = "ClientStatus")]
+    pub client_status: ClientStatus,
     #[serde(rename = "ClientDescription", skip_serializing_if = "is_default")]
     pub client_description: String,
     #[serde(rename = "TaskStates", skip_serializing_if = "is_default")]
@@ -250,7 +207,7 @@ pub struct AllocatedPortMapping {
 pub struct TaskState {
     /// `pending`, `running` or `dead`.
     #[serde(rename = "State")]
-    pub state: String,
+    pub state: TaskStatus,
     #[serde(rename = "Failed")]
     pub failed: bool,
     #[serde(rename = "Restarts")]
@@ -506,7 +463,7 @@ pub struct AllocListStub {
     #[serde(rename = "JobID")]
     pub job_id: String,
     #[serde(rename = "JobType")]
-    pub job_type: String,
+    pub job_type: crate::job::JobType,
     #[serde(rename = "JobVersion")]
     pub job_version: u64,
     #[serde(rename = "TaskGroup")]
@@ -515,11 +472,11 @@ pub struct AllocListStub {
     #[serde(rename = "AllocatedResources")]
     pub allocated_resources: Option<AllocatedResources>,
     #[serde(rename = "DesiredStatus")]
-    pub desired_status: String,
+    pub desired_status: DesiredStatus,
     #[serde(rename = "DesiredDescription")]
     pub desired_description: String,
     #[serde(rename = "ClientStatus")]
-    pub client_status: String,
+    pub client_status: ClientStatus,
     #[serde(rename = "ClientDescription")]
     pub client_description: String,
     #[serde(rename = "DesiredTransition")]
@@ -556,12 +513,12 @@ impl Allocation {
 
     /// Desired status `stop` or `evict`.
     pub fn server_terminal(&self) -> bool {
-        desired_status_is_terminal(&self.desired_status)
+        self.desired_status.is_terminal()
     }
 
     /// Client status `complete`, `failed` or `lost`.
     pub fn client_terminal(&self) -> bool {
-        client_status_is_terminal(&self.client_status)
+        self.client_status.is_terminal()
     }
 
     /// The index in the name, `web.api[3]` → 3.
@@ -607,15 +564,14 @@ impl Allocation {
 
 impl AllocListStub {
     pub fn is_terminal(&self) -> bool {
-        desired_status_is_terminal(&self.desired_status)
-            || client_status_is_terminal(&self.client_status)
+        self.desired_status.is_terminal() || self.client_status.is_terminal()
     }
 }
 
 impl TaskState {
     /// Dead without failing.
     pub fn successful(&self) -> bool {
-        self.state == TASK_STATE_DEAD && !self.failed
+        self.state == TaskStatus::Dead && !self.failed
     }
 }
 
@@ -638,7 +594,7 @@ mod tests {
 
     fn example_task_state() -> TaskState {
         TaskState {
-            state: TASK_STATE_RUNNING.into(),
+            state: TaskStatus::Running,
             failed: false,
             restarts: 1,
             last_restart: Some("2024-05-01T12:01:00Z".into()),
@@ -766,13 +722,13 @@ mod tests {
                 task_resources: BTreeMap::new(),
                 allocated_resources: Some(example_resources()),
                 metrics: Some(AllocMetric::example()),
-                desired_status: ALLOC_DESIRED_STATUS_RUN.into(),
+                desired_status: DesiredStatus::Run,
                 desired_description: "".into(),
                 desired_transition: DesiredTransition {
                     migrate: Some(true),
                     ..DesiredTransition::default()
                 },
-                client_status: ALLOC_CLIENT_STATUS_RUNNING.into(),
+                client_status: ClientStatus::Running,
                 client_description: "Tasks are running".into(),
                 task_states: [("server".to_string(), example_task_state())].into(),
                 alloc_states: vec![AllocState {
@@ -834,7 +790,7 @@ mod tests {
     #[test]
     fn alloc_list_stub_round_trips_and_prints_every_field() {
         let stub = AllocListStub::example();
-        assert_eq!(stub.job_type, "service");
+        assert_eq!(stub.job_type, crate::JobType::Service);
         assert_eq!(stub.job_version, 3);
         assert!(stub.allocated_resources.is_some());
         assert!(Allocation::example()
@@ -845,19 +801,20 @@ mod tests {
         assert!(text.contains(r#""FollowupEvalID":"""#), "{text}");
         assert_decodes_lowercased(&stub);
         let bare = serde_json::to_string(&AllocListStub::default()).expect("encodes");
-        assert!(bare.contains(r#""ClientStatus":"""#), "{bare}");
+        assert!(bare.contains(r#""ClientStatus":"pending""#), "{bare}");
         assert!(bare.contains(r#""CreateIndex":0"#), "{bare}");
     }
 
     #[test]
     fn an_empty_allocation_leaves_out_zero_fields() {
+        // The statuses are always written: their zero value is a status (`run`, `pending`).
         assert_eq!(
             serde_json::to_string(&Allocation::default()).expect("encodes"),
-            "{}"
+            r#"{"DesiredStatus":"run","ClientStatus":"pending"}"#
         );
         let a = Allocation {
             id: "a1".into(),
-            client_status: ALLOC_CLIENT_STATUS_PENDING.into(),
+            client_status: ClientStatus::Pending,
             create_index: 5,
             desired_transition: DesiredTransition {
                 reschedule: Some(false),
@@ -867,7 +824,7 @@ mod tests {
         };
         assert_eq!(
             serde_json::to_string(&a).expect("encodes"),
-            r#"{"ID":"a1","DesiredTransition":{"Reschedule":false},"ClientStatus":"pending","CreateIndex":5}"#
+            r#"{"ID":"a1","DesiredStatus":"run","DesiredTransition":{"Reschedule":false},"ClientStatus":"pending","CreateIndex":5}"#
         );
         assert_round_trip(&a);
     }
@@ -891,15 +848,15 @@ mod tests {
     fn terminal_status() {
         let mut a = Allocation::example();
         assert!(!a.is_terminal());
-        for status in ALLOC_CLIENT_STATUSES {
+        for &status in ClientStatus::NAMES {
             a.client_status = status.into();
             let want = matches!(status, "complete" | "failed" | "lost");
             assert_eq!(a.client_terminal(), want, "{status}");
             assert_eq!(a.is_terminal(), want, "{status}");
             assert_eq!(a.stub(false).is_terminal(), want, "{status}");
         }
-        a.client_status = ALLOC_CLIENT_STATUS_RUNNING.into();
-        for status in ALLOC_DESIRED_STATUSES {
+        a.client_status = ClientStatus::Running;
+        for &status in DesiredStatus::NAMES {
             a.desired_status = status.into();
             assert_eq!(a.server_terminal(), status != "run", "{status}");
             assert_eq!(a.is_terminal(), status != "run", "{status}");
@@ -923,7 +880,7 @@ mod tests {
             .is_some_and(AllocDeploymentStatus::is_healthy));
         let mut state = example_task_state();
         assert!(!state.successful());
-        state.state = TASK_STATE_DEAD.into();
+        state.state = TaskStatus::Dead;
         assert!(state.successful());
         state.failed = true;
         assert!(!state.successful());

@@ -6,27 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_with::skip_serializing_none;
 use std::collections::BTreeMap;
 
-pub const DEPLOYMENT_STATUS_RUNNING: &str = "running";
-pub const DEPLOYMENT_STATUS_PAUSED: &str = "paused";
-pub const DEPLOYMENT_STATUS_FAILED: &str = "failed";
-pub const DEPLOYMENT_STATUS_SUCCESSFUL: &str = "successful";
-pub const DEPLOYMENT_STATUS_CANCELLED: &str = "cancelled";
-pub const DEPLOYMENT_STATUS_PENDING: &str = "pending";
-/// Multiregion: waiting for the other regions.
-pub const DEPLOYMENT_STATUS_BLOCKED: &str = "blocked";
-pub const DEPLOYMENT_STATUS_UNBLOCKING: &str = "unblocking";
-pub const DEPLOYMENT_STATUS_INITIALIZING: &str = "initializing";
-pub const DEPLOYMENT_STATUSES: [&str; 9] = [
-    DEPLOYMENT_STATUS_RUNNING,
-    DEPLOYMENT_STATUS_PAUSED,
-    DEPLOYMENT_STATUS_FAILED,
-    DEPLOYMENT_STATUS_SUCCESSFUL,
-    DEPLOYMENT_STATUS_CANCELLED,
-    DEPLOYMENT_STATUS_PENDING,
-    DEPLOYMENT_STATUS_BLOCKED,
-    DEPLOYMENT_STATUS_UNBLOCKING,
-    DEPLOYMENT_STATUS_INITIALIZING,
-];
+pub use crate::status::DeploymentStatus;
 
 pub const DEPLOYMENT_DESC_RUNNING: &str = "Deployment is running";
 pub const DEPLOYMENT_DESC_RUNNING_NEEDS_PROMOTION: &str =
@@ -64,7 +44,7 @@ pub struct Deployment {
     #[serde(rename = "TaskGroups")]
     pub task_groups: BTreeMap<String, DeploymentState>,
     #[serde(rename = "Status")]
-    pub status: String,
+    pub status: DeploymentStatus,
     #[serde(rename = "StatusDescription")]
     pub status_description: String,
     #[serde(rename = "EvalPriority")]
@@ -119,7 +99,7 @@ pub struct DeploymentStatusUpdate {
     #[serde(rename = "DeploymentID")]
     pub deployment_id: String,
     #[serde(rename = "Status")]
-    pub status: String,
+    pub status: DeploymentStatus,
     #[serde(rename = "StatusDescription")]
     pub status_description: String,
 }
@@ -146,15 +126,7 @@ impl DeploymentState {
 impl Deployment {
     /// Still in progress: not failed, successful or cancelled.
     pub fn is_active(&self) -> bool {
-        matches!(
-            self.status.as_str(),
-            DEPLOYMENT_STATUS_RUNNING
-                | DEPLOYMENT_STATUS_PAUSED
-                | DEPLOYMENT_STATUS_PENDING
-                | DEPLOYMENT_STATUS_BLOCKED
-                | DEPLOYMENT_STATUS_UNBLOCKING
-                | DEPLOYMENT_STATUS_INITIALIZING
-        )
+        self.status.is_active()
     }
 
     /// Some group wants canaries and has not been promoted.
@@ -206,7 +178,7 @@ mod tests {
                 job_create_index: 2,
                 is_multiregion: false,
                 task_groups: [("api".to_string(), state)].into(),
-                status: DEPLOYMENT_STATUS_RUNNING.into(),
+                status: DeploymentStatus::Running,
                 status_description: DEPLOYMENT_DESC_RUNNING_NEEDS_PROMOTION.into(),
                 eval_priority: 50,
                 create_index: 12,
@@ -234,7 +206,7 @@ mod tests {
         let mut d = Deployment::example();
         assert!(d.requires_promotion());
         assert!(!d.has_auto_promote());
-        for status in DEPLOYMENT_STATUSES {
+        for &status in DeploymentStatus::NAMES {
             d.status = status.into();
             let done = matches!(status, "failed" | "successful" | "cancelled");
             assert_eq!(d.is_active(), !done, "{status}");

@@ -9,18 +9,8 @@ use serde::{Deserialize, Serialize};
 use serde_with::skip_serializing_none;
 use std::collections::BTreeMap;
 
-pub const EVAL_STATUS_BLOCKED: &str = "blocked";
-pub const EVAL_STATUS_PENDING: &str = "pending";
-pub const EVAL_STATUS_COMPLETE: &str = "complete";
-pub const EVAL_STATUS_FAILED: &str = "failed";
-pub const EVAL_STATUS_CANCELED: &str = "canceled";
-pub const EVAL_STATUSES: [&str; 5] = [
-    EVAL_STATUS_BLOCKED,
-    EVAL_STATUS_PENDING,
-    EVAL_STATUS_COMPLETE,
-    EVAL_STATUS_FAILED,
-    EVAL_STATUS_CANCELED,
-];
+pub use crate::job::JobType;
+pub use crate::status::EvalStatus;
 
 pub const EVAL_TRIGGER_JOB_REGISTER: &str = "job-register";
 pub const EVAL_TRIGGER_JOB_DEREGISTER: &str = "job-deregister";
@@ -40,17 +30,6 @@ pub const EVAL_TRIGGER_SCALING: &str = "job-scaling";
 pub const EVAL_TRIGGER_MAX_DISCONNECT_TIMEOUT: &str = "max-disconnect-timeout";
 pub const EVAL_TRIGGER_RECONNECT: &str = "reconnect";
 
-/// The evaluation `Type` of the servers' own garbage-collection jobs.
-pub const JOB_TYPE_CORE: &str = "_core";
-
-/// Whether an evaluation status is final (`complete`, `failed` or `canceled`).
-pub fn eval_status_is_terminal(status: &str) -> bool {
-    matches!(
-        status,
-        EVAL_STATUS_COMPLETE | EVAL_STATUS_FAILED | EVAL_STATUS_CANCELED
-    )
-}
-
 #[skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -62,8 +41,8 @@ pub struct Evaluation {
     #[serde(rename = "Priority", skip_serializing_if = "is_default")]
     pub priority: i32,
     /// The job's type (which scheduler runs it), or `_core`.
-    #[serde(rename = "Type", skip_serializing_if = "is_default")]
-    pub eval_type: String,
+    #[serde(rename = "Type")]
+    pub eval_type: JobType,
     #[serde(rename = "TriggeredBy", skip_serializing_if = "is_default")]
     pub triggered_by: String,
     #[serde(rename = "JobID", skip_serializing_if = "is_default")]
@@ -77,8 +56,8 @@ pub struct Evaluation {
     #[serde(rename = "DeploymentID", skip_serializing_if = "is_default")]
     pub deployment_id: String,
     /// `blocked`, `pending`, `complete`, `failed` or `canceled`.
-    #[serde(rename = "Status", skip_serializing_if = "is_default")]
-    pub status: String,
+    #[serde(rename = "Status")]
+    pub status: EvalStatus,
     #[serde(rename = "StatusDescription", skip_serializing_if = "is_default")]
     pub status_description: String,
     /// Wait this long before processing (rolling updates).
@@ -141,7 +120,7 @@ pub struct EvaluationStub {
     #[serde(rename = "Priority")]
     pub priority: i32,
     #[serde(rename = "Type")]
-    pub eval_type: String,
+    pub eval_type: JobType,
     #[serde(rename = "TriggeredBy")]
     pub triggered_by: String,
     #[serde(rename = "JobID")]
@@ -151,7 +130,7 @@ pub struct EvaluationStub {
     #[serde(rename = "DeploymentID")]
     pub deployment_id: String,
     #[serde(rename = "Status")]
-    pub status: String,
+    pub status: EvalStatus,
     #[serde(rename = "StatusDescription")]
     pub status_description: String,
     #[serde(rename = "WaitUntil")]
@@ -175,17 +154,17 @@ pub struct EvaluationStub {
 impl Evaluation {
     /// `complete`, `failed` or `canceled`: nothing more will happen to it.
     pub fn is_terminal(&self) -> bool {
-        eval_status_is_terminal(&self.status)
+        self.status.is_terminal()
     }
 
     /// A pending evaluation goes to the eval broker.
     pub fn should_enqueue(&self) -> bool {
-        self.status == EVAL_STATUS_PENDING
+        self.status == EvalStatus::Pending
     }
 
     /// A blocked evaluation waits for capacity in the blocked-evals tracker.
     pub fn should_block(&self) -> bool {
-        self.status == EVAL_STATUS_BLOCKED
+        self.status == EvalStatus::Blocked
     }
 
     pub fn stub(&self) -> EvaluationStub {
@@ -228,7 +207,7 @@ mod tests {
                 eval_type: "service".into(),
                 triggered_by: EVAL_TRIGGER_QUEUED_ALLOCS.into(),
                 job_id: "web".into(),
-                status: EVAL_STATUS_BLOCKED.into(),
+                status: EvalStatus::Blocked,
                 create_index: 12,
                 modify_index: 12,
                 ..Evaluation::default()
@@ -244,7 +223,7 @@ mod tests {
                 node_id: "5b2d1c1e-8d3f-4f7a-9f3c-2a1b0c9d8e7f".into(),
                 node_modify_index: 8,
                 deployment_id: "d0000000-0000-0000-0000-000000000001".into(),
-                status: EVAL_STATUS_COMPLETE.into(),
+                status: EvalStatus::Complete,
                 status_description: "".into(),
                 wait: Duration::from_secs(30),
                 wait_until: Some("2024-05-01T12:05:00Z".into()),
@@ -303,19 +282,20 @@ mod tests {
 
     #[test]
     fn an_empty_evaluation_leaves_out_zero_fields() {
+        // Type and status are always written: their zero value is a type and a status.
         assert_eq!(
             serde_json::to_string(&Evaluation::default()).expect("encodes"),
-            "{}"
+            r#"{"Type":"service","Status":"pending"}"#
         );
         let e = Evaluation {
             id: "e1".into(),
             priority: 50,
-            status: EVAL_STATUS_PENDING.into(),
+            status: EvalStatus::Pending,
             ..Evaluation::default()
         };
         assert_eq!(
             serde_json::to_string(&e).expect("encodes"),
-            r#"{"ID":"e1","Priority":50,"Status":"pending"}"#
+            r#"{"ID":"e1","Priority":50,"Type":"service","Status":"pending"}"#
         );
         assert_round_trip(&e);
     }
@@ -323,7 +303,7 @@ mod tests {
     #[test]
     fn statuses() {
         let mut e = Evaluation::example();
-        for status in EVAL_STATUSES {
+        for &status in EvalStatus::NAMES {
             e.status = status.into();
             assert_eq!(
                 e.is_terminal(),

@@ -214,8 +214,8 @@ const HEALTH_CHECKS: [&str; 3] = ["checks", "task_states", "manual"];
 
 impl RestartPolicy {
     /// Nomad's defaults for a job type.
-    pub fn default_for(job_type: JobType) -> RestartPolicy {
-        let batch = matches!(job_type, JobType::Batch | JobType::Sysbatch);
+    pub fn default_for(job_type: &JobType) -> RestartPolicy {
+        let batch = matches!(*job_type, JobType::Batch | JobType::Sysbatch);
         RestartPolicy {
             attempts: Some(if batch { 3 } else { 2 }),
             interval: Some(if batch {
@@ -275,8 +275,8 @@ fn merge_opt<T: Clone>(into: &mut Option<T>, from: &Option<T>) {
 
 impl ReschedulePolicy {
     /// Nomad's defaults for a job type; system jobs are never rescheduled.
-    pub fn default_for(job_type: JobType) -> Option<ReschedulePolicy> {
-        match job_type {
+    pub fn default_for(job_type: &JobType) -> Option<ReschedulePolicy> {
+        match *job_type {
             JobType::Service => Some(ReschedulePolicy {
                 attempts: Some(0),
                 interval: Some(Duration::ZERO),
@@ -293,7 +293,7 @@ impl ReschedulePolicy {
                 max_delay: Some(Duration::ZERO),
                 unlimited: Some(false),
             }),
-            JobType::System | JobType::Sysbatch => None,
+            _ => None,
         }
     }
 
@@ -602,7 +602,7 @@ impl TaskGroup {
     }
 
     /// Fills Nomad's defaults, using the job's policies where the group sets none.
-    pub fn canonicalize(&mut self, job: &crate::job::Job, job_type: JobType) {
+    pub fn canonicalize(&mut self, job: &crate::job::Job, job_type: &JobType) {
         self.count.get_or_insert(1);
         let mut restart = RestartPolicy::default_for(job_type);
         if let Some(own) = &self.restart_policy {
@@ -655,12 +655,12 @@ impl TaskGroup {
         }
     }
 
-    fn canonicalize_update(&mut self, job: &crate::job::Job, job_type: JobType) {
-        if job_type != JobType::Service && job_type != JobType::System {
+    fn canonicalize_update(&mut self, job: &crate::job::Job, job_type: &JobType) {
+        if *job_type != JobType::Service && *job_type != JobType::System {
             self.update = None;
             return;
         }
-        if job.update.is_none() && self.update.is_none() && job_type == JobType::System {
+        if job.update.is_none() && self.update.is_none() && *job_type == JobType::System {
             return;
         }
         let mut update = UpdateStrategy::default_service();
@@ -673,8 +673,8 @@ impl TaskGroup {
         self.update = Some(update);
     }
 
-    fn canonicalize_migrate(&mut self, job: &crate::job::Job, job_type: JobType) {
-        if job_type != JobType::Service {
+    fn canonicalize_migrate(&mut self, job: &crate::job::Job, job_type: &JobType) {
+        if *job_type != JobType::Service {
             self.migrate = None;
             return;
         }
@@ -688,7 +688,7 @@ impl TaskGroup {
         self.migrate = Some(migrate);
     }
 
-    pub fn validate(&self, path: &Path, job_type: Option<JobType>, errs: &mut ValidationErrors) {
+    pub fn validate(&self, path: &Path, job_type: Option<&JobType>, errs: &mut ValidationErrors) {
         errs.check(!self.name.is_empty(), path, "group name is required");
         let count = self.count.unwrap_or(1);
         errs.check(

@@ -14,33 +14,7 @@ pub const DEFAULT_NODE_POOL: &str = "default";
 pub const DEFAULT_PRIORITY: i32 = 50;
 pub const MAX_ID_LEN: usize = 128;
 
-/// The four schedulers a job can ask for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum JobType {
-    #[default]
-    Service,
-    Batch,
-    System,
-    Sysbatch,
-}
-
-impl JobType {
-    pub const NAMES: [&'static str; 4] = ["service", "batch", "system", "sysbatch"];
-
-    pub fn parse(text: &str) -> Option<JobType> {
-        Some(match text {
-            "service" => JobType::Service,
-            "batch" => JobType::Batch,
-            "system" => JobType::System,
-            "sysbatch" => JobType::Sysbatch,
-            _ => return None,
-        })
-    }
-
-    pub fn as_str(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-}
+pub use crate::status::{JobStatus, JobType};
 
 #[skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -55,7 +29,7 @@ pub struct Job {
     #[serde(rename = "Name")]
     pub name: String,
     #[serde(rename = "Type")]
-    pub job_type: Option<String>,
+    pub job_type: Option<JobType>,
     #[serde(rename = "Priority")]
     pub priority: Option<i32>,
     #[serde(rename = "AllAtOnce")]
@@ -94,7 +68,7 @@ pub struct Job {
     #[serde(rename = "Payload")]
     pub payload: Option<String>,
     #[serde(rename = "Status")]
-    pub status: Option<String>,
+    pub status: Option<JobStatus>,
     #[serde(rename = "StatusDescription")]
     pub status_description: Option<String>,
     #[serde(rename = "Stable")]
@@ -151,12 +125,13 @@ pub struct ParameterizedJobConfig {
 }
 
 impl Job {
-    /// The job's type; an unknown type reads as `service` (validation reports it).
+    /// The job's type; an unknown type (or `_core`, which only evaluations have) reads as `service`
+    /// (validation reports it).
     pub fn kind(&self) -> JobType {
-        self.job_type
-            .as_deref()
-            .and_then(JobType::parse)
-            .unwrap_or_default()
+        match &self.job_type {
+            Some(t) if t.is_known() && *t != JobType::Core => t.clone(),
+            _ => JobType::Service,
+        }
     }
 
     /// Fills Nomad's defaults. Idempotent: canonicalizing twice changes nothing.
@@ -164,8 +139,7 @@ impl Job {
         self.region.get_or_insert_with(|| DEFAULT_REGION.into());
         self.namespace
             .get_or_insert_with(|| DEFAULT_NAMESPACE.into());
-        self.job_type
-            .get_or_insert_with(|| JobType::Service.as_str().into());
+        self.job_type.get_or_insert(JobType::Service);
         if self.name.is_empty() {
             self.name.clone_from(&self.id);
         }
@@ -194,7 +168,7 @@ impl Job {
         let kind = self.kind();
         let mut groups = std::mem::take(&mut self.task_groups);
         for g in &mut groups {
-            g.canonicalize(self, kind);
+            g.canonicalize(self, &kind);
         }
         self.task_groups = groups;
     }
@@ -204,18 +178,20 @@ impl Job {
         let mut errs = ValidationErrors::new();
         let root = Path::root();
         self.validate_identity(&root, &mut errs);
-        let kind = self.job_type.as_deref().map(JobType::parse);
-        if let Some(None) = kind {
-            errs.add(
-                &root.field("type"),
-                format!(
-                    "unknown job type {:?}; expected one of {}",
-                    self.job_type.as_deref().unwrap_or(""),
-                    JobType::NAMES.join(", ")
-                ),
-            );
-        }
-        let kind = kind.flatten();
+        let kind = match &self.job_type {
+            Some(t) if !t.is_known() || *t == JobType::Core => {
+                errs.add(
+                    &root.field("type"),
+                    format!(
+                        "unknown job type {:?}; expected one of {}",
+                        t.as_str(),
+                        JobType::NAMES[..4].join(", ")
+                    ),
+                );
+                None
+            }
+            other => other.clone(),
+        };
         if let Some(p) = self.priority {
             errs.check(
                 (1..=100).contains(&p),
@@ -231,8 +207,8 @@ impl Job {
             );
         }
         self.validate_rules(&root, &mut errs);
-        self.validate_groups(&root, kind, &mut errs);
-        self.validate_special(&root, kind.unwrap_or_default(), &mut errs);
+        self.validate_groups(&root, kind.as_ref(), &mut errs);
+        self.validate_special(&root, &kind.clone().unwrap_or_default(), &mut errs);
         errs.into_result()
     }
 
@@ -275,7 +251,7 @@ impl Job {
         }
     }
 
-    fn validate_groups(&self, root: &Path, kind: Option<JobType>, errs: &mut ValidationErrors) {
+    fn validate_groups(&self, root: &Path, kind: Option<&JobType>, errs: &mut ValidationErrors) {
         errs.check(
             !self.task_groups.is_empty(),
             root,
@@ -301,7 +277,7 @@ impl Job {
         }
     }
 
-    fn validate_special(&self, root: &Path, kind: JobType, errs: &mut ValidationErrors) {
+    fn validate_special(&self, root: &Path, kind: &JobType, errs: &mut ValidationErrors) {
         let batchy = matches!(kind, JobType::Batch | JobType::Sysbatch);
         if let Some(p) = &self.periodic {
             let pp = root.field("periodic");

@@ -24,6 +24,7 @@ pub mod path;
 pub mod plan;
 pub mod resources;
 pub mod service;
+pub mod status;
 pub mod summary;
 pub mod task;
 #[cfg(test)]
@@ -55,6 +56,9 @@ pub use path::Path;
 pub use plan::{DesiredUpdates, Plan, PlanAnnotations, PlanResult};
 pub use resources::{DnsConfig, NetworkResource, Port, RequestedDevice, Resources};
 pub use service::{CheckRestart, Service, ServiceCheck};
+pub use status::{
+    ClientStatus, DeploymentStatus, DesiredStatus, DrainStatus, EvalStatus, JobStatus, TaskStatus,
+};
 pub use summary::{JobChildrenSummary, JobSummary, TaskGroupSummary};
 pub use task::{
     ChangeScript, DispatchPayloadConfig, LogConfig, Task, TaskArtifact, TaskCsiPluginConfig,

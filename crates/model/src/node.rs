@@ -20,57 +20,7 @@ pub const ATTR_ADDRESS: &str = "unique.network.ip-address";
 /// The attribute holding the client's Nomad-compatible version, shown as `Version` in node lists.
 pub const ATTR_VERSION: &str = "nomad.version";
 
-/// A node's status, as its heartbeats (or their absence) make it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum NodeStatus {
-    #[default]
-    Initializing,
-    Ready,
-    Down,
-    Disconnected,
-}
-
-impl NodeStatus {
-    pub const NAMES: [&'static str; 4] = ["initializing", "ready", "down", "disconnected"];
-
-    pub fn parse(text: &str) -> Option<NodeStatus> {
-        Some(match text {
-            "initializing" => NodeStatus::Initializing,
-            "ready" => NodeStatus::Ready,
-            "down" => NodeStatus::Down,
-            "disconnected" => NodeStatus::Disconnected,
-            _ => return None,
-        })
-    }
-
-    pub fn as_str(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-}
-
-/// Whether the scheduler may place new allocations on a node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum SchedulingEligibility {
-    #[default]
-    Eligible,
-    Ineligible,
-}
-
-impl SchedulingEligibility {
-    pub const NAMES: [&'static str; 2] = ["eligible", "ineligible"];
-
-    pub fn parse(text: &str) -> Option<SchedulingEligibility> {
-        Some(match text {
-            "eligible" => SchedulingEligibility::Eligible,
-            "ineligible" => SchedulingEligibility::Ineligible,
-            _ => return None,
-        })
-    }
-
-    pub fn as_str(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-}
+pub use crate::status::{NodeStatus, SchedulingEligibility};
 
 #[skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,10 +64,10 @@ pub struct Node {
     pub drain: bool,
     /// `eligible` or `ineligible` ([`SchedulingEligibility`]).
     #[serde(rename = "SchedulingEligibility")]
-    pub scheduling_eligibility: String,
+    pub scheduling_eligibility: SchedulingEligibility,
     /// `initializing`, `ready`, `down` or `disconnected` ([`NodeStatus`]).
     #[serde(rename = "Status")]
-    pub status: String,
+    pub status: NodeStatus,
     #[serde(rename = "StatusDescription")]
     pub status_description: String,
     /// Unix seconds.
@@ -312,10 +262,7 @@ pub struct DrainStrategy {
     pub started_at: Option<String>,
 }
 
-/// [`DrainMetadata::status`] values.
-pub const DRAIN_STATUS_DRAINING: &str = "draining";
-pub const DRAIN_STATUS_COMPLETE: &str = "complete";
-pub const DRAIN_STATUS_CANCELED: &str = "canceled";
+pub use crate::status::DrainStatus;
 
 /// Node event subsystems and messages of drains and eligibility changes (Nomad's wording).
 pub const NODE_EVENT_SUBSYSTEM_DRAIN: &str = "Drain";
@@ -358,7 +305,7 @@ pub struct DrainMetadata {
     pub updated_at: Option<String>,
     /// `draining`, `complete` or `canceled`.
     #[serde(rename = "Status")]
-    pub status: String,
+    pub status: DrainStatus,
     #[serde(rename = "AccessorID")]
     pub accessor_id: String,
     #[serde(rename = "Meta")]
@@ -438,9 +385,9 @@ pub struct NodeListStub {
     #[serde(rename = "Drain")]
     pub drain: bool,
     #[serde(rename = "SchedulingEligibility")]
-    pub scheduling_eligibility: String,
+    pub scheduling_eligibility: SchedulingEligibility,
     #[serde(rename = "Status")]
-    pub status: String,
+    pub status: NodeStatus,
     #[serde(rename = "StatusDescription")]
     pub status_description: String,
     #[serde(rename = "Drivers")]
@@ -460,29 +407,18 @@ pub struct NodeListStub {
 }
 
 impl Node {
-    /// The node's status; an unknown status reads as `None` (validation reports it).
-    pub fn status_kind(&self) -> Option<NodeStatus> {
-        NodeStatus::parse(&self.status)
-    }
-
     /// Ready, not draining and eligible: the scheduler may place allocations here.
     pub fn is_ready(&self) -> bool {
-        self.status_kind() == Some(NodeStatus::Ready)
+        self.status == NodeStatus::Ready
             && self.drain_strategy.is_none()
-            && self.scheduling_eligibility != SchedulingEligibility::Ineligible.as_str()
+            && self.scheduling_eligibility != SchedulingEligibility::Ineligible
     }
 
-    /// Fills what the server sets when a client registers: pool, status, eligibility, the `Drain` flag.
-    /// Idempotent.
+    /// Fills what the server sets when a client registers: pool and the `Drain` flag (status and
+    /// eligibility already default to `initializing` and `eligible`). Idempotent.
     pub fn canonicalize(&mut self) {
         if self.node_pool.is_empty() {
             self.node_pool = DEFAULT_NODE_POOL.into();
-        }
-        if self.status.is_empty() {
-            self.status = NodeStatus::Initializing.as_str().into();
-        }
-        if self.scheduling_eligibility.is_empty() {
-            self.scheduling_eligibility = SchedulingEligibility::Eligible.as_str().into();
         }
         self.drain = self.drain_strategy.is_some();
     }
@@ -492,22 +428,22 @@ impl Node {
         let mut errs = ValidationErrors::new();
         let root = Path::root();
         self.validate_identity(&root, &mut errs);
-        if !self.status.is_empty() {
-            errs.check(
-                self.status_kind().is_some(),
-                &root.field("status"),
-                format!(
-                    "unknown node status {:?}; expected one of {}",
-                    self.status,
-                    NodeStatus::NAMES.join(", ")
-                ),
-            );
-        }
-        let elig = self.scheduling_eligibility.as_str();
         errs.check(
-            elig.is_empty() || SchedulingEligibility::parse(elig).is_some(),
+            self.status.is_known(),
+            &root.field("status"),
+            format!(
+                "unknown node status {:?}; expected one of {}",
+                self.status.as_str(),
+                NodeStatus::NAMES.join(", ")
+            ),
+        );
+        errs.check(
+            self.scheduling_eligibility.is_known(),
             &root.field("scheduling_eligibility"),
-            format!("scheduling eligibility must be eligible or ineligible, got {elig:?}"),
+            format!(
+                "scheduling eligibility must be eligible or ineligible, got {:?}",
+                self.scheduling_eligibility.as_str()
+            ),
         );
         for (name, v) in &self.host_volumes {
             errs.check(
@@ -821,8 +757,8 @@ mod tests {
         assert!(bare.validate().is_ok());
         bare.canonicalize();
         assert_eq!(bare.node_pool, "default");
-        assert_eq!(bare.status, "initializing");
-        assert_eq!(bare.scheduling_eligibility, "eligible");
+        assert_eq!(bare.status, NodeStatus::Initializing);
+        assert_eq!(bare.scheduling_eligibility, SchedulingEligibility::Eligible);
         let once = bare.clone();
         bare.canonicalize();
         assert_eq!(bare, once, "canonicalize is idempotent");
@@ -878,12 +814,17 @@ mod tests {
         assert!(node.is_ready());
         node.status = "down".into();
         assert!(!node.is_ready());
-        for name in NodeStatus::NAMES {
-            assert_eq!(NodeStatus::parse(name).map(NodeStatus::as_str), Some(name));
-        }
-        for name in SchedulingEligibility::NAMES {
+        for &name in NodeStatus::NAMES {
             assert_eq!(
-                SchedulingEligibility::parse(name).map(SchedulingEligibility::as_str),
+                NodeStatus::parse(name).as_ref().map(NodeStatus::as_str),
+                Some(name)
+            );
+        }
+        for &name in SchedulingEligibility::NAMES {
+            assert_eq!(
+                SchedulingEligibility::parse(name)
+                    .as_ref()
+                    .map(SchedulingEligibility::as_str),
                 Some(name)
             );
         }

@@ -156,14 +156,14 @@ impl PlanResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::alloc::ALLOC_DESIRED_STATUS_STOP;
+    use crate::alloc::DesiredStatus;
     use crate::testutil::{assert_decodes_lowercased, assert_round_trip};
 
     fn example() -> Plan {
         let placed = Allocation::example();
         let mut stopped = Allocation::example();
         stopped.id = "7b000000-0000-0000-0000-000000000001".into();
-        stopped.desired_status = ALLOC_DESIRED_STATUS_STOP.into();
+        stopped.desired_status = DesiredStatus::Stop;
         stopped.job = None;
         let mut preempted = Allocation::example();
         preempted.id = "90000000-0000-0000-0000-000000000009".into();

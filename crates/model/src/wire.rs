@@ -122,7 +122,7 @@ pub struct JobListStub {
     #[serde(rename = "Multiregion")]
     pub multiregion: Option<serde_json::Value>,
     #[serde(rename = "Type")]
-    pub job_type: String,
+    pub job_type: crate::job::JobType,
     #[serde(rename = "Priority")]
     pub priority: i32,
     /// Whether the job is periodic.
@@ -134,7 +134,7 @@ pub struct JobListStub {
     #[serde(rename = "Stop")]
     pub stop: bool,
     #[serde(rename = "Status")]
-    pub status: String,
+    pub status: crate::status::JobStatus,
     #[serde(rename = "StatusDescription")]
     pub status_description: String,
     #[serde(rename = "JobSummary")]
@@ -211,9 +211,10 @@ pub struct NodeUpdateStatusRequest {
     pub node_id: String,
     #[serde(rename = "SecretID")]
     pub secret_id: String,
-    /// `ready` (or `initializing` while fingerprinting).
-    #[serde(rename = "Status")]
-    pub status: String,
+    /// `ready` (or `initializing` while fingerprinting); absent (`""`): keep the node's status, or
+    /// `ready` for a node that was down.
+    #[serde(rename = "Status", with = "crate::status::empty_as_none")]
+    pub status: Option<crate::node::NodeStatus>,
 }
 
 /// `Node.GetClientAllocs`: a blocking query for every allocation placed on the node.
@@ -281,7 +282,7 @@ pub struct AllocClientUpdate {
     pub id: String,
     /// `pending`, `running`, `complete`, `failed`.
     #[serde(rename = "ClientStatus")]
-    pub client_status: String,
+    pub client_status: crate::alloc::ClientStatus,
     #[serde(rename = "ClientDescription")]
     pub client_description: String,
     #[serde(rename = "TaskStates")]

@@ -432,7 +432,7 @@ fn job() -> impl Strategy<Value = Job> {
             name: id.clone(),
             id,
             region,
-            job_type: kind.map(String::from),
+            job_type: kind.map(model::JobType::from),
             priority,
             datacenters,
             task_groups,

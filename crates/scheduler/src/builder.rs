@@ -7,13 +7,8 @@ use crate::outcome::Outcome;
 use crate::rng::Rng;
 use crate::stack::{Choice, Stack};
 use crate::view::StateView;
-use model::alloc::{
-    AllocDeploymentStatus, AllocMetric, Allocation, ALLOC_CLIENT_STATUS_PENDING,
-    ALLOC_DESIRED_STATUS_RUN, ALLOC_DESIRED_STATUS_STOP,
-};
-use model::eval::{
-    Evaluation, EVAL_STATUS_BLOCKED, EVAL_STATUS_COMPLETE, EVAL_TRIGGER_QUEUED_ALLOCS,
-};
+use model::alloc::{AllocDeploymentStatus, AllocMetric, Allocation, ClientStatus, DesiredStatus};
+use model::eval::{EvalStatus, Evaluation, EVAL_TRIGGER_QUEUED_ALLOCS};
 use model::job::Job;
 use model::node::Node;
 use model::plan::Plan;
@@ -60,14 +55,14 @@ pub(crate) fn candidates(nodes: &[Arc<Node>], job: &Job) -> (Vec<Arc<Node>>, All
 pub(crate) fn stopped(
     alloc: &Allocation,
     desc: &str,
-    client_status: Option<&str>,
+    client_status: Option<&ClientStatus>,
     now: i64,
 ) -> Allocation {
     let mut a = alloc.clone();
-    a.desired_status = ALLOC_DESIRED_STATUS_STOP.into();
+    a.desired_status = DesiredStatus::Stop;
     a.desired_description = desc.into();
     if let Some(status) = client_status {
-        a.client_status = status.into();
+        a.client_status = status.clone();
     }
     a.modify_time = now;
     a
@@ -126,7 +121,12 @@ impl<'v> Builder<'v> {
     }
 
     /// Stops `alloc` in the plan and frees what it held for later placements.
-    pub(crate) fn stop(&mut self, alloc: &Allocation, desc: &str, client_status: Option<&str>) {
+    pub(crate) fn stop(
+        &mut self,
+        alloc: &Allocation,
+        desc: &str,
+        client_status: Option<&ClientStatus>,
+    ) {
         self.plan
             .push_update(stopped(alloc, desc, client_status, self.now));
         if let Some(stack) = self.stack.as_mut() {
@@ -187,8 +187,8 @@ impl<'v> Builder<'v> {
             task_group: tg.into(),
             allocated_resources: Some(c.resources),
             metrics: Some(c.metric),
-            desired_status: ALLOC_DESIRED_STATUS_RUN.into(),
-            client_status: ALLOC_CLIENT_STATUS_PENDING.into(),
+            desired_status: DesiredStatus::Run,
+            client_status: ClientStatus::Pending,
             deployment_id: self.deployment_id.clone(),
             deployment_status: canary.then(|| AllocDeploymentStatus {
                 canary: true,
@@ -225,7 +225,7 @@ impl<'v> Builder<'v> {
     pub(crate) fn finish(mut self, block: bool) -> Outcome {
         let eval = self.eval;
         let mut out = eval.clone();
-        out.status = EVAL_STATUS_COMPLETE.into();
+        out.status = EvalStatus::Complete;
         out.status_description.clear();
         out.snapshot_index = self.view.index();
         out.modify_time = self.now;
@@ -238,8 +238,8 @@ impl<'v> Builder<'v> {
             None => (BTreeMap::new(), false),
         };
         if block && !self.failed.is_empty() {
-            if eval.status == EVAL_STATUS_BLOCKED {
-                out.status = EVAL_STATUS_BLOCKED.into();
+            if eval.status == EvalStatus::Blocked {
+                out.status = EvalStatus::Blocked;
                 out.status_description.clone_from(&eval.status_description);
                 out.class_eligibility = classes;
                 out.escaped_computed_class = escaped;
@@ -271,7 +271,7 @@ impl<'v> Builder<'v> {
                 .as_ref()
                 .and_then(|j| j.modify_index)
                 .unwrap_or(eval.job_modify_index),
-            status: EVAL_STATUS_BLOCKED.into(),
+            status: EvalStatus::Blocked,
             status_description: DESC_BLOCKED.into(),
             previous_eval: eval.id.clone(),
             class_eligibility: classes,

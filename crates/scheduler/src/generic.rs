@@ -75,7 +75,7 @@ fn alloc_nodes(view: &dyn StateView, allocs: &[Arc<model::alloc::Allocation>]) -
 /// destructive updates, then fresh placements; canaries placed are recorded in the deployment.
 fn apply(b: &mut Builder, results: &Results, latest: Option<&Deployment>) {
     for s in &results.stops {
-        b.stop(&s.alloc, s.desc, s.client_status);
+        b.stop(&s.alloc, s.desc, s.client_status.as_ref());
     }
     for a in &results.inplace {
         b.update_in_place(a);

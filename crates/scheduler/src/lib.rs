@@ -60,8 +60,6 @@ pub fn schedule(
     now: i64,
     seed: u64,
 ) -> Result<Outcome, SchedulerError> {
-    let kind = JobType::parse(&eval.eval_type)
-        .ok_or_else(|| SchedulerError::UnknownType(eval.eval_type.clone()))?;
     if eval.job_id.is_empty() {
         return Err(SchedulerError::Invalid(format!(
             "evaluation {:?} names no job",
@@ -69,10 +67,13 @@ pub fn schedule(
         )));
     }
     let seed = rng::mix(seed, &eval.id, view.index());
-    match kind {
+    match &eval.eval_type {
         JobType::Service => Ok(generic::run(view, eval, now, seed, false)),
         JobType::Batch => Ok(generic::run(view, eval, now, seed, true)),
         JobType::System => Ok(system::run(view, eval, now, seed, false)),
         JobType::Sysbatch => Ok(system::run(view, eval, now, seed, true)),
+        JobType::Core | JobType::Other(_) => Err(SchedulerError::UnknownType(
+            eval.eval_type.as_str().to_owned(),
+        )),
     }
 }

@@ -11,7 +11,7 @@ use crate::reconcile::{
 use crate::rng::{Rng, STREAM_IDS, STREAM_SAMPLING};
 use crate::stack::{Miss, Stack};
 use crate::view::StateView;
-use model::alloc::{Allocation, ALLOC_CLIENT_STATUS_LOST};
+use model::alloc::{Allocation, ClientStatus};
 use model::eval::Evaluation;
 use model::group::TaskGroup;
 use model::job::Job;
@@ -89,7 +89,7 @@ fn stop_all(
     let results = reconcile::reconcile(&input, &mut ids);
     let mut b = Builder::new(view, eval, now, job, ids);
     for s in &results.stops {
-        b.stop(&s.alloc, s.desc, s.client_status);
+        b.stop(&s.alloc, s.desc, s.client_status.as_ref());
     }
     b.plan.deployment_updates = results.deployment_updates;
     b.finish(false)
@@ -153,12 +153,12 @@ impl System<'_, '_> {
         destructive: &mut Vec<Arc<Allocation>>,
     ) -> bool {
         let node = self.by_id.get(node_id).copied();
-        let gone = node.is_none_or(|n| n.status_kind() == Some(NodeStatus::Down));
+        let gone = node.is_none_or(|n| n.status == NodeStatus::Down);
         let (live, done): (Vec<&Arc<Allocation>>, Vec<&Arc<Allocation>>) =
             here.iter().partition(|a| !a.client_terminal());
         if gone {
             for a in &live {
-                self.b.stop(a, DESC_LOST, Some(ALLOC_CLIENT_STATUS_LOST));
+                self.b.stop(a, DESC_LOST, Some(&ClientStatus::Lost));
             }
             return true;
         }

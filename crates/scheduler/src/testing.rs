@@ -6,7 +6,7 @@ use crate::outcome::Outcome;
 use crate::view::{SchedulerConfig, StateView};
 use model::alloc::Allocation;
 use model::deployment::Deployment;
-use model::eval::{Evaluation, EVAL_STATUS_PENDING, EVAL_TRIGGER_JOB_REGISTER};
+use model::eval::{EvalStatus, Evaluation, EVAL_TRIGGER_JOB_REGISTER};
 use model::job::Job;
 use model::node::{
     DriverInfo, Node, NodeCpuResources, NodeDiskResources, NodeMemoryResources, NodeResources,
@@ -337,7 +337,7 @@ pub fn eval(job: &Job) -> Evaluation {
         triggered_by: EVAL_TRIGGER_JOB_REGISTER.into(),
         job_id: job.id.clone(),
         job_modify_index: job.job_modify_index.unwrap_or(0),
-        status: EVAL_STATUS_PENDING.into(),
+        status: EvalStatus::Pending,
         ..Evaluation::default()
     }
 }

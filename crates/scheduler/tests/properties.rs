@@ -6,7 +6,7 @@ use model::alloc::Allocation;
 use model::constraint::{Affinity, Constraint, Spread};
 use model::node::{DrainStrategy, Node, NodeReservedResources};
 use model::resources::{NetworkResource, Port};
-use model::Job;
+use model::{Job, JobType};
 use proptest::prelude::*;
 use scheduler::testing::{eval, job, node, MemView};
 use scheduler::{allocs_fit, schedule, Outcome, StateView};
@@ -295,7 +295,7 @@ fn assert_counts(view: &MemView, j: &Job) -> Result<(), TestCaseError> {
         .into_iter()
         .filter(|a| !a.is_terminal())
         .collect();
-    let system = matches!(j.job_type.as_deref(), Some("system" | "sysbatch"));
+    let system = matches!(j.job_type, Some(JobType::System | JobType::Sysbatch));
     for tg in &j.task_groups {
         let mine: Vec<&Arc<Allocation>> = live.iter().filter(|a| a.task_group == tg.name).collect();
         if system {

@@ -1,9 +1,7 @@
 //! Scheduler scenarios: a cluster, a job, and what the scheduler does, summarised as text through
 //! one helper ([`check`]). Each scenario pins Nomad behaviour the scheduler must keep.
 
-use model::alloc::{
-    Allocation, TaskState, ALLOC_CLIENT_STATUS_FAILED, ALLOC_CLIENT_STATUS_RUNNING,
-};
+use model::alloc::{Allocation, ClientStatus, TaskState};
 use model::constraint::{Affinity, Constraint, Spread, SpreadTarget};
 use model::deployment::DeploymentState;
 use model::eval::Evaluation;
@@ -485,7 +483,7 @@ fn fail(v: &mut MemView, name: &str, finished_ago_secs: i64) {
         .expect("placed");
     let finished = scheduler_time(NOW - finished_ago_secs * SEC);
     v.update_alloc(&a.id, |a| {
-        a.client_status = ALLOC_CLIENT_STATUS_FAILED.into();
+        a.client_status = ClientStatus::Failed;
         a.task_states.insert(
             "app".into(),
             TaskState {
@@ -804,9 +802,7 @@ fn running_allocations_are_left_alone() {
     let mut v = cluster(2);
     let j = run_and_apply(&mut v, job("web", "service", 2));
     for a in live(&v) {
-        v.update_alloc(&a.id, |a| {
-            a.client_status = ALLOC_CLIENT_STATUS_RUNNING.into()
-        });
+        v.update_alloc(&a.id, |a| a.client_status = ClientStatus::Running);
     }
     check(&v, &eval(&j), "eval complete");
 }
@@ -835,7 +831,7 @@ fn promoted_canaries_replace_the_old_allocations() {
         .find(|a| a.deployment_status.as_ref().is_some_and(|s| s.canary))
         .expect("canary placed");
     v.update_alloc(&canary.id, |a| {
-        a.client_status = ALLOC_CLIENT_STATUS_RUNNING.into();
+        a.client_status = ClientStatus::Running;
         if let Some(s) = a.deployment_status.as_mut() {
             s.healthy = Some(true);
         }
@@ -1019,9 +1015,7 @@ fn rolling_back_from_a_failed_canary_stops_it_and_places_no_new_canary() {
         .find(|a| !stable.contains(&a.id))
         .expect("a canary was placed");
     // The canary fails; the deployment watcher fails the deployment.
-    v.update_alloc(&canary.id, |a| {
-        a.client_status = ALLOC_CLIENT_STATUS_FAILED.into()
-    });
+    v.update_alloc(&canary.id, |a| a.client_status = ClientStatus::Failed);
     let d = (*v
         .latest_deployment("default", "web")
         .expect("the canary's deployment"))
@@ -1228,9 +1222,7 @@ fn a_disconnected_clients_allocation_becomes_unknown_and_is_replaced_then_lost_w
     } else {
         ("n2", "n1")
     };
-    v.update_alloc(&first.id, |a| {
-        a.client_status = ALLOC_CLIENT_STATUS_RUNNING.into()
-    });
+    v.update_alloc(&first.id, |a| a.client_status = ClientStatus::Running);
     v.update_node(home, |n| n.status = "disconnected".into());
     let j = v.job("default", "web").expect("stored");
     let o = check(
@@ -1281,12 +1273,8 @@ fn a_reconnecting_client_keeps_one_copy_as_the_group_says() {
         let replacement = web_on(&v, other);
         // The client comes back and reports its copy running.
         v.update_node(home, |n| n.status = "ready".into());
-        v.update_alloc(&first.id, |a| {
-            a.client_status = ALLOC_CLIENT_STATUS_RUNNING.into()
-        });
-        v.update_alloc(&replacement.id, |a| {
-            a.client_status = ALLOC_CLIENT_STATUS_RUNNING.into()
-        });
+        v.update_alloc(&first.id, |a| a.client_status = ClientStatus::Running);
+        v.update_alloc(&replacement.id, |a| a.client_status = ClientStatus::Running);
         let loser = if keeps_original { other } else { home };
         check(
             &v,

@@ -129,7 +129,7 @@ fn heartbeat_while_alive(
                 let req = NodeUpdateStatusRequest {
                     node_id: id.clone(),
                     secret_id: format!("secret-{id}"),
-                    status: "ready".into(),
+                    status: Some(model::NodeStatus::Ready),
                 };
                 let resp = server.node_update_status(req).await;
                 if strict {
@@ -184,7 +184,9 @@ async fn place_one(server: &Server, job: Job) -> model::alloc::Allocation {
 }
 
 fn node_status(snap: &StateSnapshot, id: &str) -> String {
-    snap.node(id).map(|n| n.status.clone()).unwrap_or_default()
+    snap.node(id)
+        .map(|n| n.status.to_string())
+        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -149,7 +149,9 @@ fn live_allocs(snap: &StateSnapshot, job_id: &str) -> usize {
 }
 
 fn eval_status(snap: &StateSnapshot, id: &str) -> String {
-    snap.eval(id).map(|e| e.status.clone()).unwrap_or_default()
+    snap.eval(id)
+        .map(|e| e.status.to_string())
+        .unwrap_or_default()
 }
 
 fn assert_nothing_overcommitted(snap: &StateSnapshot) {
@@ -189,7 +191,7 @@ async fn a_registered_job_gets_its_allocations_and_its_eval_completes() {
         .iter()
         .all(|a| a.eval_id == eval_id && a.job.is_some()));
     let job = snap.job("default", "web").unwrap();
-    assert_eq!(job.status.as_deref(), Some("running"));
+    assert_eq!(job.status.as_ref().map(|s| s.as_str()), Some("running"));
     let summary = snap.job_summary("default", "web").unwrap();
     assert_eq!(summary.summary["web"].starting, 3);
     assert_eq!(summary.summary["web"].queued, 0);

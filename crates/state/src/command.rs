@@ -97,7 +97,7 @@ pub enum Command {
     },
     NodeUpdateStatus {
         node_id: String,
-        status: String,
+        status: model::node::NodeStatus,
         /// Unix seconds, as Nomad's `StatusUpdatedAt`.
         updated_at: i64,
     },
@@ -208,7 +208,7 @@ pub enum Command {
     NodeUpdateEligibility {
         node_id: String,
         /// `eligible` or `ineligible`.
-        eligibility: String,
+        eligibility: model::node::SchedulingEligibility,
         event: Option<model::node::NodeEvent>,
         /// Unix seconds.
         updated_at: i64,
@@ -330,11 +330,11 @@ pub enum Command {
 pub struct AllocStop {
     pub alloc_id: String,
     /// `stop` or `evict`.
-    pub desired_status: String,
+    pub desired_status: model::alloc::DesiredStatus,
     pub desired_description: String,
-    /// A client status to set as well (`lost` for an allocation on a down node); empty keeps it.
-    #[serde(default)]
-    pub client_status: String,
+    /// A client status to set as well (`lost` for an allocation on a down node); `None` keeps it.
+    #[serde(default, with = "model::status::empty_as_none")]
+    pub client_status: Option<model::alloc::ClientStatus>,
     /// The evaluation that will place its replacement later (a delayed reschedule); empty: none.
     #[serde(default)]
     pub followup_eval_id: String,

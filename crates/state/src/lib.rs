@@ -36,7 +36,7 @@ pub use command::{AllocStop, ApplyResponse, Command, Table};
 pub use error::StateError;
 pub use fsm::csi::volume_schedulable as csi_schedulable;
 pub use fsm::csi::CONTROLLER_OP_DEADLINE_SLACK_NS;
-pub use fsm::jobs::{spec_changed, JOB_STATUS_DEAD, JOB_STATUS_PENDING, JOB_STATUS_RUNNING};
+pub use fsm::jobs::spec_changed;
 pub use persist::SNAPSHOT_FORMAT_VERSION;
 pub use snapshot::StateSnapshot;
 pub use store::StateStore;

@@ -4,7 +4,8 @@ mod common;
 
 use common::*;
 use model::eval::Evaluation;
-use state::{Command, StateError, Table, JOB_STATUS_DEAD, JOB_STATUS_PENDING, JOB_STATUS_RUNNING};
+use model::JobStatus;
+use state::{Command, StateError, Table};
 
 fn versions(fsm: &Fsm, id: &str) -> Vec<u64> {
     fsm.snap()
@@ -35,7 +36,7 @@ fn a_new_job_is_version_0_with_its_summary_and_eval() {
         (j.create_index, j.modify_index, j.job_modify_index),
         (Some(1), Some(1), Some(1))
     );
-    assert_eq!(j.status.as_deref(), Some(JOB_STATUS_PENDING));
+    assert_eq!(j.status, Some(JobStatus::Pending));
     assert_eq!(j.stable, Some(false));
     assert_eq!(j.submit_time, Some(1_001));
     assert_eq!(versions(&fsm, "web"), [0]);
@@ -135,10 +136,10 @@ fn stopping_a_job_makes_a_stopped_new_version() {
     assert!(!fsm.snap().job_version("default", "web", 0).unwrap().stop);
     assert_eq!(fsm.snap().eval("e2").unwrap().job_modify_index, 3);
     // Nomad: pending while the deregistration's eval is, dead once everything is terminal.
-    assert_eq!(j.status.as_deref(), Some(JOB_STATUS_PENDING));
+    assert_eq!(j.status, Some(JobStatus::Pending));
     fsm.evals(vec![complete(eval("e2", "web"))]);
     let j = fsm.job("web");
-    assert_eq!(j.status.as_deref(), Some(JOB_STATUS_DEAD));
+    assert_eq!(j.status, Some(JobStatus::Dead));
     assert_eq!(j.modify_index, Some(4), "a status change rewrites the job");
     assert_eq!(j.job_modify_index, Some(3), "but is not a spec change");
 }
@@ -248,22 +249,22 @@ fn the_newest_stable_version_outlives_trimming() {
 fn status_follows_allocations_and_evaluations() {
     let mut fsm = Fsm::default();
     fsm.register(&job("web"), "e1");
-    assert_eq!(fsm.job("web").status.as_deref(), Some(JOB_STATUS_PENDING));
+    assert_eq!(fsm.job("web").status, Some(JobStatus::Pending));
     let a = alloc("a1", &fsm.job("web"), "n1", "e1");
     fsm.allocs(vec![a.clone()]);
-    assert_eq!(fsm.job("web").status.as_deref(), Some(JOB_STATUS_RUNNING));
+    assert_eq!(fsm.job("web").status, Some(JobStatus::Running));
     fsm.evals(vec![complete(eval("e1", "web"))]);
-    assert_eq!(fsm.job("web").status.as_deref(), Some(JOB_STATUS_RUNNING));
+    assert_eq!(fsm.job("web").status, Some(JobStatus::Running));
     let mut done = a;
     done.client_status = "complete".into();
     fsm.allocs(vec![done]);
-    assert_eq!(fsm.job("web").status.as_deref(), Some(JOB_STATUS_DEAD));
+    assert_eq!(fsm.job("web").status, Some(JobStatus::Dead));
     // Garbage-collecting the eval keeps it dead; a job with nothing at all left is dead after a delete.
     fsm.apply(Command::EvalDelete {
         eval_ids: vec!["e1".into()],
         alloc_ids: vec!["a1".into()],
     });
-    assert_eq!(fsm.job("web").status.as_deref(), Some(JOB_STATUS_DEAD));
+    assert_eq!(fsm.job("web").status, Some(JobStatus::Dead));
 }
 
 #[test]
@@ -272,7 +273,7 @@ fn system_periodic_and_parameterized_jobs_run_until_stopped() {
     let mut system = job("sys");
     system.job_type = Some("system".into());
     fsm.register(&system, "e1");
-    assert_eq!(fsm.job("sys").status.as_deref(), Some(JOB_STATUS_RUNNING));
+    assert_eq!(fsm.job("sys").status, Some(JobStatus::Running));
     let mut batch = job("param");
     batch.job_type = Some("batch".into());
     batch.parameterized = Some(Default::default());
@@ -281,7 +282,7 @@ fn system_periodic_and_parameterized_jobs_run_until_stopped() {
         eval: None,
         submit_time: 1,
     });
-    assert_eq!(fsm.job("param").status.as_deref(), Some(JOB_STATUS_RUNNING));
+    assert_eq!(fsm.job("param").status, Some(JobStatus::Running));
     fsm.apply(Command::JobDeregister {
         namespace: "default".into(),
         job_id: "sys".into(),
@@ -289,7 +290,7 @@ fn system_periodic_and_parameterized_jobs_run_until_stopped() {
         eval: None,
         submit_time: 0,
     });
-    assert_eq!(fsm.job("sys").status.as_deref(), Some(JOB_STATUS_DEAD));
+    assert_eq!(fsm.job("sys").status, Some(JobStatus::Dead));
 }
 
 #[test]

@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use model::node::{DrainStrategy, NodeEvent, DRAIN_STATUS_CANCELED, DRAIN_STATUS_COMPLETE};
+use model::node::{DrainStatus, DrainStrategy, NodeEvent};
 use state::{Command, StateError};
 
 fn strategy(deadline_ns: i64) -> DrainStrategy {
@@ -82,7 +82,7 @@ fn canceling_a_drain_with_mark_eligible_makes_the_node_eligible() {
     assert!(!n.drain && n.drain_strategy.is_none());
     assert_eq!(n.scheduling_eligibility, "eligible");
     let last = n.last_drain.as_ref().unwrap();
-    assert_eq!(last.status, DRAIN_STATUS_CANCELED);
+    assert_eq!(last.status, DrainStatus::Canceled);
     assert_eq!(last.started_at.as_deref(), Some("2024-05-01T12:00:00Z"));
     assert_eq!(last.updated_at.as_deref(), Some("2024-05-01T12:01:00Z"));
 }
@@ -96,7 +96,7 @@ fn a_completed_drain_leaves_the_node_ineligible() {
     let n = fsm.snap().node("n1").unwrap();
     assert!(n.drain_strategy.is_none());
     assert_eq!(n.scheduling_eligibility, "ineligible");
-    assert_eq!(n.last_drain.as_ref().unwrap().status, DRAIN_STATUS_COMPLETE);
+    assert_eq!(n.last_drain.as_ref().unwrap().status, DrainStatus::Complete);
 }
 
 #[test]

@@ -8,7 +8,8 @@ use model::alloc::Allocation;
 use model::deployment::DeploymentStatusUpdate;
 use model::eval::Evaluation;
 use model::Job;
-use state::{AllocStop, Command, StateError, Table, JOB_STATUS_RUNNING};
+use model::JobStatus;
+use state::{AllocStop, Command, StateError, Table};
 
 fn placed(id: &str, node: &str, eval: &str) -> Allocation {
     let mut a = alloc(id, &job("web"), node, eval);
@@ -150,7 +151,7 @@ fn placements_stops_and_evals_commit_at_one_index() {
         (3, 1),
         "three pending allocs; the eval's queued count"
     );
-    assert_eq!(fsm.job("web").status.as_deref(), Some(JOB_STATUS_RUNNING));
+    assert_eq!(fsm.job("web").status, Some(JobStatus::Running));
     for t in [Table::Allocs, Table::Evals, Table::JobSummaries] {
         assert_eq!(snap.table_index(t), 3, "{t:?}");
     }
@@ -166,7 +167,7 @@ fn a_lost_allocation_moves_its_summary_counter() {
     fsm.allocs(vec![alloc("a1", &stored, "n1", "e1")]);
     fsm.allocs(vec![running]);
     let mut lost = stop("a1");
-    lost.client_status = "lost".into();
+    lost.client_status = Some("lost".into());
     lost.followup_eval_id = "e9".into();
     fsm.apply(with(plan("e2", &stored), vec![], vec![lost], vec![]));
     let snap = fsm.snap();

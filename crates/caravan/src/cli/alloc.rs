@@ -170,9 +170,9 @@ pub fn alloc_text(a: &Allocation, verbose: bool, now: i64) -> String {
         ("Node Name", a.node_name.clone()),
         ("Job ID", a.job_id.clone()),
         ("Job Version", job_version.to_string()),
-        ("Client Status", a.client_status.clone()),
+        ("Client Status", a.client_status.to_string()),
         ("Client Description", a.client_description.clone()),
-        ("Desired Status", a.desired_status.clone()),
+        ("Desired Status", a.desired_status.to_string()),
         ("Desired Description", a.desired_description.clone()),
         ("Created", time(a.create_time)),
         ("Modified", time(a.modify_time)),
@@ -185,11 +185,7 @@ pub fn alloc_text(a: &Allocation, verbose: bool, now: i64) -> String {
     }
     for name in tasks {
         let state = a.task_states.get(name).cloned().unwrap_or_default();
-        let shown = if state.state.is_empty() {
-            "pending"
-        } else {
-            &state.state
-        };
+        let shown = state.state.as_str();
         out.push_str(&format!("\n\nTask {name:?} is {shown:?}\n"));
         out.push_str(&task_resources(a, name));
         out.push_str("\n\n");

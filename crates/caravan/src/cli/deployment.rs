@@ -229,7 +229,7 @@ pub fn format_deployment(d: &Deployment, verbose: bool) -> String {
         ("ID", short_id(&d.id, verbose).to_string()),
         ("Job ID", d.job_id.clone()),
         ("Job Version", d.job_version.to_string()),
-        ("Status", d.status.clone()),
+        ("Status", d.status.to_string()),
         ("Description", d.status_description.clone()),
     ]);
     if d.task_groups.is_empty() {

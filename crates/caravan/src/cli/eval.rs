@@ -153,7 +153,7 @@ fn eval_text(e: &Evaluation, allocs: &[model::AllocListStub], verbose: bool, now
         }
     };
     let desc = if e.status_description.is_empty() {
-        e.status.clone()
+        e.status.to_string()
     } else {
         e.status_description.clone()
     };
@@ -161,9 +161,9 @@ fn eval_text(e: &Evaluation, allocs: &[model::AllocListStub], verbose: bool, now
         ("ID", short_id(&e.id, verbose).to_string()),
         ("Create Time", time(e.create_time)),
         ("Modify Time", time(e.modify_time)),
-        ("Status", e.status.clone()),
+        ("Status", e.status.to_string()),
         ("Status Description", desc),
-        ("Type", e.eval_type.clone()),
+        ("Type", e.eval_type.to_string()),
         ("TriggeredBy", e.triggered_by.clone()),
         ("Job ID", e.job_id.clone()),
         ("Namespace", e.namespace.clone()),

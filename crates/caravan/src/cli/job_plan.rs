@@ -103,7 +103,7 @@ fn dry_run_text(resp: &JobPlanResponse, job: &model::Job) -> String {
     if resp.failed_tg_allocs.is_empty() {
         out += "- All tasks successfully allocated.\n";
     } else {
-        if job.job_type.as_deref() == Some("system") {
+        if job.job_type == Some(model::JobType::System) {
             out += "- WARNING: Failed to place allocations on all nodes.\n";
         } else {
             out += "- WARNING: Failed to place all allocations.\n";

@@ -148,12 +148,12 @@ async fn one(client: &Client, prefix: &str, args: &StatusArgs) -> i32 {
 
 /// The job's `ID = …` block; a periodic job's next launch is counted from `now` (Unix nanoseconds).
 fn basic_info(job: &Job, now: i64) -> String {
-    let status = status_text(job.status.as_deref().unwrap_or(""), job.stop);
+    let status = status_text(job.status.as_ref().map_or("", |s| s.as_str()), job.stop);
     let mut pairs = vec![
         ("ID", job.id.clone()),
         ("Name", job.name.clone()),
         ("Submit Date", format_time(job.submit_time.unwrap_or(0))),
-        ("Type", job.job_type.clone().unwrap_or_default()),
+        ("Type", job.job_type.clone().unwrap_or_default().to_string()),
         ("Priority", job.priority.unwrap_or(0).to_string()),
         ("Datacenters", job.datacenters.join(",")),
         ("Namespace", job.namespace.clone().unwrap_or_default()),
@@ -216,7 +216,7 @@ pub fn status_list(jobs: &[JobListStub], with_namespace: bool) -> String {
         row!["ID", "Type", "Priority", "Status", "Submit Date"]
     }];
     for j in jobs {
-        let mut kind = j.job_type.clone();
+        let mut kind = j.job_type.to_string();
         if j.periodic {
             kind.push_str("/periodic");
         }
@@ -227,7 +227,7 @@ pub fn status_list(jobs: &[JobListStub], with_namespace: bool) -> String {
             j.id,
             kind,
             j.priority,
-            status_text(&j.status, j.stop),
+            status_text(j.status.as_str(), j.stop),
             format_time(j.submit_time)
         ];
         if with_namespace {
@@ -493,7 +493,7 @@ fn placement_failures(e: &Evaluation) -> String {
 fn deployment_text(d: &Deployment, verbose: bool) -> String {
     let mut out = format_kv(&[
         ("ID", short_id(&d.id, verbose).to_string()),
-        ("Status", d.status.clone()),
+        ("Status", d.status.to_string()),
         ("Description", d.status_description.clone()),
     ]);
     if d.task_groups.is_empty() {

@@ -11,7 +11,7 @@
 
 use super::connect::describe;
 use super::output::{format_alloc_metrics, format_time, now_nanos, short_id};
-use model::eval::{eval_status_is_terminal, EVAL_STATUS_FAILED, EVAL_STATUS_PENDING};
+use model::eval::EvalStatus;
 use model::{AllocListStub, Evaluation};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -88,8 +88,8 @@ pub fn queued_without_scheduler(eval_id: &str) -> String {
 struct AllocState {
     group: String,
     node: String,
-    desired: String,
-    client: String,
+    desired: model::alloc::DesiredStatus,
+    client: model::alloc::ClientStatus,
     client_desc: String,
     create_index: u64,
 }
@@ -97,7 +97,7 @@ struct AllocState {
 /// What the monitor has seen of an evaluation; a new state is compared with the last one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct EvalState {
-    status: String,
+    status: EvalStatus,
     node: String,
     job: String,
     deployment: String,
@@ -108,7 +108,7 @@ struct EvalState {
 impl EvalState {
     fn initial() -> EvalState {
         EvalState {
-            status: EVAL_STATUS_PENDING.into(),
+            status: EvalStatus::Pending,
             node: String::new(),
             job: String::new(),
             deployment: String::new(),
@@ -231,10 +231,10 @@ impl<'a, S: EvalSource> Monitor<'a, S> {
                 }
             };
             self.update(EvalState::of(&eval, &allocs));
-            if eval_status_is_terminal(&eval.status) {
+            if eval.status.is_terminal() {
                 return self.finish(&eval);
             }
-            if eval.status == EVAL_STATUS_PENDING && !scheduler_checked {
+            if eval.status == EvalStatus::Pending && !scheduler_checked {
                 scheduler_checked = true;
                 if self.source.schedulers_running().await == Some(false) {
                     self.info(&queued_without_scheduler(&short));
@@ -292,7 +292,7 @@ impl<'a, S: EvalSource> Monitor<'a, S> {
             }
             return Step::Next(eval.next_eval.clone());
         }
-        if placement_failed || eval.status == EVAL_STATUS_FAILED {
+        if placement_failed || eval.status == EvalStatus::Failed {
             Step::Done(EXIT_PLACEMENT)
         } else {
             Step::Done(EXIT_OK)
@@ -322,12 +322,10 @@ impl<'a, S: EvalSource> Monitor<'a, S> {
                     "Allocation \"{aid}\" modified: node \"{node}\", group \"{}\"",
                     alloc.group
                 )),
-                None if alloc.desired == model::alloc::ALLOC_DESIRED_STATUS_RUN => {
-                    self.output(&format!(
-                        "Allocation \"{aid}\" created: node \"{node}\", group \"{}\"",
-                        alloc.group
-                    ))
-                }
+                None if alloc.desired == model::alloc::DesiredStatus::Run => self.output(&format!(
+                    "Allocation \"{aid}\" created: node \"{node}\", group \"{}\"",
+                    alloc.group
+                )),
                 Some(before) if before.client != alloc.client => {
                     let desc = if alloc.client_desc.is_empty() {
                         String::new()
@@ -342,7 +340,7 @@ impl<'a, S: EvalSource> Monitor<'a, S> {
                 _ => {}
             }
         }
-        if !old.status.is_empty() && new.status != EVAL_STATUS_PENDING && old.status != new.status {
+        if new.status != EvalStatus::Pending && old.status != new.status {
             self.output(&format!(
                 "Evaluation status changed: \"{}\" -> \"{}\"",
                 old.status, new.status

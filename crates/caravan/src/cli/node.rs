@@ -188,8 +188,8 @@ pub fn node_text(n: &Node, allocs: &[Allocation], verbose: bool) -> String {
         ("Class", n.node_class.clone()),
         ("DC", n.datacenter.clone()),
         ("Drain", n.drain.to_string()),
-        ("Eligibility", n.scheduling_eligibility.clone()),
-        ("Status", n.status.clone()),
+        ("Eligibility", n.scheduling_eligibility.to_string()),
+        ("Status", n.status.to_string()),
         ("Driver Status", drivers.join(",")),
     ]);
     out.push_str("\n\nDrivers\n");

@@ -238,7 +238,7 @@ fn watched(a: &Allocation, ignore_system: bool) -> bool {
 /// Follows the drain with blocking queries: allocations marked for migration and their status
 /// changes, the drain's end, then every (watched) allocation stopped. Ctrl-C leaves the drain on.
 async fn monitor(client: &api::Client, id: &str, ignore_system: bool) -> i32 {
-    let mut seen: HashMap<String, (bool, String)> = HashMap::new();
+    let mut seen: HashMap<String, (bool, model::alloc::ClientStatus)> = HashMap::new();
     let mut index = 0;
     let mut drain_over = false;
     loop {
@@ -273,8 +273,8 @@ async fn monitor(client: &api::Client, id: &str, ignore_system: bool) -> i32 {
                 Err(e) => return fail("Error monitoring node", &e),
             };
             if node.drain_strategy.is_none() {
-                let status = node.last_drain.as_ref().map(|d| d.status.as_str());
-                if status == Some(model::node::DRAIN_STATUS_COMPLETE) {
+                let status = node.last_drain.as_ref().map(|d| &d.status);
+                if status == Some(&model::node::DrainStatus::Complete) {
                     println!("{}: Drain complete for node {id}", now_text());
                 } else {
                     println!("{}: No drain strategy set for node {id}", now_text());

@@ -607,8 +607,8 @@ fn format_volume(v: &CSIVolume, verbose: bool, short: bool) -> String {
                     .and_then(|j| j.version)
                     .unwrap_or(0)
                     .to_string(),
-                a.desired_status.clone(),
-                a.client_status.clone(),
+                a.desired_status.to_string(),
+                a.client_status.to_string(),
                 access.into(),
             ]),
             None => rows.push(vec![

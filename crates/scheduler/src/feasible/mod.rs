@@ -31,9 +31,9 @@ pub(crate) const FILTER_DEVICES: &str = "missing devices";
 
 /// Whether the node is ready for new work: status ready, eligible, not draining.
 pub(crate) fn is_ready(node: &Node) -> bool {
-    node.status_kind() == Some(NodeStatus::Ready)
+    node.status == NodeStatus::Ready
         && node.drain_strategy.is_none()
-        && node.scheduling_eligibility != SchedulingEligibility::Ineligible.as_str()
+        && node.scheduling_eligibility != SchedulingEligibility::Ineligible
 }
 
 /// Whether the node is in one of the datacenters (`*` globs allowed).

@@ -9,11 +9,8 @@ use super::{
 use crate::feasible::GroupChecks;
 use crate::limits::RESCHEDULE_WINDOW_NS;
 use crate::rng::Rng;
-use model::alloc::{
-    Allocation, ALLOC_CLIENT_STATUS_COMPLETE, ALLOC_CLIENT_STATUS_FAILED,
-    ALLOC_CLIENT_STATUS_UNKNOWN,
-};
-use model::deployment::{Deployment, DeploymentState, DEPLOYMENT_STATUS_RUNNING};
+use model::alloc::{Allocation, ClientStatus};
+use model::deployment::{Deployment, DeploymentState, DeploymentStatus};
 use model::group::{TaskGroup, UpdateStrategy};
 use model::job::Job;
 use std::cmp::Reverse;
@@ -236,7 +233,7 @@ impl Reconciler<'_> {
                 .filter(|r| !r.server_terminal() && !r.client_terminal())
                 .map(|r| Arc::clone(r))
         };
-        let unknown = |a: &Allocation| a.client_status == ALLOC_CLIENT_STATUS_UNKNOWN;
+        let unknown = |a: &Allocation| a.client_status == ClientStatus::Unknown;
         let mut s = Sets::default();
         let mut reconnecting: Vec<(Arc<Allocation>, Arc<Allocation>)> = Vec::new();
         for a in allocs {
@@ -247,10 +244,10 @@ impl Reconciler<'_> {
                 continue;
             }
             if a.client_terminal() {
-                match a.client_status.as_str() {
+                match a.client_status {
                     _ if !a.next_allocation.is_empty() => {}
-                    ALLOC_CLIENT_STATUS_COMPLETE if batch => s.untainted.push(a.clone()),
-                    ALLOC_CLIENT_STATUS_FAILED => self.classify_failed(tg, a, &mut s),
+                    ClientStatus::Complete if batch => s.untainted.push(a.clone()),
+                    ClientStatus::Failed => self.classify_failed(tg, a, &mut s),
                     _ => {}
                 }
                 continue;
@@ -344,7 +341,7 @@ impl Reconciler<'_> {
             .into_iter()
             .map(|a| {
                 let kind = match update_kind(a.job.as_deref(), job, &tg.name) {
-                    _ if a.client_status == ALLOC_CLIENT_STATUS_COMPLETE => UpdateKind::Ignore,
+                    _ if a.client_status == ClientStatus::Complete => UpdateKind::Ignore,
                     UpdateKind::InPlace if a.client_terminal() => UpdateKind::Destructive,
                     UpdateKind::InPlace => {
                         let checks = checks.get_or_insert_with(|| GroupChecks::new(job, tg));
@@ -572,7 +569,7 @@ impl Reconciler<'_> {
     /// The allocation's client status becomes `unknown`: its node is disconnected.
     fn mark_unknown(&mut self, a: &Arc<Allocation>) {
         let mut u = (**a).clone();
-        u.client_status = ALLOC_CLIENT_STATUS_UNKNOWN.into();
+        u.client_status = ClientStatus::Unknown;
         u.client_description = "alloc is unknown since its node is disconnected".into();
         u.job = None;
         self.results.attribute_updates.push(u);
@@ -623,7 +620,7 @@ fn new_deployment(
         job_modify_index: job.modify_index.unwrap_or(0),
         job_spec_modify_index: job.job_modify_index.unwrap_or(0),
         job_create_index: job.create_index.unwrap_or(0),
-        status: DEPLOYMENT_STATUS_RUNNING.into(),
+        status: DeploymentStatus::Running,
         status_description: model::deployment::DEPLOYMENT_DESC_RUNNING.into(),
         eval_priority: eval.priority,
         create_time: now,

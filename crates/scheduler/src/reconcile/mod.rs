@@ -19,13 +19,12 @@ pub use group::keep_original;
 
 use crate::rng::Rng;
 use crate::time::format_unix_nanos;
-use model::alloc::{Allocation, ALLOC_CLIENT_STATUS_COMPLETE, ALLOC_CLIENT_STATUS_LOST};
+use model::alloc::{Allocation, ClientStatus};
 use model::deployment::{
-    Deployment, DeploymentStatusUpdate, DEPLOYMENT_DESC_NEWER_JOB, DEPLOYMENT_DESC_STOPPED_JOB,
-    DEPLOYMENT_STATUS_CANCELLED, DEPLOYMENT_STATUS_FAILED, DEPLOYMENT_STATUS_PAUSED,
-    DEPLOYMENT_STATUS_PENDING, DEPLOYMENT_STATUS_SUCCESSFUL,
+    Deployment, DeploymentStatus, DeploymentStatusUpdate, DEPLOYMENT_DESC_NEWER_JOB,
+    DEPLOYMENT_DESC_STOPPED_JOB,
 };
-use model::eval::{Evaluation, EVAL_STATUS_PENDING, EVAL_TRIGGER_RETRY_FAILED_ALLOC};
+use model::eval::{EvalStatus, Evaluation, EVAL_TRIGGER_RETRY_FAILED_ALLOC};
 use model::job::Job;
 use model::node::{Node, NodeStatus};
 use model::plan::DesiredUpdates;
@@ -65,7 +64,7 @@ pub(crate) struct Stop {
     pub(crate) alloc: Arc<Allocation>,
     pub(crate) desc: &'static str,
     /// Set to `lost` for allocations on down nodes.
-    pub(crate) client_status: Option<&'static str>,
+    pub(crate) client_status: Option<ClientStatus>,
 }
 
 /// An allocation to place.
@@ -170,14 +169,14 @@ impl<'a> Reconciler<'a> {
             self.old = Some(d);
             return;
         }
-        if d.status == DEPLOYMENT_STATUS_SUCCESSFUL {
+        if d.status == DeploymentStatus::Successful {
             return;
         }
         self.paused = matches!(
-            d.status.as_str(),
-            DEPLOYMENT_STATUS_PAUSED | DEPLOYMENT_STATUS_PENDING
+            d.status,
+            DeploymentStatus::Paused | DeploymentStatus::Pending
         );
-        self.failed = d.status == DEPLOYMENT_STATUS_FAILED;
+        self.failed = d.status == DeploymentStatus::Failed;
         self.current = Some(d);
     }
 
@@ -186,7 +185,7 @@ impl<'a> Reconciler<'a> {
             .deployment_updates
             .push(DeploymentStatusUpdate {
                 deployment_id: d.id.clone(),
-                status: DEPLOYMENT_STATUS_CANCELLED.into(),
+                status: DeploymentStatus::Cancelled,
                 status_description: desc.into(),
             });
     }
@@ -205,7 +204,7 @@ impl<'a> Reconciler<'a> {
         self.results.stops.push(Stop {
             alloc: alloc.clone(),
             desc,
-            client_status: lost.then_some(ALLOC_CLIENT_STATUS_LOST),
+            client_status: lost.then_some(ClientStatus::Lost),
         });
         self.desired(&alloc.task_group).stop += 1;
     }
@@ -248,13 +247,13 @@ impl<'a> Reconciler<'a> {
             Some(d)
                 if !self.created
                     && self.complete
-                    && d.status == model::deployment::DEPLOYMENT_STATUS_RUNNING =>
+                    && d.status == model::deployment::DeploymentStatus::Running =>
             {
                 self.results
                     .deployment_updates
                     .push(DeploymentStatusUpdate {
                         deployment_id: d.id.clone(),
-                        status: DEPLOYMENT_STATUS_SUCCESSFUL.into(),
+                        status: DeploymentStatus::Successful,
                         status_description: model::deployment::DEPLOYMENT_DESC_SUCCESSFUL.into(),
                     });
             }
@@ -296,7 +295,7 @@ impl<'a> Reconciler<'a> {
             triggered_by: EVAL_TRIGGER_RETRY_FAILED_ALLOC.into(),
             job_id: job.id.clone(),
             job_modify_index: job.modify_index.unwrap_or(0),
-            status: EVAL_STATUS_PENDING.into(),
+            status: EvalStatus::Pending,
             status_description: DESC_FOLLOWUP_EVAL.into(),
             wait_until: Some(format_unix_nanos(at)),
             previous_eval: eval.id.clone(),
@@ -312,7 +311,7 @@ impl<'a> Reconciler<'a> {
         let failed = self
             .current
             .as_ref()
-            .filter(|d| d.status == DEPLOYMENT_STATUS_FAILED);
+            .filter(|d| d.status == DeploymentStatus::Failed);
         for d in self.old.iter().chain(failed) {
             for s in d.task_groups.values().filter(|s| !s.promoted) {
                 ids.extend(s.placed_canaries.iter().cloned());
@@ -353,10 +352,10 @@ pub(crate) fn node_taint(nodes: &NodeMap, node_id: &str, tolerates_disconnect: b
     let Some(Some(node)) = nodes.get(node_id) else {
         return Taint::Lost;
     };
-    match node.status_kind() {
-        Some(NodeStatus::Down) => Taint::Lost,
-        Some(NodeStatus::Disconnected) if !tolerates_disconnect => Taint::Lost,
-        Some(NodeStatus::Disconnected) => Taint::Disconnected,
+    match node.status {
+        NodeStatus::Down => Taint::Lost,
+        NodeStatus::Disconnected if !tolerates_disconnect => Taint::Lost,
+        NodeStatus::Disconnected => Taint::Disconnected,
         _ if node.drain_strategy.is_some() => Taint::Draining,
         _ => Taint::Fine,
     }
@@ -364,7 +363,7 @@ pub(crate) fn node_taint(nodes: &NodeMap, node_id: &str, tolerates_disconnect: b
 
 /// The client finished it without failure (all tasks dead and not failed).
 pub(crate) fn ran_successfully(a: &Allocation) -> bool {
-    a.client_status == ALLOC_CLIENT_STATUS_COMPLETE
+    a.client_status == ClientStatus::Complete
         || (!a.task_states.is_empty() && a.task_states.values().all(|s| s.successful()))
 }
 

@@ -249,7 +249,7 @@ pub(crate) fn candidates(snap: &StateSnapshot, plugin_id: &str) -> Vec<Candidate
             let node = snap.node(node_id);
             let skipped = match &node {
                 None => Some("its node is gone".to_string()),
-                Some(n) if n.status != NodeStatus::Ready.as_str() => {
+                Some(n) if n.status != NodeStatus::Ready => {
                     Some(format!("its node is {}", n.status))
                 }
                 Some(_) if !info.healthy => Some(format!(

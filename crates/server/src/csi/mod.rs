@@ -295,9 +295,8 @@ pub(crate) fn namespace_or_default(ns: &str) -> String {
 
 /// Down, disconnected or garbage-collected: nothing can be undone on that node.
 pub(crate) fn node_is_gone(snap: &StateSnapshot, node_id: &str) -> bool {
-    snap.node(node_id).is_none_or(|n| {
-        n.status == NodeStatus::Down.as_str() || n.status == NodeStatus::Disconnected.as_str()
-    })
+    snap.node(node_id)
+        .is_none_or(|n| matches!(n.status, NodeStatus::Down | NodeStatus::Disconnected))
 }
 
 /// Whether the plugin has a controller that attaches volumes (PUBLISH_UNPUBLISH_VOLUME).

@@ -59,7 +59,7 @@ pub fn fill_plugin(snap: &StateSnapshot, p: &CSIPlugin) -> CSIPlugin {
                     continue;
                 }
                 let ns = job.namespace.clone().unwrap_or_else(|| "default".into());
-                let expected = if job.job_type.as_deref() == Some("system") {
+                let expected = if job.job_type == Some(model::JobType::System) {
                     i64::try_from(
                         snap.allocs_by_job(&ns, &job.id)
                             .iter()

@@ -7,10 +7,9 @@ use crate::error::ServerError;
 use crate::leader::deploy::{fail_command, watcher_eval};
 use crate::server::Server;
 use model::deployment::{
-    Deployment, DeploymentStatusUpdate, DEPLOYMENT_DESC_FAILED_ALLOCATIONS,
+    Deployment, DeploymentStatus, DeploymentStatusUpdate, DEPLOYMENT_DESC_FAILED_ALLOCATIONS,
     DEPLOYMENT_DESC_FAILED_BY_USER, DEPLOYMENT_DESC_PAUSED, DEPLOYMENT_DESC_RUNNING,
     DEPLOYMENT_DESC_RUNNING_AUTO_PROMOTION, DEPLOYMENT_DESC_RUNNING_NEEDS_PROMOTION,
-    DEPLOYMENT_STATUS_PAUSED, DEPLOYMENT_STATUS_RUNNING,
 };
 use model::eval::EVAL_TRIGGER_JOB_REGISTER;
 use model::wire::{
@@ -200,7 +199,7 @@ fn promote_command(
             d.status
         )));
     }
-    if d.status == DEPLOYMENT_STATUS_PAUSED {
+    if d.status == DeploymentStatus::Paused {
         return Err(ServerError::bad_request(
             "can't promote a paused deployment; resume it first (deployment resume)",
         ));
@@ -259,7 +258,7 @@ fn pause_command(d: &Deployment, job: &Job, pause: bool, now: i64) -> Result<Com
         )));
     }
     let (status, desc, eval) = if pause {
-        (DEPLOYMENT_STATUS_PAUSED, DEPLOYMENT_DESC_PAUSED, None)
+        (DeploymentStatus::Paused, DEPLOYMENT_DESC_PAUSED, None)
     } else {
         let desc = if d.requires_promotion() {
             if d.has_auto_promote() {
@@ -271,7 +270,7 @@ fn pause_command(d: &Deployment, job: &Job, pause: bool, now: i64) -> Result<Com
             DEPLOYMENT_DESC_RUNNING
         };
         (
-            DEPLOYMENT_STATUS_RUNNING,
+            DeploymentStatus::Running,
             desc,
             Some(watcher_eval(job, d, now)),
         )
@@ -279,7 +278,7 @@ fn pause_command(d: &Deployment, job: &Job, pause: bool, now: i64) -> Result<Com
     Ok(Command::DeploymentStatus {
         update: DeploymentStatusUpdate {
             deployment_id: d.id.clone(),
-            status: status.into(),
+            status,
             status_description: desc.into(),
         },
         job: None,

@@ -3,9 +3,7 @@
 use super::{new_id, now_nanos};
 use crate::error::ServerError;
 use crate::server::Server;
-use model::eval::{
-    Evaluation, EVAL_STATUS_PENDING, EVAL_TRIGGER_JOB_DEREGISTER, EVAL_TRIGGER_JOB_REGISTER,
-};
+use model::eval::{EvalStatus, Evaluation, EVAL_TRIGGER_JOB_DEREGISTER, EVAL_TRIGGER_JOB_REGISTER};
 use model::wire::{JobDeregisterResponse, JobRegisterResponse};
 use model::Job;
 use serde::{Deserialize, Serialize};
@@ -111,7 +109,7 @@ pub(crate) fn new_eval(job: &Job, trigger: &str, priority: i32, now: i64) -> Eva
         eval_type: job.job_type.clone().unwrap_or_else(|| "service".into()),
         triggered_by: trigger.into(),
         job_id: job.id.clone(),
-        status: EVAL_STATUS_PENDING.into(),
+        status: EvalStatus::Pending,
         create_time: now,
         modify_time: now,
         ..Evaluation::default()

@@ -4,7 +4,7 @@
 use super::{new_id, now_nanos};
 use crate::error::ServerError;
 use crate::server::Server;
-use model::eval::{Evaluation, EVAL_STATUS_PENDING, EVAL_TRIGGER_NODE_UPDATE};
+use model::eval::{EvalStatus, Evaluation, EVAL_TRIGGER_NODE_UPDATE};
 use model::node::{Node, NodeStatus};
 use model::wire::{
     AllocGetAllocsRequest, AllocGetAllocsResponse, NodeClientAllocsRequest,
@@ -59,7 +59,7 @@ impl Server {
         }
         let wants_evals = should_create_node_evals(original.as_deref(), &node);
         let node_id = node.id.clone();
-        let down = node.status_kind() == Some(NodeStatus::Down);
+        let down = node.status == NodeStatus::Down;
         let resp = self.apply(Command::NodeRegister { node }).await?;
         let ttl = self.reset_heartbeat(&node_id, down);
         let mut index = resp.index;
@@ -107,11 +107,11 @@ impl Server {
     pub(crate) async fn node_set_status_local(
         &self,
         node: &Node,
-        status: &str,
+        status: &NodeStatus,
     ) -> Result<u64, ServerError> {
         let cmd = Command::NodeUpdateStatus {
             node_id: node.id.clone(),
-            status: status.to_owned(),
+            status: status.clone(),
             updated_at: now_nanos() / 1_000_000_000,
         };
         let mut index = self.apply(cmd).await?.index;
@@ -135,15 +135,15 @@ impl Server {
     pub(crate) async fn node_mark_down(
         &self,
         node_id: &str,
-    ) -> Result<Option<&'static str>, ServerError> {
+    ) -> Result<Option<NodeStatus>, ServerError> {
         let snap = self.state().snapshot();
         let Some(node) = snap.node(node_id) else {
             return Ok(None);
         };
-        if node.status_kind() == Some(NodeStatus::Down) {
+        if node.status == NodeStatus::Down {
             return Ok(None);
         }
-        if node.status_kind() == Some(NodeStatus::Disconnected) {
+        if node.status == NodeStatus::Disconnected {
             // Its timer may be a new leader's failover TTL: it goes down only once its
             // `lost_after` has passed since it was written disconnected.
             if let Some(window) = disconnect_window(&snap, node_id) {
@@ -160,14 +160,13 @@ impl Server {
                 }
             }
         } else if let Some(window) = disconnect_window(&snap, node_id) {
-            self.node_set_status_local(&node, NodeStatus::Disconnected.as_str())
+            self.node_set_status_local(&node, &NodeStatus::Disconnected)
                 .await?;
             self.leadership().node_heartbeat(node_id, window);
-            return Ok(Some(NodeStatus::Disconnected.as_str()));
+            return Ok(Some(NodeStatus::Disconnected));
         }
-        self.node_set_status_local(&node, NodeStatus::Down.as_str())
-            .await?;
-        Ok(Some(NodeStatus::Down.as_str()))
+        self.node_set_status_local(&node, &NodeStatus::Down).await?;
+        Ok(Some(NodeStatus::Down))
     }
 }
 
@@ -183,8 +182,8 @@ fn reconnect_losers(
         let Some(original) = snap.alloc(&u.id) else {
             continue;
         };
-        if original.client_status != model::alloc::ALLOC_CLIENT_STATUS_UNKNOWN
-            || u.client_status != model::alloc::ALLOC_CLIENT_STATUS_RUNNING
+        if original.client_status != model::alloc::ClientStatus::Unknown
+            || u.client_status != model::alloc::ClientStatus::Running
             || original.server_terminal()
         {
             continue;
@@ -211,9 +210,9 @@ fn reconnect_losers(
         // A stop, not a copy: what the loser's client reported since `snap` stays.
         out.push(state::AllocStop {
             alloc_id: loser.id.clone(),
-            desired_status: model::alloc::ALLOC_DESIRED_STATUS_STOP.into(),
+            desired_status: model::alloc::DesiredStatus::Stop,
             desired_description: scheduler::DESC_RECONNECTED.into(),
-            client_status: String::new(),
+            client_status: None,
             followup_eval_id: String::new(),
             modify_time: now,
         });
@@ -238,20 +237,19 @@ fn disconnect_window(snap: &state::StateSnapshot, node_id: &str) -> Option<std::
 
 /// Nomad's `ShouldDrainNode(new)` or `nodeStatusTransitionRequiresEval(new, old)`: a node going down
 /// or disconnected, coming back from down or disconnected, or done initializing.
-fn status_change_wants_evals(old: &str, new: &str) -> bool {
+fn status_change_wants_evals(old: &NodeStatus, new: &NodeStatus) -> bool {
     use NodeStatus::{Disconnected, Down, Initializing, Ready};
-    let (old, new) = (NodeStatus::parse(old), NodeStatus::parse(new));
     if old == new {
         return false;
     }
-    matches!(new, Some(Down | Disconnected))
-        || old == Some(Disconnected)
-        || (matches!(old, Some(Initializing | Down)) && new == Some(Ready))
+    matches!(new, Down | Disconnected)
+        || *old == Disconnected
+        || (matches!(old, Initializing | Down) && *new == Ready)
 }
 
 /// Nomad's `shouldCreateNodeEval`: a new node, or one whose status changed into ready.
 fn should_create_node_evals(original: Option<&Node>, node: &Node) -> bool {
-    let ready = node.status_kind() == Some(NodeStatus::Ready);
+    let ready = node.status == NodeStatus::Ready;
     match original {
         None => ready,
         Some(o) => ready && o.status != node.status,
@@ -285,7 +283,7 @@ pub(super) fn node_evals(snap: &StateSnapshot, node: &Node, now: i64) -> Vec<Eva
             job_modify_index: job.job_modify_index.unwrap_or(0),
             node_id: node.id.clone(),
             node_modify_index: node.modify_index,
-            status: EVAL_STATUS_PENDING.into(),
+            status: EvalStatus::Pending,
             create_time: now,
             modify_time: now,
             ..Evaluation::default()
@@ -339,17 +337,24 @@ impl Server {
                 .await;
         }
         let node = self.known_node(&req.node_id, &req.secret_id)?;
-        let was_down = node.status_kind() == Some(NodeStatus::Down);
-        let status = match req.status.as_str() {
-            "" if was_down => NodeStatus::Ready.as_str(),
-            "" => node.status.as_str(),
-            s => s,
+        let was_down = node.status == NodeStatus::Down;
+        let status = match req.status {
+            None if was_down => NodeStatus::Ready,
+            None => node.status.clone(),
+            Some(s) => s,
         };
-        let down = NodeStatus::parse(status) == Some(NodeStatus::Down);
+        if !status.is_known() {
+            return Err(ServerError::bad_request(format!(
+                "Status: unknown node status {:?}; expected one of {}",
+                status.as_str(),
+                NodeStatus::NAMES.join(", ")
+            )));
+        }
+        let down = status == NodeStatus::Down;
         let ttl = self.reset_heartbeat(&node.id, down);
         let mut index = self.state().snapshot().table_index(state::Table::Nodes);
         if node.status != status {
-            index = self.node_set_status_local(&node, status).await?;
+            index = self.node_set_status_local(&node, &status).await?;
         }
         Ok(self.node_update_response(index, ttl))
     }
@@ -464,7 +469,7 @@ impl Server {
             let Some(existing) = snap.alloc(&update.id) else {
                 continue;
             };
-            let newly_failed = update.client_status == model::alloc::ALLOC_CLIENT_STATUS_FAILED
+            let newly_failed = update.client_status == model::alloc::ClientStatus::Failed
                 && existing.client_status != update.client_status;
             let Some(job) = existing.job.as_ref().filter(|_| newly_failed) else {
                 continue;
@@ -478,7 +483,7 @@ impl Server {
                     eval_type: job.job_type.clone().unwrap_or_default(),
                     triggered_by: model::eval::EVAL_TRIGGER_RETRY_FAILED_ALLOC.into(),
                     job_id: existing.job_id.clone(),
-                    status: EVAL_STATUS_PENDING.into(),
+                    status: EvalStatus::Pending,
                     create_time: now,
                     modify_time: now,
                     ..Evaluation::default()
@@ -559,13 +564,25 @@ mod tests {
 
     #[test]
     fn status_changes_that_evaluate_the_nodes_jobs() {
-        assert!(status_change_wants_evals("ready", "down"));
-        assert!(status_change_wants_evals("down", "ready"));
-        assert!(status_change_wants_evals("initializing", "ready"));
-        assert!(status_change_wants_evals("ready", "disconnected"));
-        assert!(status_change_wants_evals("disconnected", "ready"));
-        assert!(!status_change_wants_evals("ready", "ready"));
-        assert!(!status_change_wants_evals("down", "down"));
-        assert!(!status_change_wants_evals("ready", "initializing"));
+        assert!(status_change_wants_evals(&"ready".into(), &"down".into()));
+        assert!(status_change_wants_evals(&"down".into(), &"ready".into()));
+        assert!(status_change_wants_evals(
+            &"initializing".into(),
+            &"ready".into()
+        ));
+        assert!(status_change_wants_evals(
+            &"ready".into(),
+            &"disconnected".into()
+        ));
+        assert!(status_change_wants_evals(
+            &"disconnected".into(),
+            &"ready".into()
+        ));
+        assert!(!status_change_wants_evals(&"ready".into(), &"ready".into()));
+        assert!(!status_change_wants_evals(&"down".into(), &"down".into()));
+        assert!(!status_change_wants_evals(
+            &"ready".into(),
+            &"initializing".into()
+        ));
     }
 }

@@ -62,7 +62,7 @@ impl Server {
         };
         let becomes_eligible = strategy.is_none()
             && req.mark_eligible
-            && node.scheduling_eligibility == SchedulingEligibility::Ineligible.as_str();
+            && node.scheduling_eligibility == SchedulingEligibility::Ineligible;
         let cmd = Command::NodeUpdateDrain {
             node_id: node.id.clone(),
             drain_strategy: strategy,
@@ -110,7 +110,7 @@ impl Server {
                 "can not set node's scheduling eligibility to eligible while it is draining",
             ));
         }
-        if node.scheduling_eligibility == wanted.as_str() {
+        if node.scheduling_eligibility == wanted {
             return Ok(NodeWriteResponse {
                 node_modify_index: node.modify_index,
                 index: node.modify_index,
@@ -118,13 +118,14 @@ impl Server {
             });
         }
         let now = now_nanos();
-        let message = match wanted {
-            SchedulingEligibility::Eligible => NODE_EVENT_ELIGIBLE,
-            SchedulingEligibility::Ineligible => NODE_EVENT_INELIGIBLE,
+        let message = if wanted == SchedulingEligibility::Eligible {
+            NODE_EVENT_ELIGIBLE
+        } else {
+            NODE_EVENT_INELIGIBLE
         };
         let cmd = Command::NodeUpdateEligibility {
             node_id: node.id.clone(),
-            eligibility: wanted.as_str().into(),
+            eligibility: wanted.clone(),
             event: Some(event(NODE_EVENT_SUBSYSTEM_CLUSTER, message, now)),
             updated_at: now / 1_000_000_000,
         };

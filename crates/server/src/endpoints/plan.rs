@@ -113,7 +113,7 @@ fn would_be(existing: Option<&Job>, mut job: Job, index: u64) -> Job {
             job.modify_index = Some(index + 1);
             job.job_modify_index = Some(index + 1);
             job.version = Some(0);
-            job.status = Some(state::JOB_STATUS_PENDING.into());
+            job.status = Some(model::JobStatus::Pending);
             job
         }
     }

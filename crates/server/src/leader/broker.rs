@@ -31,10 +31,7 @@ use super::limits::{
     FAILED_FOLLOW_UP_DELAY_RANGE_NS, NACK_DELAY_INITIAL_NS, NACK_DELAY_SUBSEQUENT_NS,
     UNACK_TIMEOUT_NS, UNBLOCK_CLASSES_MAX,
 };
-use model::eval::{
-    Evaluation, EVAL_STATUS_CANCELED, EVAL_STATUS_FAILED, EVAL_STATUS_PENDING,
-    EVAL_TRIGGER_FAILED_FOLLOW_UP,
-};
+use model::eval::{EvalStatus, Evaluation, EVAL_TRIGGER_FAILED_FOLLOW_UP};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
@@ -382,7 +379,7 @@ impl EvalBroker {
         let Some(entry) = self.entries.get_mut(id) else {
             return;
         };
-        let queue = entry.eval.eval_type.clone();
+        let queue = entry.eval.eval_type.as_str().to_owned();
         let key = (
             Reverse(entry.eval.priority),
             entry.eval.create_index,
@@ -725,7 +722,7 @@ fn wakes(eval: &Evaluation, class: &str) -> bool {
 
 fn canceled(eval: &Evaluation, why: &str) -> Evaluation {
     let mut e = eval.clone();
-    e.status = EVAL_STATUS_CANCELED.into();
+    e.status = EvalStatus::Canceled;
     e.status_description = why.into();
     e
 }
@@ -750,7 +747,7 @@ pub(crate) fn failed_with_follow_up(eval: &Evaluation, now: i64) -> (Evaluation,
         triggered_by: EVAL_TRIGGER_FAILED_FOLLOW_UP.into(),
         job_id: eval.job_id.clone(),
         job_modify_index: eval.job_modify_index,
-        status: EVAL_STATUS_PENDING.into(),
+        status: EvalStatus::Pending,
         wait_until: Some(state::format_unix_nanos(due)),
         previous_eval: eval.id.clone(),
         create_time: now,
@@ -758,7 +755,7 @@ pub(crate) fn failed_with_follow_up(eval: &Evaluation, now: i64) -> (Evaluation,
         ..Evaluation::default()
     };
     let mut failed = eval.clone();
-    failed.status = EVAL_STATUS_FAILED.into();
+    failed.status = EvalStatus::Failed;
     failed.status_description =
         format!("evaluation reached delivery limit ({EVAL_DELIVERY_LIMIT})");
     failed.next_eval.clone_from(&follow_up.id);

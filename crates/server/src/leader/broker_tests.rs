@@ -1,7 +1,7 @@
 //! The broker engine driven synchronously: one event at a time, time as a number.
 
 use super::*;
-use model::eval::{EVAL_STATUS_BLOCKED, EVAL_STATUS_COMPLETE};
+use model::eval::EvalStatus;
 
 const T0: i64 = 1_714_564_800_000_000_000;
 const SEC: i64 = 1_000_000_000;
@@ -15,7 +15,7 @@ fn eval(id: &str, job: &str, priority: i32, create_index: u64) -> Evaluation {
         eval_type: SERVICE.into(),
         triggered_by: "job-register".into(),
         job_id: job.into(),
-        status: EVAL_STATUS_PENDING.into(),
+        status: EvalStatus::Pending,
         create_index,
         modify_index: create_index,
         ..Evaluation::default()
@@ -24,7 +24,7 @@ fn eval(id: &str, job: &str, priority: i32, create_index: u64) -> Evaluation {
 
 fn blocked(id: &str, job: &str, create_index: u64, classes: &[(&str, bool)]) -> Evaluation {
     let mut e = eval(id, job, 50, create_index);
-    e.status = EVAL_STATUS_BLOCKED.into();
+    e.status = EvalStatus::Blocked;
     e.snapshot_index = create_index;
     e.class_eligibility = classes.iter().map(|(c, ok)| ((*c).into(), *ok)).collect();
     e
@@ -331,7 +331,7 @@ fn a_delayed_evaluation_that_becomes_terminal_in_state_is_dropped() {
     let mut later = eval("later", "web", 50, 1);
     later.wait_until = Some(state::format_unix_nanos(T0 + 30 * SEC));
     let mut h = Harness::new(vec![later.clone()]);
-    later.status = EVAL_STATUS_CANCELED.into();
+    later.status = EvalStatus::Canceled;
     later.modify_index = 2;
     h.changed(vec![later], T0);
     assert_eq!(h.b.stats(), BrokerStats::default());
@@ -417,7 +417,7 @@ fn what_the_worker_wrote_decides_after_the_ack_a_reblocked_evaluation_blocks_aga
     let d = h.dequeue(T0).unwrap();
     h.ack(&d, T0);
     let mut done = blocked("b1", "web", 5, &[]);
-    done.status = EVAL_STATUS_COMPLETE.into();
+    done.status = EvalStatus::Complete;
     done.modify_index = 10;
     h.changed(vec![done], T0);
     assert_eq!(h.b.stats(), BrokerStats::default());
@@ -427,7 +427,7 @@ fn what_the_worker_wrote_decides_after_the_ack_a_reblocked_evaluation_blocks_aga
 fn a_ready_evaluation_completed_elsewhere_passes_its_jobs_slot_on() {
     let mut h = Harness::new(vec![eval("e1", "web", 50, 1), eval("e2", "web", 50, 2)]);
     let mut done = eval("e1", "web", 50, 1);
-    done.status = EVAL_STATUS_COMPLETE.into();
+    done.status = EvalStatus::Complete;
     done.modify_index = 3;
     h.changed(vec![done], T0);
     assert_eq!(h.drain(T0), ["e2"]);
@@ -437,7 +437,7 @@ fn a_ready_evaluation_completed_elsewhere_passes_its_jobs_slot_on() {
 #[test]
 fn rebuild_tracks_every_live_evaluation_and_flush_drops_them() {
     let mut done = eval("done", "x", 50, 1);
-    done.status = EVAL_STATUS_COMPLETE.into();
+    done.status = EvalStatus::Complete;
     let mut h = Harness::new(vec![
         eval("e1", "web", 50, 2),
         blocked("b1", "api", 3, &[]),

@@ -17,8 +17,8 @@
 use crate::endpoints::{new_eval, now_nanos};
 use crate::server::Server;
 use model::deployment::{
-    Deployment, DeploymentStatusUpdate, DEPLOYMENT_DESC_FAILED_ALLOCATIONS,
-    DEPLOYMENT_DESC_PROGRESS_DEADLINE, DEPLOYMENT_STATUS_FAILED, DEPLOYMENT_STATUS_RUNNING,
+    Deployment, DeploymentStatus, DeploymentStatusUpdate, DEPLOYMENT_DESC_FAILED_ALLOCATIONS,
+    DEPLOYMENT_DESC_PROGRESS_DEADLINE,
 };
 use model::eval::{Evaluation, EVAL_TRIGGER_DEPLOYMENT_WATCHER};
 use model::Job;
@@ -36,7 +36,7 @@ struct Progress {
     healthy: i64,
     unhealthy: i64,
     promoted: usize,
-    status: String,
+    status: model::DeploymentStatus,
 }
 
 impl Progress {
@@ -89,7 +89,7 @@ impl Watcher {
         let mut next: Option<i64> = None;
         let mut running = Vec::new();
         for d in snap.deployments(None, "") {
-            if d.status != DEPLOYMENT_STATUS_RUNNING {
+            if d.status != DeploymentStatus::Running {
                 continue;
             }
             running.push(d.id.clone());
@@ -281,7 +281,7 @@ pub(crate) fn fail_command(
     Command::DeploymentStatus {
         update: DeploymentStatusUpdate {
             deployment_id: d.id.clone(),
-            status: DEPLOYMENT_STATUS_FAILED.into(),
+            status: DeploymentStatus::Failed,
             status_description,
         },
         job: revert_to,

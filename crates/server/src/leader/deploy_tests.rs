@@ -4,7 +4,7 @@
 use super::*;
 use crate::leader::testkit::{alloc, job, node, Cluster};
 use model::alloc::AllocDeploymentStatus;
-use model::deployment::{DeploymentState, DEPLOYMENT_STATUS_SUCCESSFUL};
+use model::deployment::{DeploymentState, DeploymentStatus};
 use model::wire::AllocClientUpdate;
 
 const SEC: i64 = 1_000_000_000;
@@ -23,7 +23,7 @@ fn rollout(auto_revert: bool, canaries: i64, auto_promote: bool) -> Cluster {
         deployment: deployment(
             "d0",
             &stored,
-            DEPLOYMENT_STATUS_SUCCESSFUL,
+            DeploymentStatus::Successful,
             auto_revert,
             0,
             false,
@@ -37,7 +37,7 @@ fn rollout(auto_revert: bool, canaries: i64, auto_promote: bool) -> Cluster {
         deployment: deployment(
             "d1",
             &stored,
-            DEPLOYMENT_STATUS_RUNNING,
+            DeploymentStatus::Running,
             auto_revert,
             canaries,
             auto_promote,
@@ -61,7 +61,7 @@ fn rollout(auto_revert: bool, canaries: i64, auto_promote: bool) -> Cluster {
 fn deployment(
     id: &str,
     job: &Job,
-    status: &str,
+    status: DeploymentStatus,
     auto_revert: bool,
     canaries: i64,
     auto_promote: bool,
@@ -73,7 +73,7 @@ fn deployment(
         job_version: job.version.unwrap_or(0),
         job_create_index: job.create_index.unwrap_or(0),
         job_modify_index: job.job_modify_index.unwrap_or(0),
-        status: status.into(),
+        status,
         ..Deployment::default()
     };
     d.task_groups.insert(
@@ -146,7 +146,7 @@ fn an_unhealthy_allocation_fails_the_deployment_and_auto_revert_rolls_back_to_th
     let Command::DeploymentStatus { update, job, .. } = &cmd else {
         panic!("{cmd:?}")
     };
-    assert_eq!(update.status, DEPLOYMENT_STATUS_FAILED);
+    assert_eq!(update.status, DeploymentStatus::Failed);
     assert_eq!(
         update.status_description,
         "Failed due to unhealthy allocations - rolling back to job version 0"
@@ -155,7 +155,7 @@ fn an_unhealthy_allocation_fails_the_deployment_and_auto_revert_rolls_back_to_th
     c.apply(cmd);
     let snap = c.snap();
     let d = snap.deployment("d1").unwrap();
-    assert_eq!(d.status, DEPLOYMENT_STATUS_FAILED);
+    assert_eq!(d.status, DeploymentStatus::Failed);
     let current = snap.job("default", "web").unwrap();
     assert_eq!(current.version, Some(2), "the rollback is a new version");
     let cpu = |j: &Job| j.task_groups[0].tasks[0].resources.as_ref().unwrap().cpu;

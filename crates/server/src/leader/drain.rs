@@ -22,7 +22,7 @@
 
 use crate::endpoints::{new_eval, now_nanos};
 use crate::server::Server;
-use model::alloc::{Allocation, DesiredTransition, ALLOC_CLIENT_STATUS_RUNNING};
+use model::alloc::{Allocation, ClientStatus, DesiredTransition};
 use model::eval::{Evaluation, EVAL_TRIGGER_NODE_DRAIN};
 use model::node::{
     Node, NodeEvent, NODE_EVENT_DRAIN_COMPLETE, NODE_EVENT_DRAIN_DEADLINED,
@@ -136,7 +136,7 @@ fn healthy(a: &Allocation) -> bool {
     }
     match a.deployment_status.as_ref().and_then(|s| s.healthy) {
         Some(h) => h,
-        None => a.client_status == ALLOC_CLIENT_STATUS_RUNNING,
+        None => a.client_status == ClientStatus::Running,
     }
 }
 

@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::leader::testkit::{alloc, job, node, Cluster};
-use model::alloc::{ALLOC_CLIENT_STATUS_COMPLETE, ALLOC_DESIRED_STATUS_STOP};
-use model::node::{DrainStrategy, DRAIN_STATUS_COMPLETE};
+use model::alloc::{ClientStatus, DesiredStatus};
+use model::node::{DrainStatus, DrainStrategy};
 
 const SEC: i64 = 1_000_000_000;
 const NOW: i64 = 1_700_000_000 * SEC;
@@ -31,7 +31,7 @@ fn start_drain(c: &mut Cluster, node_id: &str, deadline_s: i64, ignore_system: b
 
 fn running(id: &str, job: &Job, node: &str) -> Allocation {
     let mut a = alloc(id, job, node, 100, 64);
-    a.client_status = ALLOC_CLIENT_STATUS_RUNNING.into();
+    a.client_status = ClientStatus::Running;
     a
 }
 
@@ -92,8 +92,8 @@ fn step(c: &mut Cluster, now: i64) -> (Vec<String>, Vec<String>, Vec<String>) {
 /// runs on n2.
 fn replace(c: &mut Cluster, id: &str, replacement: &str) {
     let mut old = (*c.snap().alloc(id).unwrap()).clone();
-    old.desired_status = ALLOC_DESIRED_STATUS_STOP.into();
-    old.client_status = ALLOC_CLIENT_STATUS_COMPLETE.into();
+    old.desired_status = DesiredStatus::Stop;
+    old.client_status = ClientStatus::Complete;
     let job = (*c.snap().job(&old.namespace, &old.job_id).unwrap()).clone();
     let new = running(replacement, &job, "n2");
     c.apply(Command::AllocUpsert {
@@ -131,7 +131,7 @@ fn service_allocations_leave_in_batches_of_max_parallel() {
     assert_eq!(n1.scheduling_eligibility, "ineligible");
     assert_eq!(
         n1.last_drain.as_ref().unwrap().status,
-        DRAIN_STATUS_COMPLETE
+        DrainStatus::Complete
     );
     assert_eq!(n1.events.last().unwrap().message, "Node drain complete");
 }
@@ -202,7 +202,7 @@ fn batch_allocations_are_left_to_finish() {
     start_drain(&mut c, "n1", 0, false);
     assert_eq!(step(&mut c, NOW), (vec![], vec![], vec![]));
     let mut b0 = (*c.snap().alloc("b0").unwrap()).clone();
-    b0.client_status = ALLOC_CLIENT_STATUS_COMPLETE.into();
+    b0.client_status = ClientStatus::Complete;
     c.apply(Command::AllocUpsert { allocs: vec![b0] });
     assert_eq!(step(&mut c, NOW).2, strs(&["n1"]));
 }
@@ -227,7 +227,7 @@ fn system_allocations_are_stopped_last() {
     assert_eq!((marked, evals), (strs(&["s0"]), strs(&["s node-drain"])));
     assert!(done.is_empty());
     let mut s0 = (*c.snap().alloc("s0").unwrap()).clone();
-    s0.desired_status = ALLOC_DESIRED_STATUS_STOP.into();
+    s0.desired_status = DesiredStatus::Stop;
     c.apply(Command::AllocUpsert { allocs: vec![s0] });
     assert_eq!(step(&mut c, NOW).2, strs(&["n1"]));
 }

@@ -316,7 +316,7 @@ impl LeaderLoops {
 pub(crate) fn timed_nodes(snap: &state::StateSnapshot) -> Vec<String> {
     snap.nodes("")
         .iter()
-        .filter(|n| n.status_kind() != Some(model::node::NodeStatus::Down))
+        .filter(|n| n.status != model::node::NodeStatus::Down)
         .map(|n| n.id.clone())
         .collect()
 }

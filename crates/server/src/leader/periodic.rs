@@ -148,7 +148,7 @@ pub(crate) fn tracked_jobs(snap: &StateSnapshot) -> Vec<Tracked> {
             let submitted = job.submit_time.unwrap_or(0).div_euclid(NANOS_PER_SEC);
             let child_running = children
                 .iter()
-                .any(|c| c.status.as_deref() != Some(state::JOB_STATUS_DEAD));
+                .any(|c| c.status != Some(model::JobStatus::Dead));
             Some(Tracked {
                 last_launch_s: newest_child.map_or(submitted, |c| c.max(submitted)),
                 child_running,

@@ -23,7 +23,7 @@
 //! unfinished in state and runs it again against the newer state).
 
 use super::limits::{PLAN_BATCH_ALLOCS_MAX, PLAN_BATCH_MAX, PLAN_QUEUE_MAX};
-use model::alloc::{Allocation, ALLOC_DESIRED_STATUS_STOP};
+use model::alloc::{Allocation, DesiredStatus};
 use model::eval::Evaluation;
 use model::node::{NodeStatus, SchedulingEligibility};
 use model::plan::{Plan, PlanResult};
@@ -96,8 +96,8 @@ impl PlanView {
                     };
                     let mut stopped = (*stored).clone();
                     stopped.desired_status.clone_from(&stop.desired_status);
-                    if !stop.client_status.is_empty() {
-                        stopped.client_status.clone_from(&stop.client_status);
+                    if let Some(status) = &stop.client_status {
+                        stopped.client_status.clone_from(status);
                     }
                     self.put(Arc::new(stopped));
                 }
@@ -196,21 +196,21 @@ fn check_node(snap: &PlanView, plan: &Plan, node_id: &str) -> Result<(), String>
     let existing = snap.allocs_by_node(node_id);
     let existing_ids: HashSet<&str> = existing.iter().map(|a| a.id.as_str()).collect();
     // Allocations of a disconnected node marked `unknown`: nothing is placed or resized.
-    let marking_unknown = node.status_kind() == Some(NodeStatus::Disconnected)
+    let marking_unknown = node.status == NodeStatus::Disconnected
         && placing.iter().all(|a| {
             existing_ids.contains(a.id.as_str())
-                && a.client_status == model::alloc::ALLOC_CLIENT_STATUS_UNKNOWN
+                && a.client_status == model::alloc::ClientStatus::Unknown
         });
     if marking_unknown {
         return Ok(());
     }
-    if node.status_kind() != Some(NodeStatus::Ready) {
+    if node.status != NodeStatus::Ready {
         return Err("node is not ready for placements".into());
     }
     let placing_new = placing
         .iter()
         .any(|a| !existing_ids.contains(a.id.as_str()));
-    if placing_new && node.scheduling_eligibility == SchedulingEligibility::Ineligible.as_str() {
+    if placing_new && node.scheduling_eligibility == SchedulingEligibility::Ineligible {
         return Err("node is not eligible".into());
     }
     if placing_new && node.drain_strategy.is_some() {
@@ -283,8 +283,9 @@ fn commit_command(plan: &Plan, result: &PlanResult, evals: &[Evaluation]) -> sta
         .flatten()
         .map(|a| AllocStop {
             alloc_id: a.id.clone(),
-            desired_status: if a.desired_status.is_empty() {
-                ALLOC_DESIRED_STATUS_STOP.into()
+            // A stop list holds only stops and evictions; `run` there is read as a stop.
+            desired_status: if a.desired_status == DesiredStatus::Run {
+                DesiredStatus::Stop
             } else {
                 a.desired_status.clone()
             },
@@ -292,11 +293,8 @@ fn commit_command(plan: &Plan, result: &PlanResult, evals: &[Evaluation]) -> sta
             // Only the scheduler's own `lost` goes through: any other status on the stopped
             // copy is the worker's snapshot of the client's report, maybe older than the stored
             // one (a stale `unknown` would undo a reconnect's `running`).
-            client_status: if a.client_status == model::alloc::ALLOC_CLIENT_STATUS_LOST {
-                a.client_status.clone()
-            } else {
-                String::new()
-            },
+            client_status: (a.client_status == model::alloc::ClientStatus::Lost)
+                .then_some(model::alloc::ClientStatus::Lost),
             followup_eval_id: a.followup_eval_id.clone(),
             modify_time: a.modify_time,
         })

@@ -356,7 +356,11 @@ pub(crate) async fn heartbeat_task(server: Server, mut stop: watch::Receiver<boo
             }
             match server.node_mark_down(&node_id).await {
                 Ok(Some(status)) => {
-                    tracing::info!(node_id, status, "node missed its heartbeats")
+                    tracing::info!(
+                        node_id,
+                        status = status.as_str(),
+                        "node missed its heartbeats"
+                    )
                 }
                 Ok(None) => {}
                 Err(e) => {

@@ -22,7 +22,7 @@ use super::tasks::{ApplierHandle, BrokerHandle, Delivery};
 use super::view::SnapshotView;
 use crate::endpoints::now_nanos;
 use crate::server::Server;
-use model::eval::{Evaluation, EVAL_STATUS_BLOCKED, EVAL_STATUS_FAILED, EVAL_TRIGGER_MAX_PLANS};
+use model::eval::{EvalStatus, Evaluation, EVAL_TRIGGER_MAX_PLANS};
 use model::JobType;
 use state::{Command, StateSnapshot, StateStore};
 use std::sync::Arc;
@@ -95,10 +95,7 @@ pub(crate) async fn run(ctx: Arc<WorkerContext>, worker: usize) {
 
 async fn process(ctx: &WorkerContext, d: &Delivery) -> Result<(), WorkError> {
     let eval = &d.eval;
-    let limit = if matches!(
-        JobType::parse(&eval.eval_type),
-        Some(JobType::Batch | JobType::Sysbatch)
-    ) {
+    let limit = if matches!(eval.eval_type, JobType::Batch | JobType::Sysbatch) {
         PLAN_ATTEMPTS_BATCH
     } else {
         PLAN_ATTEMPTS_SERVICE
@@ -195,7 +192,7 @@ pub(crate) fn max_plan_attempts(
         triggered_by: EVAL_TRIGGER_MAX_PLANS.into(),
         job_id: eval.job_id.clone(),
         job_modify_index: eval.job_modify_index,
-        status: EVAL_STATUS_BLOCKED.into(),
+        status: EvalStatus::Blocked,
         status_description: BLOCKED_MAX_PLANS_DESC.into(),
         previous_eval: eval.id.clone(),
         escaped_computed_class: true,
@@ -205,7 +202,7 @@ pub(crate) fn max_plan_attempts(
         ..Evaluation::default()
     };
     let mut failed = eval.clone();
-    failed.status = EVAL_STATUS_FAILED.into();
+    failed.status = EvalStatus::Failed;
     failed.status_description = format!("maximum attempts reached ({attempts})");
     failed.blocked_eval.clone_from(&blocked.id);
     failed.modify_time = now;

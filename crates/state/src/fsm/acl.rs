@@ -254,9 +254,10 @@ pub(crate) fn delete_namespaces(tx: &mut Txn, names: &[String]) -> Result<(), St
                 "namespace {name:?} does not exist"
             )));
         }
-        let live_job = tx.jobs().iter().any(|((ns, _), job)| {
-            ns == name && job.status.as_deref() != Some(crate::JOB_STATUS_DEAD)
-        });
+        let live_job = tx
+            .jobs()
+            .iter()
+            .any(|((ns, _), job)| ns == name && job.status != Some(model::JobStatus::Dead));
         if live_job {
             return Err(StateError::Conflict(format!(
                 "namespace {name:?} contains at least one non-terminal job; stop and purge them first"

@@ -5,18 +5,16 @@
 //! client-update command.
 
 use super::deployments;
-use super::jobs::{set_job_statuses, StatusUpdates, JOB_STATUS_RUNNING};
+use super::jobs::{set_job_statuses, StatusUpdates};
 use super::Txn;
 use crate::command::Table;
 use crate::error::StateError;
 use crate::tables::ns_key;
 use crate::time::{format_unix_nanos, parse_unix_nanos};
-use model::alloc::{
-    Allocation, ALLOC_CLIENT_STATUS_COMPLETE, ALLOC_CLIENT_STATUS_FAILED, ALLOC_CLIENT_STATUS_LOST,
-    ALLOC_CLIENT_STATUS_PENDING, ALLOC_CLIENT_STATUS_RUNNING, ALLOC_CLIENT_STATUS_UNKNOWN,
-};
+use model::alloc::{Allocation, ClientStatus};
 use model::deployment::DeploymentState;
 use model::summary::TaskGroupSummary;
+use model::JobStatus;
 
 /// Who writes an allocation through [`upsert`], and so which fields of a stored one it may set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,12 +77,12 @@ pub(super) fn upsert(
                     // The client's own last word (`complete`, `failed`) stands even against the
                     // servers' `lost`/`unknown`, which were judged on an older view of it.
                     let client_finished = matches!(
-                        old.client_status.as_str(),
-                        ALLOC_CLIENT_STATUS_COMPLETE | ALLOC_CLIENT_STATUS_FAILED
+                        old.client_status,
+                        ClientStatus::Complete | ClientStatus::Failed
                     );
                     if client_finished
-                        || (alloc.client_status != ALLOC_CLIENT_STATUS_LOST
-                            && alloc.client_status != ALLOC_CLIENT_STATUS_UNKNOWN)
+                        || (alloc.client_status != ClientStatus::Lost
+                            && alloc.client_status != ClientStatus::Unknown)
                     {
                         alloc.client_status.clone_from(&old.client_status);
                         alloc.client_description.clone_from(&old.client_description);
@@ -95,7 +93,7 @@ pub(super) fn upsert(
         update_deployment_with_alloc(tx, &mut alloc, existing.as_deref());
         update_summary_with_alloc(tx, &alloc, existing.as_deref());
         link_previous(tx, &alloc);
-        let force = (!alloc.is_terminal()).then_some(JOB_STATUS_RUNNING);
+        let force = (!alloc.is_terminal()).then_some(JobStatus::Running);
         jobs.insert(ns_key(&alloc.namespace, &alloc.job_id), force);
         tx.put_alloc(alloc);
     }
@@ -133,7 +131,7 @@ pub(super) fn client_update(
         alloc.modify_index = index;
         update_deployment_with_alloc(tx, &mut alloc, Some(&existing));
         update_summary_with_alloc(tx, &alloc, Some(&existing));
-        let force = (!alloc.is_terminal()).then_some(JOB_STATUS_RUNNING);
+        let force = (!alloc.is_terminal()).then_some(JobStatus::Running);
         jobs.insert(ns_key(&alloc.namespace, &alloc.job_id), force);
         tx.put_alloc_client_fields(alloc);
     }
@@ -153,12 +151,12 @@ fn reverts_a_finished_allocation(
     update: &model::wire::AllocClientUpdate,
 ) -> bool {
     let finished = matches!(
-        existing.client_status.as_str(),
-        ALLOC_CLIENT_STATUS_COMPLETE | ALLOC_CLIENT_STATUS_FAILED
+        existing.client_status,
+        ClientStatus::Complete | ClientStatus::Failed
     );
     let live = matches!(
-        update.client_status.as_str(),
-        ALLOC_CLIENT_STATUS_PENDING | ALLOC_CLIENT_STATUS_RUNNING
+        update.client_status,
+        ClientStatus::Pending | ClientStatus::Running
     );
     finished && live
 }
@@ -201,14 +199,14 @@ fn link_previous(tx: &mut Txn, alloc: &Allocation) {
 }
 
 /// The summary counter of a client status, if it has one.
-fn counter<'a>(tg: &'a mut TaskGroupSummary, client_status: &str) -> Option<&'a mut i64> {
+fn counter<'a>(tg: &'a mut TaskGroupSummary, client_status: &ClientStatus) -> Option<&'a mut i64> {
     Some(match client_status {
-        ALLOC_CLIENT_STATUS_PENDING => &mut tg.starting,
-        ALLOC_CLIENT_STATUS_RUNNING => &mut tg.running,
-        ALLOC_CLIENT_STATUS_COMPLETE => &mut tg.complete,
-        ALLOC_CLIENT_STATUS_FAILED => &mut tg.failed,
-        ALLOC_CLIENT_STATUS_LOST => &mut tg.lost,
-        ALLOC_CLIENT_STATUS_UNKNOWN => &mut tg.unknown,
+        ClientStatus::Pending => &mut tg.starting,
+        ClientStatus::Running => &mut tg.running,
+        ClientStatus::Complete => &mut tg.complete,
+        ClientStatus::Failed => &mut tg.failed,
+        ClientStatus::Lost => &mut tg.lost,
+        ClientStatus::Unknown => &mut tg.unknown,
         _ => return None,
     })
 }
@@ -232,7 +230,7 @@ fn update_summary_with_alloc(tx: &mut Txn, alloc: &Allocation, existing: Option<
     };
     match existing {
         None => {
-            if alloc.client_status != ALLOC_CLIENT_STATUS_PENDING {
+            if alloc.client_status != ClientStatus::Pending {
                 return;
             }
             tg.starting += 1;

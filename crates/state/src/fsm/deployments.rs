@@ -4,7 +4,7 @@ use super::jobs::update_job_stability;
 use super::Txn;
 use crate::command::ApplyResponse;
 use crate::error::StateError;
-use model::deployment::{Deployment, DeploymentStatusUpdate, DEPLOYMENT_STATUS_SUCCESSFUL};
+use model::deployment::{Deployment, DeploymentStatus, DeploymentStatusUpdate};
 use model::eval::Evaluation;
 use model::Job;
 
@@ -26,7 +26,7 @@ pub(super) fn upsert_deployment(tx: &mut Txn, mut deployment: Deployment) {
         .get(&deployment.id)
         .map_or(index, |d| d.create_index);
     deployment.modify_index = index;
-    let successful = deployment.status == DEPLOYMENT_STATUS_SUCCESSFUL;
+    let successful = deployment.status == DeploymentStatus::Successful;
     let (ns, job_id, version) = (
         deployment.namespace.clone(),
         deployment.job_id.clone(),
@@ -161,7 +161,7 @@ pub(super) fn promote(
             state.promoted = true;
         }
     }
-    if deployment.status == model::deployment::DEPLOYMENT_STATUS_RUNNING {
+    if deployment.status == model::deployment::DeploymentStatus::Running {
         model::deployment::DEPLOYMENT_DESC_RUNNING.clone_into(&mut deployment.status_description);
     }
     upsert_deployment(tx, deployment);

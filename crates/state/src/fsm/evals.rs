@@ -5,7 +5,7 @@ use super::Txn;
 use crate::command::Table;
 use crate::error::StateError;
 use crate::tables::ns_key;
-use model::eval::{Evaluation, EVAL_STATUS_BLOCKED, EVAL_STATUS_CANCELED, EVAL_STATUS_COMPLETE};
+use model::eval::{EvalStatus, Evaluation};
 
 /// `EvalUpsert`: writes each evaluation, then recomputes the status of their jobs.
 pub(super) fn upsert(tx: &mut Txn, evals: &[Evaluation]) -> Result<(), StateError> {
@@ -32,11 +32,11 @@ fn upsert_one(tx: &mut Txn, mut eval: Evaluation) {
     eval.create_index = tx.evals().get(&eval.id).map_or(index, |e| e.create_index);
     eval.modify_index = index;
     copy_queued_into_summary(tx, &eval);
-    if eval.status == EVAL_STATUS_COMPLETE && eval.failed_tg_allocs.is_empty() {
+    if eval.status == EvalStatus::Complete && eval.failed_tg_allocs.is_empty() {
         let blocked = tx.evals_by_job(&eval.namespace, &eval.job_id);
-        for other in blocked.iter().filter(|e| e.status == EVAL_STATUS_BLOCKED) {
+        for other in blocked.iter().filter(|e| e.status == EvalStatus::Blocked) {
             let mut canceled = (**other).clone();
-            canceled.status = EVAL_STATUS_CANCELED.into();
+            canceled.status = EvalStatus::Canceled;
             // Nomad's text names the canceled evaluation itself, not the successful one.
             canceled.status_description = format!("evaluation {:?} successful", canceled.id);
             canceled.modify_index = index;

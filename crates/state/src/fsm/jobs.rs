@@ -8,20 +8,16 @@ use crate::limits::JOB_TRACKED_VERSIONS;
 use crate::tables::{job_namespace, NsKey, Root};
 use model::eval::Evaluation;
 use model::summary::{JobChildrenSummary, JobSummary, TaskGroupSummary};
-use model::{Job, JobType};
+use model::{Job, JobStatus, JobType};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-pub const JOB_STATUS_PENDING: &str = "pending";
-pub const JOB_STATUS_RUNNING: &str = "running";
-pub const JOB_STATUS_DEAD: &str = "dead";
 
 const JOB_NOT_FOUND: &str = "job not found";
 
 /// Jobs whose status to recompute after a write, each with a status to force (`Some("running")` when a
 /// live allocation was written) or `None` to compute it. Ordered, so the result never depends on
 /// iteration order.
-pub(super) type StatusUpdates = BTreeMap<NsKey, Option<&'static str>>;
+pub(super) type StatusUpdates = BTreeMap<NsKey, Option<JobStatus>>;
 
 /// `JobRegister`. An unchanged spec leaves the stored job alone (same version and JobModifyIndex);
 /// the evaluation is written either way, carrying the job's JobModifyIndex.
@@ -132,7 +128,7 @@ fn upsert_job(tx: &mut Txn, mut job: Job, keep_version: bool) {
                 job.job_modify_index = Some(index);
                 job.version = Some(existing.version.unwrap_or(0) + 1);
             }
-            job.status = Some(job_status(tx, &job, false).into());
+            job.status = Some(job_status(tx, &job, false));
         }
         None => {
             job.create_index = Some(index);
@@ -142,8 +138,8 @@ fn upsert_job(tx: &mut Txn, mut job: Job, keep_version: bool) {
                 job.version = Some(0);
             }
             let status = job_status(tx, &job, false);
-            job.status = Some(status.into());
-            update_parent_children(tx, &job, "", status);
+            update_parent_children(tx, &job, None, &status);
+            job.status = Some(status);
         }
     }
     update_summary_with_job(tx, &job);
@@ -162,9 +158,9 @@ fn delete_job(tx: &mut Txn, ns: &str, id: &str) -> Result<(), StateError> {
         if let Some(parent) = tx.job_summary(ns, &job.parent_id).cloned() {
             if let Some(children) = parent.children {
                 let mut children = children;
-                let moved = match job.status.as_deref() {
-                    Some(JOB_STATUS_PENDING) => Some(&mut children.pending),
-                    Some(JOB_STATUS_RUNNING) => Some(&mut children.running),
+                let moved = match job.status {
+                    Some(JobStatus::Pending) => Some(&mut children.pending),
+                    Some(JobStatus::Running) => Some(&mut children.running),
                     _ => None,
                 };
                 if let Some(count) = moved {
@@ -239,28 +235,28 @@ fn update_summary_with_job(tx: &mut Txn, job: &Job) {
 /// Nomad's `getJobStatus`. System, periodic and parameterized jobs run until stopped; others are
 /// running with a live allocation, pending with a live evaluation, dead once everything they had is
 /// finished (or an evaluation was garbage-collected), and pending when they have nothing yet.
-pub(super) fn job_status(root: &Root, job: &Job, eval_delete: bool) -> &'static str {
+pub(super) fn job_status(root: &Root, job: &Job, eval_delete: bool) -> JobStatus {
     let parameterized = job.parameterized.is_some() && !job.dispatched;
     if job.kind() == JobType::System || parameterized || job.periodic.is_some() {
         return if job.stop {
-            JOB_STATUS_DEAD
+            JobStatus::Dead
         } else {
-            JOB_STATUS_RUNNING
+            JobStatus::Running
         };
     }
     let ns = job_namespace(job);
     let allocs = root.allocs_by_job(ns, &job.id);
     if allocs.iter().any(|a| !a.is_terminal()) {
-        return JOB_STATUS_RUNNING;
+        return JobStatus::Running;
     }
     let evals = root.evals_by_job(ns, &job.id);
     if evals.iter().any(|e| !e.is_terminal()) {
-        return JOB_STATUS_PENDING;
+        return JobStatus::Pending;
     }
     if eval_delete || !evals.is_empty() || !allocs.is_empty() {
-        JOB_STATUS_DEAD
+        JobStatus::Dead
     } else {
-        JOB_STATUS_PENDING
+        JobStatus::Pending
     }
 }
 
@@ -272,22 +268,23 @@ pub(super) fn set_job_statuses(tx: &mut Txn, jobs: &StatusUpdates, eval_delete: 
         let Some(job) = tx.job(ns, id).cloned() else {
             continue;
         };
-        let new = force.unwrap_or_else(|| job_status(tx, &job, eval_delete));
-        let old = job.status.clone().unwrap_or_default();
-        if old == new {
+        let new = force
+            .clone()
+            .unwrap_or_else(|| job_status(tx, &job, eval_delete));
+        if job.status.as_ref() == Some(&new) {
             continue;
         }
         let mut updated = (*job).clone();
-        updated.status = Some(new.into());
+        updated.status = Some(new.clone());
         updated.modify_index = Some(tx.index());
-        update_parent_children(tx, &updated, &old, new);
+        update_parent_children(tx, &updated, job.status.as_ref(), &new);
         tx.put_job(Arc::new(updated));
     }
 }
 
-/// Nomad's `setJobSummary`: a child job's status moved from `old` ("" for a new job) to `new`, so its
-/// parent's children counts move with it.
-fn update_parent_children(tx: &mut Txn, job: &Job, old: &str, new: &str) {
+/// Nomad's `setJobSummary`: a child job's status moved from `old` (`None` for a new job) to `new`, so
+/// its parent's children counts move with it.
+fn update_parent_children(tx: &mut Txn, job: &Job, old: Option<&JobStatus>, new: &JobStatus) {
     if job.parent_id.is_empty() {
         return;
     }
@@ -296,11 +293,11 @@ fn update_parent_children(tx: &mut Txn, job: &Job, old: &str, new: &str) {
     };
     let mut parent = (*parent).clone();
     let children = parent.children.get_or_insert_with(Default::default);
-    for (status, delta) in [(old, -1), (new, 1)] {
+    for (status, delta) in [(old, -1), (Some(new), 1)] {
         match status {
-            JOB_STATUS_PENDING => children.pending += delta,
-            JOB_STATUS_RUNNING => children.running += delta,
-            JOB_STATUS_DEAD => children.dead += delta,
+            Some(JobStatus::Pending) => children.pending += delta,
+            Some(JobStatus::Running) => children.running += delta,
+            Some(JobStatus::Dead) => children.dead += delta,
             _ => {}
         }
     }
@@ -327,7 +324,7 @@ pub(super) fn update_job_stability(tx: &mut Txn, ns: &str, job_id: &str, version
             let mut current = (*current).clone();
             current.stable = Some(true);
             current.modify_index = Some(index);
-            current.status = Some(job_status(tx, &current, false).into());
+            current.status = Some(job_status(tx, &current, false));
             tx.put_job(Arc::new(current));
         }
     }

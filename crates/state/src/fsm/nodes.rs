@@ -6,8 +6,7 @@ use crate::error::StateError;
 use crate::limits::NODE_EVENTS_MAX;
 use crate::time::format_unix_secs;
 use model::node::{
-    DrainMetadata, DrainStrategy, Node, NodeEvent, NodeStatus, SchedulingEligibility,
-    DRAIN_STATUS_CANCELED, DRAIN_STATUS_COMPLETE, DRAIN_STATUS_DRAINING,
+    DrainMetadata, DrainStatus, DrainStrategy, Node, NodeEvent, NodeStatus, SchedulingEligibility,
 };
 use std::collections::BTreeMap;
 
@@ -47,8 +46,7 @@ pub(super) fn register(tx: &mut Txn, node: &Node) -> Result<(), StateError> {
         Some(old) => {
             node.create_index = old.create_index;
             node.events.clone_from(&old.events);
-            let down = NodeStatus::Down.as_str();
-            if old.status == down && node.status != down {
+            if old.status == NodeStatus::Down && node.status != NodeStatus::Down {
                 let event = cluster_event(NODE_EVENT_REREGISTERED, &node);
                 append_event(index, &mut node, event);
             }
@@ -87,17 +85,17 @@ pub(super) fn deregister(tx: &mut Txn, node_ids: &[String]) -> Result<(), StateE
 pub(super) fn update_status(
     tx: &mut Txn,
     node_id: &str,
-    status: &str,
+    status: &NodeStatus,
     updated_at: i64,
 ) -> Result<(), StateError> {
     let Some(node) = tx.nodes().get(node_id).cloned() else {
         return Err(StateError::NotFound("node not found".into()));
     };
     let mut node = (*node).clone();
-    node.status = status.into();
+    node.status = status.clone();
     node.status_updated_at = updated_at;
     node.modify_index = tx.index();
-    if status == NodeStatus::Down.as_str() {
+    if *status == NodeStatus::Down {
         super::csi::node_gone(tx, node_id, false);
     }
     tx.put_node(node);
@@ -152,11 +150,10 @@ pub(super) fn update_drain(
             last.meta.clone_from(update.meta);
         }
         last.status = match (node.drain, update.complete) {
-            (true, _) => DRAIN_STATUS_DRAINING,
-            (false, true) => DRAIN_STATUS_COMPLETE,
-            (false, false) => DRAIN_STATUS_CANCELED,
-        }
-        .into();
+            (true, _) => DrainStatus::Draining,
+            (false, true) => DrainStatus::Complete,
+            (false, false) => DrainStatus::Canceled,
+        };
         node.last_drain = Some(last);
     }
     node.modify_index = index;
@@ -169,19 +166,20 @@ pub(super) fn update_drain(
 pub(super) fn update_eligibility(
     tx: &mut Txn,
     node_id: &str,
-    eligibility: &str,
+    eligibility: &SchedulingEligibility,
     event: Option<&NodeEvent>,
 ) -> Result<(), StateError> {
-    if SchedulingEligibility::parse(eligibility).is_none() {
+    if !eligibility.is_known() {
         return Err(StateError::invalid(format!(
-            "Eligibility: unknown scheduling eligibility {eligibility:?}; expected one of {}",
+            "Eligibility: unknown scheduling eligibility {:?}; expected one of {}",
+            eligibility.as_str(),
             SchedulingEligibility::NAMES.join(", ")
         )));
     }
     let Some(old) = tx.nodes().get(node_id).cloned() else {
         return Err(StateError::NotFound(format!("node not found: {node_id}")));
     };
-    if old.drain_strategy.is_some() && eligibility == SchedulingEligibility::Eligible.as_str() {
+    if old.drain_strategy.is_some() && *eligibility == SchedulingEligibility::Eligible {
         return Err(StateError::invalid(
             "can not set node's scheduling eligibility to eligible while it is draining",
         ));
@@ -191,7 +189,7 @@ pub(super) fn update_eligibility(
     if let Some(event) = event {
         append_event(index, &mut node, event.clone());
     }
-    node.scheduling_eligibility = eligibility.into();
+    node.scheduling_eligibility = eligibility.clone();
     node.modify_index = index;
     tx.put_node(node);
     Ok(())

@@ -78,8 +78,8 @@ fn stopped(tx: &Txn, stops: &[AllocStop]) -> Vec<Allocation> {
             alloc
                 .desired_description
                 .clone_from(&stop.desired_description);
-            if !stop.client_status.is_empty() {
-                alloc.client_status.clone_from(&stop.client_status);
+            if let Some(status) = &stop.client_status {
+                alloc.client_status.clone_from(status);
             }
             if !stop.followup_eval_id.is_empty() {
                 alloc.followup_eval_id.clone_from(&stop.followup_eval_id);
