@@ -73,6 +73,20 @@ pub fn from_value<T: DeserializeOwned>(value: &Value) -> Result<T, DecodeError> 
     T::deserialize(CiValue(value))
 }
 
+/// Deserializer methods that read `null` as the type's zero (`visit`) and anything else as it is.
+macro_rules! zero_on_null {
+    ($($($method:ident)+ => $visit:ident($zero:expr);)+) => {
+        $($(
+            fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+                match self.0 {
+                    Value::Null => visitor.$visit($zero),
+                    _ => self.deserialize_any(visitor),
+                }
+            }
+        )+)+
+    };
+}
+
 /// A `Deserializer` over a borrowed JSON value that matches struct keys case-insensitively.
 #[derive(Clone, Copy)]
 pub struct CiValue<'a>(pub &'a Value);
@@ -153,9 +167,33 @@ impl<'de> de::Deserializer<'de> for CiValue<'_> {
         visitor.visit_newtype_struct(self)
     }
 
+    // Go decodes `null` into a number, a bool or a string as "leave it zero".
+    fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        match self.0 {
+            Value::Null => visitor.visit_bool(false),
+            _ => self.deserialize_any(visitor),
+        }
+    }
+
+    fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        match self.0 {
+            Value::Null => visitor.visit_str(""),
+            _ => self.deserialize_any(visitor),
+        }
+    }
+
+    fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        self.deserialize_str(visitor)
+    }
+
+    zero_on_null! {
+        deserialize_i8 deserialize_i16 deserialize_i32 deserialize_i64 deserialize_i128 => visit_i64(0);
+        deserialize_u8 deserialize_u16 deserialize_u32 deserialize_u64 deserialize_u128 => visit_u64(0);
+        deserialize_f32 deserialize_f64 => visit_f64(0.0);
+    }
+
     serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
-        bytes byte_buf unit unit_struct tuple tuple_struct identifier ignored_any
+        char bytes byte_buf unit unit_struct tuple tuple_struct identifier ignored_any
     }
 }
 
@@ -257,7 +295,12 @@ impl<'de> MapAccess<'de> for CiMap<'_> {
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, DecodeError> {
-        let Some((key, value)) = self.entries.next() else {
+        // A struct field set to `null` is left at its default, as if it were absent: Go leaves the
+        // zero value, and python-nomad sends every unset field of a job as `null`.
+        let Some((key, value)) = self
+            .entries
+            .find(|(_, v)| self.fields.is_none() || !v.is_null())
+        else {
             return Ok(None);
         };
         self.pending = Some((key.as_str(), value));
@@ -337,5 +380,63 @@ mod tests {
     fn null_means_zero_value() {
         let got: Outer = from_str(r#"{"Items":null,"Meta":null,"Maybe":null}"#).unwrap();
         assert_eq!(got, Outer::default());
+    }
+
+    #[derive(Debug, Deserialize, PartialEq, Default)]
+    #[serde(default)]
+    struct Scalars {
+        #[serde(rename = "Flag")]
+        flag: bool,
+        #[serde(rename = "Count")]
+        count: i32,
+        #[serde(rename = "Size")]
+        size: u64,
+        #[serde(rename = "Ratio")]
+        ratio: f64,
+        #[serde(rename = "Name")]
+        name: String,
+        #[serde(rename = "Tags")]
+        tags: Vec<String>,
+        #[serde(rename = "Meta")]
+        meta: std::collections::BTreeMap<String, String>,
+        #[serde(rename = "Inner")]
+        inner: Inner,
+    }
+
+    #[test]
+    fn null_in_every_kind_of_value_reads_as_its_zero() {
+        // Go's encoding/json: null leaves the zero value, for fields, slice items and map values.
+        let got: Scalars = from_str(
+            r#"{"Flag":null,"Count":null,"Size":null,"Ratio":null,"Name":null,
+                "Tags":["a",null],"Meta":{"k":null},"Inner":{"MemoryMB":null,"ID":null}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            Scalars {
+                tags: vec!["a".into(), String::new()],
+                meta: [("k".to_string(), String::new())].into(),
+                ..Scalars::default()
+            }
+        );
+        let counts: Vec<i64> = from_str("[1,null,3]").unwrap();
+        assert_eq!(counts, vec![1, 0, 3]);
+    }
+
+    #[test]
+    fn a_null_field_is_the_same_as_an_absent_one_even_with_a_non_zero_default() {
+        #[derive(Debug, Deserialize, PartialEq)]
+        #[serde(default)]
+        struct WithDefault {
+            #[serde(rename = "Priority")]
+            priority: i32,
+        }
+        impl Default for WithDefault {
+            fn default() -> Self {
+                WithDefault { priority: 50 }
+            }
+        }
+        let got: WithDefault = from_str(r#"{"Priority":null}"#).unwrap();
+        assert_eq!(got.priority, 50);
     }
 }
