@@ -38,6 +38,9 @@ impl Client {
         task: Option<&str>,
         signal: &str,
     ) -> Result<(), AllocActionError> {
+        // A name no driver knows is refused before anything is looked up (Nomad's drivers send
+        // SIGINT instead, silently; a typo should not become a different signal).
+        drivers::signal::parse_signal(signal, drivers::signal::DEFAULT_KILL_SIGNAL)?;
         for (name, access) in self.targets(alloc_id, task)? {
             let signal = signal.to_string();
             ask(&name, &access, |reply| TaskCommand::Signal {

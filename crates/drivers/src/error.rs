@@ -39,7 +39,7 @@ pub enum DriverError {
     NotSupported(String),
 
     /// A signal name that is not a signal of this platform.
-    #[error("unknown signal {0:?}")]
+    #[error("invalid signal {0:?}: use a name such as SIGHUP, HUP or SIGUSR1, or a number")]
     UnknownSignal(String),
 
     /// The task could not be started. `recoverable`: retrying may succeed (Nomad's

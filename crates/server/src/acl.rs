@@ -396,11 +396,8 @@ impl Server {
         let min = i64::try_from(cfg.acl_token_min_ttl.as_nanos()).unwrap_or(i64::MAX);
         let max = i64::try_from(cfg.acl_token_max_ttl.as_nanos()).unwrap_or(i64::MAX);
         t.validate(min, max).map_err(ServerError::bad_request)?;
-        for p in &t.policies {
-            if snap.acl_policy(p).is_none() {
-                return Err(ServerError::bad_request(format!("cannot find policy {p}")));
-            }
-        }
+        // Policies are linked by name and need not exist yet (Nomad: a token may be made before
+        // its policies, which grant nothing until they are written); roles must exist.
         let mut roles = Vec::new();
         for link in &t.roles {
             let role = if !link.id.is_empty() {

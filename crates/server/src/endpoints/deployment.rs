@@ -98,10 +98,7 @@ impl Server {
             DeploymentAction::Promote(req) => promote_command(&snap, &d, &job, &req, now)?,
             DeploymentAction::Fail(_) => {
                 if !d.is_active() {
-                    return Err(ServerError::bad_request(format!(
-                        "can't fail terminal deployment (status {})",
-                        d.status
-                    )));
+                    return Err(ServerError::bad_request("can't fail terminal deployment"));
                 }
                 let revert = d.task_groups.values().any(|s| s.auto_revert);
                 fail_command(&snap, &d, &job, DEPLOYMENT_DESC_FAILED_BY_USER, revert, now)
@@ -194,10 +191,9 @@ fn promote_command(
     now: i64,
 ) -> Result<Command, ServerError> {
     if !d.is_active() {
-        return Err(ServerError::bad_request(format!(
-            "can't promote terminal deployment (status {})",
-            d.status
-        )));
+        return Err(ServerError::bad_request(
+            "can't promote terminal deployment",
+        ));
     }
     if d.status == DeploymentStatus::Paused {
         return Err(ServerError::bad_request(
@@ -253,8 +249,7 @@ fn pause_command(d: &Deployment, job: &Job, pause: bool, now: i64) -> Result<Com
     if !d.is_active() {
         let verb = if pause { "pause" } else { "resume" };
         return Err(ServerError::bad_request(format!(
-            "can't {verb} terminal deployment (status {})",
-            d.status
+            "can't {verb} terminal deployment"
         )));
     }
     let (status, desc, eval) = if pause {
@@ -295,10 +290,9 @@ fn health_command(
     now: i64,
 ) -> Result<Command, ServerError> {
     if !d.is_active() {
-        return Err(ServerError::bad_request(format!(
-            "can't set health of allocations for a terminal deployment (status {})",
-            d.status
-        )));
+        return Err(ServerError::bad_request(
+            "can't set health of allocations for a terminal deployment",
+        ));
     }
     let healthy = req.healthy_allocation_ids.clone().unwrap_or_default();
     let unhealthy = req.unhealthy_allocation_ids.clone().unwrap_or_default();

@@ -116,10 +116,7 @@ pub(super) fn promote(
 ) -> Result<ApplyResponse, StateError> {
     let mut deployment = existing(tx, deployment_id)?;
     if !deployment.is_active() {
-        return Err(StateError::invalid(format!(
-            "can't promote terminal deployment (status {})",
-            deployment.status
-        )));
+        return Err(StateError::invalid("can't promote terminal deployment"));
     }
     for g in groups {
         if !deployment.task_groups.contains_key(g) {
@@ -196,10 +193,9 @@ pub(super) fn alloc_health(
 ) -> Result<ApplyResponse, StateError> {
     let deployment = existing(tx, deployment_id)?;
     if !deployment.is_active() {
-        return Err(StateError::invalid(format!(
-            "can't set health of allocations for a terminal deployment (status {})",
-            deployment.status
-        )));
+        return Err(StateError::invalid(
+            "can't set health of allocations for a terminal deployment",
+        ));
     }
     let index = tx.index();
     let stamp = crate::time::format_unix_nanos(timestamp);
