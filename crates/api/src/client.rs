@@ -486,7 +486,7 @@ impl Client {
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         let body = self.read_body(resp, url, timeout).await?;
-        if status != 200 {
+        if !(200..300).contains(&status) {
             return Err(ApiError {
                 status,
                 message: String::from_utf8_lossy(&body).trim().to_string(),

@@ -31,7 +31,9 @@ pub mod operator;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod types;
+mod variables;
 mod volumes;
+pub use variables::VarWriteOutcome;
 pub use volumes::SnapshotPage;
 
 pub use alloc_ops::LogFollow;

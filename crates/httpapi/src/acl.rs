@@ -105,6 +105,9 @@ pub(crate) fn need(method: &Method, path: &str) -> Need {
             Need::Open
         }
         ["v1", "acl", ..] | ["v1", "namespaces"] | ["v1", "namespace", ..] => Need::Handler,
+        // Per path, by the variables rules: the handlers check (and filter lists).
+        ["v1", "vars"] | ["v1", "var", ..] => Need::Handler,
+        ["v1", "operator", "keyring", ..] => Need::Handler,
         ["v1", "jobs"] if read => Need::NsList("list-jobs"),
         ["v1", "jobs"] => Need::JobBody(SUBMIT_JOB),
         ["v1", "jobs", "parse"] => Need::Ns(&["parse-job", "submit-job"]),

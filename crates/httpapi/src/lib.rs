@@ -26,6 +26,7 @@ mod operator;
 mod query;
 mod reply;
 pub mod tls;
+mod variables;
 
 use axum::routing::{any, get};
 use axum::Router;
@@ -268,6 +269,14 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/acl/roles", get(acl_endpoints::roles))
         .route("/v1/acl/role", any(acl_endpoints::role))
         .route("/v1/acl/role/{*rest}", any(acl_endpoints::role))
+        .route("/v1/vars", any(variables::list))
+        .route("/v1/var/{*path}", any(variables::var))
+        .route("/v1/operator/keyring/keys", any(variables::keyring_keys))
+        .route(
+            "/v1/operator/keyring/rotate",
+            any(variables::keyring_rotate),
+        )
+        .route("/v1/operator/keyring/key/{id}", any(variables::keyring_key))
         .route("/v1/namespaces", get(acl_endpoints::namespaces))
         .route("/v1/namespace", any(acl_endpoints::namespace))
         .route("/v1/namespace/{name}", any(acl_endpoints::namespace))

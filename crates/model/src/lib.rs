@@ -31,6 +31,7 @@ pub mod task;
 mod testutil;
 pub mod time;
 pub mod validate;
+pub mod variable;
 pub mod version;
 pub mod wire;
 

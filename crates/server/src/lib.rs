@@ -22,6 +22,7 @@ mod leader;
 pub mod methods;
 pub mod peers; // #4: the leader's loops (eval broker, plan applier, workers)
 mod server;
+pub mod variables;
 
 pub use config::ServerConfig;
 pub use endpoints::deployment::DeploymentAction;

@@ -10,6 +10,7 @@ use crate::endpoints::job::JobRegisterRequest;
 use crate::endpoints::plan::JobPlanRequest;
 use crate::http_forward::{HttpForwardRequest, HttpForwardResponse};
 use crate::join::{JoinRequest, ServerInfo};
+use crate::variables::{KeyringWrite, KeyringWriteResponse, VarWrite, VarWriteResponse};
 use model::rpc_method;
 use model::wire::{
     AllocStopResponse, DeploymentUpdateResponse, JobDeregisterResponse, JobDispatchRequest,
@@ -93,6 +94,10 @@ rpc_method!(
 rpc_method!(pub PeriodicForce = "Periodic.Force": JobRef => PeriodicForceResponse);
 rpc_method!(pub AllocStop = "Alloc.Stop": AllocStopArgs => AllocStopResponse);
 rpc_method!(pub AclWriteMethod = "ACL.Write": AclWrite => AclWriteResponse);
+rpc_method!(pub VarWriteMethod = "Variables.Apply": VarWrite => VarWriteResponse);
+rpc_method!(
+    pub KeyringWriteMethod = "Keyring.Write": KeyringWrite => KeyringWriteResponse
+);
 rpc_method!(pub CsiWriteMethod = "CSI.Write": CsiWrite => CsiWriteResponse);
 rpc_method!(
     pub DeploymentActionMethod = "Deployment.Action": DeploymentAction => DeploymentUpdateResponse

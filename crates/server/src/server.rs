@@ -45,6 +45,8 @@ struct Inner {
     csi_locks: crate::csi::controller::ControllerLocks,
     /// Compiled ACLs by token secret.
     acl_cache: crate::acl::AclCache,
+    /// The leader's variable lock clocks.
+    lock_timers: std::sync::Mutex<crate::variables::LockTimers>,
     /// Clients' allocation updates, folded into one Raft entry per window.
     alloc_batcher: crate::alloc_batch::AllocUpdateBatcher,
 }
@@ -120,6 +122,7 @@ impl Server {
                 csi_transport: std::sync::OnceLock::new(),
                 csi_locks: Default::default(),
                 acl_cache: Default::default(),
+                lock_timers: Default::default(),
                 alloc_batcher: Default::default(),
             }),
         };
@@ -192,6 +195,10 @@ impl Server {
 
     pub(crate) fn join_addrs(&self) -> &std::sync::Mutex<Vec<String>> {
         &self.inner.join_addrs
+    }
+
+    pub(crate) fn lock_timers(&self) -> &std::sync::Mutex<crate::variables::LockTimers> {
+        &self.inner.lock_timers
     }
 
     pub(crate) fn acl_cache(&self) -> &crate::acl::AclCache {

@@ -28,10 +28,12 @@ pub enum Table {
     AclRoles,
     OneTimeTokens,
     Namespaces,
+    Variables,
+    RootKeys,
 }
 
 impl Table {
-    pub const COUNT: usize = 15;
+    pub const COUNT: usize = 17;
     pub const ALL: [Table; Table::COUNT] = [
         Table::Jobs,
         Table::JobVersions,
@@ -48,6 +50,8 @@ impl Table {
         Table::AclRoles,
         Table::OneTimeTokens,
         Table::Namespaces,
+        Table::Variables,
+        Table::RootKeys,
     ];
 
     pub(crate) fn slot(self) -> usize {
@@ -322,6 +326,40 @@ pub enum Command {
     NamespaceDelete {
         names: Vec<String>,
     },
+    /// A variable write, its items already sealed by the server (Nomad's `VarApplyStateRequest`).
+    /// Conflicts (a check-and-set index that does not match, a lock held by someone else) are
+    /// refused with a [`crate::StateError::Conflict`] whose text starts `cas error:` or
+    /// `lock error:`; the state is unchanged.
+    VarApply {
+        op: VarOp,
+        var: model::variable::VariableEncrypted,
+        /// Unix nanoseconds: the variable's create or modify time.
+        now: i64,
+    },
+    /// Adds a root key, or updates one's state; a key written `active` makes every other key
+    /// `inactive`.
+    RootKeyUpsert {
+        key: model::variable::RootKey,
+    },
+    /// Deletes an inactive root key that no variable uses.
+    RootKeyDelete {
+        key_id: String,
+    },
+}
+
+/// What a [`Command::VarApply`] does.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VarOp {
+    Set,
+    /// Set only if the stored modify index is the variable's `ModifyIndex` (0: does not exist).
+    Cas,
+    Delete,
+    /// Delete only if the stored modify index is the variable's `ModifyIndex` (0: does not exist).
+    DeleteCas,
+    /// Take the variable's lock (creating the variable when it does not exist).
+    LockAcquire,
+    /// Drop the lock; its ID must match unless the request carries no lock (the leader expiring it).
+    LockRelease,
 }
 
 /// One allocation a plan stops (Nomad's `AllocationDiff` for stopped and preempted allocations):
@@ -385,6 +423,9 @@ impl Command {
             Command::AclExpire { .. } => "AclExpire",
             Command::NamespaceUpsert { .. } => "NamespaceUpsert",
             Command::NamespaceDelete { .. } => "NamespaceDelete",
+            Command::VarApply { .. } => "VarApply",
+            Command::RootKeyUpsert { .. } => "RootKeyUpsert",
+            Command::RootKeyDelete { .. } => "RootKeyDelete",
         }
     }
 }

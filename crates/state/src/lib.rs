@@ -32,7 +32,7 @@ mod store;
 mod tables;
 mod time;
 
-pub use command::{AllocStop, ApplyResponse, Command, Table};
+pub use command::{AllocStop, ApplyResponse, Command, Table, VarOp};
 pub use error::StateError;
 pub use fsm::csi::volume_schedulable as csi_schedulable;
 pub use fsm::csi::CONTROLLER_OP_DEADLINE_SLACK_NS;

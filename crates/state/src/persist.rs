@@ -25,6 +25,7 @@ use model::deployment::Deployment;
 use model::eval::Evaluation;
 use model::node::Node;
 use model::summary::JobSummary;
+use model::variable::{RootKey, VariableEncrypted};
 use model::Job;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -83,6 +84,8 @@ enum RecordRef<'a> {
     OneTimeToken(&'a OneTimeToken),
     AclBootstrapIndex(u64),
     Namespace(&'a Namespace),
+    RootKey(&'a RootKey),
+    Variable(&'a VariableEncrypted),
     End(Trailer),
 }
 
@@ -107,6 +110,8 @@ enum Record {
     OneTimeToken(OneTimeToken),
     AclBootstrapIndex(u64),
     Namespace(Namespace),
+    RootKey(RootKey),
+    Variable(VariableEncrypted),
     End(Trailer),
 }
 
@@ -203,6 +208,13 @@ pub(crate) fn save(root: &Root, w: &mut dyn Write) -> Result<(), StateError> {
     }
     for ns in root.namespaces().values() {
         put(&mut w, RecordRef::Namespace(ns))?;
+    }
+    // Keys before the variables they seal.
+    for key in root.root_keys().values() {
+        put(&mut w, RecordRef::RootKey(key))?;
+    }
+    for var in root.variables().values() {
+        put(&mut w, RecordRef::Variable(var))?;
     }
     write_line(&mut w, &RecordRef::End(Trailer { objects }))?;
     w.flush()?;
@@ -389,6 +401,8 @@ fn insert(root: &mut Root, record: Record) -> Result<(), StateError> {
         Record::OneTimeToken(token) => root.put_one_time_token(Arc::new(token)),
         Record::AclBootstrapIndex(index) => root.set_acl_bootstrap_index(index),
         Record::Namespace(ns) => root.put_namespace(Arc::new(ns)),
+        Record::RootKey(key) => root.put_root_key(Arc::new(key)),
+        Record::Variable(var) => root.put_variable(Arc::new(var)),
         Record::End(_) => unreachable!("handled by the caller"),
         Record::AllocOfVersion(_) => unreachable!("handled above"),
     }

@@ -10,6 +10,7 @@ use model::deployment::Deployment;
 use model::eval::Evaluation;
 use model::node::Node;
 use model::summary::JobSummary;
+use model::variable::{RootKey, VariableEncrypted};
 use model::Job;
 use std::sync::Arc;
 
@@ -168,6 +169,54 @@ impl StateSnapshot {
             out.sort_by(|a, b| a.name.cmp(&b.name));
         }
         out
+    }
+
+    // ----- variables and root keys -----
+
+    pub fn variable(&self, ns: &str, path: &str) -> Option<Arc<VariableEncrypted>> {
+        self.root
+            .variables()
+            .get(&(ns.to_owned(), path.to_owned()))
+            .cloned()
+    }
+
+    /// Variables whose path starts with `prefix`, in one namespace or (`None`) all; sorted by
+    /// (namespace, path).
+    pub fn variables(&self, ns: Option<&str>, prefix: &str) -> Vec<Arc<VariableEncrypted>> {
+        match ns {
+            Some(ns) => self
+                .root
+                .variables()
+                .range((ns.to_owned(), prefix.to_owned())..)
+                .take_while(|((n, p), _)| n == ns && p.starts_with(prefix))
+                .map(|(_, v)| v.clone())
+                .collect(),
+            None => self
+                .root
+                .variables()
+                .values()
+                .filter(|v| v.meta.path.starts_with(prefix))
+                .cloned()
+                .collect(),
+        }
+    }
+
+    pub fn root_key(&self, key_id: &str) -> Option<Arc<RootKey>> {
+        self.root.root_keys().get(key_id).cloned()
+    }
+
+    /// Every root key, by ID.
+    pub fn root_keys(&self) -> Vec<Arc<RootKey>> {
+        self.root.root_keys().values().cloned().collect()
+    }
+
+    /// The key new variables are sealed with.
+    pub fn active_root_key(&self) -> Option<Arc<RootKey>> {
+        self.root
+            .root_keys()
+            .values()
+            .find(|k| k.meta.state == model::variable::KEY_STATE_ACTIVE)
+            .cloned()
     }
 
     // ----- jobs -----

@@ -16,6 +16,7 @@ use model::deployment::Deployment;
 use model::eval::Evaluation;
 use model::node::Node;
 use model::summary::JobSummary;
+use model::variable::{RootKey, VariableEncrypted};
 use model::Job;
 use std::sync::Arc;
 
@@ -90,6 +91,10 @@ pub(crate) struct Root {
     /// The Raft index of the last ACL bootstrap (0: never bootstrapped).
     acl_bootstrap_index: u64,
     namespaces: OrdMap<String, Arc<Namespace>>,
+    /// `(namespace, path)` → variable, its items sealed.
+    variables: OrdMap<NsKey, Arc<VariableEncrypted>>,
+    /// Key ID → root key.
+    root_keys: OrdMap<String, Arc<RootKey>>,
 }
 
 fn index_add<K: Ord + Clone>(index: &mut OrdMap<K, IdSet>, key: K, id: &str) {
@@ -628,6 +633,35 @@ impl Root {
 
     pub(crate) fn set_acl_bootstrap_index(&mut self, index: u64) {
         self.acl_bootstrap_index = index;
+    }
+
+    pub(crate) fn variables(&self) -> &OrdMap<NsKey, Arc<VariableEncrypted>> {
+        &self.variables
+    }
+
+    pub(crate) fn put_variable(&mut self, var: Arc<VariableEncrypted>) {
+        self.variables
+            .insert(ns_key(&var.meta.namespace, &var.meta.path), var);
+    }
+
+    pub(crate) fn delete_variable(
+        &mut self,
+        ns: &str,
+        path: &str,
+    ) -> Option<Arc<VariableEncrypted>> {
+        self.variables.remove(&ns_key(ns, path))
+    }
+
+    pub(crate) fn root_keys(&self) -> &OrdMap<String, Arc<RootKey>> {
+        &self.root_keys
+    }
+
+    pub(crate) fn put_root_key(&mut self, key: Arc<RootKey>) {
+        self.root_keys.insert(key.meta.key_id.clone(), key);
+    }
+
+    pub(crate) fn delete_root_key(&mut self, key_id: &str) -> Option<Arc<RootKey>> {
+        self.root_keys.remove(key_id)
     }
 
     pub(crate) fn put_namespace(&mut self, ns: Arc<Namespace>) {

@@ -25,6 +25,7 @@ mod operator;
 mod output;
 mod server;
 mod tls;
+mod var;
 mod volume;
 
 use clap::{Parser, Subcommand};
@@ -67,9 +68,12 @@ enum Command {
     /// Work with client nodes: status
     #[command(subcommand)]
     Node(node::NodeCommand),
-    /// Operate the cluster: raft list-peers, remove-peer, transfer-leadership; snapshots
+    /// Operate the cluster: raft peers, snapshots, the root keyring
     #[command(subcommand)]
     Operator(operator::OperatorCommand),
+    /// Work with variables: list, get, put, purge, init, lock
+    #[command(subcommand)]
+    Var(var::VarCommand),
     /// Work with CSI volumes: register, create, status, detach, snapshots
     #[command(subcommand)]
     Volume(volume::VolumeCommand),
@@ -147,6 +151,7 @@ pub fn run(args: Vec<OsString>) -> i32 {
         Command::Server(cmd) => Ok(server::run(cmd)),
         Command::Tls(cmd) => tls::run(cmd),
         Command::Operator(cmd) => Ok(operator::run(cmd)),
+        Command::Var(cmd) => var::run(cmd),
         Command::Volume(cmd) => Ok(volume::run(cmd)),
         Command::Plugin(cmd) => Ok(volume::run_plugin(cmd)),
         Command::Status(args) => Ok(job_status::status(args)),

@@ -12,6 +12,58 @@ pub enum OperatorCommand {
     /// Save the cluster's state to a file, or restore it from one
     #[command(subcommand)]
     Snapshot(SnapshotCommand),
+    /// The root keyring that encrypts variables
+    #[command(subcommand)]
+    Root(RootCommand),
+}
+
+#[derive(Subcommand)]
+pub enum RootCommand {
+    /// List, rotate or remove root keys
+    #[command(subcommand)]
+    Keyring(KeyringCommand),
+}
+
+#[derive(Subcommand)]
+pub enum KeyringCommand {
+    /// List the root keys (IDs, state, creation time)
+    List(KeyringListArgs),
+    /// Make a new active key (with -full, re-encrypt every variable with it)
+    Rotate(KeyringRotateArgs),
+    /// Remove an inactive key that no variable uses
+    Remove(KeyringRemoveArgs),
+}
+
+#[derive(Args)]
+pub struct KeyringListArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// Full key IDs
+    #[arg(long)]
+    verbose: bool,
+    /// Print the keys as JSON
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct KeyringRotateArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// Re-encrypt every variable with the new key
+    #[arg(long)]
+    full: bool,
+    /// Full key IDs
+    #[arg(long)]
+    verbose: bool,
+}
+
+#[derive(Args)]
+pub struct KeyringRemoveArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// The key's ID
+    key_id: String,
 }
 
 #[derive(Subcommand)]
@@ -67,7 +119,95 @@ pub fn run(cmd: OperatorCommand) -> i32 {
         OperatorCommand::Raft(RaftCommand::TransferLeadership(a)) => transfer_leadership(a),
         OperatorCommand::Snapshot(SnapshotCommand::Save(a)) => snapshot_save(a),
         OperatorCommand::Snapshot(SnapshotCommand::Restore(a)) => snapshot_restore(a),
+        OperatorCommand::Root(RootCommand::Keyring(KeyringCommand::List(a))) => keyring_list(a),
+        OperatorCommand::Root(RootCommand::Keyring(KeyringCommand::Rotate(a))) => keyring_rotate(a),
+        OperatorCommand::Root(RootCommand::Keyring(KeyringCommand::Remove(a))) => keyring_remove(a),
     }
+}
+
+fn key_rows(keys: &[model::variable::RootKeyMeta], verbose: bool) -> String {
+    let mut rows = vec![row!["Key", "State", "Create Time", "Publish Time"]];
+    for k in keys {
+        let id = if verbose {
+            k.key_id.as_str()
+        } else {
+            super::output::short_id(&k.key_id, false)
+        };
+        let publish = if k.publish_time > 0 {
+            super::output::format_time(k.publish_time)
+        } else {
+            String::new()
+        };
+        rows.push(row![
+            id,
+            k.state,
+            super::output::format_time(k.create_time),
+            publish
+        ]);
+    }
+    format_list(&rows)
+}
+
+fn keyring_list(args: KeyringListArgs) -> i32 {
+    let client = match args.api.client() {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return 1;
+        }
+    };
+    block_on(async {
+        match client.keyring_list().await {
+            Ok(keys) if args.json => {
+                println!("{}", super::output::json_pretty(&keys));
+                0
+            }
+            Ok(keys) => {
+                print!("{}", key_rows(&keys, args.verbose));
+                0
+            }
+            Err(e) => fail("error", &e),
+        }
+    })
+}
+
+fn keyring_rotate(args: KeyringRotateArgs) -> i32 {
+    let client = match args.api.client() {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return 1;
+        }
+    };
+    block_on(async {
+        match client.keyring_rotate(args.full).await {
+            Ok(key) => {
+                let keys: Vec<_> = key.into_iter().collect();
+                print!("{}", key_rows(&keys, args.verbose));
+                0
+            }
+            Err(e) => fail("error", &e),
+        }
+    })
+}
+
+fn keyring_remove(args: KeyringRemoveArgs) -> i32 {
+    let client = match args.api.client() {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return 1;
+        }
+    };
+    block_on(async {
+        match client.keyring_remove(&args.key_id).await {
+            Ok(()) => {
+                println!("Removed encryption key {}", args.key_id);
+                0
+            }
+            Err(e) => fail("error", &e),
+        }
+    })
 }
 
 fn snapshot_save(args: SnapshotArgs) -> i32 {

@@ -278,6 +278,10 @@ impl LeaderLoops {
         // Stateless: each claim's checkpoint says where its release stands.
         tasks.spawn(volumes::run(server.clone(), stop_rx.clone()));
         tasks.spawn(crate::acl::expire_loop(server.clone(), stop_rx.clone()));
+        tasks.spawn(crate::variables::leader_loop(
+            server.clone(),
+            stop_rx.clone(),
+        ));
         *leadership.broker.lock().expect("broker lock") = Some(broker);
         leadership.running.store(true, Ordering::SeqCst);
         tracing::info!(workers, "leader loops started");

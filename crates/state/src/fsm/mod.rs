@@ -12,6 +12,7 @@ mod evals;
 pub(crate) mod jobs;
 mod nodes;
 mod plan;
+mod variables;
 
 use crate::command::{ApplyResponse, Command, Table};
 use crate::error::StateError;
@@ -386,6 +387,9 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
             acl::upsert_namespaces(tx, namespaces).map(|()| plain)
         }
         Command::NamespaceDelete { names } => acl::delete_namespaces(tx, names).map(|()| plain),
+        Command::VarApply { op, var, now } => variables::apply(tx, *op, var, *now),
+        Command::RootKeyUpsert { key } => variables::upsert_root_key(tx, key).map(|()| plain),
+        Command::RootKeyDelete { key_id } => variables::delete_root_key(tx, key_id).map(|()| plain),
         // The store replaces its whole root for a restore before the FSM sees commands.
         Command::StateRestore { .. } => Err(StateError::invalid(
             "a state restore is applied by the store, not the FSM",
