@@ -107,6 +107,8 @@ pub(crate) fn need(method: &Method, path: &str) -> Need {
         ["v1", "acl", ..] | ["v1", "namespaces"] | ["v1", "namespace", ..] => Need::Handler,
         // Per path, by the variables rules: the handlers check (and filter lists).
         ["v1", "vars"] | ["v1", "var", ..] => Need::Handler,
+        // Every match is filtered by what the token may read.
+        ["v1", "search", ..] => Need::Handler,
         ["v1", "operator", "keyring", ..] => Need::Handler,
         ["v1", "jobs"] if read => Need::NsList("list-jobs"),
         ["v1", "jobs"] => Need::JobBody(SUBMIT_JOB),

@@ -25,6 +25,7 @@ mod nodes;
 mod operator;
 mod query;
 mod reply;
+mod search;
 pub mod tls;
 mod variables;
 
@@ -269,6 +270,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/acl/roles", get(acl_endpoints::roles))
         .route("/v1/acl/role", any(acl_endpoints::role))
         .route("/v1/acl/role/{*rest}", any(acl_endpoints::role))
+        .route("/v1/search", any(search::prefix))
+        .route("/v1/search/fuzzy", any(search::fuzzy))
         .route("/v1/vars", any(variables::list))
         .route("/v1/var/{*path}", any(variables::var))
         .route("/v1/operator/keyring/keys", any(variables::keyring_keys))
