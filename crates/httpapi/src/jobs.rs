@@ -46,14 +46,7 @@ pub async fn job(
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-const NOT_BUILT: [&str; 6] = [
-    "stable",
-    "scale",
-    "submission",
-    "services",
-    "action",
-    "scaling",
-];
+const NOT_BUILT: [&str; 5] = ["scale", "submission", "services", "action", "scaling"];
 
 async fn route_job(
     st: &ApiState,
@@ -72,6 +65,7 @@ async fn route_job(
         ("deployment", true),
         ("evaluate", false),
         ("revert", false),
+        ("stable", false),
         ("dispatch", false),
         ("periodic/force", false),
         ("plan", false),
@@ -93,6 +87,7 @@ async fn route_job(
                 "deployments" => deployments(st, id, &q).await,
                 "deployment" => latest_deployment(st, id, &q).await,
                 "revert" => revert(st, id, &q, body).await,
+                "stable" => stable(st, id, &q, body).await,
                 "dispatch" => crate::launch::dispatch(st, id, &q, body).await,
                 "periodic/force" => crate::launch::periodic_force(st, id, &q).await,
                 "plan" => plan(st, id, &q, body).await,
@@ -263,6 +258,38 @@ async fn revert(
     let resp = st.server.job_revert(&q.namespace, req).await?;
     let index = resp.index;
     Ok(reply::write(&resp, index, q.pretty))
+}
+
+/// `PUT /v1/job/:id/stable` with `{"JobVersion": N, "Stable": bool}`.
+async fn stable(
+    st: &ApiState,
+    id: &str,
+    q: &QueryOptions,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default)]
+    struct StableBody {
+        #[serde(rename = "JobVersion")]
+        job_version: u64,
+        #[serde(rename = "Stable")]
+        stable: bool,
+    }
+    let req: StableBody = decode(body)?;
+    let index = st
+        .server
+        .job_stability(server::methods::JobStabilityArgs {
+            namespace: q.namespace.clone(),
+            job_id: id.to_string(),
+            version: req.job_version,
+            stable: req.stable,
+        })
+        .await?;
+    Ok(reply::write(
+        &serde_json::json!({ "Index": index }),
+        index,
+        q.pretty,
+    ))
 }
 
 async fn evaluate(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response, ApiError> {

@@ -118,6 +118,7 @@ fn table() -> HashMap<&'static str, Endpoint> {
             .await
     });
     t.add::<m::AclWriteMethod, _, _>(|s, req| async move { s.acl_write_local(req).await });
+    t.add::<m::JobStability, _, _>(|s, req| async move { s.job_stability_local(req).await });
     t.add::<m::VarWriteMethod, _, _>(|s, req| async move { s.var_write_local(req).await });
     t.add::<m::KeyringWriteMethod, _, _>(|s, req| async move { s.keyring_write_local(req).await });
     t.add::<m::CsiWriteMethod, _, _>(|s, req| async move { s.csi_write_local(req).await });

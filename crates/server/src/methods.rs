@@ -85,6 +85,16 @@ rpc_method!(pub JobRegister = "Job.Register": JobRegisterRequest => JobRegisterR
 rpc_method!(pub JobPlan = "Job.Plan": JobPlanRequest => JobPlanResponse);
 rpc_method!(pub JobDeregister = "Job.Deregister": JobDeregisterArgs => JobDeregisterResponse);
 rpc_method!(pub JobEvaluate = "Job.Evaluate": JobRef => JobRegisterResponse);
+rpc_method!(pub JobStability = "Job.Stable": JobStabilityArgs => u64);
+
+/// `Job.Stable`: one version of a job marked stable or not.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobStabilityArgs {
+    pub namespace: String,
+    pub job_id: String,
+    pub version: u64,
+    pub stable: bool,
+}
 rpc_method!(
     pub JobRevert = "Job.Revert": InNamespace<JobRevertRequest> => JobRegisterResponse
 );

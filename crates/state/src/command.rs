@@ -345,6 +345,14 @@ pub enum Command {
     RootKeyDelete {
         key_id: String,
     },
+    /// Marks one version of a job stable or not (`/v1/job/:id/stable`); the current job too when it
+    /// is that version. An unknown job or version is `NotFound`.
+    JobStability {
+        namespace: String,
+        job_id: String,
+        version: u64,
+        stable: bool,
+    },
 }
 
 /// What a [`Command::VarApply`] does.
@@ -426,6 +434,7 @@ impl Command {
             Command::VarApply { .. } => "VarApply",
             Command::RootKeyUpsert { .. } => "RootKeyUpsert",
             Command::RootKeyDelete { .. } => "RootKeyDelete",
+            Command::JobStability { .. } => "JobStability",
         }
     }
 }

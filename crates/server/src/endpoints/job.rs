@@ -241,6 +241,43 @@ impl Server {
         })
     }
 
+    /// Sets one version's stability (`PUT /v1/job/:id/stable`); returns the raft index.
+    pub async fn job_stability(
+        &self,
+        args: crate::methods::JobStabilityArgs,
+    ) -> Result<u64, ServerError> {
+        match self.forward_target().await? {
+            Some(leader) => {
+                self.forward::<crate::methods::JobStability>(&leader, &args)
+                    .await
+            }
+            None => self.job_stability_local(args).await,
+        }
+    }
+
+    pub(crate) async fn job_stability_local(
+        &self,
+        args: crate::methods::JobStabilityArgs,
+    ) -> Result<u64, ServerError> {
+        if self
+            .state()
+            .snapshot()
+            .job(&args.namespace, &args.job_id)
+            .is_none()
+        {
+            return Err(ServerError::not_found("job not found"));
+        }
+        let resp = self
+            .apply(Command::JobStability {
+                namespace: args.namespace,
+                job_id: args.job_id,
+                version: args.version,
+                stable: args.stable,
+            })
+            .await?;
+        Ok(resp.index)
+    }
+
     /// Creates a new evaluation of a job (`POST /v1/job/:id/evaluate`).
     pub async fn job_evaluate(
         &self,

@@ -305,6 +305,36 @@ fn update_parent_children(tx: &mut Txn, job: &Job, old: Option<&JobStatus>, new:
     tx.put_job_summary(parent);
 }
 
+/// Nomad's `UpdateJobStability`: sets one version's stability, by request. Unlike the deployment
+/// watcher's [`update_job_stability`] it can also clear it, and an unknown version is an error.
+pub(crate) fn set_job_stability(
+    tx: &mut Txn,
+    ns: &str,
+    job_id: &str,
+    version: u64,
+    stable: bool,
+) -> Result<(), StateError> {
+    let Some(tracked) = tx.job_version(ns, job_id, version).cloned() else {
+        return Err(StateError::NotFound(format!(
+            "job {job_id:?} has no version {version}"
+        )));
+    };
+    let index = tx.index();
+    let mut tracked = (*tracked).clone();
+    tracked.stable = Some(stable);
+    tracked.modify_index = Some(index);
+    tx.put_job_version(Arc::new(tracked));
+    if let Some(current) = tx.job(ns, job_id).cloned() {
+        if current.version == Some(version) {
+            let mut current = (*current).clone();
+            current.stable = Some(stable);
+            current.modify_index = Some(index);
+            tx.put_job(Arc::new(current));
+        }
+    }
+    Ok(())
+}
+
 /// Nomad's `updateJobStabilityImpl`: marks one version of a job stable (a deployment succeeded). The
 /// version keeps its number; the current job is updated too when it is that version.
 pub(super) fn update_job_stability(tx: &mut Txn, ns: &str, job_id: &str, version: u64) {

@@ -390,6 +390,12 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
         Command::VarApply { op, var, now } => variables::apply(tx, *op, var, *now),
         Command::RootKeyUpsert { key } => variables::upsert_root_key(tx, key).map(|()| plain),
         Command::RootKeyDelete { key_id } => variables::delete_root_key(tx, key_id).map(|()| plain),
+        Command::JobStability {
+            namespace,
+            job_id,
+            version,
+            stable,
+        } => jobs::set_job_stability(tx, namespace, job_id, *version, *stable).map(|()| plain),
         // The store replaces its whole root for a restore before the FSM sees commands.
         Command::StateRestore { .. } => Err(StateError::invalid(
             "a state restore is applied by the store, not the FSM",
