@@ -26,6 +26,8 @@ pub(crate) struct Runners {
     map: Mutex<BTreeMap<String, AllocRunnerHandle>>,
     /// Runners told to destroy their allocation, still finishing. Never held across `.await`.
     retired: Mutex<Vec<JoinHandle<()>>>,
+    /// Set by [`Runners::destroy_all`]: no new runner starts after it.
+    closing: std::sync::atomic::AtomicBool,
 }
 
 impl Runners {
@@ -34,6 +36,7 @@ impl Runners {
             ctx,
             map: Mutex::new(BTreeMap::new()),
             retired: Mutex::new(Vec::new()),
+            closing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -77,6 +80,24 @@ impl Runners {
         map.values()
             .map(|h| h.status.lock().expect("status lock").clone())
             .collect()
+    }
+
+    /// Tells every runner to destroy its allocation (kill its tasks, remove its directory) and
+    /// starts no new one after; returns the runners' tasks to wait on. A dev agent's shutdown.
+    pub async fn destroy_all(&self) -> Vec<JoinHandle<()>> {
+        self.closing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let handles: Vec<AllocRunnerHandle> = {
+            let mut map = self.map.lock().expect("runners lock");
+            std::mem::take(&mut *map).into_values().collect()
+        };
+        let mut joins = Vec::with_capacity(handles.len());
+        for h in handles {
+            // A closed channel means the runner already ended.
+            let _ = h.cmds.send(AllocCommand::Destroy).await;
+            joins.push(h.join);
+        }
+        joins
     }
 
     /// Every runner's task, live and retired, for shutdown to wait on.
@@ -147,6 +168,7 @@ impl Runners {
                     }
                     Some(_) => {}
                     None if alloc.is_terminal() => {}
+                    None if self.closing.load(std::sync::atomic::Ordering::SeqCst) => {}
                     None => {
                         tracing::info!(alloc_id = %alloc.id, "new allocation");
                         let id = alloc.id.clone();

@@ -248,6 +248,27 @@ impl Client {
 
     /// Stops the client and leaves its tasks running (Nomad's behaviour on a plain stop); see
     /// the module docs for the protocol.
+    /// Destroys every allocation (its tasks killed with their kill timeouts, its directory
+    /// removed) and starts no new one, waiting up to `grace`. Nomad's dev agent does this on
+    /// shutdown; a non-dev client keeps its tasks to reattach to them.
+    pub async fn destroy_all_allocs(&self, grace: std::time::Duration) {
+        let joins = self.runners.destroy_all().await;
+        let count = joins.len();
+        let all = async {
+            for j in joins {
+                let _ = j.await;
+            }
+        };
+        if tokio::time::timeout(grace, all).await.is_err() {
+            tracing::warn!(
+                allocations = count,
+                "not every allocation was destroyed in time; stopping anyway"
+            );
+        } else {
+            tracing::info!(allocations = count, "destroyed every allocation");
+        }
+    }
+
     pub async fn shutdown(mut self) {
         self.shutdown.send_replace(true);
         let mut joins = std::mem::take(&mut self.loops);

@@ -309,6 +309,10 @@ fn data_dir(cfg: &AgentConfig, dev: bool) -> Result<(PathBuf, Option<TempDir>)> 
     }
 }
 
+/// How long a stopping dev agent waits for its allocations' tasks to die (each has its own
+/// `kill_timeout`, 5 s by default).
+const DEV_DESTROY_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Holds a `-dev` agent's temporary data dir; removes it when the agent stops.
 struct TempDir(PathBuf);
 
@@ -488,8 +492,14 @@ async fn run_agent(
     let _ = stop_tx.send(());
     let _ = http.await;
     if let Some(node_client) = node_client {
-        // Tasks keep running, as with Nomad's client; a restarted client reattaches to them. The HTTP
-        // API has stopped, so this is the last handle (dropping a client stops it too).
+        if dev {
+            // A dev agent leaves nothing behind, as Nomad's: its allocations are destroyed (tasks
+            // killed, directories removed) while its server still runs.
+            println!("==> Dev mode: stopping every allocation");
+            node_client.destroy_all_allocs(DEV_DESTROY_GRACE).await;
+        }
+        // Otherwise tasks keep running, as with Nomad's client; a restarted client reattaches.
+        // The HTTP API has stopped, so this is the last handle (dropping a client stops it too).
         if let Ok(node_client) = Arc::try_unwrap(node_client) {
             node_client.shutdown().await;
         }
