@@ -272,6 +272,71 @@ fn variables_are_encrypted_at_rest_checked_and_set_locked_and_acl_filtered() {
         Some(&json!({"Lock": {"ID": "not-it"}})),
     );
     assert_eq!(s, 409);
+    // The holder writes by naming the lock's ID (a TTL in a write is refused: locks are made by
+    // lock-acquire only).
+    let holder_write = json!({"Items": {"owner": "me"}, "Lock": {"ID": lock_id}});
+    let (s, b) = call(
+        &agent,
+        "PUT",
+        "/v1/var/locks/leader",
+        root,
+        Some(&holder_write),
+    );
+    assert_eq!(s, 200, "the holder writes: {b}");
+    let with_ttl = json!({"Items": {"a": "b"}, "Lock": {"ID": lock_id, "TTL": "20s"}});
+    let (s, b) = call(&agent, "PUT", "/v1/var/locks/leader", root, Some(&with_ttl));
+    assert_eq!(s, 400, "{b}");
+    // Only management tokens and the holder see the lock's ID: a token that may read, list and
+    // write every path does not get it from a read, a list or a conflict.
+    let rules = r#"namespace "default" { variables { path "*" { capabilities = ["read", "list", "write"] } } }"#;
+    let (s, b) = call(
+        &agent,
+        "PUT",
+        "/v1/acl/policy/rw",
+        root,
+        Some(&json!({"Name": "rw", "Rules": rules})),
+    );
+    assert_eq!(s, 200, "{b}");
+    let (_, b) = call(
+        &agent,
+        "POST",
+        "/v1/acl/token",
+        root,
+        Some(&json!({"Name": "rw", "Type": "client", "Policies": ["rw"]})),
+    );
+    let rw = json_of(&b)["SecretID"].as_str().unwrap().to_string();
+    let (s, b) = call(&agent, "GET", "/v1/var/locks/leader", &rw, None);
+    assert_eq!(s, 200, "{b}");
+    assert!(
+        !b.contains(&lock_id) && json_of(&b).get("Lock").is_none(),
+        "{b}"
+    );
+    let (_, b) = call(&agent, "GET", "/v1/vars?prefix=locks", &rw, None);
+    assert!(!b.contains(&lock_id), "{b}");
+    let (s, b) = call(
+        &agent,
+        "PUT",
+        "/v1/var/locks/leader?lock-acquire",
+        &rw,
+        Some(&lock_req),
+    );
+    assert_eq!(s, 409, "{b}");
+    assert!(!b.contains(&lock_id), "{b}");
+    let (_, b) = call(&agent, "GET", "/v1/var/locks/leader", root, None);
+    assert_eq!(
+        json_of(&b)["Lock"]["ID"],
+        json!(lock_id),
+        "management sees it: {b}"
+    );
+    let release_with_items = json!({"Lock": {"ID": lock_id}, "Items": {"x": "y"}});
+    let (s, _) = call(
+        &agent,
+        "PUT",
+        "/v1/var/locks/leader?lock-release",
+        root,
+        Some(&release_with_items),
+    );
+    assert_eq!(s, 400, "a release carries no items");
     let (s, b) = call(
         &agent,
         "PUT",
@@ -289,6 +354,83 @@ fn variables_are_encrypted_at_rest_checked_and_set_locked_and_acl_filtered() {
         Some(&lock_req),
     );
     assert_eq!(s, 400, "cas with a lock operation");
+    let (s, b) = call(&agent, "PUT", "/v1/var/nomad/other", root, Some(&body));
+    assert_eq!(s, 400, "the reserved nomad/ directory: {b}");
+    assert_eq!(
+        call(&agent, "PUT", "/v1/var/nomad/jobs/web", root, Some(&body)).0,
+        200
+    );
+    assert_eq!(
+        call(&agent, "DELETE", "/v1/var/nomad/jobs/web", root, None).0,
+        204
+    );
+
+    // A lock nobody renews expires after its TTL, is held through its delay, then released with
+    // its items kept; the lost holder's renewal is refused.
+    let short = json!({"Lock": {"TTL": "10s", "LockDelay": "1s"}, "Items": {"kept": "yes"}});
+    let (s, b) = call(
+        &agent,
+        "PUT",
+        "/v1/var/locks/short?lock-acquire",
+        root,
+        Some(&short),
+    );
+    assert_eq!(s, 200, "{b}");
+    let short_id = json_of(&b)["Lock"]["ID"].as_str().unwrap().to_string();
+    common::wait_for(
+        "the unrenewed lock to be released",
+        std::time::Duration::from_secs(60),
+        std::time::Duration::from_millis(250),
+        || {
+            let (_, b) = call(&agent, "GET", "/v1/var/locks/short", root, None);
+            json_of(&b).get("Lock").is_none()
+        },
+    );
+    let (_, b) = call(&agent, "GET", "/v1/var/locks/short", root, None);
+    assert_eq!(json_of(&b)["Items"]["kept"], "yes", "{b}");
+    let renew_lost = json!({"Lock": {"ID": short_id}});
+    let (s, _) = call(
+        &agent,
+        "PUT",
+        "/v1/var/locks/short?lock-renew",
+        root,
+        Some(&renew_lost),
+    );
+    assert_eq!(s, 409, "a lost lock is not renewed");
+    let (s, b) = call(
+        &agent,
+        "PUT",
+        "/v1/var/locks/short?lock-acquire",
+        root,
+        Some(&short),
+    );
+    assert_eq!(s, 200, "free again: {b}");
+
+    // A namespace holding variables cannot be deleted (a namespace made again later must not
+    // inherit them).
+    let (s, b) = call(
+        &agent,
+        "PUT",
+        "/v1/namespace/team",
+        root,
+        Some(&json!({"Name": "team"})),
+    );
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        call(&agent, "PUT", "/v1/var/x?namespace=team", root, Some(&body)).0,
+        200
+    );
+    let (s, b) = call(&agent, "DELETE", "/v1/namespace/team", root, None);
+    assert_eq!(s, 409, "{b}");
+    assert!(b.contains("variable"), "{b}");
+    assert_eq!(
+        call(&agent, "DELETE", "/v1/var/x?namespace=team", root, None).0,
+        204
+    );
+    assert_eq!(
+        call(&agent, "DELETE", "/v1/namespace/team", root, None).0,
+        200
+    );
 
     // The CLI.
     let (code, out, err) = run(&agent, root, &["var", "put", "cli/one", "a=1", "b=2"]);

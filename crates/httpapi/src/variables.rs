@@ -30,6 +30,21 @@ fn allowed(authz: &Authz, ns: &str, path: &str, op: &str) -> bool {
     authz.acl.allow_variable_operation(ns, path, op, None)
 }
 
+/// A variable's metadata as `authz` may see it: the lock's ID (which lets its bearer write,
+/// renew and release) only for management tokens or the caller that proved it holds that lock.
+fn shown_meta(
+    meta: &VariableMetadata,
+    authz: &Authz,
+    proven_lock: Option<&str>,
+) -> VariableMetadata {
+    let mut shown = meta.clone();
+    let holder = |l: &VariableLock| proven_lock.is_some_and(|p| !p.is_empty() && p == l.id);
+    if !authz.is_management() && !shown.lock.as_ref().is_some_and(holder) {
+        shown.lock = None;
+    }
+    shown
+}
+
 fn decode_var(body: &[u8]) -> Result<VariableDecrypted, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(VariableDecrypted::default());
@@ -57,7 +72,7 @@ pub async fn list(
             .variables(q.namespace_filter(), &q.prefix)
             .iter()
             .filter(|v| allowed(&authz, &v.meta.namespace, &v.meta.path, variables_cap::LIST))
-            .map(|v| v.meta.clone())
+            .map(|v| shown_meta(&v.meta, &authz, None))
             .collect();
         // Pages by the token Nomad uses: the path in one namespace, `namespace.path` across all.
         let all = q.namespace_filter().is_none();
@@ -101,7 +116,7 @@ fn lock_operation(q: &QueryOptions) -> Result<Option<VarWriteOp>, ApiError> {
 }
 
 fn cas_index(q: &QueryOptions) -> Result<Option<u64>, ApiError> {
-    match q.params.get("cas") {
+    match q.params.get("cas").filter(|c| !c.is_empty()) {
         None => Ok(None),
         Some(s) => s
             .parse()
@@ -111,8 +126,14 @@ fn cas_index(q: &QueryOptions) -> Result<Option<u64>, ApiError> {
 }
 
 /// The answer to a write: 409 with the conflicting variable (its items only when the caller may
-/// read it), else the output.
-fn write_reply(out: VarWriteResponse, authz: &Authz, delete: bool, pretty: bool) -> Response {
+/// read it), else the output; a lock's ID only to management or the caller that proved it.
+fn write_reply(
+    out: VarWriteResponse,
+    authz: &Authz,
+    proven_lock: Option<&str>,
+    delete: bool,
+    pretty: bool,
+) -> Response {
     if let Some(mut conflict) = out.conflict {
         if !allowed(
             authz,
@@ -122,6 +143,7 @@ fn write_reply(out: VarWriteResponse, authz: &Authz, delete: bool, pretty: bool)
         ) {
             conflict.items.clear();
         }
+        conflict.meta = shown_meta(&conflict.meta, authz, proven_lock);
         let index = conflict.meta.modify_index;
         let mut resp = reply::write(&conflict, index, pretty);
         *resp.status_mut() = StatusCode::CONFLICT;
@@ -133,7 +155,11 @@ fn write_reply(out: VarWriteResponse, authz: &Authz, delete: bool, pretty: bool)
         *resp.body_mut() = axum::body::Body::empty();
         return resp;
     }
-    reply::write(&out.output, out.index, pretty)
+    let output = out.output.map(|mut v| {
+        v.meta = shown_meta(&v.meta, authz, proven_lock);
+        v
+    });
+    reply::write(&output, out.index, pretty)
 }
 
 /// `/v1/var/:path`: GET, PUT (`?cas=`, `?lock-acquire|lock-renew|lock-release`), DELETE (`?cas=`).
@@ -162,7 +188,8 @@ pub async fn var(
                 let stored = snap
                     .variable(&ns, &path)
                     .ok_or_else(|| ApiError::not_found("variable not found"))?;
-                let opened = server::variables::open(&snap, &stored)?;
+                let mut opened = server::variables::open(&snap, &stored)?;
+                opened.meta = shown_meta(&opened.meta, &authz, None);
                 Ok(reply::read(
                     &opened,
                     index_of(&snap, &VAR_TABLES),
@@ -207,8 +234,18 @@ pub async fn var(
                         }
                     }
                 };
+                // The caller proves a lock by naming its ID; an acquire's new lock is the caller's.
+                let named = var.meta.lock.as_ref().map(|l| l.id.clone());
                 let out = st.server.var_write(VarWrite { op, var }).await?;
-                Ok(write_reply(out, &authz, false, q.pretty))
+                let proven = if op == VarWriteOp::LockAcquire {
+                    out.output
+                        .as_ref()
+                        .and_then(|v| v.meta.lock.as_ref())
+                        .map(|l| l.id.clone())
+                } else {
+                    named
+                };
+                Ok(write_reply(out, &authz, proven.as_deref(), false, q.pretty))
             }
             Method::DELETE => {
                 if !allowed(&authz, &ns, &path, variables_cap::DESTROY) {
@@ -225,7 +262,7 @@ pub async fn var(
                     None => VarWriteOp::Delete,
                 };
                 let out = st.server.var_write(VarWrite { op, var }).await?;
-                Ok(write_reply(out, &authz, true, q.pretty))
+                Ok(write_reply(out, &authz, None, true, q.pretty))
             }
             _ => Err(ApiError::invalid_method()),
         }

@@ -129,7 +129,8 @@ pub fn items_size(items: &VariableItems) -> usize {
     items.iter().map(|(k, v)| k.len() + v.len()).sum()
 }
 
-/// Nomad's path rule: 1-128 of `[a-zA-Z0-9-_~/]`.
+/// Nomad's path rule: 1-128 of `[a-zA-Z0-9-_~/]`, and under the reserved top-level `nomad/` only
+/// `nomad/jobs/...`, `nomad/sentinel/...` and `nomad/job-templates/<name>`.
 pub fn validate_path(path: &str) -> Result<(), String> {
     if path.is_empty() {
         return Err("variable requires path".into());
@@ -138,12 +139,21 @@ pub fn validate_path(path: &str) -> Result<(), String> {
         && path
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'~' | b'/'));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
+    if !ok {
+        return Err(format!(
             "invalid path {path:?}: use 1-{MAX_PATH_LEN} of letters, digits, '-', '_', '~' and '/'"
-        ))
+        ));
+    }
+    let parts: Vec<&str> = path.split('/').collect();
+    if parts[0] != "nomad" {
+        return Ok(());
+    }
+    match parts.get(1).copied() {
+        None => Err("\"nomad\" is a reserved top-level directory path, but you may write variables to \"nomad/jobs\", \"nomad/job-templates\", \"nomad/sentinel\", or below".into()),
+        Some("jobs" | "sentinel") => Ok(()),
+        Some("job-templates") if parts.len() == 3 => Ok(()),
+        Some("job-templates") => Err("\"nomad/job-templates\" is a reserved directory path, but you may write variables at the level below it, for example, \"nomad/job-templates/template-name\"".into()),
+        Some(_) => Err("only paths at \"nomad/jobs\" or \"nomad/job-templates\" and below are valid paths under the top-level \"nomad\" directory".into()),
     }
 }
 
@@ -254,6 +264,16 @@ mod tests {
         assert!(validate_path("has space").is_err());
         assert!(validate_path("dot.ted").is_err());
         assert!(validate_path(&"x".repeat(129)).is_err());
+        // The reserved top-level directory.
+        assert!(validate_path("nomad").unwrap_err().contains("reserved"));
+        assert!(validate_path("nomad/jobs").is_ok());
+        assert!(validate_path("nomad/jobs/web/api").is_ok());
+        assert!(validate_path("nomad/sentinel/x").is_ok());
+        assert!(validate_path("nomad/job-templates/t").is_ok());
+        assert!(validate_path("nomad/job-templates").is_err());
+        assert!(validate_path("nomad/job-templates/a/b").is_err());
+        assert!(validate_path("nomad/other").is_err());
+        assert!(validate_path("nomadic/x").is_ok());
     }
 
     #[test]

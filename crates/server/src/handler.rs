@@ -204,6 +204,6 @@ mod tests {
         for open in crate::peers::OPEN_METHODS {
             assert!(routed.contains(open), "{open} is open but not routed");
         }
-        assert_eq!(routed.len(), 28, "{routed:?}");
+        assert_eq!(routed.len(), 31, "{routed:?}");
     }
 }

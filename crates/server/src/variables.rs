@@ -73,15 +73,28 @@ pub struct KeyringWriteResponse {
     pub key: Option<RootKeyMeta>,
 }
 
-/// The leader's lock clocks: when each held lock expires, and until when an expired lock's
-/// variable may not be locked again (its lock delay). Rebuilt from the state (every held lock
-/// gets its full TTL) when a server becomes leader.
+/// The leader's lock clocks. A held lock lives `TTL` past its last acquire or renew; then, still
+/// held in the state so nobody else may take or change it, it waits out its lock delay, and only
+/// then is it released through raft. Every sweep lines the clocks up with the state (a lock with no
+/// clock, after a leadership change or a restore, gets a full TTL), so no lock is ever left without
+/// one.
 #[derive(Default)]
 pub(crate) struct LockTimers {
-    /// (namespace, path) → (lock ID, expiry as unix ns).
-    held: HashMap<(String, String), (String, i64)>,
-    /// (namespace, path) → the time (unix ns) the lock delay ends.
-    delayed: HashMap<(String, String), i64>,
+    clocks: HashMap<(String, String), LockClock>,
+}
+
+struct LockClock {
+    id: String,
+    delay_ns: i64,
+    phase: LockPhase,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LockPhase {
+    /// Renewable until then (unix ns).
+    Held { until: i64 },
+    /// Expired; released at that time (unix ns). Renewals are refused.
+    Delaying { until: i64 },
 }
 
 fn conflict(message: impl Into<String>) -> ServerError {
@@ -246,26 +259,34 @@ impl Server {
         }
         match op {
             VarWriteOp::Set | VarWriteOp::Cas => {
-                var.validate().map_err(ServerError::bad_request)?;
+                // A write names the lock it holds by ID only; making or changing a lock is the
+                // lock operations' business (Nomad: errLockOnVarCreation).
+                if let Some(lock) = &var.meta.lock {
+                    if lock.ttl.as_nanos() != 0 || lock.lock_delay.as_nanos() != 0 {
+                        return Err(ServerError::bad_request(
+                            "a write cannot create or change a lock: use ?lock-acquire",
+                        ));
+                    }
+                }
+                let mut checked = var.clone();
+                checked.meta.lock = None;
+                checked.validate().map_err(ServerError::bad_request)?;
             }
             VarWriteOp::LockAcquire => {
                 let lock = var.meta.lock.get_or_insert_with(VariableLock::default);
                 lock.canonicalize();
                 lock.id = new_id();
                 var.validate_for_lock().map_err(ServerError::bad_request)?;
-                if let Some(until) = self.lock_delay_until(&ns, &path) {
-                    if until > now_nanos() {
-                        return Ok(VarWriteResponse {
-                            conflict: Some(zero(&ns, &path)),
-                            ..VarWriteResponse::default()
-                        });
-                    }
-                }
             }
             VarWriteOp::LockRenew => return self.lock_renew(&var),
             VarWriteOp::LockRelease => {
                 if var.meta.lock.as_ref().is_none_or(|l| l.id.is_empty()) {
                     return Err(ServerError::bad_request("missing lock ID"));
+                }
+                if !var.items.is_empty() {
+                    return Err(ServerError::bad_request(
+                        "a lock release carries no items: write them separately",
+                    ));
                 }
             }
             VarWriteOp::Delete | VarWriteOp::DeleteCas => {
@@ -283,37 +304,57 @@ impl Server {
             VarWriteOp::LockRelease => VarOp::LockRelease,
             VarWriteOp::LockRenew => unreachable!("answered above"),
         };
+        let now = now_nanos();
         let applied = self
             .apply(Command::VarApply {
                 op: state_op,
                 var: sealed,
-                now: now_nanos(),
+                now,
             })
             .await;
         let snap = self.state().snapshot();
         match applied {
             Ok(applied) => {
-                let output = match snap.variable(&ns, &path) {
-                    Some(stored) => Some(open(&snap, &stored)?),
-                    None => None,
-                };
+                // The answer is what this write wrote: the stored metadata while it is still this
+                // entry's, the request's own items (never what a later write stored).
+                let stored = snap
+                    .variable(&ns, &path)
+                    .filter(|v| v.meta.modify_index == applied.index)
+                    .map(|v| v.meta.clone());
+                let meta = stored.unwrap_or_else(|| VariableMetadata {
+                    namespace: ns.clone(),
+                    path: path.clone(),
+                    lock: match op {
+                        VarWriteOp::LockAcquire | VarWriteOp::Set | VarWriteOp::Cas => {
+                            var.meta.lock.clone()
+                        }
+                        _ => None,
+                    },
+                    create_index: applied.index,
+                    create_time: now,
+                    modify_index: applied.index,
+                    modify_time: now,
+                });
                 match op {
                     VarWriteOp::LockAcquire => {
-                        if let Some(lock) = output.as_ref().and_then(|v| v.meta.lock.clone()) {
-                            self.lock_started(&ns, &path, &lock);
+                        if let Some(lock) = &var.meta.lock {
+                            self.lock_started(&ns, &path, lock);
                         }
                     }
-                    VarWriteOp::LockRelease => self.lock_ended(&ns, &path, None),
+                    VarWriteOp::LockRelease => self.lock_ended(&ns, &path),
                     _ => {}
                 }
                 let output = match op {
                     VarWriteOp::Delete | VarWriteOp::DeleteCas => None,
                     // A release answers the metadata (Nomad), never the items.
-                    VarWriteOp::LockRelease => output.map(|v| VariableDecrypted {
-                        meta: v.meta,
+                    VarWriteOp::LockRelease => Some(VariableDecrypted {
+                        meta,
                         ..VariableDecrypted::default()
                     }),
-                    _ => output,
+                    _ => Some(VariableDecrypted {
+                        meta,
+                        items: var.items,
+                    }),
                 };
                 Ok(VarWriteResponse {
                     index: applied.index,
@@ -346,45 +387,30 @@ impl Server {
         }
     }
 
-    fn lock_delay_until(&self, ns: &str, path: &str) -> Option<i64> {
-        let timers = self.lock_timers().lock().ok()?;
-        timers
-            .delayed
-            .get(&(ns.to_owned(), path.to_owned()))
-            .copied()
-    }
-
     fn lock_started(&self, ns: &str, path: &str, lock: &VariableLock) {
         if let Ok(mut timers) = self.lock_timers().lock() {
-            let key = (ns.to_owned(), path.to_owned());
-            timers.delayed.remove(&key);
-            timers.held.insert(
-                key,
-                (
-                    lock.id.clone(),
-                    now_nanos().saturating_add(lock.ttl.as_nanos()),
-                ),
+            timers.clocks.insert(
+                (ns.to_owned(), path.to_owned()),
+                LockClock {
+                    id: lock.id.clone(),
+                    delay_ns: lock.lock_delay.as_nanos(),
+                    phase: LockPhase::Held {
+                        until: now_nanos().saturating_add(lock.ttl.as_nanos()),
+                    },
+                },
             );
         }
     }
 
-    /// Forgets a lock's clock; `delay` starts its lock delay (an expiry, not a release).
-    fn lock_ended(&self, ns: &str, path: &str, delay: Option<i64>) {
+    /// The holder released the lock: no delay.
+    fn lock_ended(&self, ns: &str, path: &str) {
         if let Ok(mut timers) = self.lock_timers().lock() {
-            let key = (ns.to_owned(), path.to_owned());
-            timers.held.remove(&key);
-            match delay {
-                Some(d) => {
-                    timers.delayed.insert(key, now_nanos().saturating_add(d));
-                }
-                None => {
-                    timers.delayed.remove(&key);
-                }
-            }
+            timers.clocks.remove(&(ns.to_owned(), path.to_owned()));
         }
     }
 
-    /// Extends a held lock by its TTL; the lock ID must be the holder's.
+    /// Extends a held lock by its TTL; the lock ID must be the holder's and the lock not yet
+    /// expired (a lock in its delay is lost: renewing it is refused, as Nomad's).
     fn lock_renew(&self, var: &VariableDecrypted) -> Result<VarWriteResponse, ServerError> {
         let (ns, path) = (&var.meta.namespace, &var.meta.path);
         let Some(want) = var.meta.lock.as_ref().filter(|l| !l.id.is_empty()) else {
@@ -400,7 +426,34 @@ impl Server {
             .as_ref()
             .filter(|l| l.id == want.id)
             .ok_or_else(|| conflict("lock error: the lock is not held under that ID"))?;
-        self.lock_started(ns, path, held);
+        let now = now_nanos();
+        let mut timers = self
+            .lock_timers()
+            .lock()
+            .map_err(|_| ServerError::internal("lock clocks poisoned"))?;
+        match timers.clocks.get_mut(&(ns.clone(), path.clone())) {
+            Some(clock) if clock.id == held.id => match clock.phase {
+                LockPhase::Held { until } if until > now => {
+                    clock.phase = LockPhase::Held {
+                        until: now.saturating_add(held.ttl.as_nanos()),
+                    };
+                }
+                _ => return Err(conflict("lock error: the lock expired")),
+            },
+            // No clock yet (a new leader's first sweep has not run): start one.
+            _ => {
+                timers.clocks.insert(
+                    (ns.clone(), path.clone()),
+                    LockClock {
+                        id: held.id.clone(),
+                        delay_ns: held.lock_delay.as_nanos(),
+                        phase: LockPhase::Held {
+                            until: now.saturating_add(held.ttl.as_nanos()),
+                        },
+                    },
+                );
+            }
+        }
         Ok(VarWriteResponse {
             index: stored.meta.modify_index,
             output: Some(VariableDecrypted {
@@ -411,38 +464,86 @@ impl Server {
         })
     }
 
-    /// Releases every lock whose TTL passed without a renewal, starting its lock delay.
-    async fn expire_locks(&self) -> Result<(), ServerError> {
+    /// One sweep of the lock clocks: lines them up with the state, moves locks whose TTL passed
+    /// into their delay, and releases (through raft) those whose delay is over.
+    async fn sweep_locks(&self) -> Result<(), ServerError> {
         let now = now_nanos();
-        let expired: Vec<((String, String), String)> = match self.lock_timers().lock() {
-            Ok(timers) => timers
-                .held
-                .iter()
-                .filter(|(_, (_, until))| *until <= now)
-                .map(|(k, (id, _))| (k.clone(), id.clone()))
-                .collect(),
-            Err(_) => return Ok(()),
+        let snap = self.state().snapshot();
+        let mut in_state: HashMap<(String, String), VariableLock> = HashMap::new();
+        for var in snap.variables(None, "") {
+            if let Some(lock) = &var.meta.lock {
+                in_state.insert(
+                    (var.meta.namespace.clone(), var.meta.path.clone()),
+                    lock.clone(),
+                );
+            }
+        }
+        let due: Vec<((String, String), String)> = {
+            let mut timers = self
+                .lock_timers()
+                .lock()
+                .map_err(|_| ServerError::internal("lock clocks poisoned"))?;
+            // Clocks for locks the state no longer holds go; locks without a clock get a full TTL.
+            timers
+                .clocks
+                .retain(|k, c| in_state.get(k).is_some_and(|l| l.id == c.id));
+            for (k, lock) in &in_state {
+                timers.clocks.entry(k.clone()).or_insert_with(|| LockClock {
+                    id: lock.id.clone(),
+                    delay_ns: lock.lock_delay.as_nanos(),
+                    phase: LockPhase::Held {
+                        until: now.saturating_add(lock.ttl.as_nanos()),
+                    },
+                });
+            }
+            let mut due = Vec::new();
+            for (k, clock) in timers.clocks.iter_mut() {
+                match clock.phase {
+                    LockPhase::Held { until } if until <= now => {
+                        tracing::info!(namespace = %k.0, path = %k.1,
+                            "variable lock expired; held through its lock delay");
+                        clock.phase = LockPhase::Delaying {
+                            until: now.saturating_add(clock.delay_ns),
+                        };
+                    }
+                    LockPhase::Delaying { until } if until <= now => {
+                        due.push((k.clone(), clock.id.clone()));
+                    }
+                    _ => {}
+                }
+            }
+            due
         };
-        for ((ns, path), id) in expired {
-            let snap = self.state().snapshot();
+        for ((ns, path), id) in due {
             let Some(stored) = snap.variable(&ns, &path) else {
-                self.lock_ended(&ns, &path, None);
-                continue;
-            };
-            let Some(lock) = stored.meta.lock.clone().filter(|l| l.id == id) else {
-                self.lock_ended(&ns, &path, None);
                 continue;
             };
             let mut req = (*stored).clone();
-            req.meta.lock = Some(lock.clone());
-            self.apply(Command::VarApply {
-                op: VarOp::LockRelease,
-                var: req,
-                now,
-            })
-            .await?;
-            tracing::info!(namespace = %ns, path = %path, "variable lock expired; released");
-            self.lock_ended(&ns, &path, Some(lock.lock_delay.as_nanos()));
+            req.meta.lock = Some(VariableLock {
+                id: id.clone(),
+                ..VariableLock::default()
+            });
+            match self
+                .apply(Command::VarApply {
+                    op: VarOp::LockRelease,
+                    var: req,
+                    now,
+                })
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(namespace = %ns, path = %path, "expired variable lock released");
+                    if let Ok(mut timers) = self.lock_timers().lock() {
+                        let key = (ns.clone(), path.clone());
+                        if timers.clocks.get(&key).is_some_and(|c| c.id == id) {
+                            timers.clocks.remove(&key);
+                        }
+                    }
+                }
+                // Released or replaced meanwhile: the next sweep lines the clocks up.
+                Err(e) if e.code == ErrorCode::Conflict || e.code == ErrorCode::NotFound => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(())
     }
@@ -531,8 +632,7 @@ pub fn variables_index(snap: &StateSnapshot) -> u64 {
     snap.max_table_index(&[Table::Variables])
 }
 
-/// The leader's variables loop: makes the first root key, starts a clock for every lock the state
-/// holds, then releases locks whose TTL passes.
+/// The leader's variables loop: makes the first root key, then sweeps the lock clocks.
 pub(crate) async fn leader_loop(server: Server, mut stop: tokio::sync::watch::Receiver<bool>) {
     loop {
         match server.active_key().await {
@@ -546,31 +646,17 @@ pub(crate) async fn leader_loop(server: Server, mut stop: tokio::sync::watch::Re
             }
         }
     }
-    {
-        let snap = server.state().snapshot();
-        if let Ok(mut timers) = server.lock_timers().lock() {
-            timers.held.clear();
-            timers.delayed.clear();
-            for var in snap.variables(None, "") {
-                if let Some(lock) = &var.meta.lock {
-                    timers.held.insert(
-                        (var.meta.namespace.clone(), var.meta.path.clone()),
-                        (
-                            lock.id.clone(),
-                            now_nanos().saturating_add(lock.ttl.as_nanos()),
-                        ),
-                    );
-                }
-            }
-        }
+    // Clocks from an earlier term are stale: every held lock starts again with a full TTL.
+    if let Ok(mut timers) = server.lock_timers().lock() {
+        timers.clocks.clear();
     }
     loop {
+        if let Err(e) = server.sweep_locks().await {
+            tracing::warn!(error = %e, "sweeping variable locks failed; trying again");
+        }
         tokio::select! {
             () = crate::leader::tasks::stopped(&mut stop) => return,
             () = tokio::time::sleep(LOCK_SWEEP_EVERY) => {}
-        }
-        if let Err(e) = server.expire_locks().await {
-            tracing::warn!(error = %e, "releasing expired variable locks failed; trying again");
         }
     }
 }

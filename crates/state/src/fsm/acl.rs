@@ -268,6 +268,12 @@ pub(crate) fn delete_namespaces(tx: &mut Txn, names: &[String]) -> Result<(), St
                 "namespace {name:?} contains at least one CSI volume; deregister them first"
             )));
         }
+        // A namespace made again later under the same name must not inherit old secrets.
+        if tx.variables().keys().any(|(ns, _)| ns == name) {
+            return Err(StateError::Conflict(format!(
+                "namespace {name:?} contains at least one variable; purge them first"
+            )));
+        }
     }
     for name in names {
         tx.touch(Table::Namespaces);
