@@ -58,11 +58,21 @@ impl Client {
     ) -> Result<VarWriteOutcome> {
         let params: Vec<(&'static str, String)> =
             cas.map(|c| ("cas", c.to_string())).into_iter().collect();
+        self.var_write(var, &params, opts).await
+    }
+
+    /// A PUT of `var` whose 409 carries the conflicting variable.
+    async fn var_write(
+        &self,
+        var: &VariableDecrypted,
+        params: &[(&'static str, String)],
+        opts: &WriteOptions,
+    ) -> Result<VarWriteOutcome> {
         match self
             .write(
                 Method::PUT,
                 &var_segments(&var.meta.path),
-                &params,
+                params,
                 Some(var),
                 opts,
             )
@@ -99,20 +109,8 @@ impl Client {
         var: &VariableDecrypted,
         opts: &WriteOptions,
     ) -> Result<VarWriteOutcome> {
-        let params = [(operation, String::new())];
-        match self
-            .write(
-                Method::PUT,
-                &var_segments(&var.meta.path),
-                &params,
-                Some(var),
-                opts,
-            )
+        self.var_write(var, &[(operation, String::new())], opts)
             .await
-        {
-            Ok((v, _)) => Ok(VarWriteOutcome::Written(v)),
-            Err(e) => conflict_of(e).map(VarWriteOutcome::Conflict),
-        }
     }
 
     pub async fn keyring_list(&self) -> Result<Vec<RootKeyMeta>> {

@@ -5,35 +5,13 @@
 
 mod common;
 
-use common::{http_with, Agent};
+use common::{call, http_with, json_of, Agent};
 use serde_json::{json, Value};
 
 struct Acl {
     agent: Agent,
     data: std::path::PathBuf,
     root: String,
-}
-
-fn call(
-    agent: &Agent,
-    method: &str,
-    path: &str,
-    token: &str,
-    body: Option<&Value>,
-) -> (u16, String) {
-    let url = format!("{}{path}", agent.http);
-    let headers: Vec<(&str, &str)> = if token.is_empty() {
-        Vec::new()
-    } else {
-        vec![("X-Nomad-Token", token)]
-    };
-    let (status, body, _) =
-        http_with(method, &url, body.map(Value::to_string), &headers).expect("request sent");
-    (status, body)
-}
-
-fn json_of(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
 fn start(name: &str) -> Acl {

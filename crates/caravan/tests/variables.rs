@@ -6,33 +6,11 @@
 
 mod common;
 
-use common::{http_with, temp_dir, Agent};
-use serde_json::{json, Value};
+use common::{call, http_with, json_of, temp_dir, Agent};
+use serde_json::json;
 use std::path::Path;
 
 const SECRET: &str = "correct-horse-battery-staple-7f3a";
-
-fn call(
-    agent: &Agent,
-    method: &str,
-    path: &str,
-    token: &str,
-    body: Option<&Value>,
-) -> (u16, String) {
-    let url = format!("{}{path}", agent.http);
-    let headers: Vec<(&str, &str)> = if token.is_empty() {
-        Vec::new()
-    } else {
-        vec![("X-Nomad-Token", token)]
-    };
-    let (status, body, _) =
-        http_with(method, &url, body.map(Value::to_string), &headers).expect("request sent");
-    (status, body)
-}
-
-fn json_of(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
-}
 
 /// Every file under `dir` whose bytes contain `needle`.
 fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {

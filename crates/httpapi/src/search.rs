@@ -171,14 +171,39 @@ fn prefix_ids(
     ids
 }
 
-fn query_meta(st: &ApiState, index: u64, out: &mut Map<String, Value>) {
-    out.insert("Index".into(), json!(index));
-    out.insert(
-        "KnownLeader".into(),
-        json!(st.server.leader_addr().is_some()),
-    );
-    out.insert("LastContact".into(), json!(st.server.last_contact_ms()));
-    out.insert("NextToken".into(), json!(""));
+/// Nomad's `SearchResponse`: the matches and truncations with the query meta, at the highest
+/// index of the searched contexts' tables.
+fn answer(
+    st: &ApiState,
+    snap: &StateSnapshot,
+    ctxs: &[&str],
+    matches: Map<String, Value>,
+    truncations: Map<String, Value>,
+    pretty: bool,
+) -> Response {
+    let tables: Vec<Table> = ctxs.iter().map(|c| table_of(c)).collect();
+    let index = index_of(snap, &tables);
+    let out = json!({
+        "Matches": matches,
+        "Truncations": truncations,
+        "Index": index,
+        "KnownLeader": st.server.leader_addr().is_some(),
+        "LastContact": st.server.last_contact_ms(),
+        "NextToken": "",
+    });
+    crate::reply::read(&out, index, &st.server, pretty)
+}
+
+/// The request of either search: POST or PUT only (Nomad answers 405 otherwise).
+fn request(
+    method: &Method,
+    params: HashMap<String, String>,
+    body: &[u8],
+) -> Result<(QueryOptions, SearchBody), ApiError> {
+    if method != Method::POST && method != Method::PUT {
+        return Err(ApiError::invalid_method());
+    }
+    Ok((QueryOptions::parse(params)?, decode(body)?))
 }
 
 /// `POST|PUT /v1/search` with `{"Prefix": "...", "Context": "jobs"}`.
@@ -189,11 +214,7 @@ pub async fn prefix(
     body: Bytes,
 ) -> Response {
     async {
-        if method != Method::POST && method != Method::PUT {
-            return Err(ApiError::invalid_method());
-        }
-        let q = QueryOptions::parse(p)?;
-        let req = decode(&body)?;
+        let (q, req) = request(&method, p, &body)?;
         let ctxs = contexts(&req.context)?;
         let authz = current();
         let snap = st.server.state().snapshot();
@@ -205,18 +226,7 @@ pub async fn prefix(
             let ids: Vec<String> = ids.into_iter().take(PREFIX_LIMIT).collect();
             matches.insert((*ctx).into(), json!(ids));
         }
-        let tables: Vec<Table> = ctxs.iter().map(|c| table_of(c)).collect();
-        let index = index_of(&snap, &tables);
-        let mut out = Map::new();
-        out.insert("Matches".into(), Value::Object(matches));
-        out.insert("Truncations".into(), Value::Object(truncations));
-        query_meta(&st, index, &mut out);
-        Ok::<Response, ApiError>(crate::reply::read(
-            &Value::Object(out),
-            index,
-            &st.server,
-            q.pretty,
-        ))
+        Ok::<Response, ApiError>(answer(&st, &snap, &ctxs, matches, truncations, q.pretty))
     }
     .await
     .unwrap_or_else(IntoResponse::into_response)
@@ -294,11 +304,7 @@ pub async fn fuzzy(
     body: Bytes,
 ) -> Response {
     async {
-        if method != Method::POST && method != Method::PUT {
-            return Err(ApiError::invalid_method());
-        }
-        let q = QueryOptions::parse(p)?;
-        let req = decode(&body)?;
+        let (q, req) = request(&method, p, &body)?;
         if req.text.len() < FUZZY_MIN_TERM {
             return Err(ApiError::bad_request(format!(
                 "fuzzy search query must be at least {FUZZY_MIN_TERM} characters, got {}",
@@ -432,18 +438,7 @@ pub async fn fuzzy(
                 .collect();
             matches.insert(ctx.into(), Value::Array(shown));
         }
-        let tables: Vec<Table> = ctxs.iter().map(|c| table_of(c)).collect();
-        let index = index_of(&snap, &tables);
-        let mut out = Map::new();
-        out.insert("Matches".into(), Value::Object(matches));
-        out.insert("Truncations".into(), Value::Object(truncations));
-        query_meta(&st, index, &mut out);
-        Ok::<Response, ApiError>(crate::reply::read(
-            &Value::Object(out),
-            index,
-            &st.server,
-            q.pretty,
-        ))
+        Ok::<Response, ApiError>(answer(&st, &snap, &ctxs, matches, truncations, q.pretty))
     }
     .await
     .unwrap_or_else(IntoResponse::into_response)

@@ -238,6 +238,30 @@ impl Drop for Agent {
     }
 }
 
+/// `method path` on `agent` with `token` (empty: none) as `X-Nomad-Token`: status and body.
+pub fn call(
+    agent: &Agent,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: Option<&Value>,
+) -> (u16, String) {
+    let url = format!("{}{path}", agent.http);
+    let headers: Vec<(&str, &str)> = if token.is_empty() {
+        Vec::new()
+    } else {
+        vec![("X-Nomad-Token", token)]
+    };
+    let (status, body, _) =
+        http_with(method, &url, body.map(Value::to_string), &headers).expect("request sent");
+    (status, body)
+}
+
+/// A response body as JSON; panics with the text when it is not.
+pub fn json_of(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
 /// A minimal HTTP/1.1 client over std (one request per connection), enough for tests.
 pub fn http(method: &str, url: &str, body: Option<String>) -> Result<Reply, String> {
     http_with(method, url, body, &[])
