@@ -6,6 +6,36 @@ mod common;
 use common::{call, json_of, temp_dir, Agent};
 use serde_json::{json, Value};
 
+/// What `/v1/event/stream?query` sends within the first quiet second after its buffered events
+/// (the stream stays open; a read that waits a second ends the sample).
+fn stream_sample(agent: &Agent, query: &str, token: &str) -> String {
+    use std::io::{Read, Write};
+    let host = agent.http.trim_start_matches("http://");
+    let mut conn = std::net::TcpStream::connect(host).expect("connect");
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(1)))
+        .unwrap();
+    write!(
+        conn,
+        "GET /v1/event/stream?{query} HTTP/1.1\r\nHost: {host}\r\nX-Nomad-Token: {token}\r\n\r\n"
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match conn.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(_) if !got.is_empty() => break,
+            Err(_) => assert!(
+                std::time::Instant::now() < deadline,
+                "no answer from the stream"
+            ),
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
 fn job(id: &str, ns: &str) -> Value {
     json!({"Job": {"ID": id, "Namespace": ns, "Type": "service", "Datacenters": ["dc1"],
         "TaskGroups": [{"Name": format!("{id}-group"), "Count": 1, "Tasks": [{
@@ -197,6 +227,55 @@ fn search_finds_by_prefix_and_substring_only_what_the_token_may_read() {
         json!([]),
         "anonymous sees nothing: {b}"
     );
+
+    // The event stream: buffered entries as NDJSON batches, filtered by topic, namespace and token.
+    let (s, b) = call(
+        &agent,
+        "PUT",
+        "/v1/jobs",
+        root,
+        Some(&job("streamed", "default")),
+    );
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = call(
+        &agent,
+        "PUT",
+        "/v1/jobs",
+        root,
+        Some(&job("streamed-team", "team")),
+    );
+    assert_eq!(s, 200, "{b}");
+    let all = stream_sample(&agent, "topic=Job:*&namespace=*", root);
+    assert!(all.starts_with("HTTP/1.1 200"), "{all}");
+    assert!(
+        all.contains("\"Type\":\"JobRegistered\"") && all.contains("\"Key\":\"streamed\""),
+        "{all}"
+    );
+    assert!(all.contains("\"Key\":\"streamed-team\""), "{all}");
+    assert!(
+        !all.contains("\"Topic\":\"Evaluation\""),
+        "only the Job topic: {all}"
+    );
+    let one = stream_sample(&agent, "topic=Job:streamed", root);
+    assert!(
+        one.contains("\"Key\":\"streamed\"") && !one.contains("streamed-team"),
+        "{one}"
+    );
+    let reader_view = stream_sample(&agent, "namespace=*", &reader);
+    assert!(
+        reader_view.contains("\"Key\":\"streamed\""),
+        "{reader_view}"
+    );
+    assert!(
+        !reader_view.contains("streamed-team"),
+        "another namespace: {reader_view}"
+    );
+    assert!(
+        !reader_view.contains("ACLToken"),
+        "ACL events are for management: {reader_view}"
+    );
+    let (s, b) = call(&agent, "GET", "/v1/event/stream?topic=:web", root, None);
+    assert_eq!(s, 400, "{b}");
 
     // Stability, set and cleared by request.
     let (s, b) = call(

@@ -109,6 +109,7 @@ pub(crate) fn need(method: &Method, path: &str) -> Need {
         ["v1", "vars"] | ["v1", "var", ..] => Need::Handler,
         // Every match is filtered by what the token may read.
         ["v1", "search", ..] => Need::Handler,
+        ["v1", "event", "stream"] => Need::Handler,
         ["v1", "operator", "keyring", ..] => Need::Handler,
         ["v1", "jobs"] if read => Need::NsList("list-jobs"),
         ["v1", "jobs"] => Need::JobBody(SUBMIT_JOB),

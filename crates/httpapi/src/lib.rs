@@ -14,6 +14,7 @@ mod csi;
 mod deployments;
 mod error;
 mod evals;
+mod events;
 mod exec_relay;
 pub mod forward;
 pub use csi::HttpCsiTransport;
@@ -270,6 +271,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/acl/roles", get(acl_endpoints::roles))
         .route("/v1/acl/role", any(acl_endpoints::role))
         .route("/v1/acl/role/{*rest}", any(acl_endpoints::role))
+        .route("/v1/event/stream", get(events::stream))
         .route("/v1/search", any(search::prefix))
         .route("/v1/search/fuzzy", any(search::fuzzy))
         .route("/v1/vars", any(variables::list))

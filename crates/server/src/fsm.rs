@@ -30,13 +30,19 @@ pub(crate) fn decode_command(payload: &[u8]) -> Result<Command, String> {
 
 pub struct Fsm {
     pub store: StateStore,
+    /// Every applied entry goes to the event stream's ring.
+    pub events: std::sync::Arc<crate::events::EventBroker>,
 }
 
 impl raft::StateMachine for Fsm {
     fn apply(&self, index: u64, payload: &[u8]) -> Vec<u8> {
         let result = match decode_command(payload) {
             Ok(cmd) => match self.store.apply(index, &cmd) {
-                Ok(resp) => FsmResult::Ok(resp),
+                Ok(resp) => {
+                    self.events
+                        .publish(index, std::sync::Arc::new(cmd), || self.store.snapshot());
+                    FsmResult::Ok(resp)
+                }
                 Err(StateError::NotFound(m)) => FsmResult::NotFound(m),
                 Err(StateError::Conflict(m)) => FsmResult::Conflict(m),
                 Err(e) => FsmResult::Failed(e.to_string()),

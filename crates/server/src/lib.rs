@@ -14,6 +14,7 @@ pub mod cron;
 pub mod csi;
 mod endpoints;
 mod error;
+pub mod events;
 mod fsm;
 mod handler;
 pub mod http_forward;

@@ -47,6 +47,8 @@ struct Inner {
     acl_cache: crate::acl::AclCache,
     /// The leader's variable lock clocks.
     lock_timers: std::sync::Mutex<crate::variables::LockTimers>,
+    /// The event stream's ring of applied entries.
+    events: Arc<crate::events::EventBroker>,
     /// Clients' allocation updates, folded into one Raft entry per window.
     alloc_batcher: crate::alloc_batch::AllocUpdateBatcher,
 }
@@ -102,8 +104,12 @@ impl Server {
             snapshot_every_entries: cfg.raft_snapshot_every,
             snapshot_every_bytes: cfg.raft_snapshot_every_bytes,
         };
+        let events = Arc::new(crate::events::EventBroker::new(
+            crate::events::DEFAULT_EVENT_BUFFER,
+        ));
         let fsm = Arc::new(Fsm {
             store: store.clone(),
+            events: Arc::clone(&events),
         });
         let raft = raft::RaftNode::open(raft_cfg, fsm, rpc_client.clone()).await?;
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -123,6 +129,7 @@ impl Server {
                 csi_locks: Default::default(),
                 acl_cache: Default::default(),
                 lock_timers: Default::default(),
+                events,
                 alloc_batcher: Default::default(),
             }),
         };
@@ -195,6 +202,11 @@ impl Server {
 
     pub(crate) fn join_addrs(&self) -> &std::sync::Mutex<Vec<String>> {
         &self.inner.join_addrs
+    }
+
+    /// The event stream's source.
+    pub fn events(&self) -> &crate::events::EventBroker {
+        &self.inner.events
     }
 
     pub(crate) fn lock_timers(&self) -> &std::sync::Mutex<crate::variables::LockTimers> {
