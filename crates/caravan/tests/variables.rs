@@ -436,6 +436,7 @@ fn variables_are_encrypted_at_rest_checked_and_set_locked_and_acl_filtered() {
         out.contains("Namespace") && out.contains("cli/one"),
         "{out}"
     );
+    assert!(out.ends_with('\n'), "the table ends its last line: {out:?}");
     let (code, out, err) = run(&agent, root, &["var", "lock", "cli/lock", "true"]);
     assert_eq!(code, 0, "{out}{err}");
     let (code, out, _) = run(&agent, root, &["var", "purge", "cli/one"]);

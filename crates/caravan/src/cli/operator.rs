@@ -163,7 +163,7 @@ fn keyring_list(args: KeyringListArgs) -> i32 {
                 0
             }
             Ok(keys) => {
-                print!("{}", key_rows(&keys, args.verbose));
+                println!("{}", key_rows(&keys, args.verbose));
                 0
             }
             Err(e) => fail("error", &e),
@@ -183,7 +183,7 @@ fn keyring_rotate(args: KeyringRotateArgs) -> i32 {
         match client.keyring_rotate(args.full).await {
             Ok(key) => {
                 let keys: Vec<_> = key.into_iter().collect();
-                print!("{}", key_rows(&keys, args.verbose));
+                println!("{}", key_rows(&keys, args.verbose));
                 0
             }
             Err(e) => fail("error", &e),

@@ -195,7 +195,7 @@ fn list(args: ListArgs) -> i32 {
             }
             return 0;
         }
-        print!("{}", list_table(&vars));
+        println!("{}", list_table(&vars));
         if let Some(token) = meta.next_token {
             println!("\nNext page token: {token}");
         }
