@@ -2,7 +2,7 @@
 //! actions `/v1/deployment/{promote,fail,pause,allocation-health}/:id`.
 
 use crate::error::ApiError;
-use crate::jobs::decode;
+use crate::jobs::decode_or_default;
 use crate::query::{index_of, QueryOptions};
 use crate::reply;
 use crate::ApiState;
@@ -99,13 +99,6 @@ async fn route(
             "unknown deployment action {other:?}: use promote, fail, pause, allocation-health or allocations"
         ))),
     }
-}
-
-fn decode_or_default<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
-    }
-    decode(body)
 }
 
 async fn act(

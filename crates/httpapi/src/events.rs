@@ -34,39 +34,13 @@ impl Filter {
     }
 }
 
-fn decode_component(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                match u8::from_str_radix(
-                    std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or(""),
-                    16,
-                ) {
-                    Ok(b) => {
-                        out.push(b);
-                        i += 2;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 fn parse(raw: Option<&str>) -> Result<(Filter, u64), ApiError> {
     let mut topics = Vec::new();
     let mut namespace = model::job::DEFAULT_NAMESPACE.to_string();
     let mut index = 0;
     for pair in raw.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let v = decode_component(v);
+        let v = crate::operator::percent_decode(v);
         match k {
             "topic" => {
                 // `Topic:Key`, or `Topic` alone for every key (Nomad's `?topic=Node`).

@@ -177,6 +177,16 @@ struct RegisterBody {
     namespace: String,
 }
 
+/// An empty body reads as the request's defaults; otherwise as [`decode`].
+pub(crate) fn decode_or_default<T: serde::de::DeserializeOwned + Default>(
+    body: &[u8],
+) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    decode(body)
+}
+
 pub(crate) fn decode<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_request("Request body is empty"));

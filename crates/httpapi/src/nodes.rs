@@ -74,7 +74,8 @@ async fn node_inner(
         }
         let resp = match action {
             "drain" => {
-                let mut req: model::wire::NodeUpdateDrainRequest = decode_or_default(body)?;
+                let mut req: model::wire::NodeUpdateDrainRequest =
+                    crate::jobs::decode_or_default(body)?;
                 id.clone_into(&mut req.node_id);
                 st.server.node_update_drain(req).await?
             }
@@ -218,12 +219,4 @@ async fn alloc_inner(
         &st.server,
         q.pretty,
     ))
-}
-
-/// An empty body reads as the request's defaults (a drain body may be left out to disable it).
-fn decode_or_default<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
-    }
-    crate::jobs::decode(body)
 }

@@ -40,7 +40,7 @@ pub async fn join(State(st): State<ApiState>, method: Method, RawQuery(raw): Raw
     )
 }
 
-fn percent_decode(s: &str) -> String {
+pub(crate) fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

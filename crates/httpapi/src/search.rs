@@ -66,15 +66,6 @@ struct SearchBody {
     context: String,
 }
 
-fn decode(body: &[u8]) -> Result<SearchBody, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(SearchBody::default());
-    }
-    let text = std::str::from_utf8(body)
-        .map_err(|_| ApiError::bad_request("request body is not UTF-8"))?;
-    model::json::from_str(text).map_err(|e| ApiError::bad_request(format!("invalid search: {e}")))
-}
-
 /// The contexts a request names: all of them for `all` (or none given).
 fn contexts(context: &str) -> Result<Vec<&'static str>, ApiError> {
     match context {
@@ -203,7 +194,10 @@ fn request(
     if method != Method::POST && method != Method::PUT {
         return Err(ApiError::invalid_method());
     }
-    Ok((QueryOptions::parse(params)?, decode(body)?))
+    Ok((
+        QueryOptions::parse(params)?,
+        crate::jobs::decode_or_default(body)?,
+    ))
 }
 
 /// `POST|PUT /v1/search` with `{"Prefix": "...", "Context": "jobs"}`.

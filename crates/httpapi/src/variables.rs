@@ -45,15 +45,6 @@ fn shown_meta(
     shown
 }
 
-fn decode_var(body: &[u8]) -> Result<VariableDecrypted, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(VariableDecrypted::default());
-    }
-    let text = std::str::from_utf8(body)
-        .map_err(|_| ApiError::bad_request("request body is not UTF-8"))?;
-    model::json::from_str(text).map_err(|e| ApiError::bad_request(format!("invalid variable: {e}")))
-}
-
 /// `GET /v1/vars?prefix=&namespace=` (`*` for every namespace): metadata only, never items.
 pub async fn list(
     State(st): State<ApiState>,
@@ -201,7 +192,7 @@ pub async fn var(
                 if !allowed(&authz, &ns, &path, variables_cap::WRITE) {
                     return Err(permission_denied().into());
                 }
-                let mut var = decode_var(&body)?;
+                let mut var = crate::jobs::decode_or_default::<VariableDecrypted>(&body)?;
                 var.meta.path = path.clone();
                 var.meta.namespace = ns.clone();
                 let lock_op = lock_operation(&q)?;
