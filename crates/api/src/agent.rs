@@ -14,6 +14,16 @@ impl Client {
         Ok(v)
     }
 
+    /// `GET /v1/metrics` as the agent wrote it: Nomad's JSON summary, or Prometheus' text with
+    /// `format = Some("prometheus")`.
+    pub async fn metrics(&self, format: Option<&str>) -> Result<String> {
+        let params: Vec<(&'static str, String)> = format
+            .map(|f| ("format", f.to_string()))
+            .into_iter()
+            .collect();
+        self.get_text(&["v1", "metrics"], &params).await
+    }
+
     /// `GET /v1/agent/members`: the servers this agent knows.
     pub async fn agent_members(&self) -> Result<ServerMembers> {
         let (v, _) = self

@@ -57,6 +57,20 @@ pub(crate) struct AllocRunnerHandle {
     /// its real status (0: none). The answer changes only the client's fields, so the copy the
     /// client holds stays `unknown` until the servers change it again: one answer per copy.
     pub unknown_answered: u64,
+    /// What the allocation's metrics are labelled with.
+    pub labels: Arc<AllocLabels>,
+}
+
+/// `job`, `task_group`, `namespace` of an allocation (Nomad's allocation metric labels).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct AllocLabels {
+    pub job: String,
+    pub task_group: String,
+    pub namespace: String,
+    /// Each task's reserved CPU (MHz) and memory (MB).
+    pub tasks: BTreeMap<String, (i64, i64)>,
+    /// The group's ephemeral disk (MB).
+    pub disk_mb: i64,
 }
 
 /// Each task's runner and running process, shared with the client's user actions.
@@ -250,6 +264,27 @@ impl AllocRunner {
                 .map(|d| std::time::Duration::from_nanos(u64::try_from(d.0).unwrap_or(0)))
         });
         let (volumes, _) = watch::channel(Arc::new(record.csi_volumes));
+        let labels = Arc::new(AllocLabels {
+            job: record.alloc.job_id.clone(),
+            task_group: record.alloc.task_group.clone(),
+            namespace: record.alloc.namespace.clone(),
+            tasks: record
+                .alloc
+                .allocated_resources
+                .as_ref()
+                .map(|r| {
+                    r.tasks
+                        .iter()
+                        .map(|(name, t)| (name.clone(), (t.cpu.cpu_shares, t.memory.memory_mb)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            disk_mb: record
+                .alloc
+                .allocated_resources
+                .as_ref()
+                .map_or(0, |r| r.shared.disk_mb),
+        });
         let (alloc_tx, _) = watch::channel(Arc::new(record.alloc));
         let tasks = SharedTasks::default();
         let runner = AllocRunner {
@@ -281,6 +316,7 @@ impl AllocRunner {
             stop_on_client_after,
             stopped_disconnected: false,
             unknown_answered: 0,
+            labels,
         }
     }
 

@@ -69,6 +69,23 @@ impl Runners {
         Some(tasks)
     }
 
+    /// Every allocation's labels and latest status (the metrics collector's view).
+    pub fn labelled(&self) -> Vec<(Arc<crate::alloc_runner::AllocLabels>, AllocClientUpdate)> {
+        let map = self.map.lock().expect("runners lock");
+        map.values()
+            .map(|h| {
+                let status = h.status.lock().expect("status lock").clone();
+                (Arc::clone(&h.labels), status)
+            })
+            .collect()
+    }
+
+    /// One allocation's labels.
+    pub fn labels(&self, id: &str) -> Option<Arc<crate::alloc_runner::AllocLabels>> {
+        let map = self.map.lock().expect("runners lock");
+        map.get(id).map(|h| Arc::clone(&h.labels))
+    }
+
     /// A driver of this node by name.
     pub fn driver(&self, name: &str) -> Option<Arc<dyn drivers::Driver>> {
         self.ctx.drivers.get(name).cloned()

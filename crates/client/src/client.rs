@@ -269,6 +269,19 @@ impl Client {
         }
     }
 
+    /// Publishes the node's and its allocations' gauges every `settings.interval` until the
+    /// client shuts down.
+    pub fn spawn_metrics(&mut self, settings: crate::MetricsSettings) {
+        let collector = crate::telemetry::Collector {
+            runners: Arc::clone(&self.runners),
+            node: self.node.clone(),
+            data_dir: self.cfg.data_dir.clone(),
+            settings,
+            shutdown: self.shutdown.subscribe(),
+        };
+        self.loops.push(tokio::spawn(collector.run()));
+    }
+
     pub async fn shutdown(mut self) {
         self.shutdown.send_replace(true);
         let mut joins = std::mem::take(&mut self.loops);

@@ -101,9 +101,10 @@ pub(crate) fn need(method: &Method, path: &str) -> Need {
     let p = path.trim_end_matches('/');
     let seg: Vec<&str> = p.trim_start_matches('/').split('/').collect();
     match seg.as_slice() {
-        ["v1", "status", "leader" | "peers"] | ["v1", "regions"] | ["v1", "agent", "health"] => {
-            Need::Open
-        }
+        ["v1", "status", "leader" | "peers"]
+        | ["v1", "regions"]
+        | ["v1", "agent", "health"]
+        | ["v1", "metrics"] => Need::Open,
         ["v1", "acl", ..] | ["v1", "namespaces"] | ["v1", "namespace", ..] => Need::Handler,
         // Per path, by the variables rules: the handlers check (and filter lists).
         ["v1", "vars"] | ["v1", "var", ..] => Need::Handler,

@@ -150,6 +150,37 @@ fn redacted(config: &serde_json::Value) -> serde_json::Value {
     }
 }
 
+/// `/v1/metrics`: this agent's metrics in Nomad's JSON shape (the last finished interval of
+/// `in_memory_collection_interval`), or `?format=prometheus` in Prometheus' text format when
+/// `telemetry { prometheus_metrics }` is on (415 otherwise, as Nomad). Open to anyone, as Nomad's.
+/// Each agent answers for itself; a client-only agent does not forward it.
+pub async fn metrics(method: axum::http::Method, Query(params): Params) -> Response {
+    use axum::http::{header, StatusCode};
+    if method != axum::http::Method::GET {
+        return (StatusCode::METHOD_NOT_ALLOWED, "Invalid method").into_response();
+    }
+    let sink = telemetry::sink();
+    if params.get("format").map(String::as_str) == Some("prometheus") {
+        return match sink.and_then(telemetry::Sink::prometheus) {
+            Some(text) => (
+                [(
+                    header::CONTENT_TYPE,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )],
+                text,
+            )
+                .into_response(),
+            None => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "Prometheus is not enabled",
+            )
+                .into_response(),
+        };
+    }
+    let summary = sink.map(telemetry::Sink::summary).unwrap_or_default();
+    reply::plain(&summary, pretty(params))
+}
+
 #[cfg(test)]
 mod redact_tests {
     #[test]

@@ -107,6 +107,7 @@ pub fn client_agent_router(state: ClientAgentState) -> Router {
         .route("/v1/client/fs/stat/{alloc_id}", get(stat))
         .route("/v1/client/fs/ls/{alloc_id}", get(ls))
         .route("/v1/client/stats", get(client_stats))
+        .route("/v1/metrics", axum::routing::any(crate::agent::metrics))
         .route(
             model::wire::CSI_CONTROLLER_PATH,
             axum::routing::post(client_csi_controller),

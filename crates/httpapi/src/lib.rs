@@ -328,6 +328,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/status/peers", get(agent::peers))
         .route("/v1/regions", get(agent::regions))
         .route("/v1/agent/self", get(agent::agent_self))
+        .route("/v1/metrics", any(agent::metrics))
         .route("/v1/agent/health", get(agent::health))
         .route("/v1/agent/members", get(agent::members))
         .route("/v1/agent/join", any(operator::join))

@@ -69,6 +69,11 @@ pub struct ServerConfig {
     pub tls: Option<std::sync::Arc<rpc::tls::AgentTls>>,
     /// The largest `Count` a task group may have (Nomad's `job_max_count`, 50,000).
     pub job_max_count: u64,
+    /// How often the leader publishes its gauges (job summaries, broker, heartbeats): the agent's
+    /// `telemetry { collection_interval }`, 1 s.
+    pub stats_interval: Duration,
+    /// `telemetry { disable_dispatched_job_summary_metrics }`.
+    pub disable_dispatched_job_summary_metrics: bool,
 }
 
 impl ServerConfig {
@@ -100,6 +105,8 @@ impl ServerConfig {
             acl_token_min_ttl: Duration::from_secs(60),
             acl_token_max_ttl: Duration::from_secs(24 * 3600),
             job_max_count: 50_000,
+            stats_interval: Duration::from_secs(1),
+            disable_dispatched_job_summary_metrics: false,
             tls: None,
             rpc_secret: None,
         }

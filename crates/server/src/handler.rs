@@ -27,56 +27,72 @@ impl rpc::Handler for RpcHandler {
         let auth = peer.auth.clone();
         let peer = peer.addr;
         Box::pin(async move {
-            if let Err(why) = crate::peers::check_role(&server, role, &method) {
-                tracing::warn!(%peer, %method, "refused an rpc call: {why}");
-                return Err(RpcError::new(rpc::ErrorCode::PermissionDenied, why));
+            metrics::counter!("nomad.nomad.rpc.request").increment(1);
+            let answer = handle(server, role, auth, peer, method, body).await;
+            if answer.is_err() {
+                metrics::counter!("nomad.nomad.rpc.request_error").increment(1);
             }
-            let by_certificate = role.is_some()
-                && server
-                    .config()
-                    .tls
-                    .as_ref()
-                    .is_some_and(|t| t.verify_server_hostname);
-            if !by_certificate && crate::peers::servers_only(&method) {
-                if let Some(secret) = &server.config().rpc_secret {
-                    if !crate::peers::secret_matches(secret, auth.as_deref()) {
-                        tracing::warn!(%peer, %method, "refused a server call without the cluster secret");
-                        return Err(RpcError::new(
-                            rpc::ErrorCode::PermissionDenied,
-                            format!(
-                                "{method}: refused from {peer}: the call does not carry this cluster's \
-                                 secret (servers derive it from server {{ encrypt }}: give every server \
-                                 the same key)"
-                            ),
-                        ));
-                    }
-                }
-            }
-            let by_address = !by_certificate && server.config().rpc_secret.is_none();
-            if by_address
-                && crate::peers::servers_only(&method)
-                && !server.known_server_peer(peer.ip()).await
-            {
-                tracing::warn!(%peer, %method, "refused an rpc call from a peer that is not a known server");
+            answer
+        })
+    }
+}
+
+async fn handle(
+    server: Server,
+    role: Option<rpc::tls::PeerRole>,
+    auth: Option<String>,
+    peer: std::net::SocketAddr,
+    method: String,
+    body: Vec<u8>,
+) -> Result<Vec<u8>, RpcError> {
+    if let Err(why) = crate::peers::check_role(&server, role, &method) {
+        tracing::warn!(%peer, %method, "refused an rpc call: {why}");
+        return Err(RpcError::new(rpc::ErrorCode::PermissionDenied, why));
+    }
+    let by_certificate = role.is_some()
+        && server
+            .config()
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.verify_server_hostname);
+    if !by_certificate && crate::peers::servers_only(&method) {
+        if let Some(secret) = &server.config().rpc_secret {
+            if !crate::peers::secret_matches(secret, auth.as_deref()) {
+                tracing::warn!(%peer, %method, "refused a server call without the cluster secret");
                 return Err(RpcError::new(
                     rpc::ErrorCode::PermissionDenied,
                     format!(
-                        "{method}: refused from {peer}: not a known server (servers are known by the \
-                         addresses of the raft members and server_join; run `caravan server join` \
-                         on a member to add a new server)"
+                        "{method}: refused from {peer}: the call does not carry this cluster's \
+                         secret (servers derive it from server {{ encrypt }}: give every server \
+                         the same key)"
                     ),
                 ));
             }
-            if method.starts_with("Raft.") {
-                return server.raft().handle_rpc(&method, &body).await;
-            }
-            match TABLE.get(method.as_str()) {
-                Some(endpoint) => endpoint(server, body).await,
-                None => Err(RpcError::bad_request(format!(
-                    "unknown rpc method {method:?}"
-                ))),
-            }
-        })
+        }
+    }
+    let by_address = !by_certificate && server.config().rpc_secret.is_none();
+    if by_address
+        && crate::peers::servers_only(&method)
+        && !server.known_server_peer(peer.ip()).await
+    {
+        tracing::warn!(%peer, %method, "refused an rpc call from a peer that is not a known server");
+        return Err(RpcError::new(
+            rpc::ErrorCode::PermissionDenied,
+            format!(
+                "{method}: refused from {peer}: not a known server (servers are known by the \
+                 addresses of the raft members and server_join; run `caravan server join` \
+                 on a member to add a new server)"
+            ),
+        ));
+    }
+    if method.starts_with("Raft.") {
+        return server.raft().handle_rpc(&method, &body).await;
+    }
+    match TABLE.get(method.as_str()) {
+        Some(endpoint) => endpoint(server, body).await,
+        None => Err(RpcError::bad_request(format!(
+            "unknown rpc method {method:?}"
+        ))),
     }
 }
 

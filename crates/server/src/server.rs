@@ -378,7 +378,11 @@ impl Server {
     pub(crate) async fn apply_ref(&self, cmd: &Command) -> Result<ApplyResponse, ServerError> {
         let payload = crate::fsm::encode_command(cmd)
             .map_err(|e| ServerError::internal(format!("encoding a raft command: {e}")))?;
+        let started = std::time::Instant::now();
         let (_index, response) = self.inner.raft.write(payload).await?;
+        metrics::counter!("nomad.raft.apply").increment(1);
+        metrics::histogram!("nomad.raft.commitTime")
+            .record(started.elapsed().as_secs_f64() * 1000.0);
         match rpc::codec::decode::<FsmResult>(&response) {
             Ok(FsmResult::Ok(r)) => Ok(r),
             Ok(FsmResult::NotFound(m)) => Err(ServerError::not_found(m)),

@@ -241,12 +241,14 @@ async fn run_client_agent(cfg: AgentConfig, dev: bool, tls: TlsSetup) -> Result<
     let region = cfg.region.clone().unwrap_or_else(|| "global".into());
     let datacenter = cfg.datacenter.clone().unwrap_or_else(|| "dc1".into());
     let name = cfg.name.clone().unwrap_or_else(hostname);
+    let telemetry = super::telemetry::from_config(&cfg, dev, &name)?;
+    telemetry.install()?;
     let listener = tokio::net::TcpListener::bind(http_addr)
         .await
         .with_context(|| format!("binding the HTTP API to {http_addr}"))?;
     let http_bound = listener.local_addr()?;
     print_banner(&cfg, http_bound, None, &region, &datacenter, true);
-    let (node_client, conn) = start_client(
+    let (mut node_client, conn) = start_client(
         &cfg,
         dev,
         &data_dir,
@@ -258,6 +260,7 @@ async fn run_client_agent(cfg: AgentConfig, dev: bool, tls: TlsSetup) -> Result<
         tls.rpc.clone(),
     )
     .await?;
+    node_client.spawn_metrics(telemetry.client_settings());
     let node_client = Arc::new(node_client);
     let state = httpapi::forward::ClientAgentState {
         client: Arc::new(LocalClientHandle(node_client.clone())),
@@ -337,8 +340,13 @@ async fn run_agent(
     let datacenter = cfg.datacenter.clone().unwrap_or_else(|| "dc1".into());
     let name = cfg.name.clone().unwrap_or_else(hostname);
     let server_cfg_block = cfg.server.clone().unwrap_or_default();
+    let telemetry = super::telemetry::from_config(&cfg, dev, &name)?;
+    telemetry.install()?;
 
     let mut server_cfg = server::ServerConfig::new(data_dir.join("server"), rpc_addr);
+    server_cfg.stats_interval = telemetry.collection_interval;
+    server_cfg.disable_dispatched_job_summary_metrics =
+        telemetry.disable_dispatched_job_summary_metrics;
     server_cfg.region = region.clone();
     server_cfg.datacenter = datacenter.clone();
     server_cfg.name = name.clone();
@@ -474,7 +482,10 @@ async fn run_agent(
     } else {
         None
     };
-    let node_client = node_client.map(Arc::new);
+    let node_client = node_client.map(|mut c| {
+        c.spawn_metrics(telemetry.client_settings());
+        Arc::new(c)
+    });
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let state = httpapi::ApiState {
         server: server.clone(),
@@ -957,7 +968,7 @@ fn print_banner(
     println!("\n==> Caravan agent started! Log data will stream in below:\n");
 }
 
-fn hostname() -> String {
+pub(super) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .ok()

@@ -24,6 +24,7 @@ mod nodesim;
 mod operator;
 mod output;
 mod server;
+mod telemetry;
 mod tls;
 mod var;
 mod volume;

@@ -15,6 +15,23 @@ pub enum OperatorCommand {
     /// The root keyring that encrypts variables
     #[command(subcommand)]
     Root(RootCommand),
+    /// This agent's metrics (JSON, or Prometheus' text format with -format prometheus)
+    Metrics(MetricsArgs),
+}
+
+#[derive(Args)]
+pub struct MetricsArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// Indent the JSON
+    #[arg(long)]
+    pretty: bool,
+    /// Same as -pretty (Nomad's flag)
+    #[arg(long)]
+    json: bool,
+    /// `prometheus` for Prometheus' text format (the agent needs telemetry { prometheus_metrics })
+    #[arg(long)]
+    format: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -122,7 +139,41 @@ pub fn run(cmd: OperatorCommand) -> i32 {
         OperatorCommand::Root(RootCommand::Keyring(KeyringCommand::List(a))) => keyring_list(a),
         OperatorCommand::Root(RootCommand::Keyring(KeyringCommand::Rotate(a))) => keyring_rotate(a),
         OperatorCommand::Root(RootCommand::Keyring(KeyringCommand::Remove(a))) => keyring_remove(a),
+        OperatorCommand::Metrics(a) => metrics(a),
     }
+}
+
+fn metrics(args: MetricsArgs) -> i32 {
+    if let Some(f) = args.format.as_deref().filter(|f| *f != "prometheus") {
+        eprintln!("-format {f:?}: the only format is \"prometheus\" (leave it out for JSON)");
+        return 1;
+    }
+    let client = match args.api.client() {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return 1;
+        }
+    };
+    block_on(async {
+        match client.metrics(args.format.as_deref()).await {
+            Ok(text) if args.format.is_none() && (args.pretty || args.json) => {
+                match serde_json::from_str::<serde_json::Value>(&text) {
+                    Ok(v) => println!("{}", super::output::json_pretty(&v)),
+                    Err(_) => print!("{text}"),
+                }
+                0
+            }
+            Ok(text) => {
+                print!("{text}");
+                if !text.ends_with('\n') {
+                    println!();
+                }
+                0
+            }
+            Err(e) => fail("error querying metrics", &e),
+        }
+    })
 }
 
 fn key_rows(keys: &[model::variable::RootKeyMeta], verbose: bool) -> String {

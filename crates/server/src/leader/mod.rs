@@ -23,6 +23,7 @@ mod heartbeat;
 pub(crate) mod limits;
 pub(crate) mod periodic;
 mod plan_apply;
+mod stats;
 pub(crate) mod tasks;
 #[cfg(test)]
 pub(crate) mod testkit;
@@ -75,6 +76,15 @@ impl Default for Leadership {
 }
 
 impl Leadership {
+    /// How many nodes have a heartbeat timer (0 when this server does not lead).
+    pub(crate) fn heartbeat_timers(&self) -> usize {
+        self.heartbeats
+            .lock()
+            .expect("heartbeat lock")
+            .as_ref()
+            .map_or(0, heartbeat::Heartbeats::timer_count)
+    }
+
     pub(crate) fn running(&self) -> bool {
         self.running.load(Ordering::SeqCst)
     }
@@ -282,6 +292,7 @@ impl LeaderLoops {
             server.clone(),
             stop_rx.clone(),
         ));
+        tasks.spawn(stats::run(server.clone(), broker.clone(), stop_rx.clone()));
         *leadership.broker.lock().expect("broker lock") = Some(broker);
         leadership.running.store(true, Ordering::SeqCst);
         tracing::info!(workers, "leader loops started");

@@ -456,11 +456,14 @@ async fn applier_loop(
                     let under = if over_commit { in_commit.clone() } else { None };
                     let done = done_tx.clone();
                     tokio::spawn(async move {
-                        let event = match tokio::task::spawn_blocking(move || {
+                        let started = std::time::Instant::now();
+                        let evaluated = tokio::task::spawn_blocking(move || {
                             plan_apply::evaluate_batch(&store.snapshot(), under.as_deref(), &batch)
                         })
-                        .await
-                        {
+                        .await;
+                        metrics::histogram!("nomad.nomad.plan.evaluate")
+                            .record(started.elapsed().as_secs_f64() * 1000.0);
+                        let event = match evaluated {
                             Ok(verdicts) => plan_apply::Event::Evaluated { verdicts },
                             Err(e) => plan_apply::Event::EvaluationFailed {
                                 error: format!("evaluating the plans panicked: {e}"),
@@ -475,7 +478,10 @@ async fn applier_loop(
                     let server = server.clone();
                     let done = done_tx.clone();
                     tokio::spawn(async move {
+                        let started = std::time::Instant::now();
                         let event = commit_entry(&server, &command).await;
+                        metrics::histogram!("nomad.nomad.plan.apply")
+                            .record(started.elapsed().as_secs_f64() * 1000.0);
                         let _ = done.send(event).await;
                     });
                 }

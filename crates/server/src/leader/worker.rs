@@ -119,7 +119,10 @@ async fn process(ctx: &WorkerContext, d: &Delivery) -> Result<(), WorkError> {
         if plan.priority == 0 {
             plan.priority = eval.priority;
         }
+        let submitted = std::time::Instant::now();
         let result = ctx.applier.submit(PlanSubmission { plan, evals }).await?;
+        metrics::histogram!("nomad.nomad.plan.submit")
+            .record(submitted.elapsed().as_secs_f64() * 1000.0);
         if result.refresh_index == 0 {
             return Ok(());
         }
@@ -144,8 +147,12 @@ async fn schedule(
     let view = SnapshotView::new(snap.clone());
     let eval = eval.clone();
     let seed = seed_from(&eval.id);
-    tokio::task::spawn_blocking(move || scheduler::schedule(&view, &eval, now, seed))
-        .await
+    let metric = format!("nomad.nomad.worker.invoke_scheduler.{}", eval.eval_type);
+    let started = std::time::Instant::now();
+    let outcome =
+        tokio::task::spawn_blocking(move || scheduler::schedule(&view, &eval, now, seed)).await;
+    metrics::histogram!(metric).record(started.elapsed().as_secs_f64() * 1000.0);
+    outcome
         .map_err(|e| WorkError::Panicked(e.to_string()))?
         .map_err(WorkError::from)
 }
