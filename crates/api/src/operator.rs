@@ -1,6 +1,7 @@
-//! `PUT /v1/agent/join`, `/v1/operator/raft/*`: forming and changing the cluster of servers.
+//! `PUT /v1/agent/join`, `/v1/operator/raft/*`: forming and changing the cluster of servers;
+//! `/v1/operator/scheduler/configuration`: the cluster's scheduler settings.
 
-use crate::client::{Client, QueryOptions, WriteOptions};
+use crate::client::{Client, QueryMeta, QueryOptions, WriteOptions};
 use crate::error::Result;
 use reqwest::Method;
 use serde::{Deserialize, Serialize};
@@ -39,7 +40,66 @@ pub struct RaftConfiguration {
     pub index: u64,
 }
 
+pub use model::scheduler_config::{PreemptionConfig, SchedulerConfiguration};
+
+/// `GET /v1/operator/scheduler/configuration`'s answer (Nomad's `SchedulerConfigurationResponse`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SchedulerConfigurationResponse {
+    #[serde(rename = "SchedulerConfig")]
+    pub scheduler_config: SchedulerConfiguration,
+    #[serde(rename = "Index")]
+    pub index: u64,
+    #[serde(rename = "KnownLeader")]
+    pub known_leader: bool,
+    #[serde(rename = "LastContact")]
+    pub last_contact: u64,
+    #[serde(rename = "NextToken")]
+    pub next_token: String,
+}
+
+/// `PUT /v1/operator/scheduler/configuration`'s answer: `updated` is false only when a
+/// check-and-set found another modify index.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SchedulerSetConfigurationResponse {
+    #[serde(rename = "Updated")]
+    pub updated: bool,
+    #[serde(rename = "Index")]
+    pub index: u64,
+}
+
 impl Client {
+    /// `GET /v1/operator/scheduler/configuration` (a blocking query with `opts.index`).
+    pub async fn scheduler_get_configuration(
+        &self,
+        opts: &QueryOptions,
+    ) -> Result<(SchedulerConfigurationResponse, QueryMeta)> {
+        self.query(&["v1", "operator", "scheduler", "configuration"], &[], opts)
+            .await
+    }
+
+    /// `PUT /v1/operator/scheduler/configuration`, with `?cas=N` (write only if the stored
+    /// `ModifyIndex` is `N`) when `cas` is given.
+    pub async fn scheduler_set_configuration(
+        &self,
+        config: &SchedulerConfiguration,
+        cas: Option<u64>,
+    ) -> Result<SchedulerSetConfigurationResponse> {
+        let params: Vec<(&'static str, String)> =
+            cas.map(|c| ("cas", c.to_string())).into_iter().collect();
+        let (v, _) = self
+            .write(
+                Method::PUT,
+                &["v1", "operator", "scheduler", "configuration"],
+                &params,
+                Some(config),
+                &WriteOptions::default(),
+            )
+            .await?;
+        Ok(v)
+    }
+
     /// `PUT /v1/agent/join?address=…`: the agent's server joins the servers at `addrs`.
     pub async fn agent_join(&self, addrs: &[String]) -> Result<JoinResponse> {
         let params: Vec<(&'static str, String)> =

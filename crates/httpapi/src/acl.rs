@@ -169,6 +169,8 @@ pub(crate) fn need(method: &Method, path: &str) -> Need {
         ["v1", "operator", "raft", "configuration"] => Need::OperatorRead,
         ["v1", "operator", "raft", _] => Need::OperatorWrite,
         ["v1", "operator", "snapshot"] => Need::Management,
+        ["v1", "operator", "scheduler", "configuration"] if read => Need::OperatorRead,
+        ["v1", "operator", "scheduler", "configuration"] => Need::OperatorWrite,
         ["v1", "volumes"] if read => Need::NsList("csi-list-volume"),
         ["v1", "volumes", ..] if read => Need::Ns(&["csi-list-volume"]),
         ["v1", "volume", "csi", _] if read => Need::Ns(&["csi-read-volume"]),
@@ -506,6 +508,16 @@ mod tests {
         assert_eq!(need(&get, "/v1/agent/self"), Need::AgentRead);
         assert_eq!(need(&get, "/v1/status/leader"), Need::Open);
         assert_eq!(need(&get, "/v1/operator/snapshot"), Need::Management);
+        assert_eq!(
+            need(&get, "/v1/operator/scheduler/configuration"),
+            Need::OperatorRead
+        );
+        for write in [Method::PUT, Method::POST] {
+            assert_eq!(
+                need(&write, "/v1/operator/scheduler/configuration"),
+                Need::OperatorWrite
+            );
+        }
         assert_eq!(need(&get, "/v1/something/new"), Need::Management);
     }
 

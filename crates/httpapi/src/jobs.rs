@@ -204,6 +204,8 @@ async fn register(
     body: &[u8],
 ) -> Result<Response, ApiError> {
     let q = QueryOptions::parse(params)?;
+    st.server
+        .check_registration_allowed(&crate::acl::current())?;
     let req: RegisterBody = decode(body)?;
     let mut job = req
         .job
@@ -263,6 +265,9 @@ async fn revert(
     q: &QueryOptions,
     body: &[u8],
 ) -> Result<Response, ApiError> {
+    // A revert registers the old version again (Nomad's `Job.Revert` goes through `doRegister`).
+    st.server
+        .check_registration_allowed(&crate::acl::current())?;
     let mut req: model::wire::JobRevertRequest = decode(body)?;
     id.clone_into(&mut req.job_id);
     let resp = st.server.job_revert(&q.namespace, req).await?;

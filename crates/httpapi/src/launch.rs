@@ -14,6 +14,8 @@ pub(crate) async fn dispatch(
     q: &QueryOptions,
     body: &[u8],
 ) -> Result<Response, ApiError> {
+    st.server
+        .check_registration_allowed(&crate::acl::current())?;
     // Nomad's CLI always sends a body; an empty one dispatches without input or meta.
     let mut req: JobDispatchRequest = if body.iter().all(u8::is_ascii_whitespace) {
         JobDispatchRequest::default()

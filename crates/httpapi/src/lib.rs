@@ -338,6 +338,10 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/v1/operator/raft/peer", any(operator::remove_peer))
         .route(
+            "/v1/operator/scheduler/configuration",
+            any(operator::scheduler_configuration),
+        )
+        .route(
             "/v1/operator/raft/transfer-leadership",
             any(operator::transfer_leadership),
         )

@@ -1,8 +1,8 @@
 //! `PUT /v1/agent/join`, `/v1/operator/raft/configuration`, `DELETE /v1/operator/raft/peer`,
-//! `PUT /v1/operator/raft/transfer-leadership`.
+//! `PUT /v1/operator/raft/transfer-leadership`, `/v1/operator/scheduler/configuration`.
 
 use crate::error::ApiError;
-use crate::query::QueryOptions;
+use crate::query::{index_of, QueryOptions};
 use crate::reply;
 use crate::ApiState;
 use axum::extract::{Query, RawQuery, State};
@@ -196,4 +196,69 @@ pub async fn snapshot(
         },
         _ => ApiError::invalid_method().into_response(),
     }
+}
+
+/// `GET /v1/operator/scheduler/configuration` (Nomad's `SchedulerConfigurationResponse`, a
+/// blocking query on the configuration) and `PUT`/`POST` with a `SchedulerConfiguration` body and
+/// an optional `?cas=N` (Nomad's `SchedulerSetConfigurationResponse`: `Updated`, `Index`).
+pub async fn scheduler_configuration(
+    State(st): State<ApiState>,
+    method: Method,
+    Query(params): Params,
+    body: axum::body::Bytes,
+) -> Response {
+    let result = match method {
+        Method::GET => scheduler_get_config(&st, params).await,
+        Method::PUT | Method::POST => scheduler_set_config(&st, params, &body).await,
+        _ => Err(ApiError::invalid_method()),
+    };
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn scheduler_get_config(
+    st: &ApiState,
+    params: HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let q = QueryOptions::parse(params)?;
+    let tables = [state::Table::SchedulerConfig];
+    let snap = q.block(st.server.state(), &tables).await;
+    let index = index_of(&snap, &tables);
+    let answer = json!({
+        "SchedulerConfig": snap.scheduler_config(),
+        "Index": index,
+        "KnownLeader": st.server.leader_addr().is_some(),
+        "LastContact": st.server.last_contact_ms(),
+        "NextToken": "",
+    });
+    Ok(reply::read(&answer, index, &st.server, q.pretty))
+}
+
+async fn scheduler_set_config(
+    st: &ApiState,
+    params: HashMap<String, String>,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let q = QueryOptions::parse(params)?;
+    let parse_error = |e: &dyn std::fmt::Display| {
+        ApiError::bad_request(format!("Error parsing scheduler config: {e}"))
+    };
+    let text = std::str::from_utf8(body).map_err(|_| parse_error(&"not UTF-8"))?;
+    if text.trim().is_empty() {
+        return Err(parse_error(&"EOF"));
+    }
+    let config: model::scheduler_config::SchedulerConfiguration =
+        model::json::from_str(text).map_err(|e| parse_error(&e))?;
+    // Present (even empty) means check-and-set, as Nomad reads it.
+    let cas =
+        match q.params.get("cas") {
+            Some(v) => Some(v.parse::<u64>().map_err(|e| {
+                ApiError::bad_request(format!("Error parsing cas value: {v:?}: {e}"))
+            })?),
+            None => None,
+        };
+    let resp = st
+        .server
+        .scheduler_set_config(server::SchedulerSetConfigRequest { config, cas })
+        .await?;
+    Ok(reply::write(&resp, resp.index, q.pretty))
 }

@@ -23,6 +23,7 @@ pub mod node;
 pub mod path;
 pub mod plan;
 pub mod resources;
+pub mod scheduler_config;
 pub mod service;
 pub mod status;
 pub mod summary;

@@ -82,6 +82,8 @@ pub(crate) struct Builder<'v> {
     pub(crate) new_evals: Vec<Evaluation>,
     /// The deployment new and updated allocations join; empty when none.
     pub(crate) deployment_id: String,
+    /// Allocations preempted by each group's placements (plan annotations).
+    preemptions: BTreeMap<String, u64>,
 }
 
 impl<'v> Builder<'v> {
@@ -117,6 +119,7 @@ impl<'v> Builder<'v> {
             queued,
             new_evals: Vec::new(),
             deployment_id: String::new(),
+            preemptions: BTreeMap::new(),
         }
     }
 
@@ -175,8 +178,26 @@ impl<'v> Builder<'v> {
     ) -> Allocation {
         let job = self.job.clone();
         let canary = canary && !self.deployment_id.is_empty();
+        let id = self.ids.uuid();
+        let preempted_allocations = c.preempted.iter().map(|a| a.id.clone()).collect();
+        if !c.preempted.is_empty() {
+            *self.preemptions.entry(tg.to_string()).or_default() += c.preempted.len() as u64;
+        }
+        for victim in &c.preempted {
+            let mut evicted = (**victim).clone();
+            evicted.desired_status = DesiredStatus::Evict;
+            evicted.desired_description = format!("Preempted by alloc ID {id}");
+            evicted.preempted_by_allocation.clone_from(&id);
+            evicted.modify_time = self.now;
+            self.plan
+                .node_preemptions
+                .entry(c.node.id.clone())
+                .or_default()
+                .push(evicted);
+        }
         Allocation {
-            id: self.ids.uuid(),
+            id,
+            preempted_allocations,
             namespace: self.eval.namespace.clone(),
             eval_id: self.eval.id.clone(),
             name: name.into(),
@@ -250,6 +271,23 @@ impl<'v> Builder<'v> {
             }
         }
         out.failed_tg_allocs = self.failed;
+        if eval.annotate_plan && !self.plan.node_preemptions.is_empty() {
+            let annotations = self.plan.annotations.get_or_insert_with(Default::default);
+            for (tg, n) in std::mem::take(&mut self.preemptions) {
+                annotations
+                    .desired_tg_updates
+                    .entry(tg)
+                    .or_default()
+                    .preemptions += n;
+            }
+            annotations.preempted_allocs = self
+                .plan
+                .node_preemptions
+                .values()
+                .flatten()
+                .map(|a| a.stub(false))
+                .collect();
+        }
         Outcome {
             plan: self.plan,
             eval: out,

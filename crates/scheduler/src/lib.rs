@@ -45,7 +45,7 @@ mod view;
 pub use fit::{allocs_fit, FitError};
 pub use outcome::{Outcome, SchedulerError};
 pub use reconcile::{keep_original as reconnect_keeps_original, DESC_RECONNECTED};
-pub use view::{Algorithm, SchedulerConfig, StateView};
+pub use view::{Algorithm, Preemption, SchedulerConfig, StateView};
 
 use model::job::JobType;
 

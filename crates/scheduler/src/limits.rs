@@ -30,3 +30,10 @@ pub const RESCHEDULE_EVENTS_KEPT_MAX: usize = 5;
 
 /// Compiled size limit of a `regexp` constraint's pattern.
 pub const REGEX_SIZE_BYTES_MAX: usize = 1 << 20;
+
+/// An allocation may be preempted only by a job at least this much higher in priority (Nomad's
+/// preemption delta).
+pub const PREEMPTION_PRIORITY_DELTA: i32 = 10;
+/// Subtracted from the score of a node that takes the allocation only by preempting, so any node
+/// where it fits as things are wins over one where something must be evicted.
+pub const PREEMPTION_SCORE_PENALTY: f64 = 2.0;

@@ -10,7 +10,8 @@
 use crate::feasible::distinct::{self, DistinctProperty, Scope};
 use crate::feasible::GroupChecks;
 use crate::limits::{
-    SAMPLE_NODES_MIN, SAMPLE_SKIP_MAX, SAMPLE_SKIP_SCORE_THRESHOLD, SCORES_RETAINED_MAX,
+    PREEMPTION_PRIORITY_DELTA, PREEMPTION_SCORE_PENALTY, SAMPLE_NODES_MIN, SAMPLE_SKIP_MAX,
+    SAMPLE_SKIP_SCORE_THRESHOLD, SCORES_RETAINED_MAX,
 };
 use crate::offer::{check_fit, make_offer, Offer};
 use crate::rank::{self, Affinities, Algorithm, Spreads};
@@ -38,6 +39,8 @@ pub(crate) struct Choice {
     pub(crate) node: Arc<Node>,
     pub(crate) resources: AllocatedResources,
     pub(crate) metric: AllocMetric,
+    /// Lower-priority allocations on the node that must be evicted to make room (preemption).
+    pub(crate) preempted: Vec<Arc<Allocation>>,
 }
 
 /// Why a node took no allocation (system jobs).
@@ -89,6 +92,8 @@ struct Candidate {
     /// The full offer, or `None` when the group picks nothing by ID (made on commit).
     offer: Option<Offer>,
     usage: Usage,
+    /// What must be evicted for it to fit (empty: it fits as things are).
+    preempted: Vec<Arc<Allocation>>,
 }
 
 /// The placement engine; see the module doc.
@@ -110,6 +115,12 @@ pub(crate) struct Stack<'v> {
     node_cache: HashMap<String, Option<Arc<Node>>>,
     class_eligibility: BTreeMap<String, bool>,
     escaped: bool,
+    /// Whether this job's type may preempt (the cluster's `PreemptionConfig`).
+    preempt: bool,
+    /// The job's priority (preemption evicts only allocations of jobs at least 10 below it).
+    priority: i32,
+    /// Tasks get their `memory_max` only with memory oversubscription on.
+    memory_oversubscription: bool,
 }
 
 /// How many nodes to score per placement: about log2(nodes) for service jobs, 2 for batch.
@@ -137,6 +148,11 @@ impl<'v> Stack<'v> {
             .map(|(i, n)| (n.id.clone(), i))
             .collect();
         let states = nodes.iter().map(|_| None).collect();
+        let config = view.scheduler_config();
+        let preempt = config
+            .preemption
+            .enabled_for(&job.job_type.clone().unwrap_or_default());
+        let priority = job.priority.unwrap_or(model::job::DEFAULT_PRIORITY);
         Stack {
             view,
             namespace: job.namespace.clone().unwrap_or_default(),
@@ -147,7 +163,10 @@ impl<'v> Stack<'v> {
             slot_of,
             offset: 0,
             rng,
-            algorithm: view.scheduler_config().algorithm,
+            algorithm: config.algorithm,
+            preempt,
+            priority,
+            memory_oversubscription: config.memory_oversubscription,
             groups: BTreeMap::new(),
             stopped: HashSet::new(),
             placed: Vec::new(),
@@ -306,9 +325,15 @@ impl<'v> Stack<'v> {
         let mut checks = GroupChecks::new(&self.job, group);
         checks.resolve_csi(self.view, &self.namespace, &self.job);
         self.escaped |= checks.escaped;
+        let mut ask = GroupAsk::of(group);
+        if !self.memory_oversubscription {
+            for task in &mut ask.tasks {
+                task.memory_max_mb = 0;
+            }
+        }
         Some(GroupCtx {
             name: tg.to_string(),
-            ask: GroupAsk::of(group),
+            ask,
             checks,
             feas: vec![Feas::Unknown; self.slots.len()],
             reasons: Vec::new(),
@@ -381,38 +406,138 @@ impl<'v> Stack<'v> {
             filter_node(metric, node, reason);
             return None;
         }
-        let devices = node
-            .node_resources
-            .as_ref()
-            .map(|r| r.devices.as_slice())
-            .unwrap_or_default();
-        let fit = if g.ask.picks_ids() {
-            make_offer(&g.ask, &state.cap, &state.used, devices, &mut self.rng)
-                .map(|o| (o.usage.clone(), Some(o)))
-        } else {
-            check_fit(&g.ask, &state.cap, &state.used).map(|u| (u, None))
-        };
-        let (usage, offer) = match fit {
-            Ok(fit) => fit,
-            Err(dimension) => {
-                exhaust_node(metric, node, &dimension);
-                return None;
-            }
+        let fit = fit_on(&g.ask, node, &state.cap, &state.used, &mut self.rng);
+        let (usage, offer, preempted) = match fit {
+            Ok((usage, offer)) => (usage, offer, Vec::new()),
+            Err(dimension) => match self.preemption_on(g, slot) {
+                Some(found) => found,
+                None => {
+                    exhaust_node(metric, &self.slots[slot], &dimension);
+                    return None;
+                }
+            },
         };
         if !g.counted && !g.spreads.is_empty() {
             self.build_counts(g);
         }
         let node = &self.slots[slot];
         let state = self.states[slot].as_ref()?;
-        let scores = score_node(self.algorithm, g, node, state, &usage, opts);
-        let score = scores.iter().map(|(_, s)| s).sum::<f64>() / scores.len() as f64;
+        let mut scores = score_node(self.algorithm, g, node, state, &usage, opts);
+        if !preempted.is_empty() {
+            scores.push(("preemption", -1.0));
+        }
+        let mut score = scores.iter().map(|(_, s)| s).sum::<f64>() / scores.len() as f64;
         record_score(metric, &node.id, &scores, score);
+        if !preempted.is_empty() {
+            score -= PREEMPTION_SCORE_PENALTY;
+        }
         Some(Candidate {
             slot,
             score,
             offer,
             usage,
+            preempted,
         })
+    }
+
+    /// Nomad's preemption on one node where the allocation does not fit: the live allocations of
+    /// other jobs at least [`PREEMPTION_PRIORITY_DELTA`] below this job's priority are candidates,
+    /// lowest priority first and, within a priority, the one closest to what is still missing;
+    /// they are taken until the allocation fits, then any that turns out not to be needed is
+    /// given back (Nomad's `filterSuperset`). `None` when even all of them would not make room.
+    fn preemption_on(
+        &mut self,
+        g: &GroupCtx,
+        slot: usize,
+    ) -> Option<(Usage, Option<Offer>, Vec<Arc<Allocation>>)> {
+        if !self.preempt {
+            return None;
+        }
+        let node = self.slots[slot].clone();
+        let mut victims: Vec<(i32, Arc<Allocation>, Usage)> = self
+            .view
+            .allocs_by_node(&node.id)
+            .into_iter()
+            .filter(|a| !a.is_terminal() && !self.stopped.contains(&a.id))
+            .filter(|a| !(a.job_id == self.job.id && a.namespace == self.namespace))
+            .filter_map(|a| {
+                let priority = self.alloc_priority(&a);
+                (self.priority - priority >= PREEMPTION_PRIORITY_DELTA).then(|| {
+                    let usage = Usage::of_alloc(&a);
+                    (priority, a, usage)
+                })
+            })
+            .collect();
+        if victims.is_empty() {
+            return None;
+        }
+        victims.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.id.cmp(&b.1.id)));
+        let state = self.states[slot].as_ref()?;
+        let cap = state.cap.clone();
+        let mut used = state.used.clone();
+        let ask_cpu = g.ask.cpu_mhz(cap.cpu_per_core);
+        let ask_memory = g.ask.memory_mb();
+        let mut chosen: Vec<(i32, Arc<Allocation>, Usage)> = Vec::new();
+        loop {
+            if fit_on(&g.ask, &node, &cap, &used, &mut self.rng).is_ok() {
+                break;
+            }
+            let lowest = victims.first()?.0;
+            let need_cpu = (used.cpu + ask_cpu - cap.cpu).max(0) as f64;
+            let need_memory = (used.memory_mb + ask_memory - cap.memory_mb).max(0) as f64;
+            let distance = |u: &Usage| {
+                let axis = |need: f64, has: f64| {
+                    if need > 0.0 {
+                        (need - has) / need
+                    } else {
+                        0.0
+                    }
+                };
+                (axis(need_cpu, u.cpu as f64).powi(2)
+                    + axis(need_memory, u.memory_mb as f64).powi(2))
+                .sqrt()
+            };
+            let pick = victims
+                .iter()
+                .enumerate()
+                .take_while(|(_, v)| v.0 == lowest)
+                .min_by(|(_, a), (_, b)| distance(&a.2).total_cmp(&distance(&b.2)))
+                .map(|(i, _)| i)?;
+            let victim = victims.remove(pick);
+            used.remove(&victim.2);
+            chosen.push(victim);
+        }
+        // Give back what is not needed, highest priority first.
+        let mut i = chosen.len();
+        while i > 0 {
+            i -= 1;
+            used.add(&chosen[i].2);
+            if fit_on(&g.ask, &node, &cap, &used, &mut self.rng).is_ok() {
+                chosen.remove(i);
+            } else {
+                used.remove(&chosen[i].2);
+            }
+        }
+        let (usage, offer) = fit_on(&g.ask, &node, &cap, &used, &mut self.rng).ok()?;
+        Some((
+            usage,
+            offer,
+            chosen.into_iter().map(|(_, a, _)| a).collect(),
+        ))
+    }
+
+    /// The priority of the job an allocation runs (its own copy, else the stored job).
+    fn alloc_priority(&self, alloc: &Allocation) -> i32 {
+        alloc
+            .job
+            .as_ref()
+            .and_then(|j| j.priority)
+            .or_else(|| {
+                self.view
+                    .job(&alloc.namespace, &alloc.job_id)
+                    .and_then(|j| j.priority)
+            })
+            .unwrap_or(model::job::DEFAULT_PRIORITY)
     }
 
     /// The node-only checks, cached per node and group.
@@ -487,6 +612,9 @@ impl<'v> Stack<'v> {
     }
 
     fn commit(&mut self, g: &mut GroupCtx, c: Candidate, metric: AllocMetric) -> Choice {
+        for victim in &c.preempted {
+            self.note_stop(victim);
+        }
         let node = self.slots[c.slot].clone();
         let resources = match c.offer {
             Some(offer) => offer.resources,
@@ -508,6 +636,7 @@ impl<'v> Stack<'v> {
             node,
             resources,
             metric,
+            preempted: c.preempted,
         }
     }
 
@@ -526,6 +655,27 @@ impl<'v> Stack<'v> {
             "a node that fits by sums takes an offer with no IDs"
         );
         offer.map(|o| o.resources).unwrap_or_default()
+    }
+}
+
+/// Whether the group fits on a node given what it gives out: the resources it would hold and, when
+/// it picks ports, cores or devices by ID, the full offer.
+fn fit_on(
+    ask: &GroupAsk,
+    node: &Node,
+    cap: &Capacity,
+    used: &Used,
+    rng: &mut Rng,
+) -> Result<(Usage, Option<Offer>), String> {
+    if ask.picks_ids() {
+        let devices = node
+            .node_resources
+            .as_ref()
+            .map(|r| r.devices.as_slice())
+            .unwrap_or_default();
+        make_offer(ask, cap, used, devices, rng).map(|o| (o.usage.clone(), Some(o)))
+    } else {
+        check_fit(ask, cap, used).map(|u| (u, None))
     }
 }
 

@@ -58,7 +58,58 @@ pub(crate) fn run(
         sys.group(tg, &allocs);
     }
     sys.stop_removed_groups(&allocs);
+    if eval.annotate_plan {
+        let updates = desired_updates(&sys.b.plan, &allocs);
+        sys.b.plan.annotations = Some(model::plan::PlanAnnotations {
+            desired_tg_updates: updates,
+            ..Default::default()
+        });
+    }
     sys.b.finish(false)
+}
+
+/// Nomad's `desiredUpdates` for a system job, read off the plan: per group, placements (new
+/// allocations), destructive updates (new ones replacing a stopped one), in-place updates
+/// (existing ones changed), stops, and the live allocations left alone.
+fn desired_updates(
+    plan: &model::plan::Plan,
+    allocs: &[Arc<Allocation>],
+) -> std::collections::BTreeMap<String, model::plan::DesiredUpdates> {
+    let mut out: std::collections::BTreeMap<String, model::plan::DesiredUpdates> =
+        std::collections::BTreeMap::new();
+    let existing: HashMap<&str, &Arc<Allocation>> =
+        allocs.iter().map(|a| (a.id.as_str(), a)).collect();
+    let stopped: std::collections::HashSet<&str> = plan
+        .node_update
+        .values()
+        .flatten()
+        .map(|a| a.id.as_str())
+        .collect();
+    let mut touched: std::collections::HashSet<&str> = stopped.clone();
+    let mut replaced: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    for a in plan.node_allocation.values().flatten() {
+        let u = out.entry(a.task_group.clone()).or_default();
+        touched.insert(a.id.as_str());
+        if existing.contains_key(a.id.as_str()) {
+            u.in_place_update += 1;
+        } else if stopped.contains(a.previous_allocation.as_str()) {
+            u.destructive_update += 1;
+            replaced.insert(a.previous_allocation.as_str());
+        } else {
+            u.place += 1;
+        }
+    }
+    for a in plan.node_update.values().flatten() {
+        if !replaced.contains(a.id.as_str()) {
+            out.entry(a.task_group.clone()).or_default().stop += 1;
+        }
+    }
+    for a in allocs {
+        if !a.server_terminal() && !touched.contains(a.id.as_str()) {
+            out.entry(a.task_group.clone()).or_default().ignore += 1;
+        }
+    }
+    out
 }
 
 /// The job is stopped or gone: the reconciler stops everything.

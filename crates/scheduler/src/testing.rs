@@ -118,7 +118,12 @@ impl MemView {
     /// placements and updates, the deployment and its status updates.
     pub fn apply(&mut self, outcome: &Outcome) {
         let plan = &outcome.plan;
-        for a in plan.node_update.values().flatten() {
+        for a in plan
+            .node_update
+            .values()
+            .chain(plan.node_preemptions.values())
+            .flatten()
+        {
             self.upsert_alloc(a.clone());
         }
         // As the FSM does: an update without its job keeps the stored one, and a replacement

@@ -14,6 +14,43 @@ pub use crate::rank::Algorithm;
 pub struct SchedulerConfig {
     /// `binpack` (default) or `spread`.
     pub algorithm: Algorithm,
+    /// Which job types may evict lower-priority allocations to make room.
+    pub preemption: Preemption,
+    /// `MemoryOversubscriptionEnabled`: tasks get their `memory_max`; without it, only `memory`.
+    pub memory_oversubscription: bool,
+}
+
+/// Nomad's `PreemptionConfig`: system jobs preempt by default, the others do not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Preemption {
+    pub system: bool,
+    pub sysbatch: bool,
+    pub batch: bool,
+    pub service: bool,
+}
+
+impl Default for Preemption {
+    fn default() -> Self {
+        Preemption {
+            system: true,
+            sysbatch: false,
+            batch: false,
+            service: false,
+        }
+    }
+}
+
+impl Preemption {
+    /// Whether jobs of this type may preempt.
+    pub fn enabled_for(&self, job_type: &model::JobType) -> bool {
+        match job_type {
+            model::JobType::System => self.system,
+            model::JobType::Sysbatch => self.sysbatch,
+            model::JobType::Batch => self.batch,
+            model::JobType::Service => self.service,
+            _ => false,
+        }
+    }
 }
 
 /// A read-only, consistent view of the cluster at one index.

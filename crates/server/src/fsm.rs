@@ -69,6 +69,7 @@ fn metric_name(cmd: &state::Command) -> &'static str {
         "RootKeyUpsert" => "upsert_root_key_meta",
         "RootKeyDelete" => "delete_root_key_meta",
         "StateRestore" => "restore",
+        "SchedulerConfigSet" => "apply_scheduler_config",
         _ => "other",
     }
 }

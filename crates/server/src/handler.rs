@@ -151,6 +151,9 @@ fn table() -> HashMap<&'static str, Endpoint> {
     t.add::<m::SnapshotRestore, _, _>(|s, req| async move {
         s.snapshot_restore_local(req.snapshot).await
     });
+    t.add::<m::SchedulerSetConfig, _, _>(|s, req| async move {
+        s.scheduler_set_config_local(req).await
+    });
     // Servers managing each other.
     t.add::<m::ServerInfoMethod, _, _>(|s, ()| async move { s.server_info().await });
     t.add::<m::ServerJoin, _, _>(|s, req| async move { s.server_join_request(req).await });
@@ -220,6 +223,6 @@ mod tests {
         for open in crate::peers::OPEN_METHODS {
             assert!(routed.contains(open), "{open} is open but not routed");
         }
-        assert_eq!(routed.len(), 31, "{routed:?}");
+        assert_eq!(routed.len(), 32, "{routed:?}");
     }
 }

@@ -29,6 +29,9 @@ pub use config::ServerConfig;
 pub use endpoints::deployment::DeploymentAction;
 pub use endpoints::job::JobRegisterRequest;
 pub use endpoints::plan::JobPlanRequest;
+pub use endpoints::scheduler_config::{
+    SchedulerSetConfigRequest, SchedulerSetConfigResponse, REGISTRATION_DISABLED,
+};
 pub use error::ServerError;
 pub use leader::{evaluate_plan, seed_from, BrokerStats, Evaluated, PlanSubmission, SnapshotView};
 pub use rpc::ErrorCode;

@@ -8,6 +8,7 @@ use crate::csi::{CsiWrite, CsiWriteResponse};
 use crate::endpoints::deployment::DeploymentAction;
 use crate::endpoints::job::JobRegisterRequest;
 use crate::endpoints::plan::JobPlanRequest;
+use crate::endpoints::scheduler_config::{SchedulerSetConfigRequest, SchedulerSetConfigResponse};
 use crate::http_forward::{HttpForwardRequest, HttpForwardResponse};
 use crate::join::{JoinRequest, ServerInfo};
 use crate::variables::{KeyringWrite, KeyringWriteResponse, VarWrite, VarWriteResponse};
@@ -132,6 +133,10 @@ rpc_method!(
     pub ServerTransferLeadership = "Server.TransferLeadership": TransferLeadershipArgs => u64
 );
 rpc_method!(pub SnapshotRestore = "Operator.SnapshotRestore": SnapshotRestoreArgs => u64);
+rpc_method!(
+    pub SchedulerSetConfig = "Operator.SchedulerSetConfiguration":
+        SchedulerSetConfigRequest => SchedulerSetConfigResponse
+);
 rpc_method!(
     /// An HTTP request a client agent (or a follower's HTTP layer) hands a server to answer.
     pub AgentHttp = "Agent.Http": HttpForwardRequest => HttpForwardResponse

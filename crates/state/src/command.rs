@@ -30,10 +30,12 @@ pub enum Table {
     Namespaces,
     Variables,
     RootKeys,
+    /// The one scheduler configuration (`/v1/operator/scheduler/configuration`).
+    SchedulerConfig,
 }
 
 impl Table {
-    pub const COUNT: usize = 17;
+    pub const COUNT: usize = 18;
     pub const ALL: [Table; Table::COUNT] = [
         Table::Jobs,
         Table::JobVersions,
@@ -52,6 +54,7 @@ impl Table {
         Table::Namespaces,
         Table::Variables,
         Table::RootKeys,
+        Table::SchedulerConfig,
     ];
 
     pub(crate) fn slot(self) -> usize {
@@ -353,6 +356,14 @@ pub enum Command {
         version: u64,
         stable: bool,
     },
+    /// Replaces the cluster's scheduler configuration (Nomad's `SchedulerConfigRequestType`); its
+    /// create index is kept, its modify index becomes this entry's. With `cas`, only if the stored
+    /// `ModifyIndex` (0 when none is stored) is `cas`: otherwise refused with a
+    /// [`crate::StateError::Conflict`] whose text starts `cas error:`, the state unchanged.
+    SchedulerConfigSet {
+        config: model::scheduler_config::SchedulerConfiguration,
+        cas: Option<u64>,
+    },
 }
 
 /// What a [`Command::VarApply`] does.
@@ -387,6 +398,9 @@ pub struct AllocStop {
     /// Unix nanoseconds, the allocation's new `ModifyTime`; 0 keeps it.
     #[serde(default)]
     pub modify_time: i64,
+    /// An eviction: the allocation that preempted this one (`PreemptedByAllocation`); empty: none.
+    #[serde(default)]
+    pub preempted_by: String,
 }
 
 impl Command {
@@ -435,6 +449,7 @@ impl Command {
             Command::RootKeyUpsert { .. } => "RootKeyUpsert",
             Command::RootKeyDelete { .. } => "RootKeyDelete",
             Command::JobStability { .. } => "JobStability",
+            Command::SchedulerConfigSet { .. } => "SchedulerConfigSet",
         }
     }
 }

@@ -13,6 +13,9 @@
 //! `{"AllocOfVersion":{"Alloc":{…},"JobVersion":3,"JobModifyIndex":40}}`, and gets that version
 //! back on load (job versions come first); format 1 snapshots (every allocation with its job)
 //! still load.
+//!
+//! The scheduler configuration, when one is stored, is one `{"SchedulerConfig":{…}}` record;
+//! snapshots written before it existed have none and load with Nomad's defaults.
 
 use crate::command::Table;
 use crate::error::StateError;
@@ -24,6 +27,7 @@ use model::csi::{CSIControllerOp, CSIPlugin, CSIVolume};
 use model::deployment::Deployment;
 use model::eval::Evaluation;
 use model::node::Node;
+use model::scheduler_config::SchedulerConfiguration;
 use model::summary::JobSummary;
 use model::variable::{RootKey, VariableEncrypted};
 use model::Job;
@@ -86,6 +90,7 @@ enum RecordRef<'a> {
     Namespace(&'a Namespace),
     RootKey(&'a RootKey),
     Variable(&'a VariableEncrypted),
+    SchedulerConfig(&'a SchedulerConfiguration),
     End(Trailer),
 }
 
@@ -112,6 +117,7 @@ enum Record {
     Namespace(Namespace),
     RootKey(RootKey),
     Variable(VariableEncrypted),
+    SchedulerConfig(SchedulerConfiguration),
     End(Trailer),
 }
 
@@ -215,6 +221,9 @@ pub(crate) fn save(root: &Root, w: &mut dyn Write) -> Result<(), StateError> {
     }
     for var in root.variables().values() {
         put(&mut w, RecordRef::Variable(var))?;
+    }
+    if let Some(config) = root.scheduler_config() {
+        put(&mut w, RecordRef::SchedulerConfig(config))?;
     }
     write_line(&mut w, &RecordRef::End(Trailer { objects }))?;
     w.flush()?;
@@ -403,6 +412,7 @@ fn insert(root: &mut Root, record: Record) -> Result<(), StateError> {
         Record::Namespace(ns) => root.put_namespace(Arc::new(ns)),
         Record::RootKey(key) => root.put_root_key(Arc::new(key)),
         Record::Variable(var) => root.put_variable(Arc::new(var)),
+        Record::SchedulerConfig(config) => root.set_scheduler_config(Arc::new(config)),
         Record::End(_) => unreachable!("handled by the caller"),
         Record::AllocOfVersion(_) => unreachable!("handled above"),
     }

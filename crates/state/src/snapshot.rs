@@ -206,6 +206,14 @@ impl StateSnapshot {
     }
 
     /// Every root key, by ID.
+    /// The stored scheduler configuration, or Nomad's defaults when none is stored (indexes 0).
+    pub fn scheduler_config(&self) -> model::scheduler_config::SchedulerConfiguration {
+        self.root.scheduler_config().map_or_else(
+            model::scheduler_config::SchedulerConfiguration::cluster_default,
+            |c| (**c).clone(),
+        )
+    }
+
     pub fn root_keys(&self) -> Vec<Arc<RootKey>> {
         self.root.root_keys().values().cloned().collect()
     }

@@ -15,6 +15,7 @@ use model::csi::{CSIControllerOp, CSIPlugin, CSIVolume};
 use model::deployment::Deployment;
 use model::eval::Evaluation;
 use model::node::Node;
+use model::scheduler_config::SchedulerConfiguration;
 use model::summary::JobSummary;
 use model::variable::{RootKey, VariableEncrypted};
 use model::Job;
@@ -95,6 +96,8 @@ pub(crate) struct Root {
     variables: OrdMap<NsKey, Arc<VariableEncrypted>>,
     /// Key ID → root key.
     root_keys: OrdMap<String, Arc<RootKey>>,
+    /// The scheduler configuration an operator stored; `None`: Nomad's defaults apply.
+    scheduler_config: Option<Arc<SchedulerConfiguration>>,
 }
 
 fn index_add<K: Ord + Clone>(index: &mut OrdMap<K, IdSet>, key: K, id: &str) {
@@ -654,6 +657,14 @@ impl Root {
 
     pub(crate) fn root_keys(&self) -> &OrdMap<String, Arc<RootKey>> {
         &self.root_keys
+    }
+
+    pub(crate) fn scheduler_config(&self) -> Option<&Arc<SchedulerConfiguration>> {
+        self.scheduler_config.as_ref()
+    }
+
+    pub(crate) fn set_scheduler_config(&mut self, config: Arc<SchedulerConfiguration>) {
+        self.scheduler_config = Some(config);
     }
 
     pub(crate) fn put_root_key(&mut self, key: Arc<RootKey>) {

@@ -135,6 +135,20 @@ fn command() -> impl Strategy<Value = Command> {
                     deployment_updates: Vec::new(),
                 }
             }),
+        // Check-and-set against a small index: some apply, some are refused.
+        (
+            pick(&["", "binpack", "spread"]),
+            any::<bool>(),
+            proptest::option::of(0..4u64)
+        )
+            .prop_map(|(algorithm, pause, cas)| Command::SchedulerConfigSet {
+                config: model::scheduler_config::SchedulerConfiguration {
+                    scheduler_algorithm: algorithm.into(),
+                    pause_eval_broker: pause,
+                    ..Default::default()
+                },
+                cas,
+            }),
     ]
 }
 
@@ -164,6 +178,7 @@ proptest! {
         let (a, b) = (store.snapshot(), restored.snapshot());
         prop_assert_eq!(a.index(), b.index());
         prop_assert_eq!(restored.latest_index(), cmds.len() as u64);
+        prop_assert_eq!(a.scheduler_config(), b.scheduler_config());
         for t in Table::ALL {
             prop_assert_eq!(a.table_index(t), b.table_index(t));
         }

@@ -5,7 +5,7 @@
 use super::connect::{block_on, describe, ApiFlags};
 use super::diff::format_job_diff;
 use super::job::{check_offline, job_placement, load, FileArgs, JobSource};
-use super::output::format_alloc_metrics;
+use super::output::{format_alloc_metrics, format_list, row};
 use api::types::DiffType;
 use api::JobPlanResponse;
 use clap::{ArgAction, Args};
@@ -80,6 +80,16 @@ pub fn plan_text(
     if !resp.warnings.is_empty() {
         out += &format!("Job Warnings:\n{}\n\n", resp.warnings);
     }
+    if let Some(preempted) = resp
+        .annotations
+        .as_ref()
+        .map(|a| &a.preempted_allocs)
+        .filter(|p| !p.is_empty())
+    {
+        out += "Preemptions:\n\n";
+        out += &preemptions_text(preempted);
+        out += "\n\n";
+    }
     out += &format!(
         "Job Modify Index: {n}\n\
          To submit the job with version verification run:\n\n\
@@ -91,6 +101,46 @@ pub fn plan_text(
         n = resp.job_modify_index
     );
     out
+}
+
+/// Nomad's `addPreemptions`: each allocation while there are fewer than 10, else counts per job
+/// (fewer than 10 jobs) or per job type.
+fn preemptions_text(allocs: &[model::alloc::AllocListStub]) -> String {
+    const THRESHOLD: usize = 10;
+    if allocs.len() < THRESHOLD {
+        let mut rows = vec![row!["Alloc ID", "Job ID", "Task Group"]];
+        for a in allocs {
+            rows.push(row![a.id, a.job_id, a.task_group]);
+        }
+        return format_list(&rows);
+    }
+    let mut per_job: std::collections::BTreeMap<(String, String, String), usize> =
+        std::collections::BTreeMap::new();
+    for a in allocs {
+        *per_job
+            .entry((
+                a.job_type.to_string(),
+                a.job_id.clone(),
+                a.namespace.clone(),
+            ))
+            .or_default() += 1;
+    }
+    if per_job.len() < THRESHOLD {
+        let mut rows = vec![row!["Job ID", "Namespace", "Job Type", "Preemptions"]];
+        for ((job_type, job_id, ns), n) in &per_job {
+            rows.push(row![job_id, ns, job_type, n]);
+        }
+        return format_list(&rows);
+    }
+    let mut per_type: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    for ((job_type, _, _), n) in per_job {
+        *per_type.entry(job_type).or_default() += n;
+    }
+    let mut rows = vec![row!["Job Type", "Preemptions"]];
+    for (job_type, n) in per_type {
+        rows.push(row![job_type, n]);
+    }
+    format_list(&rows)
 }
 
 /// Nomad's `formatDryRun`: placement failures per group, a rolling update's next evaluation.

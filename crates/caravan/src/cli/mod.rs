@@ -69,7 +69,7 @@ enum Command {
     /// Work with client nodes: status
     #[command(subcommand)]
     Node(node::NodeCommand),
-    /// Operate the cluster: raft peers, snapshots, the root keyring
+    /// Operate the cluster: raft peers, snapshots, the root keyring, the scheduler configuration
     #[command(subcommand)]
     Operator(operator::OperatorCommand),
     /// Work with variables: list, get, put, purge, init, lock

@@ -1,4 +1,5 @@
-//! `caravan operator raft list-peers|remove-peer|transfer-leadership` and `operator snapshot save|restore`.
+//! `caravan operator raft list-peers|remove-peer|transfer-leadership`, `operator snapshot save|restore`
+//! and `operator scheduler get-config|set-config`.
 
 use super::connect::{block_on, fail, ApiFlags};
 use super::output::{format_list, row};
@@ -17,6 +18,66 @@ pub enum OperatorCommand {
     Root(RootCommand),
     /// This agent's metrics (JSON, or Prometheus' text format with -format prometheus)
     Metrics(MetricsArgs),
+    /// Show or change the cluster's scheduler configuration
+    #[command(subcommand)]
+    Scheduler(SchedulerCommand),
+}
+
+#[derive(Subcommand)]
+pub enum SchedulerCommand {
+    /// Display the current scheduler configuration
+    GetConfig(SchedulerGetConfigArgs),
+    /// Modify the current scheduler configuration (only the flags given change)
+    SetConfig(SchedulerSetConfigArgs),
+}
+
+#[derive(Args)]
+pub struct SchedulerGetConfigArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// Output the scheduler config in its JSON format
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct SchedulerSetConfigArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// Update only if the configuration's modify index is still this one
+    #[arg(long = "check-index", value_name = "INDEX")]
+    check_index: Option<u64>,
+    /// `binpack` or `spread`
+    #[arg(long = "scheduler-algorithm", value_name = "ALGORITHM")]
+    scheduler_algorithm: Option<String>,
+    /// Let tasks use their memory_max when the client has memory to spare
+    #[arg(long = "memory-oversubscription", value_name = "BOOL", num_args = 0..=1,
+          default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    memory_oversubscription: Option<bool>,
+    /// Refuse job registration, dispatch and scaling to all but management tokens
+    #[arg(long = "reject-job-registration", value_name = "BOOL", num_args = 0..=1,
+          default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    reject_job_registration: Option<bool>,
+    /// Stop the leader's eval broker from handing out evaluations
+    #[arg(long = "pause-eval-broker", value_name = "BOOL", num_args = 0..=1,
+          default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pause_eval_broker: Option<bool>,
+    /// Whether batch jobs may preempt
+    #[arg(long = "preempt-batch-scheduler", value_name = "BOOL", num_args = 0..=1,
+          default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    preempt_batch_scheduler: Option<bool>,
+    /// Whether service jobs may preempt
+    #[arg(long = "preempt-service-scheduler", value_name = "BOOL", num_args = 0..=1,
+          default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    preempt_service_scheduler: Option<bool>,
+    /// Whether sysbatch jobs may preempt
+    #[arg(long = "preempt-sysbatch-scheduler", value_name = "BOOL", num_args = 0..=1,
+          default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    preempt_sysbatch_scheduler: Option<bool>,
+    /// Whether system jobs may preempt
+    #[arg(long = "preempt-system-scheduler", value_name = "BOOL", num_args = 0..=1,
+          default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    preempt_system_scheduler: Option<bool>,
 }
 
 #[derive(Args)]
@@ -140,7 +201,149 @@ pub fn run(cmd: OperatorCommand) -> i32 {
         OperatorCommand::Root(RootCommand::Keyring(KeyringCommand::Rotate(a))) => keyring_rotate(a),
         OperatorCommand::Root(RootCommand::Keyring(KeyringCommand::Remove(a))) => keyring_remove(a),
         OperatorCommand::Metrics(a) => metrics(a),
+        OperatorCommand::Scheduler(SchedulerCommand::GetConfig(a)) => scheduler_get_config(a),
+        OperatorCommand::Scheduler(SchedulerCommand::SetConfig(a)) => scheduler_set_config(a),
     }
+}
+
+/// Nomad's `operator scheduler get-config` table.
+fn scheduler_config_kv(c: &api::operator::SchedulerConfiguration) -> String {
+    let p = &c.preemption_config;
+    super::output::format_kv(&[
+        ("Scheduler Algorithm", c.scheduler_algorithm.clone()),
+        (
+            "Memory Oversubscription",
+            c.memory_oversubscription_enabled.to_string(),
+        ),
+        (
+            "Reject Job Registration",
+            c.reject_job_registration.to_string(),
+        ),
+        ("Pause Eval Broker", c.pause_eval_broker.to_string()),
+        (
+            "Preemption System Scheduler",
+            p.system_scheduler_enabled.to_string(),
+        ),
+        (
+            "Preemption Service Scheduler",
+            p.service_scheduler_enabled.to_string(),
+        ),
+        (
+            "Preemption Batch Scheduler",
+            p.batch_scheduler_enabled.to_string(),
+        ),
+        (
+            "Preemption SysBatch Scheduler",
+            p.sysbatch_scheduler_enabled.to_string(),
+        ),
+        ("Modify Index", c.modify_index.to_string()),
+    ])
+}
+
+fn scheduler_get_config(args: SchedulerGetConfigArgs) -> i32 {
+    let client = match args.api.client() {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return 1;
+        }
+    };
+    block_on(async {
+        match client
+            .scheduler_get_configuration(&api::QueryOptions::default())
+            .await
+        {
+            Ok((resp, _)) if args.json => {
+                println!("{}", super::output::json_pretty(&resp));
+                0
+            }
+            Ok((resp, _)) => {
+                println!("{}", scheduler_config_kv(&resp.scheduler_config));
+                0
+            }
+            Err(e) => fail("Error querying scheduler configuration", &e),
+        }
+    })
+}
+
+/// Nomad's: reads the current configuration, changes what the flags say, and writes it back as a
+/// check-and-set against the modify index read (or `-check-index`).
+fn scheduler_set_config(args: SchedulerSetConfigArgs) -> i32 {
+    let client = match args.api.client() {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return 1;
+        }
+    };
+    block_on(async {
+        let mut config = match client
+            .scheduler_get_configuration(&api::QueryOptions::default())
+            .await
+        {
+            Ok((resp, _)) => resp.scheduler_config,
+            Err(e) => return fail("Error querying for scheduler configuration", &e),
+        };
+        let check_index = args.check_index.unwrap_or(0);
+        if check_index > 0 && config.modify_index != check_index {
+            eprintln!(
+                "Error performing check index set: check-index {check_index} does not match does \
+                 not match current state value {}",
+                config.modify_index
+            );
+            return 1;
+        }
+        if check_index > 0 {
+            config.modify_index = check_index;
+        }
+        if let Some(a) = args.scheduler_algorithm.filter(|a| !a.is_empty()) {
+            config.scheduler_algorithm = a;
+        }
+        let merge = |flag: Option<bool>, field: &mut bool| {
+            if let Some(v) = flag {
+                *field = v;
+            }
+        };
+        merge(
+            args.memory_oversubscription,
+            &mut config.memory_oversubscription_enabled,
+        );
+        merge(
+            args.reject_job_registration,
+            &mut config.reject_job_registration,
+        );
+        merge(args.pause_eval_broker, &mut config.pause_eval_broker);
+        let p = &mut config.preemption_config;
+        merge(args.preempt_batch_scheduler, &mut p.batch_scheduler_enabled);
+        merge(
+            args.preempt_service_scheduler,
+            &mut p.service_scheduler_enabled,
+        );
+        merge(
+            args.preempt_sysbatch_scheduler,
+            &mut p.sysbatch_scheduler_enabled,
+        );
+        merge(
+            args.preempt_system_scheduler,
+            &mut p.system_scheduler_enabled,
+        );
+        match client
+            .scheduler_set_configuration(&config, Some(config.modify_index))
+            .await
+        {
+            Ok(r) if r.updated => {
+                println!("Scheduler configuration updated!");
+                0
+            }
+            Ok(_) => {
+                println!(
+                    "Scheduler configuration could not be atomically updated, please try again"
+                );
+                1
+            }
+            Err(e) => fail("Error setting scheduler configuration", &e),
+        }
+    })
 }
 
 fn metrics(args: MetricsArgs) -> i32 {

@@ -215,6 +215,7 @@ fn reconnect_losers(
             client_status: None,
             followup_eval_id: String::new(),
             modify_time: now,
+            preempted_by: String::new(),
         });
     }
     out

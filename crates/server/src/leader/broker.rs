@@ -24,6 +24,11 @@
 //!
 //! On leadership loss the broker is flushed: everything is dropped and parked dequeues are released;
 //! the state store still holds every evaluation, and the next leader rebuilds from it.
+//!
+//! **Paused** (the scheduler configuration's `PauseEvalBroker`, [`Event::Pause`]): nothing is
+//! delivered — dequeues stay parked — while every evaluation is still tracked where it belongs
+//! (timers fire, blocked ones wake, deliveries made before the pause end as usual); unpausing
+//! serves the parked dequeues at once. A pause survives rebuilds and flushes: only `Pause` sets it.
 
 use super::derived_id;
 use super::limits::{
@@ -100,6 +105,8 @@ pub enum Event {
     },
     /// Time passed: fire due timers.
     Tick,
+    /// Stop (`true`) or resume (`false`) handing out evaluations (`PauseEvalBroker`).
+    Pause(bool),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -156,6 +163,8 @@ fn job_key(eval: &Evaluation) -> JobKey {
 /// The broker. Single-threaded: the shell owns it and feeds it one event at a time.
 pub struct EvalBroker {
     enabled: bool,
+    /// No delivery while set ([`Event::Pause`]).
+    paused: bool,
     token_prefix: String,
     token_seq: u64,
     entries: HashMap<String, Entry>,
@@ -181,6 +190,7 @@ impl EvalBroker {
     pub fn new(token_prefix: impl Into<String>) -> EvalBroker {
         EvalBroker {
             enabled: false,
+            paused: false,
             token_prefix: token_prefix.into(),
             token_seq: 0,
             entries: HashMap::new(),
@@ -198,6 +208,12 @@ impl EvalBroker {
     #[cfg(test)]
     pub fn enabled(&self) -> bool {
         self.enabled
+    }
+
+    /// Whether deliveries are paused (`PauseEvalBroker`).
+    #[cfg(test)]
+    pub fn paused(&self) -> bool {
+        self.paused
     }
 
     /// When the earliest timer fires (Unix nanoseconds), if any: the shell sends [`Event::Tick`].
@@ -238,6 +254,15 @@ impl EvalBroker {
             Event::Flush => {
                 self.reset(&mut out);
                 self.enabled = false;
+            }
+            Event::Pause(paused) => {
+                if paused != self.paused {
+                    tracing::info!(
+                        paused,
+                        "eval broker pause changed by the scheduler configuration"
+                    );
+                }
+                self.paused = paused;
             }
             event if !self.enabled => return Self::refuse(event),
             Event::EvalsChanged(evals) => {
@@ -659,6 +684,9 @@ impl EvalBroker {
     }
 
     fn serve_waiters(&mut self, now: i64, out: &mut Vec<Command>) {
+        if self.paused {
+            return;
+        }
         let mut i = 0;
         while i < self.waiters.len() {
             let Some((queue, key)) = self.best_ready(&self.waiters[i].1) else {

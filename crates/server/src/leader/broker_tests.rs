@@ -509,3 +509,35 @@ fn failed_follow_ups_are_deterministic() {
     assert_ne!(a_next.id, e.id);
     assert_eq!(a_next.id.len(), 36, "a UUID");
 }
+
+#[test]
+fn a_paused_broker_delivers_nothing_and_loses_nothing() {
+    let mut h = Harness::new(vec![eval("e1", "web", 50, 1)]);
+    let first = h.dequeue(T0).expect("delivered before the pause");
+    h.run(Event::Pause(true), T0);
+    assert!(h.b.paused());
+    // New work arrives and is tracked, but no worker gets it.
+    h.changed(vec![eval("e2", "api", 50, 2)], T0);
+    assert_eq!(h.dequeue(T0), None, "parked while paused");
+    assert_eq!(h.b.stats().ready, 1);
+    // A delivery made before the pause ends as usual.
+    h.ack(&first, T0);
+    assert_eq!(h.b.stats().unacked, 0);
+    // A rebuild (leadership regained) keeps the pause until the follower says otherwise.
+    h.run(
+        Event::Rebuild(arcs(vec![
+            eval("e2", "api", 50, 2),
+            eval("e3", "db", 50, 3),
+        ])),
+        T0,
+    );
+    assert_eq!(h.dequeue(T0), None);
+    // Resuming serves the parked dequeues at once, in order.
+    let parked = h.next_waiter;
+    let out = h.run(Event::Pause(false), T0);
+    assert_eq!(
+        delivered(&out, parked).map(|(id, _)| id).as_deref(),
+        Some("e2")
+    );
+    assert_eq!(h.dequeue(T0).map(|(id, _)| id).as_deref(), Some("e3"));
+}

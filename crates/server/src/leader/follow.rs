@@ -4,6 +4,8 @@
 //! and never call the broker — so every server that becomes leader sees exactly what is in state.
 //! Capacity changes come from the same reads: a node that became ready (or is new and ready), and
 //! an allocation that stopped or finished, wake blocked evaluations of the node's computed class.
+//! The scheduler configuration's `PauseEvalBroker` comes the same way: a change is one
+//! [`Event::Pause`], ahead of the evaluations read with it.
 
 use super::broker::Event;
 use state::{StateSnapshot, Table};
@@ -20,6 +22,8 @@ pub struct Follower {
     /// Node ID → (its create index, whether it was ready — and eligible, not draining — when last
     /// seen). A node registered again after a delete has a new create index: new capacity.
     ready_nodes: HashMap<String, (u64, bool)>,
+    /// `PauseEvalBroker` as last read.
+    paused: bool,
 }
 
 impl Follower {
@@ -32,10 +36,17 @@ impl Follower {
         self.last
     }
 
-    /// Leadership gained: every live evaluation, and where to follow on from.
+    /// Whether the broker should be paused, as of the last read (send it after a rebuild).
+    pub fn paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Leadership gained: every live evaluation, and where to follow on from. The pause read
+    /// with it is [`Follower::paused`].
     pub fn rebuild(&mut self, snap: &StateSnapshot) -> Event {
         self.last = snap.index();
         self.restores = snap.restores();
+        self.paused = snap.scheduler_config().pause_eval_broker;
         self.ready_nodes = snap
             .nodes("")
             .iter()
@@ -54,13 +65,20 @@ impl Follower {
     /// capacity change per class.
     pub fn changes(&mut self, snap: &StateSnapshot) -> Vec<Event> {
         if snap.restores() != self.restores {
-            return vec![self.rebuild(snap)];
+            return vec![self.rebuild(snap), Event::Pause(self.paused)];
         }
         let since = self.last;
         if snap.index() <= since {
             return Vec::new();
         }
         let mut out = Vec::new();
+        if snap.table_index(Table::SchedulerConfig) > since {
+            let paused = snap.scheduler_config().pause_eval_broker;
+            if paused != self.paused {
+                self.paused = paused;
+                out.push(Event::Pause(paused));
+            }
+        }
         let evals = snap.evals_modified_after(since);
         if !evals.is_empty() {
             out.push(Event::EvalsChanged(evals));
@@ -285,5 +303,40 @@ mod tests {
             capacity(&f.changes(&fsm.store.snapshot())),
             [("c1".to_string(), 4)]
         );
+    }
+
+    #[test]
+    fn a_change_of_pause_eval_broker_is_one_pause_event_ahead_of_the_evaluations() {
+        let mut fsm = Fsm {
+            store: StateStore::new(),
+            next: 0,
+        };
+        let mut f = Follower::new();
+        let pause = |on: bool| Command::SchedulerConfigSet {
+            config: model::scheduler_config::SchedulerConfiguration {
+                pause_eval_broker: on,
+                ..Default::default()
+            },
+            cas: None,
+        };
+        fsm.apply(pause(true));
+        f.rebuild(&fsm.store.snapshot());
+        assert!(f.paused(), "read with the rebuild");
+        fsm.apply(Command::EvalUpsert {
+            evals: vec![model::eval::Evaluation {
+                id: "e1".into(),
+                job_id: "j".into(),
+                status: "pending".into(),
+                ..Default::default()
+            }],
+        });
+        fsm.apply(pause(false));
+        let events = f.changes(&fsm.store.snapshot());
+        assert!(matches!(events[0], Event::Pause(false)), "{events:?}");
+        assert_eq!(eval_ids(&events), ["e1"]);
+        assert!(!f.paused());
+        // Written again unchanged: nothing to say.
+        fsm.apply(pause(false));
+        assert!(f.changes(&fsm.store.snapshot()).is_empty());
     }
 }

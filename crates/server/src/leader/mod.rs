@@ -236,7 +236,8 @@ impl LeaderLoops {
         let prefix = crate::endpoints::new_id()[..8].to_owned();
         let mut follower = follow::Follower::new();
         let rebuild = follower.rebuild(&server.state().snapshot());
-        let (broker, broker_loop) = tasks::broker_task(prefix, rebuild, stop_rx.clone(), writes);
+        let initial = vec![rebuild, broker::Event::Pause(follower.paused())];
+        let (broker, broker_loop) = tasks::broker_task(prefix, initial, stop_rx.clone(), writes);
         tasks.spawn(broker_loop);
         tasks.spawn(tasks::follow_task(
             server.state().clone(),

@@ -174,10 +174,44 @@ fn evaluate_on(snap: &PlanView, sub: &PlanSubmission) -> Evaluated {
             .max_table_index(&[Table::Nodes, Table::Allocs])
             .max(1);
     }
-    let evals = if partial { &[][..] } else { &sub.evals[..] };
+    let mut evals = if partial {
+        Vec::new()
+    } else {
+        sub.evals.clone()
+    };
+    evals.extend(preemption_evals(&snap.snap, plan, &result));
     let command =
-        (!result.is_no_op() || !evals.is_empty()).then(|| commit_command(plan, &result, evals));
+        (!result.is_no_op() || !evals.is_empty()).then(|| commit_command(plan, &result, &evals));
     Evaluated { result, command }
+}
+
+/// One evaluation per job that loses allocations to preemption, so its scheduler places them
+/// again (Nomad's `PreemptionEvals`); committed in the same entry as the evictions. Their IDs
+/// derive from the plan's evaluation and the job, so every check of the plan makes the same ones.
+fn preemption_evals(snap: &StateSnapshot, plan: &Plan, result: &PlanResult) -> Vec<Evaluation> {
+    let mut jobs: BTreeMap<(&str, &str), i64> = BTreeMap::new();
+    for a in result.node_preemptions.values().flatten() {
+        jobs.entry((a.namespace.as_str(), a.job_id.as_str()))
+            .or_insert(a.modify_time);
+    }
+    jobs.into_iter()
+        .filter_map(|((ns, job_id), now)| {
+            let job = snap.job(ns, job_id)?;
+            Some(Evaluation {
+                id: super::derived_id(&plan.eval_id, &format!("preemption/{ns}/{job_id}")),
+                namespace: ns.to_string(),
+                priority: job.priority.unwrap_or(model::job::DEFAULT_PRIORITY),
+                eval_type: job.job_type.clone().unwrap_or_default(),
+                triggered_by: model::eval::EVAL_TRIGGER_PREEMPTION.into(),
+                job_id: job_id.to_string(),
+                job_modify_index: job.job_modify_index.unwrap_or(0),
+                status: model::EvalStatus::Pending,
+                create_time: now,
+                modify_time: now,
+                ..Evaluation::default()
+            })
+        })
+        .collect()
 }
 
 /// Whether the plan's part on `node_id` still fits the newest state; the reason when not.
@@ -297,6 +331,7 @@ fn commit_command(plan: &Plan, result: &PlanResult, evals: &[Evaluation]) -> sta
                 .then_some(model::alloc::ClientStatus::Lost),
             followup_eval_id: a.followup_eval_id.clone(),
             modify_time: a.modify_time,
+            preempted_by: a.preempted_by_allocation.clone(),
         })
         .collect();
     state::Command::PlanApply {

@@ -821,3 +821,52 @@ fn the_batch_before_a_plan_and_the_entry_in_commit_count_against_it() {
     let again = evaluate_batch(&c.snap(), Some(&entry), &vec![(2, sub_b.clone())]);
     assert_eq!(again[0].1.result.rejected_nodes, ["n1"]);
 }
+
+/// A plan that evicts commits the eviction with who preempted it, and an evaluation of the evicted
+/// job (`preemption`) in the same entry, with an ID every check of the plan makes the same.
+#[test]
+fn a_preempting_plan_evicts_and_evaluates_the_evicted_job() {
+    let mut c = Cluster::new();
+    c.add_node(node("n1", 1000, 1024));
+    let mut low = job("low", 1, 900, 256);
+    low.job_type = Some(model::JobType::Batch);
+    low.priority = Some(10);
+    let eval_low = c.register(&low, "eval-low");
+    let s = c.snap();
+    let out = scheduler::schedule(&SnapshotView::new(s.clone()), &eval_low, NOW, 1).unwrap();
+    let first = evaluate_plan(&s, &submission(&eval_low, out, s.index()));
+    commit(&mut c, &first).expect("placed");
+    let mut sys = job("agent", 1, 500, 128);
+    sys.job_type = Some(model::JobType::System);
+    sys.priority = Some(100);
+    let eval_sys = c.register(&sys, "eval-sys");
+    let s = c.snap();
+    let out = scheduler::schedule(&SnapshotView::new(s.clone()), &eval_sys, NOW, 1).unwrap();
+    assert_eq!(out.plan.node_preemptions["n1"].len(), 1, "{:?}", out.plan);
+    let sub = submission(&eval_sys, out, s.index());
+    let verdict = evaluate_plan(&s, &sub);
+    assert_eq!(
+        evaluate_plan(&s, &sub),
+        verdict,
+        "the same check, the same entry"
+    );
+    commit(&mut c, &verdict).expect("committed");
+    let snap = c.snap();
+    let placed = snap
+        .allocs_by_job("default", "agent")
+        .pop()
+        .expect("placed");
+    let victim = snap.allocs_by_job("default", "low").pop().expect("kept");
+    assert_eq!(victim.desired_status, DesiredStatus::Evict);
+    assert_eq!(victim.preempted_by_allocation, placed.id);
+    assert_eq!(placed.preempted_allocations, vec![victim.id.clone()]);
+    let evals: Vec<_> = snap
+        .evals_by_job("default", "low")
+        .into_iter()
+        .filter(|e| e.triggered_by == model::eval::EVAL_TRIGGER_PREEMPTION)
+        .collect();
+    assert_eq!(evals.len(), 1);
+    assert_eq!(evals[0].status, model::EvalStatus::Pending);
+    assert_eq!(evals[0].priority, 10);
+    assert_nothing_overcommitted(&snap);
+}

@@ -115,11 +115,12 @@ impl BrokerHandle {
     }
 }
 
-/// The broker task and its handle. It handles `rebuild` before any request, so no dequeue ever
-/// finds it disabled at the start. Evaluations the broker wants written go to `writes`.
+/// The broker task and its handle. It handles `initial` (the rebuild, then the pause read with
+/// it) before any request, so no dequeue ever finds it disabled, or unpaused when it should not
+/// be, at the start. Evaluations the broker wants written go to `writes`.
 pub(crate) fn broker_task(
     token_prefix: String,
-    rebuild: broker::Event,
+    initial: Vec<broker::Event>,
     stop: watch::Receiver<bool>,
     writes: mpsc::Sender<Vec<Evaluation>>,
 ) -> (BrokerHandle, impl Future<Output = ()>) {
@@ -130,7 +131,7 @@ pub(crate) fn broker_task(
         next_waiter: 0,
         writes,
     };
-    (BrokerHandle { tx }, shell.run(rebuild, rx, stop))
+    (BrokerHandle { tx }, shell.run(initial, rx, stop))
 }
 
 struct BrokerShell {
@@ -144,11 +145,13 @@ struct BrokerShell {
 impl BrokerShell {
     async fn run(
         mut self,
-        rebuild: broker::Event,
+        initial: Vec<broker::Event>,
         mut rx: mpsc::Receiver<BrokerRequest>,
         mut stop: watch::Receiver<bool>,
     ) {
-        self.step(rebuild).await;
+        for event in initial {
+            self.step(event).await;
+        }
         loop {
             let sleep = tokio::time::sleep(until_timer(self.engine.next_timer()));
             let req = tokio::select! {
@@ -314,7 +317,12 @@ pub(crate) async fn follow_task(
     mut stop: watch::Receiver<bool>,
     mut follower: Follower,
 ) {
-    let tables = [Table::Evals, Table::Nodes, Table::Allocs];
+    let tables = [
+        Table::Evals,
+        Table::Nodes,
+        Table::Allocs,
+        Table::SchedulerConfig,
+    ];
     loop {
         let last = follower.last_index();
         let wait = async {

@@ -68,4 +68,73 @@ impl scheduler::StateView for SnapshotView {
     fn latest_deployment(&self, namespace: &str, job_id: &str) -> Option<Arc<Deployment>> {
         self.snap.latest_deployment_by_job(namespace, job_id)
     }
+
+    fn scheduler_config(&self) -> scheduler::SchedulerConfig {
+        scheduler_config_of(&self.snap.scheduler_config())
+    }
+}
+
+/// The scheduler's settings from the stored configuration (Nomad's defaults when none is stored).
+pub(crate) fn scheduler_config_of(
+    c: &model::scheduler_config::SchedulerConfiguration,
+) -> scheduler::SchedulerConfig {
+    let p = &c.preemption_config;
+    scheduler::SchedulerConfig {
+        algorithm: if c.spreads() {
+            scheduler::Algorithm::Spread
+        } else {
+            scheduler::Algorithm::Binpack
+        },
+        preemption: scheduler::Preemption {
+            system: p.system_scheduler_enabled,
+            sysbatch: p.sysbatch_scheduler_enabled,
+            batch: p.batch_scheduler_enabled,
+            service: p.service_scheduler_enabled,
+        },
+        memory_oversubscription: c.memory_oversubscription_enabled,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use scheduler::StateView;
+    use state::{Command, StateStore};
+
+    #[test]
+    fn the_scheduler_sees_the_stored_configuration() {
+        let store = StateStore::new();
+        let view = SnapshotView::new(store.snapshot());
+        assert_eq!(
+            view.scheduler_config(),
+            scheduler::SchedulerConfig::default(),
+            "Nomad's defaults on both sides"
+        );
+        let config = model::scheduler_config::SchedulerConfiguration {
+            scheduler_algorithm: "spread".into(),
+            memory_oversubscription_enabled: true,
+            preemption_config: model::scheduler_config::PreemptionConfig {
+                batch_scheduler_enabled: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        store
+            .apply(1, &Command::SchedulerConfigSet { config, cas: None })
+            .unwrap();
+        let view = SnapshotView::new(store.snapshot());
+        assert_eq!(
+            view.scheduler_config(),
+            scheduler::SchedulerConfig {
+                algorithm: scheduler::Algorithm::Spread,
+                preemption: scheduler::Preemption {
+                    system: false,
+                    sysbatch: false,
+                    batch: true,
+                    service: false,
+                },
+                memory_oversubscription: true,
+            }
+        );
+    }
 }

@@ -12,6 +12,7 @@ mod evals;
 pub(crate) mod jobs;
 mod nodes;
 mod plan;
+mod scheduler_config;
 mod variables;
 
 use crate::command::{ApplyResponse, Command, Table};
@@ -156,6 +157,14 @@ impl Txn {
     pub(crate) fn put_deployment(&mut self, deployment: Deployment) {
         self.touch(Table::Deployments);
         self.root.put_deployment(Arc::new(deployment));
+    }
+
+    pub(crate) fn put_scheduler_config(
+        &mut self,
+        config: Arc<model::scheduler_config::SchedulerConfiguration>,
+    ) {
+        self.touch(Table::SchedulerConfig);
+        self.root.set_scheduler_config(config);
     }
 }
 
@@ -396,6 +405,9 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
             version,
             stable,
         } => jobs::set_job_stability(tx, namespace, job_id, *version, *stable).map(|()| plain),
+        Command::SchedulerConfigSet { config, cas } => {
+            scheduler_config::set(tx, config, *cas).map(|()| plain)
+        }
         // The store replaces its whole root for a restore before the FSM sees commands.
         Command::StateRestore { .. } => Err(StateError::invalid(
             "a state restore is applied by the store, not the FSM",

@@ -87,6 +87,9 @@ fn stopped(tx: &Txn, stops: &[AllocStop]) -> Vec<Allocation> {
             if stop.modify_time != 0 {
                 alloc.modify_time = stop.modify_time;
             }
+            if !stop.preempted_by.is_empty() {
+                alloc.preempted_by_allocation.clone_from(&stop.preempted_by);
+            }
             Some(alloc)
         })
         .collect()
