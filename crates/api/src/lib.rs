@@ -28,6 +28,7 @@ mod jobs;
 mod launch;
 mod nodes;
 pub mod operator;
+mod scaling;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod types;

@@ -110,6 +110,8 @@ pub(crate) fn need(method: &Method, path: &str) -> Need {
         ["v1", "vars"] | ["v1", "var", ..] => Need::Handler,
         // Every match is filtered by what the token may read.
         ["v1", "search", ..] => Need::Handler,
+        // list-scaling-policies / read-scaling-policy, or list-jobs with read-job: filtered.
+        ["v1", "scaling", ..] => Need::Handler,
         ["v1", "event", "stream"] => Need::Handler,
         ["v1", "operator", "keyring", ..] => Need::Handler,
         ["v1", "jobs"] if read => Need::NsList("list-jobs"),

@@ -46,7 +46,7 @@ pub async fn job(
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-const NOT_BUILT: [&str; 5] = ["scale", "submission", "services", "action", "scaling"];
+const NOT_BUILT: [&str; 4] = ["submission", "services", "action", "scaling"];
 
 async fn route_job(
     st: &ApiState,
@@ -56,6 +56,13 @@ async fn route_job(
     body: &[u8],
 ) -> Result<Response, ApiError> {
     let q = QueryOptions::parse(params)?;
+    if let Some(id) = rest.strip_suffix("/scale") {
+        return match method {
+            Method::GET => crate::scaling::status(st, id, &q).await,
+            Method::PUT | Method::POST => crate::scaling::scale(st, id, &q, body).await,
+            _ => Err(ApiError::invalid_method()),
+        };
+    }
     for (suffix, get_only) in [
         ("versions", true),
         ("summary", true),

@@ -26,6 +26,7 @@ mod nodes;
 mod operator;
 mod query;
 mod reply;
+mod scaling;
 mod search;
 pub mod tls;
 mod variables;
@@ -272,6 +273,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/acl/role", any(acl_endpoints::role))
         .route("/v1/acl/role/{*rest}", any(acl_endpoints::role))
         .route("/v1/event/stream", get(events::stream))
+        .route("/v1/scaling/policies", any(scaling::list))
+        .route("/v1/scaling/policy/{id}", any(scaling::policy))
         .route("/v1/search", any(search::prefix))
         .route("/v1/search/fuzzy", any(search::fuzzy))
         .route("/v1/vars", any(variables::list))

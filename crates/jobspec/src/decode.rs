@@ -120,9 +120,30 @@ fn group(r: &mut Reader, name: String) -> TaskGroup {
         g.tasks.push(task(&mut tr, tname));
         tr.finish();
     }
-    r.unsupported("scaling", "autoscaling policies are not stored");
+    g.scaling = sub(r, "scaling", scaling);
     r.unsupported("consul", "Caravan has no Consul integration");
     g
+}
+
+/// A group's `scaling { min max enabled type policy { … } }`; the policy block is the
+/// autoscaler's, kept as JSON as Nomad keeps it.
+fn scaling(r: &mut Reader) -> model::scaling::ScalingPolicy {
+    let policy = match r.block("policy") {
+        Some(b) => {
+            let path = r.path.field("policy");
+            r.child(b, path);
+            body_to_json(&b.body)
+        }
+        None => serde_json::Map::new(),
+    };
+    model::scaling::ScalingPolicy {
+        min: r.int("min", 0, i64::from(i32::MAX)),
+        max: r.int("max", 0, i64::from(i32::MAX)),
+        enabled: r.bool("enabled"),
+        policy_type: r.string_or_empty("type"),
+        policy,
+        ..model::scaling::ScalingPolicy::default()
+    }
 }
 
 fn task(r: &mut Reader, name: String) -> Task {
@@ -179,7 +200,10 @@ fn task(r: &mut Reader, name: String) -> Task {
     }
     r.unsupported("vault", "Caravan has no Vault integration");
     r.unsupported("consul", "Caravan has no Consul integration");
-    r.unsupported("scaling", "autoscaling policies are not stored");
+    r.unsupported(
+        "scaling",
+        "task scaling (Dynamic Application Sizing) is a Nomad Enterprise feature; scale groups with a group scaling block",
+    );
     r.unsupported("action", "task actions are not supported");
     t
 }

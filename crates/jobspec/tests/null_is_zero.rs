@@ -83,8 +83,9 @@ fn is_struct_member(path: &[PathStep]) -> bool {
     let Some((_, within)) = keys.split_last() else {
         return false;
     };
-    // Anything below a task's Config is the driver's free-form JSON.
-    if within.contains(&"Config") {
+    // Anything below a task's Config is the driver's free-form JSON; below a scaling Policy, the
+    // autoscaler's.
+    if within.contains(&"Config") || within.contains(&"Policy") {
         return false;
     }
     // The direct entries of a user-keyed map (the map's key is the step right before this one).

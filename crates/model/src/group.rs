@@ -56,6 +56,9 @@ pub struct TaskGroup {
     pub disconnect: Option<DisconnectStrategy>,
     #[serde(rename = "PreventRescheduleOnLost")]
     pub prevent_reschedule_on_lost: bool,
+    /// The group's horizontal scaling policy (`scaling { min max enabled policy }`).
+    #[serde(rename = "Scaling")]
+    pub scaling: Option<crate::scaling::ScalingPolicy>,
 }
 
 /// How a task is restarted in place after it exits.
@@ -649,6 +652,9 @@ impl TaskGroup {
                 v.name.clone_from(name);
             }
         }
+        if let Some(scaling) = &mut self.scaling {
+            scaling.canonicalize(self.count.unwrap_or(1));
+        }
         let restart = self.restart_policy.clone();
         for t in &mut self.tasks {
             t.canonicalize(&job_id, &self.name, restart.as_ref());
@@ -717,6 +723,9 @@ impl TaskGroup {
         );
         self.validate_tasks(path, errs);
         self.validate_policies(path, errs);
+        if let Some(scaling) = &self.scaling {
+            scaling.validate(path, count, errs);
+        }
         for (i, c) in self.constraints.iter().enumerate() {
             c.validate(&path.field("constraint").index(i), errs);
         }

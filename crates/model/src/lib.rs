@@ -23,6 +23,7 @@ pub mod node;
 pub mod path;
 pub mod plan;
 pub mod resources;
+pub mod scaling;
 pub mod scheduler_config;
 pub mod service;
 pub mod status;

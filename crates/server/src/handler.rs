@@ -123,6 +123,10 @@ fn table() -> HashMap<&'static str, Endpoint> {
     t.add::<m::JobRevert, _, _>(|s, req| async move {
         s.job_revert_local(&req.namespace, req.request).await
     });
+    t.add::<m::JobScale, _, _>(|s, req| async move {
+        let (job_id, request) = req.request;
+        s.job_scale_local(&req.namespace, &job_id, request).await
+    });
     t.add::<m::JobDispatch, _, _>(|s, req| async move {
         s.job_dispatch_local(&req.namespace, req.request).await
     });
@@ -223,6 +227,6 @@ mod tests {
         for open in crate::peers::OPEN_METHODS {
             assert!(routed.contains(open), "{open} is open but not routed");
         }
-        assert_eq!(routed.len(), 32, "{routed:?}");
+        assert_eq!(routed.len(), 33, "{routed:?}");
     }
 }

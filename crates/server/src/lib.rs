@@ -29,6 +29,10 @@ pub use config::ServerConfig;
 pub use endpoints::deployment::DeploymentAction;
 pub use endpoints::job::JobRegisterRequest;
 pub use endpoints::plan::JobPlanRequest;
+/// Scaling policies: the jobs' group `scaling` blocks with their stable IDs.
+pub mod scaling_policies {
+    pub use crate::endpoints::scaling::{job_policies, policies, policy_id};
+}
 pub use endpoints::scheduler_config::{
     SchedulerSetConfigRequest, SchedulerSetConfigResponse, REGISTRATION_DISABLED,
 };

@@ -102,6 +102,11 @@ rpc_method!(
 rpc_method!(
     pub JobDispatch = "Job.Dispatch": InNamespace<JobDispatchRequest> => JobDispatchResponse
 );
+rpc_method!(
+    /// The job ID and the request.
+    pub JobScale = "Job.Scale":
+        InNamespace<(String, model::scaling::ScalingRequest)> => JobRegisterResponse
+);
 rpc_method!(pub PeriodicForce = "Periodic.Force": JobRef => PeriodicForceResponse);
 rpc_method!(pub AllocStop = "Alloc.Stop": AllocStopArgs => AllocStopResponse);
 rpc_method!(pub AclWriteMethod = "ACL.Write": AclWrite => AclWriteResponse);

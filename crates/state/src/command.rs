@@ -32,10 +32,12 @@ pub enum Table {
     RootKeys,
     /// The one scheduler configuration (`/v1/operator/scheduler/configuration`).
     SchedulerConfig,
+    /// Each job's scaling events per group.
+    ScalingEvents,
 }
 
 impl Table {
-    pub const COUNT: usize = 18;
+    pub const COUNT: usize = 19;
     pub const ALL: [Table; Table::COUNT] = [
         Table::Jobs,
         Table::JobVersions,
@@ -55,6 +57,7 @@ impl Table {
         Table::Variables,
         Table::RootKeys,
         Table::SchedulerConfig,
+        Table::ScalingEvents,
     ];
 
     pub(crate) fn slot(self) -> usize {
@@ -364,6 +367,21 @@ pub enum Command {
         config: model::scheduler_config::SchedulerConfiguration,
         cas: Option<u64>,
     },
+    /// `POST /v1/job/:id/scale`: with `count`, the job's group set to it as a new job version (only
+    /// while the job's `JobModifyIndex` is still `job_modify_index`, else a `Conflict` and nothing
+    /// changes) with `eval`; then, with or without a count, `event` recorded for the group (its
+    /// `EvalID` and `CreateIndex` filled in), the newest 20 kept.
+    JobScale {
+        namespace: String,
+        job_id: String,
+        group: String,
+        count: Option<i64>,
+        job_modify_index: u64,
+        eval: Option<Evaluation>,
+        event: model::scaling::ScalingEvent,
+        /// Unix nanoseconds; the new version's `SubmitTime`.
+        submit_time: i64,
+    },
 }
 
 /// What a [`Command::VarApply`] does.
@@ -450,6 +468,7 @@ impl Command {
             Command::RootKeyDelete { .. } => "RootKeyDelete",
             Command::JobStability { .. } => "JobStability",
             Command::SchedulerConfigSet { .. } => "SchedulerConfigSet",
+            Command::JobScale { .. } => "JobScale",
         }
     }
 }

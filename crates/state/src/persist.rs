@@ -91,6 +91,7 @@ enum RecordRef<'a> {
     RootKey(&'a RootKey),
     Variable(&'a VariableEncrypted),
     SchedulerConfig(&'a SchedulerConfiguration),
+    ScalingEvents(&'a model::scaling::JobScalingEvents),
     End(Trailer),
 }
 
@@ -118,6 +119,7 @@ enum Record {
     RootKey(RootKey),
     Variable(VariableEncrypted),
     SchedulerConfig(SchedulerConfiguration),
+    ScalingEvents(model::scaling::JobScalingEvents),
     End(Trailer),
 }
 
@@ -224,6 +226,9 @@ pub(crate) fn save(root: &Root, w: &mut dyn Write) -> Result<(), StateError> {
     }
     if let Some(config) = root.scheduler_config() {
         put(&mut w, RecordRef::SchedulerConfig(config))?;
+    }
+    for events in root.scaling_events().values() {
+        put(&mut w, RecordRef::ScalingEvents(events))?;
     }
     write_line(&mut w, &RecordRef::End(Trailer { objects }))?;
     w.flush()?;
@@ -413,6 +418,7 @@ fn insert(root: &mut Root, record: Record) -> Result<(), StateError> {
         Record::RootKey(key) => root.put_root_key(Arc::new(key)),
         Record::Variable(var) => root.put_variable(Arc::new(var)),
         Record::SchedulerConfig(config) => root.set_scheduler_config(Arc::new(config)),
+        Record::ScalingEvents(events) => root.put_scaling_events(Arc::new(events)),
         Record::End(_) => unreachable!("handled by the caller"),
         Record::AllocOfVersion(_) => unreachable!("handled above"),
     }

@@ -206,6 +206,15 @@ impl StateSnapshot {
     }
 
     /// Every root key, by ID.
+    /// A job's scaling events per group (newest first), if it has any.
+    pub fn scaling_events(
+        &self,
+        ns: &str,
+        job_id: &str,
+    ) -> Option<Arc<model::scaling::JobScalingEvents>> {
+        self.root.scaling_events_of(ns, job_id).cloned()
+    }
+
     /// The stored scheduler configuration, or Nomad's defaults when none is stored (indexes 0).
     pub fn scheduler_config(&self) -> model::scheduler_config::SchedulerConfiguration {
         self.root.scheduler_config().map_or_else(

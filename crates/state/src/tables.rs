@@ -98,6 +98,8 @@ pub(crate) struct Root {
     root_keys: OrdMap<String, Arc<RootKey>>,
     /// The scheduler configuration an operator stored; `None`: Nomad's defaults apply.
     scheduler_config: Option<Arc<SchedulerConfiguration>>,
+    /// (namespace, job) → its scaling events per group.
+    scaling_events: OrdMap<NsKey, Arc<model::scaling::JobScalingEvents>>,
 }
 
 fn index_add<K: Ord + Clone>(index: &mut OrdMap<K, IdSet>, key: K, id: &str) {
@@ -657,6 +659,27 @@ impl Root {
 
     pub(crate) fn root_keys(&self) -> &OrdMap<String, Arc<RootKey>> {
         &self.root_keys
+    }
+
+    pub(crate) fn scaling_events(&self) -> &OrdMap<NsKey, Arc<model::scaling::JobScalingEvents>> {
+        &self.scaling_events
+    }
+
+    pub(crate) fn scaling_events_of(
+        &self,
+        ns: &str,
+        job_id: &str,
+    ) -> Option<&Arc<model::scaling::JobScalingEvents>> {
+        self.scaling_events.get(&ns_key(ns, job_id))
+    }
+
+    pub(crate) fn put_scaling_events(&mut self, events: Arc<model::scaling::JobScalingEvents>) {
+        self.scaling_events
+            .insert(ns_key(&events.namespace, &events.job_id), events);
+    }
+
+    pub(crate) fn delete_scaling_events(&mut self, ns: &str, job_id: &str) {
+        self.scaling_events.remove(&ns_key(ns, job_id));
     }
 
     pub(crate) fn scheduler_config(&self) -> Option<&Arc<SchedulerConfiguration>> {

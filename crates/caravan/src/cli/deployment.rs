@@ -289,7 +289,12 @@ pub fn deployment_groups(d: &Deployment) -> String {
     format_list(&rows)
 }
 
-async fn follow_eval(client: &Client, eval_id: &str, detach: bool, verbose: bool) -> i32 {
+pub(super) async fn follow_eval(
+    client: &Client,
+    eval_id: &str,
+    detach: bool,
+    verbose: bool,
+) -> i32 {
     if eval_id.is_empty() {
         return 0;
     }

@@ -38,6 +38,11 @@ pub enum JobCommand {
     /// Work with periodic jobs: force
     #[command(subcommand)]
     Periodic(super::job_launch::PeriodicCommand),
+    /// Change a task group's count and watch the evaluation
+    Scale(super::scaling::JobScaleArgs),
+    /// Show a job's scaling events
+    #[command(name = "scaling-events")]
+    ScalingEvents(super::scaling::ScalingEventsArgs),
 }
 
 #[derive(Args)]
@@ -130,6 +135,8 @@ pub fn run(cmd: JobCommand) -> Result<i32> {
         JobCommand::Revert(args) => Ok(super::deployment::job_revert(args)),
         JobCommand::Dispatch(args) => Ok(super::job_launch::dispatch(args)),
         JobCommand::Periodic(cmd) => Ok(super::job_launch::periodic(cmd)),
+        JobCommand::Scale(args) => Ok(super::scaling::job_scale(args)),
+        JobCommand::ScalingEvents(args) => Ok(super::scaling::scaling_events(args)),
     }
 }
 

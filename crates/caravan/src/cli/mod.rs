@@ -23,6 +23,7 @@ mod node;
 mod nodesim;
 mod operator;
 mod output;
+mod scaling;
 mod server;
 mod telemetry;
 mod tls;
@@ -81,6 +82,9 @@ enum Command {
     /// Work with CSI plugins: status (not supported yet by the agent)
     #[command(subcommand)]
     Plugin(volume::PluginCommand),
+    /// Work with scaling policies: policy list, policy info
+    #[command(subcommand)]
+    Scaling(scaling::ScalingCommand),
     /// Make TLS certificates: ca create, cert create
     #[command(subcommand)]
     Tls(tls::TlsCommand),
@@ -154,6 +158,7 @@ pub fn run(args: Vec<OsString>) -> i32 {
         Command::Operator(cmd) => Ok(operator::run(cmd)),
         Command::Var(cmd) => var::run(cmd),
         Command::Volume(cmd) => Ok(volume::run(cmd)),
+        Command::Scaling(cmd) => Ok(scaling::run(cmd)),
         Command::Plugin(cmd) => Ok(volume::run_plugin(cmd)),
         Command::Status(args) => Ok(job_status::status(args)),
         Command::Executor(args) => Ok(executor::run(args)),

@@ -9,6 +9,7 @@ pub mod node;
 pub mod node_drain;
 pub mod operator;
 pub mod plan;
+pub mod scaling;
 pub mod scheduler_config;
 
 pub(crate) use job::{needs_eval, new_eval};

@@ -47,6 +47,82 @@ pub(super) fn register(
     finish(tx, &ns, &job.id, stored.job_modify_index.unwrap_or(0), eval)
 }
 
+/// What [`scale`] is asked.
+pub(super) struct Scale<'a> {
+    pub ns: &'a str,
+    pub job_id: &'a str,
+    pub group: &'a str,
+    pub count: Option<i64>,
+    pub job_modify_index: u64,
+    pub eval: Option<&'a Evaluation>,
+    pub event: &'a model::scaling::ScalingEvent,
+    pub submit_time: i64,
+}
+
+/// `JobScale`: the group's new count as a new job version with its evaluation (refused when the
+/// job changed since the request read it), then the scaling event, in one step.
+pub(super) fn scale(tx: &mut Txn, req: Scale<'_>) -> Result<ApplyResponse, StateError> {
+    let current = tx
+        .job(req.ns, req.job_id)
+        .cloned()
+        .ok_or_else(|| StateError::NotFound(JOB_NOT_FOUND.into()))?;
+    if !current.task_groups.iter().any(|g| g.name == req.group) {
+        return Err(StateError::invalid(format!(
+            "task group {:?} specified for scaling does not exist in job",
+            req.group
+        )));
+    }
+    let mut event = req.event.clone();
+    let mut response = ApplyResponse {
+        index: tx.index(),
+        job_modify_index: current.modify_index,
+        ..ApplyResponse::default()
+    };
+    if let Some(count) = req.count {
+        let stored = current.job_modify_index.unwrap_or(0);
+        if stored != req.job_modify_index {
+            return Err(StateError::Conflict(format!(
+                "job {:?} changed while it was being scaled (job modify index {stored}, expected {}); try again",
+                req.job_id, req.job_modify_index
+            )));
+        }
+        let mut job = (*current).clone();
+        for g in job.task_groups.iter_mut().filter(|g| g.name == req.group) {
+            g.count = Some(i32::try_from(count).map_err(|_| {
+                StateError::invalid(format!("count {count} is too large for a task group"))
+            })?);
+        }
+        job.submit_time = Some(req.submit_time);
+        job.stable = Some(false);
+        upsert_job(tx, job, false);
+        let job_modify_index = tx
+            .job(req.ns, req.job_id)
+            .and_then(|j| j.job_modify_index)
+            .unwrap_or(0);
+        response = finish(tx, req.ns, req.job_id, job_modify_index, req.eval)?;
+        event.eval_id = req.eval.map(|e| e.id.clone());
+    }
+    event.create_index = tx.index();
+    let mut events = tx
+        .scaling_events_of(req.ns, req.job_id)
+        .map(|e| (**e).clone())
+        .unwrap_or_else(|| model::scaling::JobScalingEvents {
+            namespace: req.ns.to_string(),
+            job_id: req.job_id.to_string(),
+            ..model::scaling::JobScalingEvents::default()
+        });
+    let list = events
+        .scaling_events
+        .entry(req.group.to_string())
+        .or_default();
+    list.insert(0, event);
+    list.truncate(model::scaling::SCALING_EVENTS_KEPT);
+    events.modify_index = tx.index();
+    tx.put_scaling_events(events);
+    response.index = tx.index();
+    Ok(response)
+}
+
 /// `JobDeregister`: with `purge` the job, its versions and summary go; otherwise the job is stopped,
 /// which (as in Nomad) makes a new version with `Stop = true`.
 pub(super) fn deregister(
@@ -180,6 +256,7 @@ fn delete_job(tx: &mut Txn, ns: &str, id: &str) -> Result<(), StateError> {
     }
     tx.touch(Table::JobVersions);
     tx.delete_job_summary(ns, id);
+    tx.delete_scaling_events(ns, id);
     Ok(())
 }
 

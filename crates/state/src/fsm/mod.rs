@@ -76,6 +76,18 @@ impl Txn {
         self.root.delete_job_version(ns, id, version);
     }
 
+    pub(crate) fn put_scaling_events(&mut self, events: model::scaling::JobScalingEvents) {
+        self.touch(Table::ScalingEvents);
+        self.root.put_scaling_events(Arc::new(events));
+    }
+
+    pub(crate) fn delete_scaling_events(&mut self, ns: &str, job_id: &str) {
+        if self.root.scaling_events_of(ns, job_id).is_some() {
+            self.touch(Table::ScalingEvents);
+            self.root.delete_scaling_events(ns, job_id);
+        }
+    }
+
     pub(crate) fn put_job_summary(&mut self, summary: JobSummary) {
         self.touch(Table::JobSummaries);
         self.root.put_job_summary(Arc::new(summary));
@@ -197,6 +209,28 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
             eval,
             submit_time,
         } => jobs::register(tx, job, eval.as_ref(), *submit_time),
+        Command::JobScale {
+            namespace,
+            job_id,
+            group,
+            count,
+            job_modify_index,
+            eval,
+            event,
+            submit_time,
+        } => jobs::scale(
+            tx,
+            jobs::Scale {
+                ns: namespace,
+                job_id,
+                group,
+                count: *count,
+                job_modify_index: *job_modify_index,
+                eval: eval.as_ref(),
+                event,
+                submit_time: *submit_time,
+            },
+        ),
         Command::JobDeregister {
             namespace,
             job_id,
