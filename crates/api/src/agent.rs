@@ -24,6 +24,19 @@ impl Client {
         self.get_text(&["v1", "metrics"], &params).await
     }
 
+    /// `PUT /v1/system/gc`: garbage collection now (a management token).
+    pub async fn system_gc(&self) -> Result<()> {
+        self.put_bytes(&["v1", "system", "gc"], Vec::new()).await?;
+        Ok(())
+    }
+
+    /// `PUT /v1/system/reconcile/summaries`: every job summary rebuilt from its allocations.
+    pub async fn system_reconcile_summaries(&self) -> Result<()> {
+        self.put_bytes(&["v1", "system", "reconcile", "summaries"], Vec::new())
+            .await?;
+        Ok(())
+    }
+
     /// `GET /v1/agent/members`: the servers this agent knows.
     pub async fn agent_members(&self) -> Result<ServerMembers> {
         let (v, _) = self

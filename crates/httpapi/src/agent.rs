@@ -181,6 +181,31 @@ pub async fn metrics(method: axum::http::Method, Query(params): Params) -> Respo
     reply::plain(&summary, pretty(params))
 }
 
+/// `PUT /v1/system/gc`: garbage collection now (management tokens only).
+pub async fn system_gc(State(st): State<ApiState>, method: axum::http::Method) -> Response {
+    if method != axum::http::Method::PUT && method != axum::http::Method::POST {
+        return crate::error::ApiError::invalid_method().into_response();
+    }
+    match st.server.system_gc().await {
+        Ok(()) => axum::http::StatusCode::OK.into_response(),
+        Err(e) => crate::error::ApiError::from(e).into_response(),
+    }
+}
+
+/// `PUT /v1/system/reconcile/summaries`: every job summary rebuilt from its allocations.
+pub async fn reconcile_summaries(
+    State(st): State<ApiState>,
+    method: axum::http::Method,
+) -> Response {
+    if method != axum::http::Method::PUT && method != axum::http::Method::POST {
+        return crate::error::ApiError::invalid_method().into_response();
+    }
+    match st.server.system_reconcile_summaries().await {
+        Ok(()) => axum::http::StatusCode::OK.into_response(),
+        Err(e) => crate::error::ApiError::from(e).into_response(),
+    }
+}
+
 #[cfg(test)]
 mod redact_tests {
     #[test]

@@ -332,6 +332,11 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/regions", get(agent::regions))
         .route("/v1/agent/self", get(agent::agent_self))
         .route("/v1/metrics", any(agent::metrics))
+        .route("/v1/system/gc", any(agent::system_gc))
+        .route(
+            "/v1/system/reconcile/summaries",
+            any(agent::reconcile_summaries),
+        )
         .route("/v1/agent/health", get(agent::health))
         .route("/v1/agent/members", get(agent::members))
         .route("/v1/agent/join", any(operator::join))

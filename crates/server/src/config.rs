@@ -74,6 +74,10 @@ pub struct ServerConfig {
     pub stats_interval: Duration,
     /// `telemetry { disable_dispatched_job_summary_metrics }`.
     pub disable_dispatched_job_summary_metrics: bool,
+    /// How often the leader collects garbage (`job_gc_interval`, 5 min).
+    pub gc_interval: Duration,
+    /// How old finished objects must be before they are collected (`*_gc_threshold`).
+    pub gc: crate::leader::gc::Thresholds,
 }
 
 impl ServerConfig {
@@ -107,6 +111,8 @@ impl ServerConfig {
             job_max_count: 50_000,
             stats_interval: Duration::from_secs(1),
             disable_dispatched_job_summary_metrics: false,
+            gc_interval: Duration::from_secs(300),
+            gc: crate::leader::gc::Thresholds::default(),
             tls: None,
             rpc_secret: None,
         }

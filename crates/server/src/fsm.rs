@@ -69,6 +69,9 @@ fn metric_name(cmd: &state::Command) -> &'static str {
         "RootKeyUpsert" => "upsert_root_key_meta",
         "RootKeyDelete" => "delete_root_key_meta",
         "StateRestore" => "restore",
+        "JobScale" => "job_scale",
+        "Gc" => "gc",
+        "JobSummariesReconcile" => "reconcile_job_summaries",
         "SchedulerConfigSet" => "apply_scheduler_config",
         _ => "other",
     }

@@ -123,6 +123,10 @@ fn table() -> HashMap<&'static str, Endpoint> {
     t.add::<m::JobRevert, _, _>(|s, req| async move {
         s.job_revert_local(&req.namespace, req.request).await
     });
+    t.add::<m::SystemGc, _, _>(|s, ()| async move { s.system_gc_local().await });
+    t.add::<m::SystemReconcileSummaries, _, _>(|s, ()| async move {
+        s.system_reconcile_summaries_local().await
+    });
     t.add::<m::JobScale, _, _>(|s, req| async move {
         let (job_id, request) = req.request;
         s.job_scale_local(&req.namespace, &job_id, request).await
@@ -227,6 +231,6 @@ mod tests {
         for open in crate::peers::OPEN_METHODS {
             assert!(routed.contains(open), "{open} is open but not routed");
         }
-        assert_eq!(routed.len(), 33, "{routed:?}");
+        assert_eq!(routed.len(), 35, "{routed:?}");
     }
 }

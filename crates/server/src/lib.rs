@@ -37,6 +37,7 @@ pub use endpoints::scheduler_config::{
     SchedulerSetConfigRequest, SchedulerSetConfigResponse, REGISTRATION_DISABLED,
 };
 pub use error::ServerError;
+pub use leader::gc::Thresholds as GcThresholds;
 pub use leader::{evaluate_plan, seed_from, BrokerStats, Evaluated, PlanSubmission, SnapshotView};
 pub use rpc::ErrorCode;
 pub use server::{Member, Server};

@@ -107,6 +107,10 @@ rpc_method!(
     pub JobScale = "Job.Scale":
         InNamespace<(String, model::scaling::ScalingRequest)> => JobRegisterResponse
 );
+rpc_method!(pub SystemGc = "System.GarbageCollect": () => ());
+rpc_method!(
+    pub SystemReconcileSummaries = "System.ReconcileJobSummaries": () => ()
+);
 rpc_method!(pub PeriodicForce = "Periodic.Force": JobRef => PeriodicForceResponse);
 rpc_method!(pub AllocStop = "Alloc.Stop": AllocStopArgs => AllocStopResponse);
 rpc_method!(pub AclWriteMethod = "ACL.Write": AclWrite => AclWriteResponse);

@@ -367,6 +367,18 @@ pub enum Command {
         config: model::scheduler_config::SchedulerConfiguration,
         cas: Option<u64>,
     },
+    /// Garbage collection: each object is removed only if it is still at the modify index it was
+    /// judged garbage at (unknown or changed ones are skipped); jobs are purged with their
+    /// versions, summaries and scaling events.
+    /// `/v1/system/reconcile/summaries`: every job summary rebuilt from the allocations.
+    JobSummariesReconcile,
+    Gc {
+        evals: Vec<(String, u64)>,
+        allocs: Vec<(String, u64)>,
+        jobs: Vec<(String, String, u64)>,
+        deployments: Vec<(String, u64)>,
+        nodes: Vec<(String, u64)>,
+    },
     /// `POST /v1/job/:id/scale`: with `count`, the job's group set to it as a new job version (only
     /// while the job's `JobModifyIndex` is still `job_modify_index`, else a `Conflict` and nothing
     /// changes) with `eval`; then, with or without a count, `event` recorded for the group (its
@@ -469,6 +481,8 @@ impl Command {
             Command::JobStability { .. } => "JobStability",
             Command::SchedulerConfigSet { .. } => "SchedulerConfigSet",
             Command::JobScale { .. } => "JobScale",
+            Command::Gc { .. } => "Gc",
+            Command::JobSummariesReconcile => "JobSummariesReconcile",
         }
     }
 }

@@ -564,6 +564,16 @@ impl Root {
         self.deployments.insert(deployment.id.clone(), deployment);
     }
 
+    pub(crate) fn delete_deployment(&mut self, id: &str) {
+        if let Some(old) = self.deployments.remove(id) {
+            index_remove(
+                &mut self.deployments_by_job,
+                &ns_key(&old.namespace, &old.job_id),
+                &old.id,
+            );
+        }
+    }
+
     pub(crate) fn put_csi_volume(&mut self, volume: Arc<CSIVolume>) {
         let key = ns_key(&volume.namespace, &volume.id);
         self.csi_volumes.insert(key, volume);

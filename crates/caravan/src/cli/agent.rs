@@ -372,6 +372,29 @@ async fn run_agent(
         }
         server_cfg.csi_controller_timeout = t;
     }
+    if let Some(d) = server_cfg_block.job_gc_interval {
+        if d.is_zero() {
+            bail!("server.job_gc_interval = 0s: must be above zero (default 5m)");
+        }
+        server_cfg.gc_interval = d;
+    }
+    for (value, slot) in [
+        (server_cfg_block.job_gc_threshold, &mut server_cfg.gc.job),
+        (server_cfg_block.eval_gc_threshold, &mut server_cfg.gc.eval),
+        (
+            server_cfg_block.batch_eval_gc_threshold,
+            &mut server_cfg.gc.batch_eval,
+        ),
+        (
+            server_cfg_block.deployment_gc_threshold,
+            &mut server_cfg.gc.deployment,
+        ),
+        (server_cfg_block.node_gc_threshold, &mut server_cfg.gc.node),
+    ] {
+        if let Some(d) = value {
+            *slot = d;
+        }
+    }
     if let Some(n) = server_cfg_block.raft_snapshot_threshold {
         server_cfg.raft_snapshot_every = n;
     }

@@ -25,6 +25,7 @@ mod operator;
 mod output;
 mod scaling;
 mod server;
+mod system;
 mod telemetry;
 mod tls;
 mod var;
@@ -85,6 +86,9 @@ enum Command {
     /// Work with scaling policies: policy list, policy info
     #[command(subcommand)]
     Scaling(scaling::ScalingCommand),
+    /// The servers' housekeeping: gc, reconcile summaries
+    #[command(subcommand)]
+    System(system::SystemCommand),
     /// Make TLS certificates: ca create, cert create
     #[command(subcommand)]
     Tls(tls::TlsCommand),
@@ -159,6 +163,7 @@ pub fn run(args: Vec<OsString>) -> i32 {
         Command::Var(cmd) => var::run(cmd),
         Command::Volume(cmd) => Ok(volume::run(cmd)),
         Command::Scaling(cmd) => Ok(scaling::run(cmd)),
+        Command::System(cmd) => Ok(system::run(cmd)),
         Command::Plugin(cmd) => Ok(volume::run_plugin(cmd)),
         Command::Status(args) => Ok(job_status::status(args)),
         Command::Executor(args) => Ok(executor::run(args)),

@@ -256,6 +256,24 @@ section! {
         raft_snapshot_threshold: u64 => Kind::Uint(u64::MAX),
         /// The largest `count` a task group may ask for (50,000).
         job_max_count: u64 => Kind::Uint(u64::MAX),
+        /// How often the leader collects garbage (5m).
+        #[serde(with = "super::duration::serde_opt")]
+        job_gc_interval: Duration => Kind::Duration,
+        /// How long a finished job is kept (4h).
+        #[serde(with = "super::duration::serde_opt")]
+        job_gc_threshold: Duration => Kind::Duration,
+        /// How long a finished evaluation is kept (1h).
+        #[serde(with = "super::duration::serde_opt")]
+        eval_gc_threshold: Duration => Kind::Duration,
+        /// How long a finished evaluation of a batch job is kept (24h).
+        #[serde(with = "super::duration::serde_opt")]
+        batch_eval_gc_threshold: Duration => Kind::Duration,
+        /// How long a finished deployment is kept (1h).
+        #[serde(with = "super::duration::serde_opt")]
+        deployment_gc_threshold: Duration => Kind::Duration,
+        /// How long a down node is kept (24h).
+        #[serde(with = "super::duration::serde_opt")]
+        node_gc_threshold: Duration => Kind::Duration,
         /// Gossip encryption key.
         encrypt: String => Kind::Str,
         /// How to find the other servers.

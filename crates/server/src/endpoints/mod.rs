@@ -11,6 +11,7 @@ pub mod operator;
 pub mod plan;
 pub mod scaling;
 pub mod scheduler_config;
+pub mod system;
 
 pub(crate) use job::{needs_eval, new_eval};
 

@@ -19,6 +19,7 @@ mod broker;
 pub(crate) mod deploy;
 mod drain;
 mod follow;
+pub(crate) mod gc;
 mod heartbeat;
 pub(crate) mod limits;
 pub(crate) mod periodic;
@@ -294,6 +295,8 @@ impl LeaderLoops {
             stop_rx.clone(),
         ));
         tasks.spawn(stats::run(server.clone(), broker.clone(), stop_rx.clone()));
+        // Stateless: each round judges a fresh snapshot.
+        tasks.spawn(gc::run(server.clone(), stop_rx.clone()));
         *leadership.broker.lock().expect("broker lock") = Some(broker);
         leadership.running.store(true, Ordering::SeqCst);
         tracing::info!(workers, "leader loops started");

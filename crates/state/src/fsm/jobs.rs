@@ -436,3 +436,80 @@ pub(super) fn update_job_stability(tx: &mut Txn, ns: &str, job_id: &str, version
         }
     }
 }
+
+/// `JobSummariesReconcile` (Nomad's `ReconcileJobSummaries`): every job's summary rebuilt from
+/// its allocations of the current job instance (queued counts start over at zero); a periodic or
+/// parameterized job's from its children's statuses.
+pub(super) fn reconcile_summaries(tx: &mut Txn) {
+    let jobs: Vec<Arc<Job>> = tx.jobs().values().cloned().collect();
+    let mut children: BTreeMap<(String, String), JobChildrenSummary> = BTreeMap::new();
+    for job in &jobs {
+        if job.parent_id.is_empty() {
+            continue;
+        }
+        let counts = children
+            .entry((job_namespace(job).to_owned(), job.parent_id.clone()))
+            .or_default();
+        match job.status {
+            Some(JobStatus::Pending) => counts.pending += 1,
+            Some(JobStatus::Running) => counts.running += 1,
+            Some(JobStatus::Dead) => counts.dead += 1,
+            _ => {}
+        }
+    }
+    let index = tx.index();
+    for job in jobs {
+        let ns = job_namespace(&job).to_owned();
+        let template = job
+            .periodic
+            .as_ref()
+            .is_some_and(|p| p.enabled != Some(false))
+            || job.parameterized.is_some();
+        let mut summary = JobSummary {
+            job_id: job.id.clone(),
+            namespace: ns.clone(),
+            create_index: job.create_index.unwrap_or(0),
+            modify_index: index,
+            ..JobSummary::default()
+        };
+        if template {
+            if tx.job_summary(&ns, &job.id).is_none() {
+                continue;
+            }
+            summary.children = Some(
+                children
+                    .get(&(ns.clone(), job.id.clone()))
+                    .copied()
+                    .unwrap_or_default(),
+            );
+        } else {
+            for g in &job.task_groups {
+                summary
+                    .summary
+                    .insert(g.name.clone(), TaskGroupSummary::default());
+            }
+            for a in tx.allocs_by_job(&ns, &job.id) {
+                if a.job
+                    .as_ref()
+                    .is_some_and(|j| j.create_index != job.create_index)
+                {
+                    continue;
+                }
+                let Some(tg) = summary.summary.get_mut(&a.task_group) else {
+                    continue;
+                };
+                match a.client_status {
+                    model::ClientStatus::Failed => tg.failed += 1,
+                    model::ClientStatus::Lost => tg.lost += 1,
+                    model::ClientStatus::Unknown => tg.unknown += 1,
+                    model::ClientStatus::Complete => tg.complete += 1,
+                    model::ClientStatus::Running => tg.running += 1,
+                    model::ClientStatus::Pending => tg.starting += 1,
+                    _ => {}
+                }
+            }
+        }
+        tx.put_job_summary(summary);
+    }
+    tx.touch(Table::JobSummaries);
+}

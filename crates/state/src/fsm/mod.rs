@@ -171,6 +171,11 @@ impl Txn {
         self.root.put_deployment(Arc::new(deployment));
     }
 
+    pub(crate) fn delete_deployment(&mut self, id: &str) {
+        self.touch(Table::Deployments);
+        self.root.delete_deployment(id);
+    }
+
     pub(crate) fn put_scheduler_config(
         &mut self,
         config: Arc<model::scheduler_config::SchedulerConfiguration>,
@@ -260,6 +265,17 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
         Command::DeploymentUpsert { deployment } => {
             deployments::upsert(tx, deployment).map(|()| plain)
         }
+        Command::JobSummariesReconcile => {
+            jobs::reconcile_summaries(tx);
+            Ok(plain)
+        }
+        Command::Gc {
+            evals,
+            allocs,
+            jobs,
+            deployments,
+            nodes,
+        } => gc(tx, evals, allocs, jobs, deployments, nodes).map(|()| plain),
         Command::PlanApply {
             eval_id,
             job,
@@ -447,4 +463,49 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
             "a state restore is applied by the store, not the FSM",
         )),
     }
+}
+
+/// `Gc`: removes what is still as it was judged (see [`Command::Gc`]).
+fn gc(
+    tx: &mut Txn,
+    evals: &[(String, u64)],
+    allocs: &[(String, u64)],
+    jobs: &[(String, String, u64)],
+    deployments: &[(String, u64)],
+    nodes: &[(String, u64)],
+) -> Result<(), StateError> {
+    let eval_ids: Vec<String> = evals
+        .iter()
+        .filter(|(id, at)| tx.evals().get(id).is_some_and(|e| e.modify_index == *at))
+        .map(|(id, _)| id.clone())
+        .collect();
+    let alloc_ids: Vec<String> = allocs
+        .iter()
+        .filter(|(id, at)| tx.allocs().get(id).is_some_and(|a| a.modify_index == *at))
+        .map(|(id, _)| id.clone())
+        .collect();
+    evals::delete(tx, &eval_ids, &alloc_ids);
+    for (ns, id, at) in jobs {
+        if tx.job(ns, id).is_some_and(|j| j.modify_index == Some(*at)) {
+            jobs::deregister(tx, ns, id, true, None, 0)?;
+        }
+    }
+    for (id, at) in deployments {
+        if tx
+            .deployments()
+            .get(id)
+            .is_some_and(|d| d.modify_index == *at)
+        {
+            tx.delete_deployment(id);
+        }
+    }
+    let node_ids: Vec<String> = nodes
+        .iter()
+        .filter(|(id, at)| tx.nodes().get(id).is_some_and(|n| n.modify_index == *at))
+        .map(|(id, _)| id.clone())
+        .collect();
+    if !node_ids.is_empty() {
+        nodes::deregister(tx, &node_ids)?;
+    }
+    Ok(())
 }
