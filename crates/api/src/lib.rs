@@ -26,6 +26,7 @@ mod error;
 mod evals;
 mod jobs;
 mod launch;
+mod node_pools;
 mod nodes;
 pub mod operator;
 mod scaling;

@@ -151,6 +151,8 @@ pub(crate) fn need(method: &Method, path: &str) -> Need {
         ["v1", "evaluations"] => Need::NsList("read-job"),
         ["v1", "evaluation", ..] => Need::Eval(READ_JOB),
         ["v1", "nodes"] => Need::NodeRead,
+        // node_pool capabilities, checked by the handlers.
+        ["v1", "node", "pools"] | ["v1", "node", "pool", ..] => Need::Handler,
         ["v1", "node", _] | ["v1", "node", _, "allocations"] if read => Need::NodeRead,
         ["v1", "node", ..] => Need::NodeWrite,
         ["v1", "allocations"] => Need::NsList("read-job"),

@@ -22,6 +22,7 @@ mod fs;
 mod jobs;
 mod launch;
 pub mod limits;
+mod node_pools;
 mod nodes;
 mod operator;
 mod query;
@@ -297,6 +298,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/evaluations", get(evals::list))
         .route("/v1/evaluation/{*rest}", get(evals::eval))
         .route("/v1/nodes", get(nodes::list_nodes))
+        .route("/v1/node/pools", any(node_pools::pools))
+        .route("/v1/node/pool/{*rest}", any(node_pools::pool))
         .route("/v1/node/{*rest}", any(nodes::node))
         .route("/v1/allocations", get(nodes::list_allocs))
         .route("/v1/allocation/{*rest}", any(nodes::alloc))

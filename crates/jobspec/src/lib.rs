@@ -12,6 +12,7 @@ pub mod agent;
 mod decode;
 pub mod eval;
 pub mod functions;
+pub mod node_pool;
 pub mod parse;
 mod reader;
 pub mod source;

@@ -20,6 +20,7 @@ pub mod group;
 pub mod job;
 pub mod json;
 pub mod node;
+pub mod node_pool;
 pub mod path;
 pub mod plan;
 pub mod resources;

@@ -123,6 +123,9 @@ fn table() -> HashMap<&'static str, Endpoint> {
     t.add::<m::JobRevert, _, _>(|s, req| async move {
         s.job_revert_local(&req.namespace, req.request).await
     });
+    t.add::<m::NodePoolWriteMethod, _, _>(|s, req| async move {
+        s.node_pool_write_local(req).await
+    });
     t.add::<m::SystemGc, _, _>(|s, ()| async move { s.system_gc_local().await });
     t.add::<m::SystemReconcileSummaries, _, _>(|s, ()| async move {
         s.system_reconcile_summaries_local().await
@@ -231,6 +234,6 @@ mod tests {
         for open in crate::peers::OPEN_METHODS {
             assert!(routed.contains(open), "{open} is open but not routed");
         }
-        assert_eq!(routed.len(), 35, "{routed:?}");
+        assert_eq!(routed.len(), 36, "{routed:?}");
     }
 }

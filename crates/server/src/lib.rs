@@ -28,6 +28,7 @@ pub mod variables;
 pub use config::ServerConfig;
 pub use endpoints::deployment::DeploymentAction;
 pub use endpoints::job::JobRegisterRequest;
+pub use endpoints::node_pool::NodePoolWrite;
 pub use endpoints::plan::JobPlanRequest;
 /// Scaling policies: the jobs' group `scaling` blocks with their stable IDs.
 pub mod scaling_policies {

@@ -107,6 +107,10 @@ rpc_method!(
     pub JobScale = "Job.Scale":
         InNamespace<(String, model::scaling::ScalingRequest)> => JobRegisterResponse
 );
+rpc_method!(
+    pub NodePoolWriteMethod = "NodePool.Write":
+        crate::endpoints::node_pool::NodePoolWrite => u64
+);
 rpc_method!(pub SystemGc = "System.GarbageCollect": () => ());
 rpc_method!(
     pub SystemReconcileSummaries = "System.ReconcileJobSummaries": () => ()

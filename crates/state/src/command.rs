@@ -34,10 +34,12 @@ pub enum Table {
     SchedulerConfig,
     /// Each job's scaling events per group.
     ScalingEvents,
+    /// Node pools (besides the built-in `all` and `default`).
+    NodePools,
 }
 
 impl Table {
-    pub const COUNT: usize = 19;
+    pub const COUNT: usize = 20;
     pub const ALL: [Table; Table::COUNT] = [
         Table::Jobs,
         Table::JobVersions,
@@ -58,6 +60,7 @@ impl Table {
         Table::RootKeys,
         Table::SchedulerConfig,
         Table::ScalingEvents,
+        Table::NodePools,
     ];
 
     pub(crate) fn slot(self) -> usize {
@@ -372,6 +375,15 @@ pub enum Command {
     /// versions, summaries and scaling events.
     /// `/v1/system/reconcile/summaries`: every job summary rebuilt from the allocations.
     JobSummariesReconcile,
+    /// Create or replace node pools (never `all` or `default`).
+    NodePoolUpsert {
+        pools: Vec<model::node_pool::NodePool>,
+    },
+    /// Delete node pools: every one must exist and be neither built in nor used by a node or a
+    /// job that is not dead, or nothing is deleted.
+    NodePoolDelete {
+        names: Vec<String>,
+    },
     Gc {
         evals: Vec<(String, u64)>,
         allocs: Vec<(String, u64)>,
@@ -483,6 +495,8 @@ impl Command {
             Command::JobScale { .. } => "JobScale",
             Command::Gc { .. } => "Gc",
             Command::JobSummariesReconcile => "JobSummariesReconcile",
+            Command::NodePoolUpsert { .. } => "NodePoolUpsert",
+            Command::NodePoolDelete { .. } => "NodePoolDelete",
         }
     }
 }

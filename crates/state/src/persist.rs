@@ -92,6 +92,7 @@ enum RecordRef<'a> {
     Variable(&'a VariableEncrypted),
     SchedulerConfig(&'a SchedulerConfiguration),
     ScalingEvents(&'a model::scaling::JobScalingEvents),
+    NodePool(&'a model::node_pool::NodePool),
     End(Trailer),
 }
 
@@ -120,6 +121,7 @@ enum Record {
     Variable(VariableEncrypted),
     SchedulerConfig(SchedulerConfiguration),
     ScalingEvents(model::scaling::JobScalingEvents),
+    NodePool(model::node_pool::NodePool),
     End(Trailer),
 }
 
@@ -229,6 +231,9 @@ pub(crate) fn save(root: &Root, w: &mut dyn Write) -> Result<(), StateError> {
     }
     for events in root.scaling_events().values() {
         put(&mut w, RecordRef::ScalingEvents(events))?;
+    }
+    for pool in root.node_pools().values() {
+        put(&mut w, RecordRef::NodePool(pool))?;
     }
     write_line(&mut w, &RecordRef::End(Trailer { objects }))?;
     w.flush()?;
@@ -419,6 +424,7 @@ fn insert(root: &mut Root, record: Record) -> Result<(), StateError> {
         Record::Variable(var) => root.put_variable(Arc::new(var)),
         Record::SchedulerConfig(config) => root.set_scheduler_config(Arc::new(config)),
         Record::ScalingEvents(events) => root.put_scaling_events(Arc::new(events)),
+        Record::NodePool(pool) => root.put_node_pool(Arc::new(pool)),
         Record::End(_) => unreachable!("handled by the caller"),
         Record::AllocOfVersion(_) => unreachable!("handled above"),
     }

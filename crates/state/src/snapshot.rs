@@ -206,6 +206,27 @@ impl StateSnapshot {
     }
 
     /// Every root key, by ID.
+    /// Every node pool, the built-in `all` and `default` first, then by name.
+    pub fn node_pools(&self) -> Vec<Arc<model::node_pool::NodePool>> {
+        let mut out: Vec<_> = model::node_pool::NodePool::built_ins()
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        out.extend(self.root.node_pools().values().cloned());
+        out
+    }
+
+    /// One node pool (a built-in one too).
+    pub fn node_pool(&self, name: &str) -> Option<Arc<model::node_pool::NodePool>> {
+        if model::node_pool::NodePool::is_built_in(name) {
+            return model::node_pool::NodePool::built_ins()
+                .into_iter()
+                .find(|p| p.name == name)
+                .map(Arc::new);
+        }
+        self.root.node_pools().get(name).cloned()
+    }
+
     /// A job's scaling events per group (newest first), if it has any.
     pub fn scaling_events(
         &self,

@@ -100,6 +100,8 @@ pub(crate) struct Root {
     scheduler_config: Option<Arc<SchedulerConfiguration>>,
     /// (namespace, job) → its scaling events per group.
     scaling_events: OrdMap<NsKey, Arc<model::scaling::JobScalingEvents>>,
+    /// Name → node pool (the built-in `all` and `default` are not stored).
+    node_pools: OrdMap<String, Arc<model::node_pool::NodePool>>,
 }
 
 fn index_add<K: Ord + Clone>(index: &mut OrdMap<K, IdSet>, key: K, id: &str) {
@@ -669,6 +671,18 @@ impl Root {
 
     pub(crate) fn root_keys(&self) -> &OrdMap<String, Arc<RootKey>> {
         &self.root_keys
+    }
+
+    pub(crate) fn node_pools(&self) -> &OrdMap<String, Arc<model::node_pool::NodePool>> {
+        &self.node_pools
+    }
+
+    pub(crate) fn put_node_pool(&mut self, pool: Arc<model::node_pool::NodePool>) {
+        self.node_pools.insert(pool.name.clone(), pool);
+    }
+
+    pub(crate) fn delete_node_pool(&mut self, name: &str) {
+        self.node_pools.remove(name);
     }
 
     pub(crate) fn scaling_events(&self) -> &OrdMap<NsKey, Arc<model::scaling::JobScalingEvents>> {

@@ -20,6 +20,7 @@ mod job_status;
 mod logmon;
 mod monitor;
 mod node;
+mod node_pool;
 mod nodesim;
 mod operator;
 mod output;

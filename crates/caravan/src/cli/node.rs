@@ -19,6 +19,9 @@ pub enum NodeCommand {
     Drain(drain::DrainArgs),
     /// Toggle a node's scheduling eligibility
     Eligibility(drain::EligibilityArgs),
+    /// Work with node pools: apply, delete, info, init, jobs, list, nodes
+    #[command(subcommand)]
+    Pool(super::node_pool::NodePoolCommand),
 }
 
 #[derive(Args)]
@@ -43,6 +46,7 @@ pub fn run(cmd: NodeCommand) -> i32 {
         NodeCommand::Status(args) => status(args),
         NodeCommand::Drain(args) => drain::drain(args),
         NodeCommand::Eligibility(args) => drain::eligibility(args),
+        NodeCommand::Pool(cmd) => super::node_pool::run(cmd),
     }
 }
 

@@ -31,6 +31,16 @@ impl Server {
             .namespace
             .as_deref()
             .unwrap_or(model::job::DEFAULT_NAMESPACE);
+        let pool = job
+            .node_pool
+            .as_deref()
+            .unwrap_or(model::node_pool::NODE_POOL_DEFAULT);
+        if self.state().snapshot().node_pool(pool).is_none() {
+            return Err(ServerError::bad_request(format!(
+                "job {:?} is in nonexistent node pool {pool:?}: create it with `caravan node pool apply`",
+                job.id
+            )));
+        }
         if self.state().snapshot().namespace(ns).is_none() {
             return Err(ServerError::bad_request(format!(
                 "job {:?} is in namespace {ns:?}, which does not exist: create it with `caravan namespace apply {ns}`",

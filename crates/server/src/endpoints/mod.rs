@@ -7,6 +7,7 @@ pub mod job;
 pub mod launch;
 pub mod node;
 pub mod node_drain;
+pub mod node_pool;
 pub mod operator;
 pub mod plan;
 pub mod scaling;

@@ -171,6 +171,16 @@ impl Txn {
         self.root.put_deployment(Arc::new(deployment));
     }
 
+    pub(crate) fn put_node_pool(&mut self, pool: model::node_pool::NodePool) {
+        self.touch(Table::NodePools);
+        self.root.put_node_pool(Arc::new(pool));
+    }
+
+    pub(crate) fn delete_node_pool(&mut self, name: &str) {
+        self.touch(Table::NodePools);
+        self.root.delete_node_pool(name);
+    }
+
     pub(crate) fn delete_deployment(&mut self, id: &str) {
         self.touch(Table::Deployments);
         self.root.delete_deployment(id);
@@ -265,6 +275,8 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
         Command::DeploymentUpsert { deployment } => {
             deployments::upsert(tx, deployment).map(|()| plain)
         }
+        Command::NodePoolUpsert { pools } => nodes::upsert_pools(tx, pools).map(|()| plain),
+        Command::NodePoolDelete { names } => nodes::delete_pools(tx, names).map(|()| plain),
         Command::JobSummariesReconcile => {
             jobs::reconcile_summaries(tx);
             Ok(plain)

@@ -1,6 +1,7 @@
 //! Nodes (Nomad's `upsertNodeTxn`, `deleteNodeTxn`, `updateNodeStatusTxn`, `updateNodeDrainImpl`,
 //! `updateNodeEligibilityImpl`).
 
+use model::node_pool::NodePool;
 use super::Txn;
 use crate::error::StateError;
 use crate::limits::NODE_EVENTS_MAX;
@@ -63,7 +64,85 @@ pub(super) fn register(tx: &mut Txn, node: &Node) -> Result<(), StateError> {
         }
     }
     super::csi::node_plugins_changed(tx, &node);
+    // A node may name a pool nobody created: it is created for it, as Nomad's servers do.
+    let pool = node.node_pool.clone();
+    if !pool.is_empty()
+        && !NodePool::is_built_in(&pool)
+        && !tx.node_pools().contains_key(&pool)
+    {
+        tx.put_node_pool(NodePool {
+            name: pool,
+            create_index: index,
+            modify_index: index,
+            ..NodePool::default()
+        });
+    }
     tx.put_node(node);
+    Ok(())
+}
+
+/// `NodePoolUpsert`: each pool valid and not built in, or nothing changes; a replaced pool keeps
+/// its create index.
+pub(super) fn upsert_pools(tx: &mut Txn, pools: &[NodePool]) -> Result<(), StateError> {
+    if pools.is_empty() {
+        return Err(StateError::invalid("must specify at least one node pool"));
+    }
+    for pool in pools {
+        pool.validate()
+            .map_err(|e| StateError::invalid(format!("invalid node pool {:?}: {e}", pool.name)))?;
+        if NodePool::is_built_in(&pool.name) {
+            return Err(StateError::invalid(format!(
+                "modifying node pool {:?} is not allowed",
+                pool.name
+            )));
+        }
+    }
+    let index = tx.index();
+    for pool in pools {
+        let mut pool = pool.clone();
+        pool.create_index = tx
+            .node_pools()
+            .get(&pool.name)
+            .map_or(index, |old| old.create_index);
+        pool.modify_index = index;
+        tx.put_node_pool(pool);
+    }
+    Ok(())
+}
+
+/// `NodePoolDelete`: all or nothing (see [`crate::Command::NodePoolDelete`]).
+pub(super) fn delete_pools(tx: &mut Txn, names: &[String]) -> Result<(), StateError> {
+    if names.is_empty() {
+        return Err(StateError::invalid(
+            "must specify at least one node pool to delete",
+        ));
+    }
+    for name in names {
+        if NodePool::is_built_in(name) {
+            return Err(StateError::invalid(format!(
+                "deleting node pool {name:?} is not allowed"
+            )));
+        }
+        if !tx.node_pools().contains_key(name) {
+            return Err(StateError::NotFound(format!("node pool {name} not found")));
+        }
+        if tx.nodes().values().any(|n| &n.node_pool == name) {
+            return Err(StateError::Conflict(format!(
+                "node pool {name:?} has nodes; move them to another pool first"
+            )));
+        }
+        if tx.jobs().values().any(|j| {
+            j.node_pool.as_deref() == Some(name.as_str())
+                && j.status != Some(model::JobStatus::Dead)
+        }) {
+            return Err(StateError::Conflict(format!(
+                "node pool {name:?} has non-terminal jobs; stop them first"
+            )));
+        }
+    }
+    for name in names {
+        tx.delete_node_pool(name);
+    }
     Ok(())
 }
 
