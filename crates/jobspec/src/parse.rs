@@ -136,14 +136,38 @@ fn parse_source(
     reader.finish();
     let cx = cx.into_inner();
     diags.0.extend(cx.diags.0);
-    if !diags.is_empty() {
-        return Err(diags);
-    }
-    Ok(ParsedJob {
+    let parsed = ParsedJob {
         job,
         spans: cx.spans,
         file: file.clone(),
-    })
+    };
+    if !diags.is_empty() {
+        // Every error at once: what validation finds in the rest of the job too, except where a
+        // field already has an error (a value that could not be read is left unset, and
+        // validation would only complain about it again).
+        if let Err(more) = parsed.validate() {
+            let reported: Vec<String> = diags.0.iter().map(|d| d.subject.clone()).collect();
+            let already = |subject: &str| {
+                reported.iter().any(|r| {
+                    !r.is_empty()
+                        && (subject == r
+                            || subject.starts_with(&format!("{r}."))
+                            || subject.starts_with(&format!("{r} >"))
+                            || subject.starts_with(&format!("{r}[")))
+                })
+            };
+            diags
+                .0
+                .extend(more.0.into_iter().filter(|d| !already(&d.subject)));
+        }
+        diags.0.sort_by_key(|d| {
+            d.location
+                .as_ref()
+                .map_or((usize::MAX, usize::MAX), |l| (l.line, l.col))
+        });
+        return Err(diags);
+    }
+    Ok(parsed)
 }
 
 /// The file's one `job` block; `variable`, `variables` and `locals` are the only other top-level blocks.

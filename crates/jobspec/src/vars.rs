@@ -683,7 +683,9 @@ job "j" {
     fn a_cycle_of_locals_is_reported() {
         let job = "locals {\n  a = local.b\n  b = local.a\n}\njob \"j\" {}\n";
         let errs = errors_of(job, &[]);
-        assert_eq!(errs.len(), 2, "{errs:#?}");
+        // Both locals, and (every error at once) the empty job's own problem.
+        assert_eq!(errs.len(), 3, "{errs:#?}");
+        assert!(errs[2].ends_with("a job needs at least one group"), "{errs:#?}");
     }
 
     #[test]
@@ -692,7 +694,10 @@ job "j" {
         let errs = errors_of(job, &[]);
         assert_eq!(
             errs,
-            vec!["variable \"a\": variable \"a\" is declared twice"]
+            vec![
+                "variable \"a\": variable \"a\" is declared twice",
+                ": a job needs at least one group"
+            ]
         );
     }
 
