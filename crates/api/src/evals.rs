@@ -30,3 +30,27 @@ impl Client {
             .await
     }
 }
+
+impl Client {
+    /// `DELETE /v1/evaluations` by ID (the eval broker must be paused): how many went.
+    pub async fn delete_evaluations(&self, ids: &[String]) -> Result<u64> {
+        let body = serde_json::json!({ "EvalIDs": ids });
+        let (resp, _): (serde_json::Value, _) = self
+            .write(
+                reqwest::Method::DELETE,
+                &["v1", "evaluations"],
+                &[],
+                Some(&body),
+                &crate::client::WriteOptions::default(),
+            )
+            .await?;
+        Ok(resp["Count"].as_u64().unwrap_or(0))
+    }
+
+    /// `GET /v1/evaluations/count`.
+    pub async fn count_evaluations(&self, q: &QueryOptions) -> Result<u64> {
+        let (resp, _): (serde_json::Value, _) =
+            self.query(&["v1", "evaluations", "count"], &[], q).await?;
+        Ok(resp["Count"].as_u64().unwrap_or(0))
+    }
+}

@@ -148,7 +148,9 @@ pub(crate) fn need(method: &Method, path: &str) -> Need {
             "allocation-health" => &["submit-job", "set-alloc-health-deployment"],
             _ => SUBMIT_JOB,
         }),
-        ["v1", "evaluations"] => Need::NsList("read-job"),
+        ["v1", "evaluations"] | ["v1", "evaluations", "count"] if read => Need::NsList("read-job"),
+        // Deleting evaluations is for management tokens, as Nomad's.
+        ["v1", "evaluations"] => Need::Management,
         ["v1", "evaluation", ..] => Need::Eval(READ_JOB),
         ["v1", "nodes"] => Need::NodeRead,
         // node_pool capabilities, checked by the handlers.

@@ -9,15 +9,6 @@ use axum::response::{IntoResponse, Response};
 use state::Table;
 use std::collections::HashMap;
 
-pub async fn list(
-    State(st): State<ApiState>,
-    Query(params): Query<HashMap<String, String>>,
-) -> Response {
-    list_inner(&st, params)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
-}
-
 async fn list_inner(st: &ApiState, params: HashMap<String, String>) -> Result<Response, ApiError> {
     let q = QueryOptions::parse(params)?;
     let tables = [Table::Evals];
@@ -94,4 +85,86 @@ async fn eval_inner(
         &st.server,
         q.pretty,
     ))
+}
+
+/// `/v1/evaluations`: GET lists, DELETE removes by ID (`{"EvalIDs": [...]}`; filters are not
+/// supported yet).
+pub async fn evaluations(
+    State(st): State<ApiState>,
+    method: axum::http::Method,
+    Query(params): Query<HashMap<String, String>>,
+    body: axum::body::Bytes,
+) -> Response {
+    match method {
+        axum::http::Method::GET => list_inner(&st, params).await,
+        axum::http::Method::DELETE => delete(&st, params, &body).await,
+        _ => Err(ApiError::invalid_method()),
+    }
+    .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn delete(
+    st: &ApiState,
+    params: HashMap<String, String>,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default)]
+    struct DeleteBody {
+        #[serde(rename = "EvalIDs")]
+        eval_ids: Vec<String>,
+        #[serde(rename = "Filter")]
+        filter: String,
+    }
+    let q = QueryOptions::parse(params)?;
+    let req: DeleteBody = crate::jobs::decode_or_default(body)?;
+    if !req.filter.is_empty() && !req.eval_ids.is_empty() {
+        return Err(ApiError::bad_request(
+            "evals cannot be deleted by both ID and filter",
+        ));
+    }
+    if !req.filter.is_empty() {
+        return Err(ApiError::bad_request(
+            "deleting evaluations by filter is not supported yet; list their IDs in EvalIDs",
+        ));
+    }
+    let (count, index) = st.server.eval_delete(req.eval_ids).await?;
+    Ok(reply::write(
+        &serde_json::json!({ "Count": count }),
+        index,
+        q.pretty,
+    ))
+}
+
+/// `GET /v1/evaluations/count` (in the request's namespace, `*` for every one the token may read).
+pub async fn count(
+    State(st): State<ApiState>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
+    let run = async {
+        let q = QueryOptions::parse(params)?;
+        if q.params.get("filter").is_some_and(|f| !f.is_empty()) {
+            return Err(ApiError::bad_request(
+                "counting evaluations by filter is not supported yet",
+            ));
+        }
+        let tables = [Table::Evals];
+        let snap = q.block(st.server.state(), &tables).await;
+        let mut evals = snap.evals(q.namespace_filter(), &q.prefix);
+        crate::acl::retain_ns(&mut evals, "read-job", |e| &e.namespace);
+        let index = index_of(&snap, &tables);
+        Ok(reply::read(
+            &serde_json::json!({
+                "Count": evals.len(),
+                "Index": index,
+                "KnownLeader": st.server.leader_addr().is_some(),
+                "LastContact": 0,
+                "NextToken": "",
+            }),
+            index,
+            &st.server,
+            q.pretty,
+        ))
+    };
+    run.await.unwrap_or_else(IntoResponse::into_response)
 }

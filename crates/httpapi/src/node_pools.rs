@@ -190,11 +190,16 @@ async fn jobs(
         .into_iter()
         .filter(|j| {
             name == NODE_POOL_ALL
-                || j.node_pool.as_deref().unwrap_or(model::node_pool::NODE_POOL_DEFAULT) == name
+                || j.node_pool
+                    .as_deref()
+                    .unwrap_or(model::node_pool::NODE_POOL_DEFAULT)
+                    == name
         })
         .collect();
     crate::acl::retain_ns(&mut jobs, "list-jobs", |j| {
-        j.namespace.as_deref().unwrap_or(model::job::DEFAULT_NAMESPACE)
+        j.namespace
+            .as_deref()
+            .unwrap_or(model::job::DEFAULT_NAMESPACE)
     });
     let stubs: Vec<JobListStub> = jobs
         .iter()

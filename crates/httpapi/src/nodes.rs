@@ -1,6 +1,6 @@
 //! `/v1/nodes`, `/v1/node/:id[/allocations]`, `/v1/allocations`, `/v1/allocation/:id`: reads of the
 //! nodes and allocations the servers know, `alloc stop`, and the operators' node writes:
-//! `/v1/node/:id/drain`, `/eligibility`, `/evaluate` (purge and meta are not built yet).
+//! `/v1/node/:id/drain`, `/eligibility`, `/evaluate`, `/purge` (meta is not built yet).
 
 use crate::error::ApiError;
 use crate::query::{index_of, QueryOptions};
@@ -65,7 +65,7 @@ async fn node_inner(
     body: &[u8],
 ) -> Result<Response, ApiError> {
     let q = QueryOptions::parse(params)?;
-    for action in ["drain", "eligibility", "evaluate"] {
+    for action in ["drain", "eligibility", "evaluate", "purge"] {
         let Some(id) = rest.strip_suffix(&format!("/{action}")) else {
             continue;
         };
@@ -84,15 +84,13 @@ async fn node_inner(
                 id.clone_into(&mut req.node_id);
                 st.server.node_update_eligibility(req).await?
             }
+            "purge" => st.server.node_purge(id.to_owned()).await?,
             _ => st.server.node_evaluate(id.to_owned()).await?,
         };
         let index = resp.index;
         return Ok(reply::write(&resp, index, q.pretty));
     }
-    if let Some(action) = ["purge", "meta"]
-        .iter()
-        .find(|a| rest.ends_with(&format!("/{a}")))
-    {
+    if let Some(action) = ["meta"].iter().find(|a| rest.ends_with(&format!("/{a}"))) {
         return Err(ApiError {
             status: StatusCode::NOT_IMPLEMENTED,
             message: format!("/v1/node/:id/{action} is not supported yet"),

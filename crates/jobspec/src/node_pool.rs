@@ -170,7 +170,10 @@ fn meta_value(
         Expression::String(s) => {
             meta.insert(key, s.value().clone());
         }
-        _ => errors.push(format!("{}: meta.{key}: expected a string", at(value.span()))),
+        _ => errors.push(format!(
+            "{}: meta.{key}: expected a string",
+            at(value.span())
+        )),
     }
 }
 
@@ -203,12 +206,20 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("p.hcl:2:3: unknown \"colour\""), "{err}");
-        assert!(err.contains("p.hcl:3:3: scheduler_config is not supported yet"), "{err}");
+        assert!(
+            err.contains("p.hcl:3:3: scheduler_config is not supported yet"),
+            "{err}"
+        );
         let err = parse("node_pool \"bad name\" {}\n", "p.hcl", false)
             .unwrap_err()
             .to_string();
-        assert!(err.contains("p.hcl:1:1: invalid name \"bad name\""), "{err}");
-        let err = parse("node_pool \"x\" {\n", "p.hcl", false).unwrap_err().to_string();
+        assert!(
+            err.contains("p.hcl:1:1: invalid name \"bad name\""),
+            "{err}"
+        );
+        let err = parse("node_pool \"x\" {\n", "p.hcl", false)
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("p.hcl:"), "{err}");
     }
 }

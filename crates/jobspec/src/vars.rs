@@ -685,7 +685,10 @@ job "j" {
         let errs = errors_of(job, &[]);
         // Both locals, and (every error at once) the empty job's own problem.
         assert_eq!(errs.len(), 3, "{errs:#?}");
-        assert!(errs[2].ends_with("a job needs at least one group"), "{errs:#?}");
+        assert!(
+            errs[2].ends_with("a job needs at least one group"),
+            "{errs:#?}"
+        );
     }
 
     #[test]

@@ -101,7 +101,9 @@ mod tests {
     fn names_and_descriptions_as_nomad() {
         assert!(validate_name("gpu-a_1").is_ok());
         assert!(validate_name("").is_err());
-        assert!(validate_name("has space").unwrap_err().contains("must match regex"));
+        assert!(validate_name("has space")
+            .unwrap_err()
+            .contains("must match regex"));
         assert!(validate_name(&"x".repeat(129)).is_err());
         let pool = NodePool {
             name: "gpu".into(),

@@ -71,6 +71,7 @@ fn metric_name(cmd: &state::Command) -> &'static str {
         "StateRestore" => "restore",
         "JobScale" => "job_scale",
         "Gc" => "gc",
+        "NodePurge" => "deregister_node",
         "JobSummariesReconcile" => "reconcile_job_summaries",
         "SchedulerConfigSet" => "apply_scheduler_config",
         _ => "other",

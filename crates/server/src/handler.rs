@@ -123,9 +123,10 @@ fn table() -> HashMap<&'static str, Endpoint> {
     t.add::<m::JobRevert, _, _>(|s, req| async move {
         s.job_revert_local(&req.namespace, req.request).await
     });
-    t.add::<m::NodePoolWriteMethod, _, _>(|s, req| async move {
-        s.node_pool_write_local(req).await
-    });
+    t.add::<m::NodePoolWriteMethod, _, _>(
+        |s, req| async move { s.node_pool_write_local(req).await },
+    );
+    t.add::<m::EvalDeleteMethod, _, _>(|s, ids| async move { s.eval_delete_local(ids).await });
     t.add::<m::SystemGc, _, _>(|s, ()| async move { s.system_gc_local().await });
     t.add::<m::SystemReconcileSummaries, _, _>(|s, ()| async move {
         s.system_reconcile_summaries_local().await
@@ -156,6 +157,7 @@ fn table() -> HashMap<&'static str, Endpoint> {
     t.add::<m::NodeUpdateEligibility, _, _>(|s, req| async move {
         s.node_update_eligibility_local(req).await
     });
+    t.add::<m::NodePurge, _, _>(|s, req| async move { s.node_purge_local(req.node_id).await });
     t.add::<m::NodeEvaluate, _, _>(
         |s, req| async move { s.node_evaluate_local(req.node_id).await },
     );
@@ -234,6 +236,6 @@ mod tests {
         for open in crate::peers::OPEN_METHODS {
             assert!(routed.contains(open), "{open} is open but not routed");
         }
-        assert_eq!(routed.len(), 36, "{routed:?}");
+        assert_eq!(routed.len(), 38, "{routed:?}");
     }
 }

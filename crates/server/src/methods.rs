@@ -111,6 +111,7 @@ rpc_method!(
     pub NodePoolWriteMethod = "NodePool.Write":
         crate::endpoints::node_pool::NodePoolWrite => u64
 );
+rpc_method!(pub EvalDeleteMethod = "Eval.Delete": Vec<String> => (u64, u64));
 rpc_method!(pub SystemGc = "System.GarbageCollect": () => ());
 rpc_method!(
     pub SystemReconcileSummaries = "System.ReconcileJobSummaries": () => ()
@@ -134,6 +135,7 @@ rpc_method!(
         NodeUpdateEligibilityRequest => NodeWriteResponse
 );
 rpc_method!(pub NodeEvaluate = "Node.Evaluate": NodeRef => NodeWriteResponse);
+rpc_method!(pub NodePurge = "Node.Purge": NodeRef => NodeWriteResponse);
 rpc_method!(
     /// What a server says about itself; answers anyone.
     pub ServerInfoMethod = "Server.Info": () => ServerInfo

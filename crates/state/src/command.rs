@@ -375,6 +375,11 @@ pub enum Command {
     /// versions, summaries and scaling events.
     /// `/v1/system/reconcile/summaries`: every job summary rebuilt from the allocations.
     JobSummariesReconcile,
+    /// `/v1/node/:id/purge`: the node removed and its jobs' evaluations written, in one step.
+    NodePurge {
+        node_id: String,
+        evals: Vec<Evaluation>,
+    },
     /// Create or replace node pools (never `all` or `default`).
     NodePoolUpsert {
         pools: Vec<model::node_pool::NodePool>,
@@ -496,6 +501,7 @@ impl Command {
             Command::Gc { .. } => "Gc",
             Command::JobSummariesReconcile => "JobSummariesReconcile",
             Command::NodePoolUpsert { .. } => "NodePoolUpsert",
+            Command::NodePurge { .. } => "NodePurge",
             Command::NodePoolDelete { .. } => "NodePoolDelete",
         }
     }

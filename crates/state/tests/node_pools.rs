@@ -29,13 +29,21 @@ fn pools_are_written_kept_and_refused_as_nomad() {
         }],
     });
     let prod = fsm.snap().node_pool("prod").unwrap();
-    assert_eq!((prod.create_index, prod.description.as_str()), (created, "Production"));
+    assert_eq!(
+        (prod.create_index, prod.description.as_str()),
+        (created, "Production")
+    );
     assert!(fsm
         .try_apply(Command::NodePoolUpsert {
             pools: vec![pool("default")]
         })
         .is_err());
-    let names: Vec<String> = fsm.snap().node_pools().iter().map(|p| p.name.clone()).collect();
+    let names: Vec<String> = fsm
+        .snap()
+        .node_pools()
+        .iter()
+        .map(|p| p.name.clone())
+        .collect();
     assert_eq!(names, ["all", "default", "prod"]);
 
     // A node in an unknown pool creates it.

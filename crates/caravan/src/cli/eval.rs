@@ -1,4 +1,5 @@
-//! `caravan eval status`: an evaluation's state and why its placements failed.
+//! `caravan eval status`: an evaluation's state and why its placements failed; `eval list` and
+//! `eval delete`.
 
 use super::connect::{block_on, fail, ApiFlags};
 use super::job_status::{alloc_table, eval_failure_text};
@@ -15,6 +16,10 @@ use model::Evaluation;
 pub enum EvalCommand {
     /// Show an evaluation's status and why placements failed
     Status(StatusArgs),
+    /// List evaluations (-job, -status to filter)
+    List(ListArgs),
+    /// Delete evaluations by ID (the eval broker must be paused)
+    Delete(DeleteArgs),
 }
 
 #[derive(Args)]
@@ -37,6 +42,8 @@ pub struct StatusArgs {
 pub fn run(cmd: EvalCommand) -> i32 {
     match cmd {
         EvalCommand::Status(args) => status(args),
+        EvalCommand::List(args) => list(args),
+        EvalCommand::Delete(args) => delete(args),
     }
 }
 
@@ -279,4 +286,106 @@ mod tests {
              Blocked Eval       = <none>"
         );
     }
+}
+
+#[derive(Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// Only this job's evaluations
+    #[arg(long)]
+    job: Option<String>,
+    /// Only evaluations with this status
+    #[arg(long)]
+    status: Option<String>,
+    /// Print as JSON
+    #[arg(long)]
+    json: bool,
+    /// Full IDs
+    #[arg(long)]
+    verbose: bool,
+}
+
+#[derive(Args)]
+pub struct DeleteArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// Evaluation IDs
+    #[arg(required = true)]
+    ids: Vec<String>,
+}
+
+/// `eval list`: Nomad's columns, newest first.
+fn list(args: ListArgs) -> i32 {
+    let client = match args.api.client() {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return 1;
+        }
+    };
+    block_on(async {
+        let mut evals = match client.list_evaluations(&QueryOptions::default()).await {
+            Ok((e, _)) => e,
+            Err(e) => return fail("Error querying evaluations", &e),
+        };
+        evals.retain(|e| {
+            args.job.as_ref().is_none_or(|j| &e.job_id == j)
+                && args.status.as_ref().is_none_or(|s| e.status.as_str() == s)
+        });
+        if args.json {
+            println!("{}", json_pretty(&evals));
+            return 0;
+        }
+        if evals.is_empty() {
+            println!("No evals found");
+            return 0;
+        }
+        evals.sort_by_key(|e| std::cmp::Reverse(e.create_index));
+        let mut rows = vec![row![
+            "ID",
+            "Priority",
+            "Triggered By",
+            "Job ID",
+            "Namespace",
+            "Node ID",
+            "Status",
+            "Placement Failures"
+        ]];
+        for e in &evals {
+            rows.push(row![
+                short_id(&e.id, args.verbose),
+                e.priority,
+                e.triggered_by,
+                e.job_id,
+                e.namespace,
+                short_id(&e.node_id, args.verbose),
+                e.status,
+                !e.failed_tg_allocs.is_empty()
+            ]);
+        }
+        println!("{}", format_list(&rows));
+        0
+    })
+}
+
+/// `eval delete ID...`.
+fn delete(args: DeleteArgs) -> i32 {
+    let client = match args.api.client() {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return 1;
+        }
+    };
+    block_on(async {
+        match client.delete_evaluations(&args.ids).await {
+            Ok(n) => {
+                let noun = if n == 1 { "evaluation" } else { "evaluations" };
+                println!("Successfully deleted {n} {noun}");
+                0
+            }
+            Err(e) => fail("Error deleting evaluations", &e),
+        }
+    })
 }

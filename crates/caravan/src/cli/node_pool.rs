@@ -243,7 +243,10 @@ fn apply(args: ApplyArgs) -> i32 {
         match std::fs::read_to_string(&args.file) {
             Ok(t) => (args.file.display().to_string(), t),
             Err(e) => {
-                eprintln!("Failed to read file {:?}: {e}", args.file.display().to_string());
+                eprintln!(
+                    "Failed to read file {:?}: {e}",
+                    args.file.display().to_string()
+                );
                 return 1;
             }
         }

@@ -3,6 +3,7 @@
 
 pub mod alloc;
 pub mod deployment;
+pub mod eval_delete;
 pub mod job;
 pub mod launch;
 pub mod node;

@@ -158,6 +158,45 @@ impl Server {
         self.node_write_response(&node.id, index, true).await
     }
 
+    /// `/v1/node/:id/purge`: the node removed, with evaluations of every job that had
+    /// allocations on it (so they are placed elsewhere), in one raft entry.
+    pub async fn node_purge(&self, node_id: String) -> Result<NodeWriteResponse, ServerError> {
+        match self.forward_target().await? {
+            Some(leader) => {
+                self.forward::<crate::methods::NodePurge>(
+                    &leader,
+                    &crate::methods::NodeRef { node_id },
+                )
+                .await
+            }
+            None => self.node_purge_local(node_id).await,
+        }
+    }
+
+    pub(crate) async fn node_purge_local(
+        &self,
+        node_id: String,
+    ) -> Result<NodeWriteResponse, ServerError> {
+        let node = self.operated_node(&node_id)?;
+        let snap = self.state().snapshot();
+        let evals = node_evals(&snap, &node, now_nanos());
+        let eval_ids: Vec<String> = evals.iter().map(|e| e.id.clone()).collect();
+        let index = self
+            .apply(Command::NodePurge {
+                node_id: node.id.clone(),
+                evals,
+            })
+            .await?
+            .index;
+        Ok(NodeWriteResponse {
+            eval_create_index: if eval_ids.is_empty() { 0 } else { index },
+            eval_ids,
+            node_modify_index: index,
+            index,
+            ..NodeWriteResponse::default()
+        })
+    }
+
     /// The node an operator names; the ID is required.
     fn operated_node(&self, node_id: &str) -> Result<Arc<Node>, ServerError> {
         if node_id.is_empty() {

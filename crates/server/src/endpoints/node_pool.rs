@@ -24,12 +24,17 @@ impl Server {
         }
     }
 
-    pub(crate) async fn node_pool_write_local(&self, req: NodePoolWrite) -> Result<u64, ServerError> {
+    pub(crate) async fn node_pool_write_local(
+        &self,
+        req: NodePoolWrite,
+    ) -> Result<u64, ServerError> {
         // Nomad's answers before anything is written (the FSM checks again, against its state).
         match &req {
             NodePoolWrite::Upsert(pools) => {
                 if pools.is_empty() {
-                    return Err(ServerError::bad_request("must specify at least one node pool"));
+                    return Err(ServerError::bad_request(
+                        "must specify at least one node pool",
+                    ));
                 }
                 for pool in pools {
                     pool.validate().map_err(|e| {

@@ -275,6 +275,10 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
         Command::DeploymentUpsert { deployment } => {
             deployments::upsert(tx, deployment).map(|()| plain)
         }
+        Command::NodePurge { node_id, evals } => {
+            nodes::deregister(tx, std::slice::from_ref(node_id))?;
+            evals::upsert(tx, evals).map(|()| plain)
+        }
         Command::NodePoolUpsert { pools } => nodes::upsert_pools(tx, pools).map(|()| plain),
         Command::NodePoolDelete { names } => nodes::delete_pools(tx, names).map(|()| plain),
         Command::JobSummariesReconcile => {

@@ -1,7 +1,6 @@
 //! Nodes (Nomad's `upsertNodeTxn`, `deleteNodeTxn`, `updateNodeStatusTxn`, `updateNodeDrainImpl`,
 //! `updateNodeEligibilityImpl`).
 
-use model::node_pool::NodePool;
 use super::Txn;
 use crate::error::StateError;
 use crate::limits::NODE_EVENTS_MAX;
@@ -9,6 +8,7 @@ use crate::time::format_unix_secs;
 use model::node::{
     DrainMetadata, DrainStatus, DrainStrategy, Node, NodeEvent, NodeStatus, SchedulingEligibility,
 };
+use model::node_pool::NodePool;
 use std::collections::BTreeMap;
 
 const NODE_EVENT_REGISTERED: &str = "Node registered";
@@ -66,10 +66,7 @@ pub(super) fn register(tx: &mut Txn, node: &Node) -> Result<(), StateError> {
     super::csi::node_plugins_changed(tx, &node);
     // A node may name a pool nobody created: it is created for it, as Nomad's servers do.
     let pool = node.node_pool.clone();
-    if !pool.is_empty()
-        && !NodePool::is_built_in(&pool)
-        && !tx.node_pools().contains_key(&pool)
-    {
+    if !pool.is_empty() && !NodePool::is_built_in(&pool) && !tx.node_pools().contains_key(&pool) {
         tx.put_node_pool(NodePool {
             name: pool,
             create_index: index,
