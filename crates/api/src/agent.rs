@@ -73,3 +73,30 @@ impl Client {
         Ok(v)
     }
 }
+
+/// `/v1/search`'s answer.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(default)]
+pub struct PrefixSearchResponse {
+    #[serde(rename = "Matches")]
+    pub matches: std::collections::BTreeMap<String, Vec<String>>,
+    #[serde(rename = "Truncations")]
+    pub truncations: std::collections::BTreeMap<String, bool>,
+}
+
+impl Client {
+    /// `POST /v1/search`: IDs starting with `prefix` per context (`all` for every one).
+    pub async fn prefix_search(&self, prefix: &str, context: &str) -> Result<PrefixSearchResponse> {
+        let body = serde_json::json!({ "Prefix": prefix, "Context": context });
+        let (resp, _): (PrefixSearchResponse, _) = self
+            .write(
+                reqwest::Method::POST,
+                &["v1", "search"],
+                &[],
+                Some(&body),
+                &crate::client::WriteOptions::default(),
+            )
+            .await?;
+        Ok(resp)
+    }
+}

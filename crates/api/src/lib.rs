@@ -38,6 +38,7 @@ mod volumes;
 pub use variables::VarWriteOutcome;
 pub use volumes::SnapshotPage;
 
+pub use agent::PrefixSearchResponse;
 pub use alloc_ops::LogFollow;
 pub use client::{
     Client, Config, QueryMeta, QueryOptions, TlsConfig, WriteOptions, BLOCKING_WAIT_MAX,

@@ -135,3 +135,39 @@ fn a_purged_node_is_gone_and_its_jobs_are_evaluated() {
     let (s, _) = call(&agent, "PUT", "/v1/node/nope/purge", "", None);
     assert_eq!(s, 404);
 }
+
+#[test]
+fn status_finds_any_object_by_prefix() {
+    let agent = mock_dev_agent("status-anything");
+    let job = json!({"Job": {"ID": "finder", "Type": "service", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "g", "Count": 1, "Tasks": [{"Name": "t",
+            "Driver": "mock_driver", "Config": {"run_for": "10m"},
+            "Resources": {"CPU": 20, "MemoryMB": 16}}]}]}});
+    let (_, b) = call(&agent, "PUT", "/v1/jobs", "", Some(&job));
+    let eval = json_of(&b)["EvalID"].as_str().unwrap().to_string();
+    wait_for(
+        "the job runs",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || agent.get("/v1/job/finder").unwrap()["Status"] == "running",
+    );
+    let node = agent.get("/v1/nodes").unwrap()[0]["ID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (code, out, err) = agent.run(&["status", &node[..8]]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Node Pool"), "a node's status: {out}");
+    let (code, out, err) = agent.run(&["status", &eval[..8]]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("Triggered By") || out.contains("Create Time"),
+        "an evaluation's status: {out}"
+    );
+    let (code, out, _) = agent.run(&["status", "finder"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("ID            = finder"), "{out}");
+    let (code, _, err) = agent.run(&["status", "zzzz"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("No matches returned for query"), "{err}");
+}

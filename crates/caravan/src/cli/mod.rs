@@ -139,6 +139,7 @@ impl Command {
 }
 
 pub fn run(args: Vec<OsString>) -> i32 {
+    let original = args.clone();
     let cli = match Cli::try_parse_from(nomad_style_flags(args)) {
         Ok(cli) => cli,
         Err(e) => {
@@ -166,7 +167,7 @@ pub fn run(args: Vec<OsString>) -> i32 {
         Command::Scaling(cmd) => Ok(scaling::run(cmd)),
         Command::System(cmd) => Ok(system::run(cmd)),
         Command::Plugin(cmd) => Ok(volume::run_plugin(cmd)),
-        Command::Status(args) => Ok(job_status::status(args)),
+        Command::Status(args) => Ok(status_of_anything(&original, args)),
         Command::Executor(args) => Ok(executor::run(args)),
         Command::CsiHostpath(args) => csi_hostpath::run(args),
         Command::Logmon(args) => Ok(logmon::run(args)),
@@ -182,6 +183,85 @@ pub fn run(args: Vec<OsString>) -> i32 {
             eprintln!("Error: {e:#}");
             1
         }
+    }
+}
+
+/// `caravan status ID`: whatever the ID names — a job, evaluation, allocation, node, deployment,
+/// namespace, CSI plugin or volume — found by prefix search and shown by its own status command
+/// with the same flags, as Nomad's `status`; ambiguous prefixes list every match.
+fn status_of_anything(original: &[OsString], args: job_status::StatusArgs) -> i32 {
+    let Some(id) = args.job.clone() else {
+        return job_status::status(args);
+    };
+    let client = match args.api.client() {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return 1;
+        }
+    };
+    let found = connect::block_on(client.prefix_search(&id, "all"));
+    let matches = match found {
+        Ok(r) => r.matches,
+        Err(e) => return connect::fail("Error querying search with id", &e),
+    };
+    let nonempty: Vec<(&String, &Vec<String>)> =
+        matches.iter().filter(|(_, ids)| !ids.is_empty()).collect();
+    let exact: Vec<&String> = nonempty
+        .iter()
+        .filter(|(_, ids)| ids.first() == Some(&id))
+        .map(|(ctx, _)| *ctx)
+        .collect();
+    let context = match exact.as_slice() {
+        [one] => Some((*one).clone()),
+        [] => match nonempty.as_slice() {
+            [(ctx, ids)] if ids.len() == 1 => Some((*ctx).clone()),
+            [] => None,
+            _ => {
+                multi_match(&id, &nonempty);
+                return 1;
+            }
+        },
+        _ => {
+            multi_match(&id, &nonempty);
+            return 1;
+        }
+    };
+    let Some(context) = context else {
+        eprintln!("No matches returned for query: {id:?}");
+        return 1;
+    };
+    let command = match context.as_str() {
+        "jobs" => return job_status::status(args),
+        "evals" => "eval",
+        "allocs" => "alloc",
+        "nodes" => "node",
+        "deployments" => "deployment",
+        "namespaces" => "namespace",
+        "plugins" => "plugin",
+        "volumes" => "volume",
+        _ => {
+            eprintln!("Unable to resolve ID: {id:?}");
+            return 1;
+        }
+    };
+    let Some(at) = original.iter().position(|a| a == "status") else {
+        eprintln!("Unable to resolve ID: {id:?}");
+        return 1;
+    };
+    let mut argv: Vec<OsString> = vec![original[0].clone(), command.into(), "status".into()];
+    argv.extend(original[at + 1..].iter().cloned());
+    run(argv)
+}
+
+fn multi_match(id: &str, matches: &[(&String, &Vec<String>)]) {
+    eprintln!("Multiple matches found for id {id:?}");
+    for (ctx, ids) in matches {
+        let mut title = ctx.to_string();
+        if let Some(first) = title.get_mut(0..1) {
+            first.make_ascii_uppercase();
+        }
+        eprintln!("\n{title}:\n{}", ids.join(", "));
     }
 }
 
