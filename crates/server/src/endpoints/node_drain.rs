@@ -193,7 +193,6 @@ impl Server {
             eval_ids,
             node_modify_index: index,
             index,
-            ..NodeWriteResponse::default()
         })
     }
 
