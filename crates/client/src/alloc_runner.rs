@@ -34,6 +34,9 @@ pub(crate) enum AllocCommand {
     Update(Box<Allocation>),
     /// The servers forgot the allocation: stop its tasks, remove its directory and state.
     Destroy,
+    /// The allocation is terminal and the client garbage collects it: as `Destroy` (its
+    /// tasks are dead already).
+    GarbageCollect,
     /// The client has not reached the servers for the group's `stop_on_client_after` (the
     /// duration): stop the tasks; the allocation stays, for the servers to hear about.
     StopDisconnected(std::time::Duration),
@@ -355,7 +358,12 @@ impl AllocRunner {
                 // closes); the runner finishes the destroy on its own.
                 cmd = self.cmds.recv(), if !self.destroying => match cmd {
                     Some(AllocCommand::Update(alloc)) => self.on_update(*alloc).await,
-                    Some(AllocCommand::Destroy) => self.on_destroy().await,
+                    Some(AllocCommand::Destroy) => {
+                        self.on_destroy("allocation removed by the servers; destroying").await
+                    }
+                    Some(AllocCommand::GarbageCollect) => {
+                        self.on_destroy("garbage collecting the allocation").await
+                    }
                     Some(AllocCommand::StopDisconnected(after)) => {
                         if !self.killing {
                             tracing::warn!(alloc_id = %self.alloc_id(), ?after,
@@ -500,8 +508,8 @@ impl AllocRunner {
         self.advance().await;
     }
 
-    async fn on_destroy(&mut self) {
-        tracing::info!(alloc_id = %self.alloc_id(), "allocation removed by the servers; destroying");
+    async fn on_destroy(&mut self, why: &str) {
+        tracing::info!(alloc_id = %self.alloc_id(), "{why}");
         self.destroying = true;
         self.kill_all(None);
         self.advance().await;

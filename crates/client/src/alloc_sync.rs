@@ -19,24 +19,38 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 
-/// The alloc runners of this node.
+/// The alloc runners of this node. Locks are taken in the order `map`, `collected`, `retired`.
 pub(crate) struct Runners {
-    ctx: Arc<RunnerContext>,
+    pub(crate) ctx: Arc<RunnerContext>,
     /// Runners by allocation ID. Never held across `.await`.
-    map: Mutex<BTreeMap<String, AllocRunnerHandle>>,
-    /// Runners told to destroy their allocation, still finishing. Never held across `.await`.
-    retired: Mutex<Vec<JoinHandle<()>>>,
+    pub(crate) map: Mutex<BTreeMap<String, AllocRunnerHandle>>,
+    /// Runners told to destroy their allocation (and garbage collections), still finishing.
+    /// Never held across `.await`.
+    pub(crate) retired: Mutex<Vec<JoinHandle<()>>>,
     /// Set by [`Runners::destroy_all`]: no new runner starts after it.
     closing: std::sync::atomic::AtomicBool,
+    /// Allocations garbage collected here that the servers still list: never started again.
+    /// Forgotten once the servers stop listing them. Never held across `.await`.
+    pub(crate) collected: Mutex<BTreeSet<String>>,
+    /// `gc_max_allocs`: past it, terminal allocations are collected to make room.
+    max_allocs: usize,
+    /// `gc_parallel_destroys` permits: garbage collections destroying at once.
+    pub(crate) destroys: Arc<tokio::sync::Semaphore>,
+    /// Wakes the garbage collector: an allocation turned terminal, or new ones arrived.
+    pub(crate) gc_trigger: Notify,
 }
 
 impl Runners {
-    pub fn new(ctx: Arc<RunnerContext>) -> Runners {
+    pub fn new(ctx: Arc<RunnerContext>, gc: &crate::config::GcConfig) -> Runners {
         Runners {
             ctx,
             map: Mutex::new(BTreeMap::new()),
             retired: Mutex::new(Vec::new()),
             closing: std::sync::atomic::AtomicBool::new(false),
+            collected: Mutex::new(BTreeSet::new()),
+            max_allocs: gc.max_allocs,
+            destroys: Arc::new(tokio::sync::Semaphore::new(gc.parallel_destroys.max(1))),
+            gc_trigger: Notify::new(),
         }
     }
 
@@ -161,8 +175,31 @@ impl Runners {
         // Allocations the servers marked `unknown` while this client was cut off: they hear
         // how each really is, so a reconnect keeps one copy (Nomad's client does the same).
         let mut resend: Vec<AllocClientUpdate> = Vec::new();
+        // Terminal allocations collected to make room for new ones (Nomad's client collects
+        // past `gc_max_allocs` before it places more).
+        let mut room: Vec<(String, AllocRunnerHandle)> = Vec::new();
+        let mut room_reason = String::new();
+        let mut added = false;
         {
             let mut map = self.map.lock().expect("runners lock");
+            let mut collected = self.collected.lock().expect("collected lock");
+            let closing = self.closing.load(std::sync::atomic::Ordering::SeqCst);
+            let new = allocs
+                .iter()
+                .filter(|a| {
+                    !map.contains_key(&a.id) && !a.is_terminal() && !collected.contains(&a.id)
+                })
+                .count();
+            let total = map.len() + new;
+            let over = total.saturating_sub(self.max_allocs);
+            if new > 0 && over > 0 && !closing {
+                room_reason = format!(
+                    "number of allocations ({total}) is over the limit ({})",
+                    self.max_allocs
+                );
+                room = crate::gc::take_oldest_terminal(&mut map, over);
+                collected.extend(room.iter().map(|(id, _)| id.clone()));
+            }
             let mut seen = BTreeSet::new();
             for alloc in allocs {
                 seen.insert(alloc.id.clone());
@@ -185,14 +222,18 @@ impl Runners {
                     }
                     Some(_) => {}
                     None if alloc.is_terminal() => {}
-                    None if self.closing.load(std::sync::atomic::Ordering::SeqCst) => {}
+                    // Garbage collected here; the servers' copy may not show it finished yet.
+                    None if collected.contains(&alloc.id) => {}
+                    None if closing => {}
                     None => {
                         tracing::info!(alloc_id = %alloc.id, "new allocation");
                         let id = alloc.id.clone();
                         map.insert(id, AllocRunner::spawn_new(Arc::clone(&self.ctx), alloc));
+                        added = true;
                     }
                 }
             }
+            collected.retain(|id| seen.contains(id));
             let gone: Vec<String> = map
                 .keys()
                 .filter(|id| !seen.contains(*id))
@@ -206,6 +247,13 @@ impl Runners {
                     retired.push(h.join);
                 }
             }
+        }
+        for (id, h) in room {
+            drop(self.destroy_collected(id, h, &room_reason));
+        }
+        if added {
+            // New allocations may push the node over a threshold.
+            self.gc_trigger.notify_one();
         }
         for (tx, cmd) in sends {
             // A closed channel means the runner already ended (client shutdown).

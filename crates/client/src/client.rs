@@ -83,7 +83,7 @@ impl Client {
             csi: Arc::clone(&csi),
             conn: Arc::clone(&conn),
         });
-        let runners = Arc::new(Runners::new(Arc::clone(&ctx)));
+        let runners = Arc::new(Runners::new(Arc::clone(&ctx), &cfg.gc));
         recover(&state, &ctx, &runners).await?;
         let (registered_tx, registered) = watch::channel(false);
         let mut seed = Rng::from_entropy();
@@ -112,6 +112,15 @@ impl Client {
                     reregister,
                     shutdown: shutdown_rx.clone(),
                     rng: Rng::new(seed.next_u64()),
+                }
+                .run(),
+            ),
+            tokio::spawn(
+                crate::gc::Collector {
+                    runners: Arc::clone(&runners),
+                    cfg: cfg.gc.clone(),
+                    alloc_root: cfg.alloc_root(),
+                    shutdown: shutdown_rx.clone(),
                 }
                 .run(),
             ),
@@ -157,7 +166,8 @@ impl Client {
         *self.registered.borrow()
     }
 
-    /// The allocations this client runs (or keeps until the servers forget them).
+    /// The allocations this client runs (or keeps until the servers forget them or it garbage
+    /// collects them).
     pub fn alloc_ids(&self) -> Vec<String> {
         self.runners.ids()
     }

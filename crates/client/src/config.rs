@@ -67,6 +67,70 @@ pub struct ClientConfig {
     /// The agent's advertised HTTP address (`HTTPAddr` of the node).
     pub http_addr: String,
     pub timing: ClientTiming,
+    /// The garbage collector of terminal allocations (Nomad's `gc_*` client keys).
+    pub gc: GcConfig,
+}
+
+/// When the client garbage collects terminal allocations (Nomad's `GCConfig`): every
+/// `interval`, oldest first, while the alloc dir's file system is fuller than a threshold or
+/// more than `max_allocs` allocations are kept. The defaults are Nomad's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GcConfig {
+    /// `gc_interval` (1m).
+    pub interval: Duration,
+    /// `gc_disk_usage_threshold`: percent of the alloc dir's file system in use (80).
+    pub disk_usage_threshold: f64,
+    /// `gc_inode_usage_threshold`: percent of its inodes in use (70).
+    pub inode_usage_threshold: f64,
+    /// `gc_max_allocs`: the most allocations kept, running ones included (50).
+    pub max_allocs: usize,
+    /// `gc_parallel_destroys`: how many allocations are destroyed at once (2).
+    pub parallel_destroys: usize,
+}
+
+impl Default for GcConfig {
+    fn default() -> Self {
+        GcConfig {
+            interval: Duration::from_secs(60),
+            disk_usage_threshold: 80.0,
+            inode_usage_threshold: 70.0,
+            max_allocs: 50,
+            parallel_destroys: 2,
+        }
+    }
+}
+
+impl GcConfig {
+    /// What `nomad agent -dev` collects with: every 10 minutes, at 99 % disk or inode use.
+    pub fn dev() -> GcConfig {
+        GcConfig {
+            interval: Duration::from_secs(600),
+            disk_usage_threshold: 99.0,
+            inode_usage_threshold: 99.0,
+            ..GcConfig::default()
+        }
+    }
+
+    /// Refuses settings no collector can run with, naming the agent config key.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.interval.is_zero() {
+            return Err("client.gc_interval must be above zero (default 1m)".into());
+        }
+        for (key, value, default) in [
+            ("gc_disk_usage_threshold", self.disk_usage_threshold, 80),
+            ("gc_inode_usage_threshold", self.inode_usage_threshold, 70),
+        ] {
+            if !(0.0..=100.0).contains(&value) {
+                return Err(format!(
+                    "client.{key} = {value}: must be a percentage from 0 to 100 (default {default})"
+                ));
+            }
+        }
+        if self.parallel_destroys == 0 {
+            return Err("client.gc_parallel_destroys must be at least 1 (default 2)".into());
+        }
+        Ok(())
+    }
 }
 
 /// What the operator keeps back from scheduling (Nomad's `reserved { … }`).
@@ -115,6 +179,7 @@ impl ClientConfig {
             memory_total_mb: None,
             http_addr: String::new(),
             timing: ClientTiming::default(),
+            gc: GcConfig::default(),
         }
     }
 
@@ -141,6 +206,7 @@ impl ClientConfig {
         if self.timing.alloc_update_interval.is_zero() {
             return bad("alloc_update_interval must be greater than zero".into());
         }
+        self.gc.validate().map_err(ClientError::Config)?;
         Ok(())
     }
 

@@ -153,7 +153,7 @@ fn disks() -> Vec<HostDiskStats> {
 
 // The statvfs field types are u64 on 64-bit Linux but not everywhere.
 #[allow(clippy::useless_conversion)]
-fn disk_stats(device: &str, path: &Path) -> Option<HostDiskStats> {
+pub(crate) fn disk_stats(device: &str, path: &Path) -> Option<HostDiskStats> {
     let st = nix::sys::statvfs::statvfs(path).ok()?;
     let frag = u64::from(st.fragment_size());
     let size = u64::from(st.blocks()).saturating_mul(frag);

@@ -18,9 +18,9 @@
 //! started on the same data dir reattaches to it through `Driver::recover` instead of starting
 //! it again; stopping the client (or dropping it) leaves tasks running.
 //!
-//! Layout: [`Client`] (`client.rs`) starts three loops — `node_loop` (register, heartbeat),
-//! `alloc_sync` (blocking query, diff against runners), `updater` (batched `Node.UpdateAlloc`) —
-//! and one `alloc_runner` per allocation, which runs one `task_runner` per task and tracks
+//! Layout: [`Client`] (`client.rs`) starts four loops — `node_loop` (register, heartbeat),
+//! `alloc_sync` (blocking query, diff against runners), `updater` (batched `Node.UpdateAlloc`),
+//! `gc` (garbage collection of terminal allocations, Nomad's `gc_*` thresholds) — and one `alloc_runner` per allocation, which runs one `task_runner` per task and tracks
 //! deployment health (`health`). Pure parts: `fingerprint::build_node`, `taskenv`, `restart`,
 //! `health`, `alloc_runner::client_status`. Limits and fixed timings: [`limits`].
 
@@ -37,6 +37,7 @@ mod csi;
 mod error;
 mod events;
 mod fingerprint;
+mod gc;
 mod health;
 mod host_stats;
 mod identity;
@@ -59,7 +60,7 @@ pub use actions::AllocActionError;
 pub use allocdir::AllocDir;
 pub use client::Client;
 pub use config::{
-    ClientConfig, ClientTiming, ReservedResources, UserPolicy, DEFAULT_ENV_DENYLIST,
+    ClientConfig, ClientTiming, GcConfig, ReservedResources, UserPolicy, DEFAULT_ENV_DENYLIST,
     DEFAULT_USER_CHECKED_DRIVERS, DEFAULT_USER_DENYLIST, OPTION_ENV_DENYLIST,
     OPTION_USER_CHECKED_DRIVERS, OPTION_USER_DENYLIST,
 };
@@ -71,6 +72,7 @@ pub use error::ClientError;
 pub use fingerprint::{
     build_node, computed_class, CpuFacts, DiskFacts, HostFacts, NetFacts, NOMAD_COMPAT_VERSION,
 };
+pub use gc::GcError;
 pub use host_stats::{HostCpuStats, HostDiskStats, HostMemoryStats, HostStats};
 pub use identity::{NodeIdentity, NODE_ID_FILE};
 pub use restart::{Decision, RestartTracker};

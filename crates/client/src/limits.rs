@@ -48,6 +48,11 @@ pub const KILL_TIMEOUT_MAX: Duration = Duration::from_secs(30);
 /// Restart delays get up to this fraction of the delay added as jitter, in percent (Nomad: 25%).
 pub const RESTART_JITTER_PERCENT: u64 = 25;
 
+/// How long the periodic garbage collector waits for a wave of destroys before it measures the
+/// alloc dir again (the destroys go on in the background; one releasing CSI volumes may wait on
+/// the servers, the collector does not).
+pub const GC_WAVE_WAIT: Duration = Duration::from_secs(30);
+
 /// How long `Client::shutdown` waits for its loops and runners to detach before aborting them.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 

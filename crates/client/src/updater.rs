@@ -49,7 +49,13 @@ impl Updater {
                     None => return,
                 },
                 update = self.updates.recv() => match update {
-                    Some(u) => { pending.insert(u.id.clone(), u); }
+                    Some(u) => {
+                        if crate::gc::collectable(&u) {
+                            // A terminal allocation: the collector may be waiting for one.
+                            self.runners.gc_trigger.notify_one();
+                        }
+                        pending.insert(u.id.clone(), u);
+                    }
                     None => return,
                 },
                 _ = ticker.tick() => {

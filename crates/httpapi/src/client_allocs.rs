@@ -1,7 +1,7 @@
 //! `/v1/client/allocation/:id/{signal,restart,stats,exec,gc}`, `/v1/client/stats`,
 //! `/v1/client/gc`: actions on allocations that run on this agent's own client, through the
-//! [`LocalClient`] trait. An allocation on another node is refused with a clear message:
-//! forwarding between clients is not built yet.
+//! [`LocalClient`] trait. A request about another node's allocation (or `/v1/client/gc` with
+//! another `node_id`) is sent to that node's agent by [`crate::forward`] before it gets here.
 //!
 //! `exec` is a WebSocket speaking Nomad's frames: `{"stdin":{"data":b64}}`,
 //! `{"stdin":{"close":true}}` and `{"tty_size":{…}}` in; `{"stdout":{"data":b64}}`,
@@ -177,11 +177,11 @@ pub(crate) async fn action_inner(
             let tasks = client.alloc_stats(alloc_id).await?;
             Ok(json_ok(&alloc_usage(&tasks)))
         }
-        "gc" if write => {
-            st.client_for(alloc_id)?;
-            Err(not_implemented(
-                "garbage collecting an allocation on the client is not supported yet",
-            ))
+        // Nomad's clients send GET; PUT and POST are taken too.
+        "gc" if write || method == Method::GET => {
+            let client = st.client_for(alloc_id)?;
+            client.gc_alloc(alloc_id).await?;
+            Ok(json_ok(&json!({})))
         }
         "signal" | "restart" | "stats" | "gc" => Err(ApiError::invalid_method()),
         _ => Err(ApiError::not_found(format!(
@@ -278,13 +278,52 @@ pub(crate) async fn host_stats_inner(st: &dyn ClientFor) -> Response {
     result.await.unwrap_or_else(IntoResponse::into_response)
 }
 
-/// `PUT /v1/client/gc`.
-pub async fn client_gc(State(st): State<ApiState>) -> Response {
-    match local_client(&st) {
-        Ok(_) => not_implemented("garbage collecting the client is not supported yet"),
-        Err(e) => e,
+/// `GET /v1/client/gc[?node_id=…]` (PUT and POST too): garbage collects every terminal
+/// allocation of this agent's client, or of the client `node_id` names. Another node's request
+/// was forwarded to its agent by [`crate::forward`]; what reaches here for another node has no
+/// path to it.
+pub async fn client_gc(
+    State(st): State<ApiState>,
+    method: Method,
+    Query(params): Params,
+) -> Response {
+    client_gc_inner(&st, &method, &params)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn client_gc_inner(
+    st: &ApiState,
+    method: &Method,
+    params: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let node_id = params.get("node_id").filter(|n| !n.is_empty());
+    match (node_id, st.client.as_ref()) {
+        (None, None) => Err(ApiError::bad_request(
+            "No local Node and node_id not provided",
+        )),
+        (None, Some(_)) => gc_all_local(st, method).await,
+        (Some(id), Some(client)) if client.node_id() == *id => gc_all_local(st, method).await,
+        (Some(id), _) => {
+            if st.server.state().snapshot().node(id).is_none() {
+                Err(ApiError::not_found(format!("Unknown node {id}")))
+            } else {
+                Err(ApiError::not_found("No path to node"))
+            }
+        }
     }
-    .into_response()
+}
+
+/// Garbage collects every terminal allocation of this agent's own client.
+pub(crate) async fn gc_all_local(
+    st: &dyn ClientFor,
+    method: &Method,
+) -> Result<Response, ApiError> {
+    if ![Method::GET, Method::PUT, Method::POST].contains(method) {
+        return Err(ApiError::invalid_method());
+    }
+    st.local_client()?.gc_all().await?;
+    Ok(json_ok(&json!({})))
 }
 
 /// `GET /v1/client/allocation/:id/exec` (WebSocket).

@@ -107,6 +107,7 @@ pub fn client_agent_router(state: ClientAgentState) -> Router {
         .route("/v1/client/fs/stat/{alloc_id}", get(stat))
         .route("/v1/client/fs/ls/{alloc_id}", get(ls))
         .route("/v1/client/stats", get(client_stats))
+        .route("/v1/client/gc", axum::routing::any(client_gc))
         .route("/v1/metrics", axum::routing::any(crate::agent::metrics))
         .route(
             model::wire::CSI_CONTROLLER_PATH,
@@ -247,6 +248,27 @@ async fn client_stats(State(st): State<ClientAgentState>) -> Response {
     crate::client_allocs::host_stats_inner(&st).await
 }
 
+/// `/v1/client/gc`: this agent's client, unless `node_id` names another node, whose agent a
+/// server finds.
+async fn client_gc(State(st): State<ClientAgentState>, req: Request<Body>) -> Response {
+    let other = client_gc_node(req.uri()).filter(|id| *id != st.client.node_id());
+    if other.is_some() {
+        return forward(State(st), req).await;
+    }
+    crate::client_allocs::gc_all_local(&st, req.method())
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// The `node_id` of a `/v1/client/gc` request, when it names one.
+fn client_gc_node(uri: &Uri) -> Option<String> {
+    if uri.path().trim_end_matches('/') != "/v1/client/gc" {
+        return None;
+    }
+    let Query(params) = Query::<HashMap<String, String>>::try_from_uri(uri).ok()?;
+    params.get("node_id").filter(|n| !n.is_empty()).cloned()
+}
+
 async fn client_exec(
     State(st): State<ClientAgentState>,
     UrlPath(alloc_id): UrlPath<String>,
@@ -283,16 +305,14 @@ fn client_alloc_id(path: &str) -> Option<&str> {
 }
 
 /// Middleware of a server agent's router: a `/v1/client/...` request for an allocation that runs on
-/// another node goes to that node's agent over HTTP (Nomad forwards such calls to the client), and
-/// its answer streams back; the exec WebSocket is relayed ([`crate::exec_relay`]).
+/// another node (or `/v1/client/gc` with another node's `node_id`) goes to that node's agent over
+/// HTTP (Nomad forwards such calls to the client), and its answer streams back; the exec WebSocket
+/// is relayed ([`crate::exec_relay`]).
 pub(crate) async fn client_paths_to_owner(
     State(st): State<crate::ApiState>,
     req: Request<Body>,
     next: axum::middleware::Next,
 ) -> Response {
-    let Some(alloc_id) = client_alloc_id(req.uri().path()).map(str::to_string) else {
-        return next.run(req).await;
-    };
     if req
         .headers()
         .contains_key(server::http_forward::FORWARDED_HEADER)
@@ -300,15 +320,25 @@ pub(crate) async fn client_paths_to_owner(
         return next.run(req).await;
     }
     let snap = st.server.state().snapshot();
-    let Some(alloc) = snap.alloc(&alloc_id) else {
+    // The node whose agent answers, and how to name it in errors.
+    let (node_id, subject) = if let Some(alloc_id) = client_alloc_id(req.uri().path()) {
+        let Some(alloc) = snap.alloc(alloc_id) else {
+            return next.run(req).await;
+        };
+        let subject = format!("allocation {alloc_id} runs on node {}", alloc.node_id);
+        (alloc.node_id.clone(), subject)
+    } else if let Some(node_id) = client_gc_node(req.uri()) {
+        let subject = format!("node {node_id}");
+        (node_id, subject)
+    } else {
         return next.run(req).await;
     };
     let local = st.client.as_ref().map(|c| c.node_id());
-    if local.as_deref() == Some(alloc.node_id.as_str()) {
+    if local.as_deref() == Some(node_id.as_str()) {
         return next.run(req).await;
     }
     let Some(addr) = snap
-        .node(&alloc.node_id)
+        .node(&node_id)
         .map(|n| n.http_addr.clone())
         .filter(|a| !a.is_empty())
     else {
@@ -341,20 +371,14 @@ pub(crate) async fn client_paths_to_owner(
         Ok(Err(e)) => {
             return ApiError {
                 status: StatusCode::INTERNAL_SERVER_ERROR,
-                message: format!(
-                "allocation {alloc_id} runs on node {} whose agent at {addr} did not answer: {e}",
-                alloc.node_id
-            ),
+                message: format!("{subject} whose agent at {addr} did not answer: {e}"),
             }
             .into_response()
         }
         Err(_) => {
             return ApiError {
                 status: StatusCode::GATEWAY_TIMEOUT,
-                message: format!(
-                    "the agent at {addr} of node {} did not answer in time",
-                    alloc.node_id
-                ),
+                message: format!("the agent at {addr} of node {node_id} did not answer in time"),
             }
             .into_response()
         }
@@ -651,6 +675,11 @@ mod tests {
         );
         assert_eq!(client_alloc_id("/v1/client/stats"), None);
         assert_eq!(client_alloc_id("/v1/client/gc"), None);
+        let node = |u: &str| client_gc_node(&u.parse::<Uri>().unwrap());
+        assert_eq!(node("/v1/client/gc?node_id=n1").as_deref(), Some("n1"));
+        assert_eq!(node("/v1/client/gc?node_id="), None);
+        assert_eq!(node("/v1/client/gc"), None);
+        assert_eq!(node("/v1/client/stats?node_id=n1"), None);
         assert_eq!(client_alloc_id("/v1/client/fs/logs/"), None);
         assert_eq!(client_alloc_id("/v1/jobs"), None);
     }

@@ -78,6 +78,12 @@ pub trait LocalClient: Send + Sync {
         -> LocalFuture<'a, BTreeMap<String, TaskUsage>>;
     /// The host's resource usage.
     fn host_stats(&self) -> LocalFuture<'_, HostStats>;
+    /// Garbage collects a terminal allocation (its directory and state removed, no longer
+    /// tracked); returns once it is destroyed. An unknown allocation is `NotFound`; one not
+    /// terminal is refused with Nomad's words.
+    fn gc_alloc<'a>(&'a self, alloc_id: &'a str) -> LocalFuture<'a, ()>;
+    /// Garbage collects every terminal allocation of this client; running ones stay.
+    fn gc_all(&self) -> LocalFuture<'_, ()>;
     /// Starts `command` inside the running `task` with piped stdio.
     fn exec<'a>(
         &'a self,

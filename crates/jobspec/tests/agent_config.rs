@@ -359,3 +359,29 @@ tls { http = true rpc = true }
         })
     );
 }
+
+#[test]
+fn client_gc_keys_read_and_bad_ones_name_the_key() {
+    let src = r#"
+client {
+  gc_interval              = "30s"
+  gc_disk_usage_threshold  = 90
+  gc_inode_usage_threshold = 75.5
+  gc_max_allocs            = 100
+  gc_parallel_destroys     = 4
+}
+"#;
+    let config = parse_str(src, "gc.hcl").unwrap_or_else(|e| panic!("{e}"));
+    let client = config.client.expect("client block");
+    assert_eq!(client.gc_interval, Some(Duration::from_secs(30)));
+    assert_eq!(client.gc_disk_usage_threshold, Some(90.0));
+    assert_eq!(client.gc_inode_usage_threshold, Some(75.5));
+    assert_eq!(client.gc_max_allocs, Some(100));
+    assert_eq!(client.gc_parallel_destroys, Some(4));
+
+    let bad = "client {\n  gc_max_allocs = -1\n  gc_disk_usage_threshold = \"lots\"\n}\n";
+    let err = parse_str(bad, "bad.hcl").expect_err("bad values are refused");
+    let text = err.to_string();
+    assert!(text.contains("client.gc_max_allocs"), "{text}");
+    assert!(text.contains("client.gc_disk_usage_threshold"), "{text}");
+}

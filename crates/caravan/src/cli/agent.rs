@@ -718,6 +718,29 @@ impl httpapi::LocalClient for LocalClientHandle {
         Box::pin(async move { Ok(host_stats_of(self.0.host_stats().await)) })
     }
 
+    fn gc_alloc<'a>(&'a self, alloc_id: &'a str) -> httpapi::LocalFuture<'a, ()> {
+        Box::pin(async move {
+            self.0.gc_alloc(alloc_id).await.map_err(|e| {
+                let kind = match e {
+                    client::GcError::UnknownAlloc(_) => httpapi::LocalErrorKind::NotFound,
+                    // Nomad answers 500 with its message.
+                    client::GcError::NotEligible(_) => httpapi::LocalErrorKind::Internal,
+                };
+                httpapi::LocalClientError {
+                    kind,
+                    message: e.to_string(),
+                }
+            })
+        })
+    }
+
+    fn gc_all(&self) -> httpapi::LocalFuture<'_, ()> {
+        Box::pin(async move {
+            self.0.gc_all().await;
+            Ok(())
+        })
+    }
+
     fn exec<'a>(
         &'a self,
         alloc_id: &'a str,
@@ -839,6 +862,7 @@ async fn start_client(
     ccfg.cpu_total_compute_mhz = block.cpu_total_compute;
     ccfg.memory_total_mb = block.memory_total_mb;
     ccfg.http_addr = http.to_string();
+    ccfg.gc = client_gc_config(&block, dev)?;
     let raw_exec_enabled = dev || plugin_enabled(cfg, "raw_exec");
     // Task logs are rotated by `caravan logmon` helpers (this executable), which outlive us.
     let logmon = std::env::current_exe()
@@ -867,6 +891,36 @@ async fn start_client(
         .await
         .map_err(|e| anyhow::anyhow!("starting the client: {e}"))?;
     Ok((client, conn))
+}
+
+/// The `client { gc_* }` keys over Nomad's defaults (a dev agent's: every 10m, at 99 % disk or
+/// inode use); a value no collector can run with is refused, naming its key.
+fn client_gc_config(block: &jobspec::agent::ClientConfig, dev: bool) -> Result<client::GcConfig> {
+    let mut gc = if dev {
+        client::GcConfig::dev()
+    } else {
+        client::GcConfig::default()
+    };
+    if let Some(d) = block.gc_interval {
+        gc.interval = d;
+    }
+    if let Some(p) = block.gc_disk_usage_threshold {
+        gc.disk_usage_threshold = p;
+    }
+    if let Some(p) = block.gc_inode_usage_threshold {
+        gc.inode_usage_threshold = p;
+    }
+    let count = |key: &str, n: u64| {
+        usize::try_from(n).map_err(|_| anyhow::anyhow!("client.{key} = {n}: too large"))
+    };
+    if let Some(n) = block.gc_max_allocs {
+        gc.max_allocs = count("gc_max_allocs", n)?;
+    }
+    if let Some(n) = block.gc_parallel_destroys {
+        gc.parallel_destroys = count("gc_parallel_destroys", n)?;
+    }
+    gc.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(gc)
 }
 
 /// `autopilot { cleanup_dead_servers server_stabilization_time }` (the rest of Nomad's block is
@@ -1087,5 +1141,48 @@ plugin "exec" {
             err.contains("chroot_env[\"/bin\"]") && err.contains("absolute"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn client_gc_keys_over_nomads_defaults() {
+        let block = |src: &str| {
+            jobspec::agent::parse_str(src, "agent.hcl")
+                .unwrap()
+                .client
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            client_gc_config(&block(""), false).unwrap(),
+            client::GcConfig::default()
+        );
+        let dev = client_gc_config(&block(""), true).unwrap();
+        assert_eq!(dev.interval, std::time::Duration::from_secs(600));
+        assert_eq!(dev.disk_usage_threshold, 99.0);
+        let set = block(
+            "client {\n  gc_interval = \"5s\"\n  gc_max_allocs = 3\n  gc_parallel_destroys = 1\n  gc_disk_usage_threshold = 95\n}",
+        );
+        let gc = client_gc_config(&set, true).unwrap();
+        assert_eq!(gc.interval, std::time::Duration::from_secs(5));
+        assert_eq!((gc.max_allocs, gc.parallel_destroys), (3, 1));
+        assert_eq!(
+            (gc.disk_usage_threshold, gc.inode_usage_threshold),
+            (95.0, 99.0)
+        );
+        for (src, key) in [
+            ("client {\n gc_interval = \"0s\"\n}", "client.gc_interval"),
+            (
+                "client {\n gc_parallel_destroys = 0\n}",
+                "client.gc_parallel_destroys",
+            ),
+            (
+                "client {\n gc_inode_usage_threshold = 101\n}",
+                "client.gc_inode_usage_threshold",
+            ),
+        ] {
+            let err = client_gc_config(&block(src), false)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "{src}: {err}");
+        }
     }
 }

@@ -324,6 +324,17 @@ section! {
         /// The longest kill timeout a task may ask for.
         #[serde(with = "super::duration::serde_opt")]
         max_kill_timeout: Duration => Kind::Duration,
+        /// How often terminal allocations are garbage collected (1m).
+        #[serde(with = "super::duration::serde_opt")]
+        gc_interval: Duration => Kind::Duration,
+        /// Percent of the alloc dir's disk in use past which terminal allocations are collected (80).
+        gc_disk_usage_threshold: f64 => Kind::Float,
+        /// Percent of the alloc dir's inodes in use past which they are collected (70).
+        gc_inode_usage_threshold: f64 => Kind::Float,
+        /// The most allocations kept before terminal ones are collected (50).
+        gc_max_allocs: u64 => Kind::Uint(u64::MAX),
+        /// How many allocations are destroyed at once by the collector (2).
+        gc_parallel_destroys: u64 => Kind::Uint(u64::MAX),
         /// Node metadata.
         meta: IndexMap<String, String> => Kind::StrMap,
         /// Driver and client options (`"driver.raw_exec.enable" = "1"`).
