@@ -81,10 +81,17 @@ fn job_run_registers_every_fixture_and_inspect_returns_it() {
             .as_str()
             .unwrap_or("default")
             .to_string();
-        // Jobs go only into namespaces that exist.
+        // Jobs go only into namespaces and node pools that exist.
         if ns != "default" {
             let (status, body) = agent.put(&format!("/v1/namespace/{ns}"), &serde_json::json!({}));
             assert_eq!(status, 200, "creating namespace {ns}: {body}");
+        }
+        if let Some(pool) = expected["Job"]["NodePool"]
+            .as_str()
+            .filter(|p| !["all", "default"].contains(p))
+        {
+            let (status, body) = agent.put("/v1/node/pools", &serde_json::json!({"Name": pool}));
+            assert_eq!(status, 200, "creating node pool {pool}: {body}");
         }
         let (flags, env) = fixture_flags(path);
         let mut cmd = Command::new(bin());
@@ -302,6 +309,10 @@ fn errors_are_plain_text_with_nomads_codes() {
     assert_eq!(status, 404, "{body}");
     let (status, body, _) = agent
         .request("PUT", "/v1/node/f00d/purge", Some(&json!({})))
+        .unwrap();
+    assert_eq!(status, 404, "{body}");
+    let (status, body, _) = agent
+        .request("PUT", "/v1/node/f00d/meta", Some(&json!({})))
         .unwrap();
     assert_eq!(status, 501);
     assert!(body.contains("not supported yet"), "{body}");

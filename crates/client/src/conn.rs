@@ -92,6 +92,30 @@ impl RpcServerConn {
             .collect()
     }
 
+    /// Replaces the known servers (`PUT /v1/agent/servers`): each `host:port`, or a bare host
+    /// (port 4647); an address that is neither is refused and nothing changes.
+    pub fn set_servers(&self, servers: &[String]) -> Result<(), String> {
+        let mut addrs = Vec::with_capacity(servers.len());
+        for s in servers {
+            let s = s.trim();
+            let addr = match s.rsplit_once(':') {
+                Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                    s.to_string()
+                }
+                None if !s.is_empty() => format!("{s}:4647"),
+                _ => return Err(format!("invalid server address {s:?}: expected host:port")),
+            };
+            addrs.push(addr);
+        }
+        if addrs.is_empty() {
+            return Err("missing server address".into());
+        }
+        let mut list = self.servers.lock().expect("servers lock");
+        list.addrs = dedup(addrs);
+        list.preferred = 0;
+        Ok(())
+    }
+
     /// Replaces the known servers with those a server listed, keeping the preferred one first
     /// when it is among them. An empty list changes nothing.
     fn learn(&self, servers: &[String]) {

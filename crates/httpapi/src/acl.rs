@@ -170,6 +170,8 @@ pub(crate) fn need(method: &Method, path: &str) -> Need {
         ["v1", "client", "gc"] => Need::NodeWrite,
         ["v1", "client", "csi", ..] => Need::NodeSecret,
         ["v1", "agent", "self"] => Need::AgentRead,
+        ["v1", "agent", "servers"] if read => Need::AgentRead,
+        ["v1", "agent", "servers"] => Need::AgentWrite,
         ["v1", "agent", "members"] => Need::NodeRead,
         ["v1", "agent", "join"] => Need::AgentWrite,
         ["v1", "operator", "raft", "configuration"] => Need::OperatorRead,

@@ -206,6 +206,53 @@ pub async fn reconcile_summaries(
     }
 }
 
+/// `/v1/agent/servers` on an agent with a client: GET lists the servers its client talks to
+/// (sorted), PUT/POST `?address=host:port` (repeated) replaces them. A server-only agent has no
+/// client: 501, as Nomad's.
+pub async fn agent_servers(
+    State(st): State<ApiState>,
+    method: axum::http::Method,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Response {
+    match &st.client {
+        Some(client) => servers_of(client.as_ref(), &method, query.as_deref()),
+        None => (axum::http::StatusCode::NOT_IMPLEMENTED, "Invalid method").into_response(),
+    }
+}
+
+pub(crate) fn servers_of(
+    client: &dyn crate::LocalClient,
+    method: &axum::http::Method,
+    query: Option<&str>,
+) -> Response {
+    use axum::http::{Method, StatusCode};
+    match *method {
+        Method::GET => {
+            let mut servers = client.servers();
+            servers.sort();
+            reply::plain(&servers, false)
+        }
+        Method::PUT | Method::POST => {
+            let addrs: Vec<String> = query
+                .unwrap_or("")
+                .split('&')
+                .filter_map(|kv| kv.split_once('='))
+                .filter(|(k, _)| *k == "address")
+                .map(|(_, v)| crate::operator::percent_decode(v))
+                .filter(|v| !v.is_empty())
+                .collect();
+            if addrs.is_empty() {
+                return (StatusCode::BAD_REQUEST, "missing server address").into_response();
+            }
+            match client.set_servers(&addrs) {
+                Ok(()) => StatusCode::OK.into_response(),
+                Err(e) => (StatusCode::BAD_REQUEST, e).into_response(),
+            }
+        }
+        _ => crate::error::ApiError::invalid_method().into_response(),
+    }
+}
+
 #[cfg(test)]
 mod redact_tests {
     #[test]

@@ -110,6 +110,10 @@ pub fn client_agent_router(state: ClientAgentState) -> Router {
         .route("/v1/client/gc", axum::routing::any(client_gc))
         .route("/v1/metrics", axum::routing::any(crate::agent::metrics))
         .route(
+            "/v1/agent/servers",
+            axum::routing::any(client_agent_servers),
+        )
+        .route(
             model::wire::CSI_CONTROLLER_PATH,
             axum::routing::post(client_csi_controller),
         )
@@ -139,6 +143,15 @@ pub fn client_agent_router(state: ClientAgentState) -> Router {
         .with_state(state)
 }
 
+/// `/v1/agent/servers` of a client-only agent: its own client's servers.
+async fn client_agent_servers(
+    State(st): State<ClientAgentState>,
+    method: axum::http::Method,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Response {
+    crate::agent::servers_of(st.client.as_ref(), &method, query.as_deref())
+}
+
 /// With ACLs on, a client path this agent serves itself is first put to a server
 /// (`/v1/acl/authorize`, by the servers' one table); everything else is forwarded and checked
 /// there. Server → client CSI calls carry the node's secret instead.
@@ -148,7 +161,8 @@ async fn authorize_locally_served(
     next: axum::middleware::Next,
 ) -> Response {
     let path = req.uri().path().to_string();
-    let local = path.starts_with("/v1/client/") && !path.starts_with("/v1/client/csi/");
+    let local = (path.starts_with("/v1/client/") && !path.starts_with("/v1/client/csi/"))
+        || path == "/v1/agent/servers";
     if !st.acl_enabled || !local {
         return next.run(req).await;
     }

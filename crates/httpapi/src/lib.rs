@@ -84,6 +84,10 @@ pub trait LocalClient: Send + Sync {
     fn gc_alloc<'a>(&'a self, alloc_id: &'a str) -> LocalFuture<'a, ()>;
     /// Garbage collects every terminal allocation of this client; running ones stay.
     fn gc_all(&self) -> LocalFuture<'_, ()>;
+    /// The servers this client talks to (`/v1/agent/servers`).
+    fn servers(&self) -> Vec<String>;
+    /// Replaces them (`PUT /v1/agent/servers?address=…`); a bad address changes nothing.
+    fn set_servers(&self, addrs: &[String]) -> Result<(), String>;
     /// Starts `command` inside the running `task` with piped stdio.
     fn exec<'a>(
         &'a self,
@@ -342,6 +346,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/regions", get(agent::regions))
         .route("/v1/agent/self", get(agent::agent_self))
         .route("/v1/metrics", any(agent::metrics))
+        .route("/v1/agent/servers", any(agent::agent_servers))
         .route("/v1/system/gc", any(agent::system_gc))
         .route(
             "/v1/system/reconcile/summaries",

@@ -263,7 +263,7 @@ async fn run_client_agent(cfg: AgentConfig, dev: bool, tls: TlsSetup) -> Result<
     node_client.spawn_metrics(telemetry.client_settings());
     let node_client = Arc::new(node_client);
     let state = httpapi::forward::ClientAgentState {
-        client: Arc::new(LocalClientHandle(node_client.clone())),
+        client: Arc::new(LocalClientHandle(node_client.clone(), conn.clone())),
         servers: Arc::new(ConnServers(conn)),
         rpc: rpc::Client::with_tls(rpc::limits::CALL_TIMEOUT_DEFAULT, tls.rpc.clone()),
         acl_enabled: cfg.acl.as_ref().and_then(|a| a.enabled).unwrap_or(false),
@@ -499,15 +499,14 @@ async fn run_agent(
                 http_bound,
                 tls.rpc.clone(),
             )
-            .await?
-            .0,
+            .await?,
         )
     } else {
         None
     };
-    let node_client = node_client.map(|mut c| {
+    let node_client = node_client.map(|(mut c, conn)| {
         c.spawn_metrics(telemetry.client_settings());
-        Arc::new(c)
+        (Arc::new(c), conn)
     });
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let state = httpapi::ApiState {
@@ -515,7 +514,7 @@ async fn run_agent(
         agent: Arc::new(info),
         client: node_client
             .clone()
-            .map(|c| Arc::new(LocalClientHandle(c)) as Arc<dyn httpapi::LocalClient>),
+            .map(|(c, conn)| Arc::new(LocalClientHandle(c, conn)) as Arc<dyn httpapi::LocalClient>),
     };
     let http_tls = tls.http_server.clone();
     let http = tokio::spawn(httpapi::serve(listener, state, http_tls, async move {
@@ -525,7 +524,7 @@ async fn run_agent(
     println!("==> Caught signal: shutting down");
     let _ = stop_tx.send(());
     let _ = http.await;
-    if let Some(node_client) = node_client {
+    if let Some((node_client, _conn)) = node_client {
         if dev {
             // A dev agent leaves nothing behind, as Nomad's: its allocations are destroyed (tasks
             // killed, directories removed) while its server still runs.
@@ -559,7 +558,7 @@ fn volume_error(e: &client::CsiVolumeError) -> model::wire::CsiCallError {
 }
 
 /// The HTTP API's view of this agent's client (for `/v1/client/fs/*`).
-struct LocalClientHandle(Arc<client::Client>);
+struct LocalClientHandle(Arc<client::Client>, Arc<client::RpcServerConn>);
 
 impl LocalClientHandle {
     /// PERMISSION_DENIED unless `secret` is this node's: only servers that know the node may
@@ -716,6 +715,14 @@ impl httpapi::LocalClient for LocalClientHandle {
 
     fn host_stats(&self) -> httpapi::LocalFuture<'_, httpapi::HostStats> {
         Box::pin(async move { Ok(host_stats_of(self.0.host_stats().await)) })
+    }
+
+    fn servers(&self) -> Vec<String> {
+        self.1.servers()
+    }
+
+    fn set_servers(&self, addrs: &[String]) -> Result<(), String> {
+        self.1.set_servers(addrs)
     }
 
     fn gc_alloc<'a>(&'a self, alloc_id: &'a str) -> httpapi::LocalFuture<'a, ()> {
