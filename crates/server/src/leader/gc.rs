@@ -90,6 +90,7 @@ pub fn collect(snap: &StateSnapshot, now: i64, t: &Thresholds) -> Garbage {
         now,
         &mut g,
     );
+    orphan_gc(snap, cutoff(now, t.eval), now, &mut g);
     deployment_gc(snap, cutoff(now, t.deployment), &mut g);
     node_gc(snap, cutoff(now, t.node), &mut g);
     g
@@ -102,7 +103,9 @@ fn job_gc_able(job: &Job) -> bool {
         .periodic
         .as_ref()
         .is_some_and(|p| p.enabled != Some(false));
-    if periodic || job.parameterized.is_some() {
+    // A dispatched child carries its parent's parameterized block but is no template (Nomad's
+    // `IsParameterized` is false for it).
+    if periodic || (job.parameterized.is_some() && !job.dispatched) {
         return job.stop;
     }
     if job.status != Some(JobStatus::Dead) {
@@ -158,6 +161,21 @@ fn eval_gc(snap: &StateSnapshot, cutoff: i64, batch_cutoff: i64, now: i64, g: &m
             g.evals.insert((eval.id.clone(), eval.modify_index));
         }
         g.allocs.extend(allocs);
+    }
+}
+
+/// Allocations whose evaluation is gone (a collection that skipped one that changed, or one cut
+/// short between its entries) are reached through no evaluation: collected on their own when
+/// they may go.
+fn orphan_gc(snap: &StateSnapshot, cutoff: i64, now: i64, g: &mut Garbage) {
+    for a in snap.allocs(None, "") {
+        if snap.eval(&a.eval_id).is_some() {
+            continue;
+        }
+        let job = snap.job(&a.namespace, &a.job_id);
+        if alloc_gc_able(&a, job.as_deref(), now, cutoff) {
+            g.allocs.insert((a.id.clone(), a.modify_index));
+        }
     }
 }
 
@@ -327,17 +345,18 @@ pub(crate) async fn reap(
     };
     let evals: Vec<_> = g.evals.iter().cloned().collect();
     let allocs: Vec<_> = g.allocs.iter().cloned().collect();
-    for chunk in evals.chunks(GC_ENTRY_OBJECTS_MAX) {
-        let mut cmd = empty();
-        if let state::Command::Gc { evals, .. } = &mut cmd {
-            *evals = chunk.to_vec();
-        }
-        server.apply(cmd).await?;
-    }
+    // Allocations first: an evaluation never goes while its allocations stay.
     for chunk in allocs.chunks(GC_ENTRY_OBJECTS_MAX) {
         let mut cmd = empty();
         if let state::Command::Gc { allocs, .. } = &mut cmd {
             *allocs = chunk.to_vec();
+        }
+        server.apply(cmd).await?;
+    }
+    for chunk in evals.chunks(GC_ENTRY_OBJECTS_MAX) {
+        let mut cmd = empty();
+        if let state::Command::Gc { evals, .. } = &mut cmd {
+            *evals = chunk.to_vec();
         }
         server.apply(cmd).await?;
     }
@@ -541,5 +560,47 @@ mod tests {
             snap.eval("etl-e1").is_none(),
             "the old evaluation still went"
         );
+    }
+
+    #[test]
+    fn a_finished_dispatched_child_goes_and_its_template_stays() {
+        let mut c = Cluster::new();
+        c.add_node(node("n1", 4000, 4096));
+        let mut parent = job("tmpl", 1, 100, 64);
+        parent.job_type = Some(JobType::Batch);
+        parent.parameterized = Some(Default::default());
+        c.register(&parent, "tmpl-e0");
+        let mut child = parent.clone();
+        child.id = "tmpl/dispatch-1".into();
+        child.parent_id = "tmpl".into();
+        child.dispatched = true;
+        c.register(&child, "child-e1");
+        let mut e = eval("child-e1", &child);
+        e.status = EvalStatus::Complete;
+        e.eval_type = JobType::Batch;
+        e.modify_time = T0;
+        c.apply(Command::EvalUpsert { evals: vec![e] });
+        let mut a = alloc("child-a1", &child, "n1", 100, 64);
+        a.eval_id = "child-e1".into();
+        a.client_status = "complete".into();
+        a.modify_time = T0;
+        c.apply(Command::AllocUpsert { allocs: vec![a] });
+        let g = collect(&c.snap(), T0 + 100 * HOUR, &Thresholds::forced());
+        let jobs: Vec<String> = g.jobs.iter().map(|(_, id, _)| id.clone()).collect();
+        assert_eq!(jobs, vec!["tmpl/dispatch-1".to_string()]);
+        assert_eq!(ids(&g.allocs), vec!["child-a1".to_string()]);
+    }
+
+    #[test]
+    fn an_allocation_whose_evaluation_is_gone_is_still_collected() {
+        let mut c = Cluster::new();
+        c.add_node(node("n1", 4000, 4096));
+        let (e, a) = finished_batch(&mut c, "etl", "complete");
+        c.apply(Command::EvalDelete {
+            eval_ids: vec![e],
+            alloc_ids: Vec::new(),
+        });
+        let g = collect(&c.snap(), T0 + 100 * HOUR, &Thresholds::forced());
+        assert!(ids(&g.allocs).contains(&a), "{g:?}");
     }
 }

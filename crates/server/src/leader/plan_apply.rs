@@ -156,6 +156,20 @@ fn evaluate_on(snap: &PlanView, sub: &PlanSubmission) -> Evaluated {
             continue;
         }
         copy_node(plan, node_id, &mut result);
+        // Nomad's evaluatePlan: only live allocations are evicted (one that finished or went
+        // meanwhile is left as it is, and its job is not evaluated for it).
+        if let Some(evicted) = result.node_preemptions.get_mut(node_id.as_str()) {
+            let live: HashSet<String> = snap
+                .allocs_by_node(node_id)
+                .iter()
+                .filter(|a| !a.is_terminal())
+                .map(|a| a.id.clone())
+                .collect();
+            evicted.retain(|a| live.contains(&a.id));
+            if evicted.is_empty() {
+                result.node_preemptions.remove(node_id.as_str());
+            }
+        }
     }
     if partial && plan.all_at_once {
         result.node_update.clear();
@@ -189,16 +203,24 @@ fn evaluate_on(snap: &PlanView, sub: &PlanSubmission) -> Evaluated {
 /// again (Nomad's `PreemptionEvals`); committed in the same entry as the evictions. Their IDs
 /// derive from the plan's evaluation and the job, so every check of the plan makes the same ones.
 fn preemption_evals(snap: &StateSnapshot, plan: &Plan, result: &PlanResult) -> Vec<Evaluation> {
-    let mut jobs: BTreeMap<(&str, &str), i64> = BTreeMap::new();
+    // Per job: when, and the evicted allocations (in the ID, so a retry of the same evaluation
+    // that evicts others of the job writes a new evaluation rather than reusing a finished one).
+    let mut jobs: BTreeMap<(&str, &str), (i64, Vec<&str>)> = BTreeMap::new();
     for a in result.node_preemptions.values().flatten() {
-        jobs.entry((a.namespace.as_str(), a.job_id.as_str()))
-            .or_insert(a.modify_time);
+        let entry = jobs
+            .entry((a.namespace.as_str(), a.job_id.as_str()))
+            .or_insert((a.modify_time, Vec::new()));
+        entry.1.push(a.id.as_str());
     }
     jobs.into_iter()
-        .filter_map(|((ns, job_id), now)| {
+        .filter_map(|((ns, job_id), (now, mut victims))| {
             let job = snap.job(ns, job_id)?;
+            victims.sort_unstable();
             Some(Evaluation {
-                id: super::derived_id(&plan.eval_id, &format!("preemption/{ns}/{job_id}")),
+                id: super::derived_id(
+                    &plan.eval_id,
+                    &format!("preemption/{ns}/{job_id}/{}", victims.join(",")),
+                ),
                 namespace: ns.to_string(),
                 priority: job.priority.unwrap_or(model::job::DEFAULT_PRIORITY),
                 eval_type: job.job_type.clone().unwrap_or_default(),

@@ -870,3 +870,52 @@ fn a_preempting_plan_evicts_and_evaluates_the_evicted_job() {
     assert_eq!(evals[0].priority, 10);
     assert_nothing_overcommitted(&snap);
 }
+
+/// An eviction of an allocation that finished after the plan was made is dropped, with its
+/// evaluation (Nomad's evaluatePlan keeps only live preemptions); the placement still fits.
+#[test]
+fn an_eviction_of_an_allocation_that_finished_meanwhile_is_dropped() {
+    let mut c = Cluster::new();
+    c.add_node(node("n1", 1000, 1024));
+    let mut low = job("low", 1, 900, 256);
+    low.job_type = Some(model::JobType::Batch);
+    low.priority = Some(10);
+    let eval_low = c.register(&low, "eval-low");
+    let s = c.snap();
+    let out = scheduler::schedule(&SnapshotView::new(s.clone()), &eval_low, NOW, 1).unwrap();
+    commit(
+        &mut c,
+        &evaluate_plan(&s, &submission(&eval_low, out, s.index())),
+    )
+    .expect("placed");
+    let mut sys = job("agent", 1, 500, 128);
+    sys.job_type = Some(model::JobType::System);
+    sys.priority = Some(100);
+    let eval_sys = c.register(&sys, "eval-sys");
+    let s = c.snap();
+    let out = scheduler::schedule(&SnapshotView::new(s.clone()), &eval_sys, NOW, 1).unwrap();
+    let sub = submission(&eval_sys, out, s.index());
+    // The victim finishes before the plan is applied.
+    let mut done = (*c.snap().allocs_by_job("default", "low").pop().unwrap()).clone();
+    done.client_status = "complete".into();
+    c.apply(state::Command::AllocUpsert { allocs: vec![done] });
+    let verdict = evaluate_plan(&c.snap(), &sub);
+    assert!(
+        verdict.result.node_preemptions.is_empty(),
+        "{:?}",
+        verdict.result
+    );
+    assert_eq!(verdict.result.node_allocation.len(), 1);
+    commit(&mut c, &verdict).expect("committed");
+    let snap = c.snap();
+    let victim = snap.allocs_by_job("default", "low").pop().unwrap();
+    assert_eq!(
+        victim.desired_status,
+        DesiredStatus::Run,
+        "not rewritten as evicted"
+    );
+    assert!(snap
+        .evals_by_job("default", "low")
+        .iter()
+        .all(|e| e.triggered_by != model::eval::EVAL_TRIGGER_PREEMPTION));
+}
