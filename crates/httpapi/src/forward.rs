@@ -104,6 +104,7 @@ pub fn client_agent_router(state: ClientAgentState) -> Router {
         .route("/v1/client/fs/logs/{alloc_id}", get(logs))
         .route("/v1/client/fs/cat/{alloc_id}", get(cat))
         .route("/v1/client/fs/readat/{alloc_id}", get(readat))
+        .route("/v1/client/fs/stream/{alloc_id}", get(stream))
         .route("/v1/client/fs/stat/{alloc_id}", get(stat))
         .route("/v1/client/fs/ls/{alloc_id}", get(ls))
         .route("/v1/client/stats", get(client_stats))
@@ -499,6 +500,14 @@ async fn readat(
     Query(params): Params,
 ) -> Response {
     fs::readat_inner(&st, &alloc_id, &params).unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn stream(
+    State(st): State<ClientAgentState>,
+    UrlPath(alloc_id): UrlPath<String>,
+    Query(params): Params,
+) -> Response {
+    fs::stream_inner(&st, &alloc_id, &params).unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn stat(

@@ -485,6 +485,106 @@ pub(crate) fn readat_inner(
     stream_file(file, meta.len(), offset, limit)
 }
 
+pub async fn stream(
+    State(st): State<ApiState>,
+    UrlPath(alloc_id): UrlPath<String>,
+    Query(params): Params,
+) -> Response {
+    stream_inner(&st, &alloc_id, &params).unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `/v1/client/fs/stream/:alloc_id?path=&offset=&origin=start|end&follow=&plain=`: a file of the
+/// allocation as Nomad's `StreamFrame`s (`{"Offset","Data","File","FileEvent"}`, the data base64)
+/// or plain bytes; with `follow` (the default, as Nomad's) new bytes as they are written, until
+/// the caller goes or the file is deleted (a last frame says `"FileEvent": "file deleted"`). A
+/// file that cannot be streamed is a 400, as Nomad's streaming errors.
+pub(crate) fn stream_inner(
+    st: &dyn AllocRoots,
+    alloc_id: &str,
+    params: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let root = st.alloc_root(alloc_id)?;
+    let rel = file_param(params)?.to_string();
+    let origin = params.get("origin").map_or("start", String::as_str);
+    if origin != "start" && origin != "end" {
+        return Err(ApiError::bad_request("origin must be start or end"));
+    }
+    let offset: u64 = match params.get("offset").filter(|s| !s.is_empty()) {
+        Some(s) => s
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("invalid offset {s:?}")))?,
+        None => 0,
+    };
+    let follow = match params.get("follow").map(String::as_str) {
+        None | Some("") => true,
+        Some(_) => flag(params, "follow")?,
+    };
+    let plain = flag(params, "plain")?;
+    // The file must be there now (a 400 naming it otherwise).
+    open_regular(&root, &rel).map_err(|e| ApiError::bad_request(e.message))?;
+    let (data, end) = read_log(&root, &rel, offset, origin == "end")?;
+    let encode = move |data: Vec<u8>, end: u64, event: &str, rel: &str| -> Vec<u8> {
+        if plain {
+            return data;
+        }
+        let frame = StreamFrame {
+            offset: end,
+            data: base64::engine::general_purpose::STANDARD.encode(&data),
+            file: rel.to_string(),
+            file_event: event.to_string(),
+        };
+        serde_json::to_vec(&frame).unwrap_or_default()
+    };
+    let first = (!data.is_empty()).then(|| encode(data, end, "", &rel));
+    let content_type = if plain {
+        "text/plain; charset=utf-8"
+    } else {
+        "application/json"
+    };
+    // State: the first chunk, where the file was read to, whether the stream is over.
+    let init = (first.clone(), end, first.is_none() && !follow);
+    let stream = futures::stream::unfold(init, move |(first, mut end, done)| {
+        let root = root.clone();
+        let rel = rel.clone();
+        async move {
+            if let Some(chunk) = first {
+                return Some((Ok::<_, std::io::Error>(chunk), (None, end, !follow)));
+            }
+            if done {
+                return None;
+            }
+            loop {
+                match open_regular(&root, &rel) {
+                    Err(e) if e.status == StatusCode::NOT_FOUND => {
+                        let last = encode(Vec::new(), end, "file deleted", &rel);
+                        return Some((Ok(last), (None, end, true)));
+                    }
+                    Err(_) => return None,
+                    Ok(_) => {}
+                }
+                let (data, new_end) = read_log(&root, &rel, end, false).ok()?;
+                if new_end < end {
+                    // Truncated: start over from its new end, as Nomad's "file truncated".
+                    end = new_end;
+                    let event = encode(Vec::new(), end, "file truncated", &rel);
+                    return Some((Ok(event), (None, end, false)));
+                }
+                end = new_end;
+                if !data.is_empty() {
+                    return Some((Ok(encode(data, end, "", &rel)), (None, end, false)));
+                }
+                tokio::time::sleep(FOLLOW_POLL).await;
+            }
+        }
+    });
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, content_type)],
+        axum::body::Body::from_stream(stream),
+    )
+        .into_response())
+}
+
 pub async fn stat(
     State(st): State<ApiState>,
     UrlPath(alloc_id): UrlPath<String>,

@@ -317,6 +317,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/client/fs/logs/{alloc_id}", get(fs::logs))
         .route("/v1/client/fs/cat/{alloc_id}", get(fs::cat))
         .route("/v1/client/fs/readat/{alloc_id}", get(fs::readat))
+        .route("/v1/client/fs/stream/{alloc_id}", get(fs::stream))
         .route("/v1/client/fs/stat/{alloc_id}", get(fs::stat))
         .route("/v1/client/fs/ls/{alloc_id}", get(fs::ls))
         .route(
