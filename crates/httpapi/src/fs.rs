@@ -505,16 +505,7 @@ pub(crate) fn stream_inner(
 ) -> Result<Response, ApiError> {
     let root = st.alloc_root(alloc_id)?;
     let rel = file_param(params)?.to_string();
-    let origin = params.get("origin").map_or("start", String::as_str);
-    if origin != "start" && origin != "end" {
-        return Err(ApiError::bad_request("origin must be start or end"));
-    }
-    let offset: u64 = match params.get("offset").filter(|s| !s.is_empty()) {
-        Some(s) => s
-            .parse()
-            .map_err(|_| ApiError::bad_request(format!("invalid offset {s:?}")))?,
-        None => 0,
-    };
+    let (origin, offset) = origin_and_offset(params)?;
     let follow = match params.get("follow").map(String::as_str) {
         None | Some("") => true,
         Some(_) => flag(params, "follow")?,
@@ -523,17 +514,8 @@ pub(crate) fn stream_inner(
     // The file must be there now (a 400 naming it otherwise).
     open_regular(&root, &rel).map_err(|e| ApiError::bad_request(e.message))?;
     let (data, end) = read_log(&root, &rel, offset, origin == "end")?;
-    let encode = move |data: Vec<u8>, end: u64, event: &str, rel: &str| -> Vec<u8> {
-        if plain {
-            return data;
-        }
-        let frame = StreamFrame {
-            offset: end,
-            data: base64::engine::general_purpose::STANDARD.encode(&data),
-            file: rel.to_string(),
-            file_event: event.to_string(),
-        };
-        serde_json::to_vec(&frame).unwrap_or_default()
+    let encode = move |data: Vec<u8>, end: u64, event: &str, rel: &str| {
+        frame_bytes(plain, data, end, rel, event)
     };
     let first = (!data.is_empty()).then(|| encode(data, end, "", &rel));
     let content_type = if plain {
@@ -639,16 +621,7 @@ pub(crate) fn logs_inner(
             "must provide log type (stdout or stderr)",
         ));
     }
-    let origin = params.get("origin").map_or("start", String::as_str);
-    if origin != "start" && origin != "end" {
-        return Err(ApiError::bad_request("origin must be start or end"));
-    }
-    let offset: u64 = match params.get("offset").filter(|s| !s.is_empty()) {
-        Some(s) => s
-            .parse()
-            .map_err(|_| ApiError::bad_request(format!("invalid offset {s:?}")))?,
-        None => 0,
-    };
+    let (origin, offset) = origin_and_offset(params)?;
     let plain = flag(params, "plain")?;
     let root = st.alloc_root(alloc_id)?;
     if task.contains('/') || task.contains("..") {
@@ -783,17 +756,37 @@ impl Follow {
     }
 
     fn encode(&self, data: Vec<u8>, end: u64, rel: String) -> Vec<u8> {
-        if self.plain {
-            return data;
-        }
-        let frame = StreamFrame {
-            offset: end,
-            data: base64::engine::general_purpose::STANDARD.encode(&data),
-            file: rel,
-            file_event: String::new(),
-        };
-        serde_json::to_vec(&frame).unwrap_or_default()
+        frame_bytes(self.plain, data, end, &rel, "")
     }
+}
+
+/// One chunk of a stream: the bytes themselves (`plain`), or a `StreamFrame` with them in base64.
+fn frame_bytes(plain: bool, data: Vec<u8>, end: u64, rel: &str, event: &str) -> Vec<u8> {
+    if plain {
+        return data;
+    }
+    let frame = StreamFrame {
+        offset: end,
+        data: base64::engine::general_purpose::STANDARD.encode(&data),
+        file: rel.to_string(),
+        file_event: event.to_string(),
+    };
+    serde_json::to_vec(&frame).unwrap_or_default()
+}
+
+/// `origin` (`start`, the default, or `end`) and `offset` (bytes, default 0) of a log or stream.
+fn origin_and_offset(params: &HashMap<String, String>) -> Result<(&str, u64), ApiError> {
+    let origin = params.get("origin").map_or("start", String::as_str);
+    if origin != "start" && origin != "end" {
+        return Err(ApiError::bad_request("origin must be start or end"));
+    }
+    let offset = match params.get("offset").filter(|s| !s.is_empty()) {
+        Some(s) => s
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("invalid offset {s:?}")))?,
+        None => 0,
+    };
+    Ok((origin, offset))
 }
 
 /// `alloc/logs/<base>.<index>`.
