@@ -121,11 +121,28 @@ impl RawExecDriver {
             stdout.into(),
             stderr.into(),
         )?;
-        let mut child = cmd.spawn().map_err(|e| DriverError::Start {
-            task_id: cfg.id.clone(),
-            message: format!("running {}: {e}", program.display()),
-            recoverable: false,
-        })?;
+        // ETXTBSY: a program written just before (an artifact, a template, a test's script) is
+        // still open for writing in a child another thread of this process forked meanwhile; that
+        // child execs or exits within moments, so the spawn is tried again, briefly.
+        let mut attempt = 0;
+        let mut child = loop {
+            match cmd.spawn() {
+                Err(e)
+                    if e.raw_os_error() == Some(nix::errno::Errno::ETXTBSY as i32)
+                        && attempt < 5 =>
+                {
+                    attempt += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(20 * attempt)).await;
+                }
+                other => {
+                    break other.map_err(|e| DriverError::Start {
+                        task_id: cfg.id.clone(),
+                        message: format!("running {}: {e}", program.display()),
+                        recoverable: false,
+                    })?
+                }
+            }
+        };
         let leader = match leader_identity(&cfg.id, child.id()) {
             Ok(leader) => leader,
             Err(e) => {
