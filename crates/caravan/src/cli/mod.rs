@@ -13,6 +13,7 @@ mod deployment;
 mod diff;
 mod eval;
 mod executor;
+mod format;
 mod job;
 mod job_launch;
 mod job_plan;
@@ -96,6 +97,12 @@ enum Command {
     /// Work with servers: members, join
     #[command(subcommand)]
     Server(server::ServerCommand),
+    /// Rewrite job files and agent configs in the canonical format (-check, -list, -write, -recursive)
+    ///
+    /// Formats Nomad agent configuration and job files to a canonical format. If a path is a
+    /// directory, formats all files with .nomad and .hcl extensions in it. With a single dash (-)
+    /// as the argument, reads standard input and writes the result to standard output.
+    Fmt(format::FmtArgs),
     /// List jobs, or show one job's status (like `job status`)
     Status(job_status::StatusArgs),
     /// Simulate many client nodes against real servers (for benchmarks)
@@ -167,6 +174,7 @@ pub fn run(args: Vec<OsString>) -> i32 {
         Command::Scaling(cmd) => Ok(scaling::run(cmd)),
         Command::System(cmd) => Ok(system::run(cmd)),
         Command::Plugin(cmd) => Ok(volume::run_plugin(cmd)),
+        Command::Fmt(args) => Ok(format::run(args)),
         Command::Status(args) => Ok(status_of_anything(&original, args)),
         Command::Executor(args) => Ok(executor::run(args)),
         Command::CsiHostpath(args) => csi_hostpath::run(args),
