@@ -20,6 +20,7 @@
 mod acl;
 mod agent;
 mod alloc_ops;
+pub mod autopilot;
 mod client;
 mod deployments;
 mod error;

@@ -179,6 +179,9 @@ pub(crate) fn need(method: &Method, path: &str) -> Need {
         ["v1", "operator", "snapshot"] => Need::Management,
         ["v1", "operator", "scheduler", "configuration"] if read => Need::OperatorRead,
         ["v1", "operator", "scheduler", "configuration"] => Need::OperatorWrite,
+        ["v1", "operator", "autopilot", "configuration"] if read => Need::OperatorRead,
+        ["v1", "operator", "autopilot", "configuration"] => Need::OperatorWrite,
+        ["v1", "operator", "autopilot", "health"] => Need::OperatorRead,
         ["v1", "volumes"] if read => Need::NsList("csi-list-volume"),
         ["v1", "volumes", ..] if read => Need::Ns(&["csi-list-volume"]),
         ["v1", "volume", "csi", _] if read => Need::Ns(&["csi-read-volume"]),
@@ -523,6 +526,18 @@ mod tests {
         for write in [Method::PUT, Method::POST] {
             assert_eq!(
                 need(&write, "/v1/operator/scheduler/configuration"),
+                Need::OperatorWrite
+            );
+        }
+        for what in ["configuration", "health"] {
+            assert_eq!(
+                need(&get, &format!("/v1/operator/autopilot/{what}")),
+                Need::OperatorRead
+            );
+        }
+        for write in [Method::PUT, Method::POST] {
+            assert_eq!(
+                need(&write, "/v1/operator/autopilot/configuration"),
                 Need::OperatorWrite
             );
         }

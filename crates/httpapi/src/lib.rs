@@ -9,6 +9,7 @@
 pub mod acl;
 mod acl_endpoints;
 mod agent;
+mod autopilot;
 mod client_allocs;
 mod csi;
 mod deployments;
@@ -365,6 +366,11 @@ pub fn router(state: ApiState) -> Router {
             "/v1/operator/scheduler/configuration",
             any(operator::scheduler_configuration),
         )
+        .route(
+            "/v1/operator/autopilot/configuration",
+            any(autopilot::configuration),
+        )
+        .route("/v1/operator/autopilot/health", any(autopilot::health))
         .route(
             "/v1/operator/raft/transfer-leadership",
             any(operator::transfer_leadership),

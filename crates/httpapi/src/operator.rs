@@ -239,26 +239,38 @@ async fn scheduler_set_config(
     body: &[u8],
 ) -> Result<Response, ApiError> {
     let q = QueryOptions::parse(params)?;
-    let parse_error = |e: &dyn std::fmt::Display| {
-        ApiError::bad_request(format!("Error parsing scheduler config: {e}"))
-    };
-    let text = std::str::from_utf8(body).map_err(|_| parse_error(&"not UTF-8"))?;
-    if text.trim().is_empty() {
-        return Err(parse_error(&"EOF"));
-    }
-    let config: model::scheduler_config::SchedulerConfiguration =
-        model::json::from_str(text).map_err(|e| parse_error(&e))?;
-    // Present (even empty) means check-and-set, as Nomad reads it.
-    let cas =
-        match q.params.get("cas") {
-            Some(v) => Some(v.parse::<u64>().map_err(|e| {
-                ApiError::bad_request(format!("Error parsing cas value: {v:?}: {e}"))
-            })?),
-            None => None,
-        };
+    let config: model::scheduler_config::SchedulerConfiguration = config_body("scheduler", body)?;
+    let cas = cas_param(&q)?;
     let resp = st
         .server
         .scheduler_set_config(server::SchedulerSetConfigRequest { config, cas })
         .await?;
     Ok(reply::write(&resp, resp.index, q.pretty))
+}
+
+/// The body of a singleton configuration's write (scheduler, autopilot), with Nomad's
+/// `Error parsing <what> config: …` for a body that is not one.
+pub(crate) fn config_body<T: serde::de::DeserializeOwned>(
+    what: &str,
+    body: &[u8],
+) -> Result<T, ApiError> {
+    let parse_error = |e: &dyn std::fmt::Display| {
+        ApiError::bad_request(format!("Error parsing {what} config: {e}"))
+    };
+    let text = std::str::from_utf8(body).map_err(|_| parse_error(&"not UTF-8"))?;
+    if text.trim().is_empty() {
+        return Err(parse_error(&"EOF"));
+    }
+    model::json::from_str(text).map_err(|e| parse_error(&e))
+}
+
+/// `?cas=N`: present (even empty) means check-and-set, as Nomad reads it.
+pub(crate) fn cas_param(q: &QueryOptions) -> Result<Option<u64>, ApiError> {
+    q.params
+        .get("cas")
+        .map(|v| {
+            v.parse::<u64>()
+                .map_err(|e| ApiError::bad_request(format!("Error parsing cas value: {v:?}: {e}")))
+        })
+        .transpose()
 }

@@ -321,6 +321,29 @@ impl RaftNode {
         })
     }
 
+    /// On the leader: the last log entry each other member is known to hold, as `(term, index)`
+    /// (`None`: nothing matched yet). Empty on a follower.
+    pub fn peer_matched(&self) -> std::collections::BTreeMap<u64, Option<(u64, u64)>> {
+        let me = self.inner.id;
+        self.with_metrics(|m| {
+            m.replication
+                .as_ref()
+                .map(|peers| {
+                    peers
+                        .iter()
+                        .filter(|(id, _)| **id != me)
+                        .map(|(id, matched)| {
+                            let at = matched
+                                .as_ref()
+                                .map(|l| (l.committed_leader_id().term, l.index()));
+                            (*id, at)
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+    }
+
     /// On the leader: hands leadership to voter `to` (Nomad's `transfer-leadership`) and waits
     /// until `to` leads. The old leader steps down at once; it stays a voter.
     pub async fn transfer_leader(&self, to: u64, timeout: Duration) -> Result<(), RaftError> {

@@ -52,6 +52,21 @@ async fn three_nodes_elect_one_leader_replicate_and_followers_forward() {
         .expect("the follower heard from the leader");
     assert!(contact < 5_000, "last contact {contact} ms ago");
 
+    // The leader knows how far each follower's log goes: every entry, of its term.
+    let stats = leader.node.stats();
+    wait_until("the leader sees both followers caught up", || {
+        let matched = leader.node.peer_matched();
+        matched.len() == 2
+            && matched
+                .values()
+                .all(|m| *m == Some((stats.term, stats.last_log_index)))
+    })
+    .await;
+    assert!(
+        follower.node.peer_matched().is_empty(),
+        "a follower knows none"
+    );
+
     for n in nodes {
         n.stop().await;
     }

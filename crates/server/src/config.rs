@@ -43,12 +43,10 @@ pub struct ServerConfig {
     /// the total rate stays under it (Nomad's `max_heartbeats_per_second`, default 50; 0: no
     /// scaling).
     pub max_heartbeats_per_second: f64,
-    /// Autopilot's `cleanup_dead_servers`: the leader removes a voter that has not answered it
-    /// for `dead_server_after`, while more voters than `bootstrap_expect` remain.
-    pub cleanup_dead_servers: bool,
-    /// Autopilot's `server_stabilization_time` (10 s): how long a voter may stay silent before it
-    /// counts as dead.
-    pub dead_server_after: Duration,
+    /// The agent's `autopilot { … }` block (Nomad's defaults where it sets nothing): what the
+    /// first leader stores as the cluster's autopilot configuration, which then rules
+    /// (`/v1/operator/autopilot/configuration`); used as it is while none is stored.
+    pub autopilot: model::autopilot::AutopilotConfiguration,
     /// How long one CSI controller call may take before its client gives up on it
     /// (`server { csi_controller_timeout }`); default 2 min, as cloud attaches take minutes.
     pub csi_controller_timeout: Duration,
@@ -101,8 +99,7 @@ impl ServerConfig {
             heartbeat_grace: limits::DEFAULT_HEARTBEAT_GRACE,
             failover_heartbeat_ttl: limits::DEFAULT_FAILOVER_HEARTBEAT_TTL,
             max_heartbeats_per_second: limits::DEFAULT_MAX_HEARTBEATS_PER_SECOND,
-            cleanup_dead_servers: true,
-            dead_server_after: Duration::from_secs(10),
+            autopilot: model::autopilot::AutopilotConfiguration::agent_default(),
             csi_controller_timeout: crate::csi::DEFAULT_CONTROLLER_CALL_TIMEOUT,
             csi_max_queued: crate::csi::DEFAULT_MAX_QUEUED,
             acl_enabled: false,

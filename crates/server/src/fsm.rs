@@ -74,6 +74,7 @@ fn metric_name(cmd: &state::Command) -> &'static str {
         "NodePurge" => "deregister_node",
         "JobSummariesReconcile" => "reconcile_job_summaries",
         "SchedulerConfigSet" => "apply_scheduler_config",
+        "AutopilotConfigSet" => "autopilot",
         _ => "other",
     }
 }

@@ -167,6 +167,10 @@ fn table() -> HashMap<&'static str, Endpoint> {
     t.add::<m::SchedulerSetConfig, _, _>(|s, req| async move {
         s.scheduler_set_config_local(req).await
     });
+    t.add::<m::AutopilotSetConfig, _, _>(|s, req| async move {
+        s.autopilot_set_config_local(req).await
+    });
+    t.add::<m::AutopilotServerHealth, _, _>(|s, ()| async move { s.autopilot_health_local() });
     // Servers managing each other.
     t.add::<m::ServerInfoMethod, _, _>(|s, ()| async move { s.server_info().await });
     t.add::<m::ServerJoin, _, _>(|s, req| async move { s.server_join_request(req).await });

@@ -34,6 +34,7 @@ pub use endpoints::plan::JobPlanRequest;
 pub mod scaling_policies {
     pub use crate::endpoints::scaling::{job_policies, policies, policy_id};
 }
+pub use endpoints::autopilot::{AutopilotSetConfigRequest, AutopilotSetConfigResponse};
 pub use endpoints::scheduler_config::{
     SchedulerSetConfigRequest, SchedulerSetConfigResponse, REGISTRATION_DISABLED,
 };

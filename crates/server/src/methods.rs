@@ -5,6 +5,7 @@
 
 use crate::acl::{AclWrite, AclWriteResponse};
 use crate::csi::{CsiWrite, CsiWriteResponse};
+use crate::endpoints::autopilot::{AutopilotSetConfigRequest, AutopilotSetConfigResponse};
 use crate::endpoints::deployment::DeploymentAction;
 use crate::endpoints::job::JobRegisterRequest;
 use crate::endpoints::plan::JobPlanRequest;
@@ -151,6 +152,15 @@ rpc_method!(pub SnapshotRestore = "Operator.SnapshotRestore": SnapshotRestoreArg
 rpc_method!(
     pub SchedulerSetConfig = "Operator.SchedulerSetConfiguration":
         SchedulerSetConfigRequest => SchedulerSetConfigResponse
+);
+rpc_method!(
+    pub AutopilotSetConfig = "Operator.AutopilotSetConfiguration":
+        AutopilotSetConfigRequest => AutopilotSetConfigResponse
+);
+rpc_method!(
+    /// The servers' health as the leader sees it.
+    pub AutopilotServerHealth = "Operator.ServerHealth":
+        () => model::autopilot::OperatorHealthReply
 );
 rpc_method!(
     /// An HTTP request a client agent (or a follower's HTTP layer) hands a server to answer.

@@ -36,6 +36,8 @@ pub enum Table {
     ScalingEvents,
     /// Node pools (besides the built-in `all` and `default`).
     NodePools,
+    /// The one autopilot configuration (`/v1/operator/autopilot/configuration`).
+    AutopilotConfig,
 }
 
 impl Table {
@@ -61,6 +63,7 @@ impl Table {
         Table::SchedulerConfig,
         Table::ScalingEvents,
         Table::NodePools,
+        Table::AutopilotConfig,
     ];
 
     pub(crate) fn slot(self) -> usize {
@@ -362,6 +365,15 @@ pub enum Command {
         version: u64,
         stable: bool,
     },
+    /// Replaces the cluster's autopilot configuration (Nomad's `AutopilotRequestType`), as
+    /// [`Command::SchedulerConfigSet`] does the scheduler's: create index kept, modify index this
+    /// entry's; with `cas`, only if the stored `ModifyIndex` (0 when none is stored) is `cas`,
+    /// else a [`crate::StateError::Conflict`] starting `cas error:` and nothing changes. A
+    /// configuration that does not validate (an Enterprise switch on) is refused.
+    AutopilotConfigSet {
+        config: model::autopilot::AutopilotConfiguration,
+        cas: Option<u64>,
+    },
     /// Replaces the cluster's scheduler configuration (Nomad's `SchedulerConfigRequestType`); its
     /// create index is kept, its modify index becomes this entry's. With `cas`, only if the stored
     /// `ModifyIndex` (0 when none is stored) is `cas`: otherwise refused with a
@@ -496,6 +508,7 @@ impl Command {
             Command::RootKeyUpsert { .. } => "RootKeyUpsert",
             Command::RootKeyDelete { .. } => "RootKeyDelete",
             Command::JobStability { .. } => "JobStability",
+            Command::AutopilotConfigSet { .. } => "AutopilotConfigSet",
             Command::SchedulerConfigSet { .. } => "SchedulerConfigSet",
             Command::JobScale { .. } => "JobScale",
             Command::Gc { .. } => "Gc",

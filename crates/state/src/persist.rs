@@ -15,7 +15,9 @@
 //! still load.
 //!
 //! The scheduler configuration, when one is stored, is one `{"SchedulerConfig":{…}}` record;
-//! snapshots written before it existed have none and load with Nomad's defaults.
+//! snapshots written before it existed have none and load with Nomad's defaults. So is the
+//! autopilot configuration (`{"AutopilotConfig":{…}}`); without one, the next leader stores its
+//! agent's.
 
 use crate::command::Table;
 use crate::error::StateError;
@@ -90,6 +92,7 @@ enum RecordRef<'a> {
     Namespace(&'a Namespace),
     RootKey(&'a RootKey),
     Variable(&'a VariableEncrypted),
+    AutopilotConfig(&'a model::autopilot::AutopilotConfiguration),
     SchedulerConfig(&'a SchedulerConfiguration),
     ScalingEvents(&'a model::scaling::JobScalingEvents),
     NodePool(&'a model::node_pool::NodePool),
@@ -119,6 +122,7 @@ enum Record {
     Namespace(Namespace),
     RootKey(RootKey),
     Variable(VariableEncrypted),
+    AutopilotConfig(model::autopilot::AutopilotConfiguration),
     SchedulerConfig(SchedulerConfiguration),
     ScalingEvents(model::scaling::JobScalingEvents),
     NodePool(model::node_pool::NodePool),
@@ -225,6 +229,9 @@ pub(crate) fn save(root: &Root, w: &mut dyn Write) -> Result<(), StateError> {
     }
     for var in root.variables().values() {
         put(&mut w, RecordRef::Variable(var))?;
+    }
+    if let Some(config) = root.autopilot_config() {
+        put(&mut w, RecordRef::AutopilotConfig(config))?;
     }
     if let Some(config) = root.scheduler_config() {
         put(&mut w, RecordRef::SchedulerConfig(config))?;
@@ -422,6 +429,7 @@ fn insert(root: &mut Root, record: Record) -> Result<(), StateError> {
         Record::Namespace(ns) => root.put_namespace(Arc::new(ns)),
         Record::RootKey(key) => root.put_root_key(Arc::new(key)),
         Record::Variable(var) => root.put_variable(Arc::new(var)),
+        Record::AutopilotConfig(config) => root.set_autopilot_config(Arc::new(config)),
         Record::SchedulerConfig(config) => root.set_scheduler_config(Arc::new(config)),
         Record::ScalingEvents(events) => root.put_scaling_events(Arc::new(events)),
         Record::NodePool(pool) => root.put_node_pool(Arc::new(pool)),

@@ -236,6 +236,11 @@ impl StateSnapshot {
         self.root.scaling_events_of(ns, job_id).cloned()
     }
 
+    /// The stored autopilot configuration; `None` until the first leader stored its agent's.
+    pub fn autopilot_config(&self) -> Option<model::autopilot::AutopilotConfiguration> {
+        self.root.autopilot_config().map(|c| (**c).clone())
+    }
+
     /// The stored scheduler configuration, or Nomad's defaults when none is stored (indexes 0).
     pub fn scheduler_config(&self) -> model::scheduler_config::SchedulerConfiguration {
         self.root.scheduler_config().map_or_else(

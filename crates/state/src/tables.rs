@@ -102,6 +102,8 @@ pub(crate) struct Root {
     scaling_events: OrdMap<NsKey, Arc<model::scaling::JobScalingEvents>>,
     /// Name → node pool (the built-in `all` and `default` are not stored).
     node_pools: OrdMap<String, Arc<model::node_pool::NodePool>>,
+    /// The autopilot configuration; `None` until the first leader stores its agent's.
+    autopilot_config: Option<Arc<model::autopilot::AutopilotConfiguration>>,
 }
 
 fn index_add<K: Ord + Clone>(index: &mut OrdMap<K, IdSet>, key: K, id: &str) {
@@ -704,6 +706,19 @@ impl Root {
 
     pub(crate) fn delete_scaling_events(&mut self, ns: &str, job_id: &str) {
         self.scaling_events.remove(&ns_key(ns, job_id));
+    }
+
+    pub(crate) fn autopilot_config(
+        &self,
+    ) -> Option<&Arc<model::autopilot::AutopilotConfiguration>> {
+        self.autopilot_config.as_ref()
+    }
+
+    pub(crate) fn set_autopilot_config(
+        &mut self,
+        config: Arc<model::autopilot::AutopilotConfiguration>,
+    ) {
+        self.autopilot_config = Some(config);
     }
 
     pub(crate) fn scheduler_config(&self) -> Option<&Arc<SchedulerConfiguration>> {

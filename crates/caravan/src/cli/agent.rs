@@ -930,37 +930,78 @@ fn client_gc_config(block: &jobspec::agent::ClientConfig, dev: bool) -> Result<c
     Ok(gc)
 }
 
-/// `autopilot { cleanup_dead_servers server_stabilization_time }` (the rest of Nomad's block is
-/// accepted and not used).
+/// Every key of Nomad's `autopilot { … }` block over Nomad's defaults: what the first leader
+/// stores as the cluster's autopilot configuration. Nomad Enterprise's switches may be written
+/// `false`; `true` is refused, as is a key Nomad does not know.
 fn apply_autopilot(cfg: &AgentConfig, server_cfg: &mut server::ServerConfig) -> Result<()> {
-    let Some(block) = cfg.autopilot.as_ref() else {
-        return Ok(());
-    };
-    if let Some(v) = block.get("cleanup_dead_servers") {
-        server_cfg.cleanup_dead_servers = match v {
-            serde_json::Value::Bool(b) => *b,
-            serde_json::Value::String(s) if s == "true" => true,
-            serde_json::Value::String(s) if s == "false" => false,
-            other => {
-                anyhow::bail!("autopilot.cleanup_dead_servers: expected true or false, got {other}")
-            }
-        };
-    }
-    if let Some(v) = block.get("server_stabilization_time") {
-        let text = v.as_str().ok_or_else(|| {
-            anyhow::anyhow!(
-                "autopilot.server_stabilization_time: expected a duration like \"10s\", got {v}"
-            )
-        })?;
-        let d = model::Duration::parse(text).map_err(|e| {
-            anyhow::anyhow!(
-                "autopilot.server_stabilization_time: {e} (write a duration like \"10s\")"
-            )
-        })?;
-        server_cfg.dead_server_after =
-            std::time::Duration::from_nanos(u64::try_from(d.0).unwrap_or(0));
+    if let Some(block) = cfg.autopilot.as_ref() {
+        server_cfg.autopilot = autopilot_config(block)?;
     }
     Ok(())
+}
+
+fn autopilot_config(block: &serde_json::Value) -> Result<model::autopilot::AutopilotConfiguration> {
+    const KEYS: [&str; 8] = [
+        "cleanup_dead_servers",
+        "last_contact_threshold",
+        "max_trailing_logs",
+        "min_quorum",
+        "server_stabilization_time",
+        "enable_redundancy_zones",
+        "disable_upgrade_migration",
+        "enable_custom_upgrades",
+    ];
+    let mut out = model::autopilot::AutopilotConfiguration::agent_default();
+    let Some(map) = block.as_object() else {
+        bail!("autopilot: expected a block, got {block}");
+    };
+    if let Some(unknown) = map.keys().find(|k| !KEYS.contains(&k.as_str())) {
+        bail!(
+            "autopilot.{unknown}: unknown key (autopilot takes {})",
+            KEYS.join(", ")
+        );
+    }
+    let boolean = |key: &str, v: &serde_json::Value| -> Result<bool> {
+        match v {
+            serde_json::Value::Bool(b) => Ok(*b),
+            serde_json::Value::String(s) if s == "true" => Ok(true),
+            serde_json::Value::String(s) if s == "false" => Ok(false),
+            other => bail!("autopilot.{key}: expected true or false, got {other}"),
+        }
+    };
+    let duration = |key: &str, v: &serde_json::Value| -> Result<model::Duration> {
+        let text = v.as_str().ok_or_else(|| {
+            anyhow::anyhow!("autopilot.{key}: expected a duration like \"10s\", got {v}")
+        })?;
+        let d = model::Duration::parse(text)
+            .map_err(|e| anyhow::anyhow!("autopilot.{key}: {e} (write a duration like \"10s\")"))?;
+        if d.as_nanos() < 0 {
+            bail!("autopilot.{key}: must not be negative, got {text:?}");
+        }
+        Ok(d)
+    };
+    let count = |key: &str, v: &serde_json::Value| -> Result<u64> {
+        v.as_u64()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            .ok_or_else(|| anyhow::anyhow!("autopilot.{key}: expected a whole number ≥ 0, got {v}"))
+    };
+    for (key, v) in map {
+        match key.as_str() {
+            "cleanup_dead_servers" => out.cleanup_dead_servers = boolean(key, v)?,
+            "last_contact_threshold" => out.last_contact_threshold = duration(key, v)?,
+            "max_trailing_logs" => out.max_trailing_logs = count(key, v)?,
+            "min_quorum" => out.min_quorum = count(key, v)?,
+            "server_stabilization_time" => out.server_stabilization_time = duration(key, v)?,
+            "enable_redundancy_zones" => out.enable_redundancy_zones = boolean(key, v)?,
+            "disable_upgrade_migration" => out.disable_upgrade_migration = boolean(key, v)?,
+            "enable_custom_upgrades" => out.enable_custom_upgrades = boolean(key, v)?,
+            _ => unreachable!("checked above"),
+        }
+    }
+    if let Some((_, error)) = out.enterprise_key_set() {
+        bail!("autopilot.{error}");
+    }
+    Ok(out)
 }
 
 /// `plugin "docker" { config { … } }`, or the defaults without one.
@@ -1190,6 +1231,75 @@ plugin "exec" {
                 .unwrap_err()
                 .to_string();
             assert!(err.contains(key), "{src}: {err}");
+        }
+    }
+
+    #[test]
+    fn every_autopilot_key_over_nomads_defaults() {
+        let parse = |src: &str| {
+            let cfg = jobspec::agent::parse_str(src, "agent.hcl").unwrap();
+            let mut server_cfg =
+                server::ServerConfig::new(PathBuf::from("/tmp"), "127.0.0.1:0".parse().unwrap());
+            apply_autopilot(&cfg, &mut server_cfg).map(|()| server_cfg.autopilot)
+        };
+        assert_eq!(
+            parse("").unwrap(),
+            model::autopilot::AutopilotConfiguration::agent_default()
+        );
+        let all = parse(
+            "autopilot {\n  cleanup_dead_servers = false\n  last_contact_threshold = \"1s\"\n  \
+             max_trailing_logs = 10\n  min_quorum = 3\n  server_stabilization_time = \"30s\"\n  \
+             enable_redundancy_zones = false\n  disable_upgrade_migration = false\n  \
+             enable_custom_upgrades = false\n}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            all,
+            model::autopilot::AutopilotConfiguration {
+                cleanup_dead_servers: false,
+                last_contact_threshold: model::Duration::from_secs(1),
+                max_trailing_logs: 10,
+                min_quorum: 3,
+                server_stabilization_time: model::Duration::from_secs(30),
+                ..model::autopilot::AutopilotConfiguration::default()
+            }
+        );
+        for (src, want) in [
+            (
+                "autopilot {\n enable_redundancy_zones = true\n}",
+                "autopilot.enable_redundancy_zones: not supported (Nomad Enterprise feature)",
+            ),
+            (
+                "autopilot {\n disable_upgrade_migration = true\n}",
+                "autopilot.disable_upgrade_migration: not supported (Nomad Enterprise feature)",
+            ),
+            (
+                "autopilot {\n enable_custom_upgrades = true\n}",
+                "autopilot.enable_custom_upgrades: not supported (Nomad Enterprise feature)",
+            ),
+            (
+                "autopilot {\n last_contact_threshold = \"soon\"\n}",
+                "autopilot.last_contact_threshold: invalid duration",
+            ),
+            (
+                "autopilot {\n max_trailing_logs = -1\n}",
+                "autopilot.max_trailing_logs: expected a whole number",
+            ),
+            (
+                "autopilot {\n min_quorum = \"x\"\n}",
+                "autopilot.min_quorum: expected a whole number",
+            ),
+            (
+                "autopilot {\n cleanup_dead_servers = 1\n}",
+                "autopilot.cleanup_dead_servers: expected true or false",
+            ),
+            (
+                "autopilot {\n redundancy_zone_tag = \"zone\"\n}",
+                "autopilot.redundancy_zone_tag: unknown key",
+            ),
+        ] {
+            let err = parse(src).unwrap_err().to_string();
+            assert!(err.starts_with(want), "{src}: {err}");
         }
     }
 }

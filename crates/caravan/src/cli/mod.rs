@@ -24,6 +24,7 @@ mod node;
 mod node_pool;
 mod nodesim;
 mod operator;
+mod operator_autopilot;
 mod output;
 mod scaling;
 mod server;

@@ -1,5 +1,5 @@
 //! `caravan operator raft list-peers|remove-peer|transfer-leadership`, `operator snapshot save|restore`
-//! and `operator scheduler get-config|set-config`.
+//! and `operator scheduler get-config|set-config` (`operator autopilot …`: `operator_autopilot.rs`).
 
 use super::connect::{block_on, fail, ApiFlags};
 use super::output::{format_list, row};
@@ -21,6 +21,9 @@ pub enum OperatorCommand {
     /// Show or change the cluster's scheduler configuration
     #[command(subcommand)]
     Scheduler(SchedulerCommand),
+    /// Show or change the Autopilot configuration, and the servers' health
+    #[command(subcommand)]
+    Autopilot(super::operator_autopilot::AutopilotCommand),
 }
 
 #[derive(Subcommand)]
@@ -203,6 +206,7 @@ pub fn run(cmd: OperatorCommand) -> i32 {
         OperatorCommand::Metrics(a) => metrics(a),
         OperatorCommand::Scheduler(SchedulerCommand::GetConfig(a)) => scheduler_get_config(a),
         OperatorCommand::Scheduler(SchedulerCommand::SetConfig(a)) => scheduler_set_config(a),
+        OperatorCommand::Autopilot(cmd) => super::operator_autopilot::run(cmd),
     }
 }
 

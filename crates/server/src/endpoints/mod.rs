@@ -2,6 +2,7 @@
 //! server does not lead; its `_local` twin runs on the leader.
 
 pub mod alloc;
+pub mod autopilot;
 pub mod deployment;
 pub mod eval_delete;
 pub mod job;

@@ -14,7 +14,7 @@
 //! everything outstanding with "not leader", workers exit. Nothing they held is lost — every
 //! evaluation is in state, and the next leader starts from there.
 
-mod autopilot;
+pub(crate) mod autopilot;
 mod broker;
 pub(crate) mod deploy;
 mod drain;
@@ -63,6 +63,8 @@ pub(crate) struct Leadership {
     broker: Mutex<Option<tasks::BrokerHandle>>,
     /// The heartbeat timers while this server leads; `None` otherwise. Never held across `.await`.
     heartbeats: Mutex<Option<heartbeat::Heartbeats>>,
+    /// When each server's health last changed, as this leader saw it.
+    pub(crate) autopilot: autopilot::HealthTracker,
 }
 
 impl Default for Leadership {
@@ -72,6 +74,7 @@ impl Default for Leadership {
             alive: watch::Sender::new(false),
             broker: Mutex::new(None),
             heartbeats: Mutex::new(None),
+            autopilot: autopilot::HealthTracker::default(),
         }
     }
 }

@@ -6,6 +6,7 @@
 
 mod acl;
 mod allocs;
+mod autopilot_config;
 pub(crate) mod csi;
 mod deployments;
 mod evals;
@@ -197,6 +198,22 @@ impl Txn {
 
 /// Applies `cmd` at `index` to a clone of `root`. On success returns the new root (with its index set)
 /// and the response; on error the clone is dropped, so a failed command changes nothing.
+/// A singleton configuration's check-and-set (scheduler, autopilot): with `cas`, the stored
+/// modify index (0 when none is stored) must be it, else a `Conflict` starting `cas error:`.
+pub(super) fn check_cas(
+    what: &str,
+    stored: Option<u64>,
+    cas: Option<u64>,
+) -> Result<(), StateError> {
+    match cas {
+        Some(want) if stored.unwrap_or(0) != want => Err(StateError::Conflict(format!(
+            "cas error: the {what} configuration's modify index is {}, not {want}",
+            stored.unwrap_or(0)
+        ))),
+        _ => Ok(()),
+    }
+}
+
 pub(crate) fn apply(
     root: &Root,
     index: u64,
@@ -281,6 +298,9 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
         }
         Command::NodePoolUpsert { pools } => nodes::upsert_pools(tx, pools).map(|()| plain),
         Command::NodePoolDelete { names } => nodes::delete_pools(tx, names).map(|()| plain),
+        Command::AutopilotConfigSet { config, cas } => {
+            autopilot_config::set(tx, config, *cas).map(|()| plain)
+        }
         Command::JobSummariesReconcile => {
             jobs::reconcile_summaries(tx);
             Ok(plain)

@@ -14,14 +14,7 @@ pub(crate) fn set(
     cas: Option<u64>,
 ) -> Result<(), StateError> {
     let stored = tx.scheduler_config().cloned();
-    if let Some(want) = cas {
-        let have = stored.as_ref().map_or(0, |c| c.modify_index);
-        if have != want {
-            return Err(StateError::Conflict(format!(
-                "cas error: the scheduler configuration's modify index is {have}, not {want}"
-            )));
-        }
-    }
+    super::check_cas("scheduler", stored.as_ref().map(|c| c.modify_index), cas)?;
     let mut next = config.clone();
     next.canonicalize();
     next.validate().map_err(StateError::Invalid)?;
