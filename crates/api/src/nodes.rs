@@ -1,10 +1,12 @@
 //! `/v1/nodes`, `/v1/node/:id[/allocations]`, `/v1/allocations`, `/v1/allocation/:id`, and the
 //! client file endpoints `/v1/client/fs/{logs,cat,ls}/:alloc_id`; the node writes
-//! `/v1/node/:id/{drain,eligibility,evaluate}`.
+//! `/v1/node/:id/{drain,eligibility,evaluate}`; a client's dynamic metadata,
+//! `/v1/client/metadata`.
 
 use crate::client::{Client, QueryMeta, QueryOptions, WriteOptions};
 use crate::error::Result;
 use crate::types::AllocFileInfo;
+use model::node_meta::{NodeMetaApplyRequest, NodeMetaResponse};
 use model::wire::{
     DrainSpec, NodeUpdateDrainRequest, NodeUpdateEligibilityRequest, NodeWriteResponse,
 };
@@ -94,6 +96,41 @@ impl Client {
             resp.index = meta.last_index;
         }
         Ok(resp)
+    }
+
+    /// `GET /v1/client/metadata[?node_id=]`: a client's metadata, effective, dynamic and static,
+    /// read from the client itself (`node_id` empty: the client of the agent asked). Newer than
+    /// the node's `Meta` in `/v1/node/:id` until the client has registered it again.
+    pub async fn node_meta(&self, node_id: &str, q: &QueryOptions) -> Result<NodeMetaResponse> {
+        let params: Vec<(&'static str, String)> = if node_id.is_empty() {
+            Vec::new()
+        } else {
+            vec![("node_id", node_id.to_string())]
+        };
+        let (meta, _) = self
+            .query(&["v1", "client", "metadata"], &params, q)
+            .await?;
+        Ok(meta)
+    }
+
+    /// `POST /v1/client/metadata`: applies dynamic metadata to `req.node_id`'s client (empty: the
+    /// agent's own); a `None` value removes a dynamic key or hides a static one. Answers the
+    /// client's metadata after the change.
+    pub async fn apply_node_meta(
+        &self,
+        req: &NodeMetaApplyRequest,
+        w: &WriteOptions,
+    ) -> Result<NodeMetaResponse> {
+        let (meta, _) = self
+            .write(
+                Method::POST,
+                &["v1", "client", "metadata"],
+                &[],
+                Some(req),
+                w,
+            )
+            .await?;
+        Ok(meta)
     }
 
     /// `GET /v1/allocations` (with `q.prefix`: those whose ID starts with it).

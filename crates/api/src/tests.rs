@@ -502,3 +502,38 @@ async fn plan_sends_the_job_and_decodes_nomads_answer() {
         (Some("web"), Some(true))
     );
 }
+
+#[tokio::test]
+async fn node_meta_reads_with_node_id_and_applies_with_nulls() {
+    let agent = FakeAgent::start();
+    let answer = r#"{"Meta":{"rack":"r1","role":"db"},"Dynamic":{"role":"db","zone":null},"Static":{"rack":"r1","zone":"z1"}}"#;
+    agent.on("GET", "/v1/client/metadata", Canned::json(answer));
+    agent.on("POST", "/v1/client/metadata", Canned::json(answer));
+    let c = client(&agent);
+    let meta = c.node_meta("n1", &QueryOptions::default()).await.unwrap();
+    assert_eq!(meta.meta["role"], "db");
+    assert_eq!(meta.dynamic["zone"], None);
+    assert_eq!(meta.static_meta["zone"], "z1");
+    assert_eq!(agent.requests()[0].param("node_id").as_deref(), Some("n1"));
+    c.node_meta("", &QueryOptions::default()).await.unwrap();
+    assert_eq!(agent.requests()[1].param("node_id"), None);
+
+    let req = model::node_meta::NodeMetaApplyRequest {
+        node_id: "n1".into(),
+        meta: [
+            ("role".to_string(), Some("db".to_string())),
+            ("zone".to_string(), None),
+        ]
+        .into(),
+    };
+    let applied = c
+        .apply_node_meta(&req, &WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(applied, meta);
+    let sent = agent.requests()[2].json();
+    assert_eq!(
+        sent,
+        serde_json::json!({"NodeID": "n1", "Meta": {"role": "db", "zone": null}})
+    );
+}

@@ -18,6 +18,7 @@ use crate::fingerprint::{build_node, HostFacts};
 use crate::identity::{self, NodeIdentity};
 use crate::limits::{ALLOC_UPDATE_QUEUE_CAPACITY, SHUTDOWN_GRACE};
 use crate::node_loop::NodeLoop;
+use crate::node_meta::{NodeMeta, NodeMetaError};
 use crate::persist::create_dir;
 use crate::rng::Rng;
 use crate::state_db::StateDb;
@@ -39,6 +40,7 @@ pub struct Client {
     pub(crate) runners: Arc<Runners>,
     registered: watch::Receiver<bool>,
     csi: Arc<CsiManager>,
+    node_meta: Arc<NodeMeta>,
     /// Sent `true` once, on shutdown or drop.
     shutdown: watch::Sender<bool>,
     loops: Vec<JoinHandle<()>>,
@@ -60,11 +62,23 @@ impl Client {
         create_dir(&cfg.alloc_root())?;
         let identity = identity::load_or_create(&client_dir)?;
         let by_name = drivers_by_name(&drivers)?;
-        let node = SharedNode::new(fingerprint(&cfg, &identity, &drivers).await);
+        let mut fingerprinted = fingerprint(&cfg, &identity, &drivers).await;
+        // Nomad's order: the static meta is the node's as fingerprinted; dynamic meta goes over it.
+        let static_meta = fingerprinted.meta.clone();
+        let dynamic_meta = crate::node_meta::load(&client_dir, &static_meta)?;
+        crate::node_meta::apply_to_node(&mut fingerprinted, &static_meta, &dynamic_meta);
+        let node = SharedNode::new(fingerprinted);
         let state = StateDb::open(&client_dir)?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (updates_tx, updates_rx) = mpsc::channel(ALLOC_UPDATE_QUEUE_CAPACITY);
         let reregister = Arc::new(Notify::new());
+        let node_meta = Arc::new(NodeMeta::new(
+            &client_dir,
+            static_meta,
+            dynamic_meta,
+            node.clone(),
+            Arc::clone(&reregister),
+        ));
         let csi = Arc::new(CsiManager::new(
             client_dir.join("csi"),
             node.clone(),
@@ -145,6 +159,7 @@ impl Client {
             runners,
             registered,
             csi,
+            node_meta,
             shutdown,
             loops,
         })
@@ -159,6 +174,21 @@ impl Client {
     /// heartbeat is answered, then `ready`).
     pub fn node(&self) -> Node {
         (*self.node.get()).clone()
+    }
+
+    /// The node's metadata: effective, dynamic (set over the API, kept in the data dir) and
+    /// static (from the configuration), as Nomad's `NodeMeta.Read` answers.
+    pub async fn node_meta(&self) -> model::node_meta::NodeMetaResponse {
+        self.node_meta.read().await
+    }
+
+    /// Applies dynamic metadata changes (`None` removes a dynamic key or hides a static one):
+    /// written to the data dir first, then the node changes and registers again at once.
+    pub async fn apply_node_meta(
+        &self,
+        changes: &model::node_meta::DynamicMeta,
+    ) -> Result<model::node_meta::NodeMetaResponse, NodeMetaError> {
+        self.node_meta.apply(changes).await
     }
 
     /// Whether the servers know the node now.

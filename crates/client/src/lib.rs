@@ -1,7 +1,8 @@
 //! The Caravan client: the node agent that runs allocations.
 //!
 //! **Owns:** the node's identity and fingerprint (CPU, memory, disk, network, kernel and OS,
-//! drivers, host volumes, meta); registering and heartbeating with the servers; following the
+//! drivers, host volumes, meta — static from the configuration, dynamic set over the API and kept
+//! in the data dir: `node_meta`); registering and heartbeating with the servers; following the
 //! node's allocations with a blocking query; alloc and task runners (alloc directory, task
 //! environment and interpolation, lifecycle hooks, restart policy, kill timeout and signal,
 //! task events as Nomad names them); batching status updates back to the servers; and its own
@@ -43,6 +44,7 @@ mod host_stats;
 mod identity;
 pub mod limits;
 mod node_loop;
+mod node_meta;
 mod persist;
 mod restart;
 mod rng;
@@ -75,6 +77,7 @@ pub use fingerprint::{
 pub use gc::GcError;
 pub use host_stats::{HostCpuStats, HostDiskStats, HostMemoryStats, HostStats};
 pub use identity::{NodeIdentity, NODE_ID_FILE};
+pub use node_meta::{NodeMetaError, NODE_META_FILE};
 pub use restart::{Decision, RestartTracker};
 pub use state_db::{AllocRecord, StateDb, TaskRecord};
 pub use taskenv::{EnvInputs, TaskEnv, TaskPaths};

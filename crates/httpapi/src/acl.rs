@@ -167,6 +167,8 @@ pub(crate) fn need(method: &Method, path: &str) -> Need {
         ["v1", "client", "allocation", _, "gc"] => Need::Alloc(&["submit-job", "gc-allocation"]),
         ["v1", "client", "allocation", _, _] => Need::Alloc(&["alloc-lifecycle"]),
         ["v1", "client", "stats"] => Need::NodeRead,
+        ["v1", "client", "metadata"] if read => Need::NodeRead,
+        ["v1", "client", "metadata"] => Need::NodeWrite,
         ["v1", "client", "gc"] => Need::NodeWrite,
         ["v1", "client", "csi", ..] => Need::NodeSecret,
         ["v1", "agent", "self"] => Need::AgentRead,
@@ -516,6 +518,8 @@ mod tests {
             Need::Alloc(&["read-fs"])
         );
         assert_eq!(need(&get, "/v1/client/allocation/a1/exec"), Need::AllocExec);
+        assert_eq!(need(&get, "/v1/client/metadata"), Need::NodeRead);
+        assert_eq!(need(&Method::POST, "/v1/client/metadata"), Need::NodeWrite);
         assert_eq!(need(&get, "/v1/agent/self"), Need::AgentRead);
         assert_eq!(need(&get, "/v1/status/leader"), Need::Open);
         assert_eq!(need(&get, "/v1/operator/snapshot"), Need::Management);

@@ -131,6 +131,7 @@ pub fn client_agent_router(state: ClientAgentState) -> Router {
             "/v1/client/allocation/{alloc_id}/{action}",
             axum::routing::any(client_action),
         )
+        .route(crate::node_meta::PATH, axum::routing::any(client_metadata))
         .fallback(forward)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -263,6 +264,28 @@ async fn client_stats(State(st): State<ClientAgentState>) -> Response {
     crate::client_allocs::host_stats_inner(&st).await
 }
 
+/// `/v1/client/metadata` of a client-only agent: its own node's, unless the request names
+/// another node, which goes to a server to be sent on to that node's agent.
+async fn client_metadata(State(st): State<ClientAgentState>, req: Request<Body>) -> Response {
+    let forwarded = req
+        .headers()
+        .contains_key(server::http_forward::FORWARDED_HEADER);
+    let (meta_req, req) = match crate::node_meta::read_request(req).await {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    if meta_req.node_id.is_empty() || meta_req.node_id == st.client.node_id() {
+        return crate::node_meta::answer_locally(&st.client, meta_req)
+            .await
+            .unwrap_or_else(IntoResponse::into_response);
+    }
+    if forwarded {
+        // A server sent another node's request here: its view of the node's address is stale.
+        return ApiError::not_found("No path to node").into_response();
+    }
+    forward(State(st), req).await
+}
+
 /// `/v1/client/gc`: this agent's client, unless `node_id` names another node, whose agent a
 /// server finds.
 async fn client_gc(State(st): State<ClientAgentState>, req: Request<Body>) -> Response {
@@ -320,9 +343,9 @@ fn client_alloc_id(path: &str) -> Option<&str> {
 }
 
 /// Middleware of a server agent's router: a `/v1/client/...` request for an allocation that runs on
-/// another node (or `/v1/client/gc` with another node's `node_id`) goes to that node's agent over
-/// HTTP (Nomad forwards such calls to the client), and its answer streams back; the exec WebSocket
-/// is relayed ([`crate::exec_relay`]).
+/// another node (or `/v1/client/gc` with another node's `node_id`, or `/v1/client/metadata` naming
+/// another node) goes to that node's agent over HTTP (Nomad forwards such calls to the client), and
+/// its answer streams back; the exec WebSocket is relayed ([`crate::exec_relay`]).
 pub(crate) async fn client_paths_to_owner(
     State(st): State<crate::ApiState>,
     req: Request<Body>,
@@ -334,9 +357,21 @@ pub(crate) async fn client_paths_to_owner(
     {
         return next.run(req).await;
     }
+    // `/v1/client/metadata` names its node in the query or in a POST's body.
+    let (req, meta_node) = if crate::node_meta::is_metadata_path(req.uri().path()) {
+        match crate::node_meta::read_request(req).await {
+            Ok((m, req)) => (req, Some(m.node_id).filter(|n| !n.is_empty())),
+            Err(resp) => return resp,
+        }
+    } else {
+        (req, None)
+    };
     let snap = st.server.state().snapshot();
     // The node whose agent answers, and how to name it in errors.
-    let (node_id, subject) = if let Some(alloc_id) = client_alloc_id(req.uri().path()) {
+    let (node_id, subject) = if let Some(node_id) = meta_node {
+        let subject = format!("node {node_id}");
+        (node_id, subject)
+    } else if let Some(alloc_id) = client_alloc_id(req.uri().path()) {
         let Some(alloc) = snap.alloc(alloc_id) else {
             return next.run(req).await;
         };

@@ -23,6 +23,7 @@ mod fs;
 mod jobs;
 mod launch;
 pub mod limits;
+mod node_meta;
 mod node_pools;
 mod nodes;
 mod operator;
@@ -85,6 +86,19 @@ pub trait LocalClient: Send + Sync {
     fn gc_alloc<'a>(&'a self, alloc_id: &'a str) -> LocalFuture<'a, ()>;
     /// Garbage collects every terminal allocation of this client; running ones stay.
     fn gc_all(&self) -> LocalFuture<'_, ()>;
+    /// The node's metadata: effective, dynamic and static (Nomad's client `NodeMeta.Read`).
+    fn node_meta(&self) -> LocalFuture<'_, model::node_meta::NodeMetaResponse> {
+        Box::pin(async { Err(no_node_meta()) })
+    }
+    /// Applies dynamic metadata changes, already validated (`None` removes a dynamic key or
+    /// hides a static one), and answers as [`LocalClient::node_meta`] (Nomad's
+    /// `NodeMeta.Apply`). Refusals (too much metadata) are `BadRequest`.
+    fn apply_node_meta(
+        &self,
+        _changes: model::node_meta::DynamicMeta,
+    ) -> LocalFuture<'_, model::node_meta::NodeMetaResponse> {
+        Box::pin(async { Err(no_node_meta()) })
+    }
     /// The servers this client talks to (`/v1/agent/servers`).
     fn servers(&self) -> Vec<String>;
     /// Replaces them (`PUT /v1/agent/servers?address=…`); a bad address changes nothing.
@@ -154,6 +168,13 @@ pub trait LocalClient: Send + Sync {
                 ),
             })
         })
+    }
+}
+
+fn no_node_meta() -> LocalClientError {
+    LocalClientError {
+        kind: LocalErrorKind::NotSupported,
+        message: "this client keeps no dynamic node metadata".into(),
     }
 }
 
@@ -330,6 +351,7 @@ pub fn router(state: ApiState) -> Router {
             any(client_allocs::action),
         )
         .route("/v1/client/stats", get(client_allocs::host_stats))
+        .route("/v1/client/metadata", any(node_meta::metadata))
         .route(
             model::wire::CSI_CONTROLLER_PATH,
             axum::routing::post(csi::client_controller),

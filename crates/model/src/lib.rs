@@ -21,6 +21,7 @@ pub mod group;
 pub mod job;
 pub mod json;
 pub mod node;
+pub mod node_meta;
 pub mod node_pool;
 pub mod path;
 pub mod plan;

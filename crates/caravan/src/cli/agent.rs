@@ -748,6 +748,28 @@ impl httpapi::LocalClient for LocalClientHandle {
         })
     }
 
+    fn node_meta(&self) -> httpapi::LocalFuture<'_, model::node_meta::NodeMetaResponse> {
+        Box::pin(async move { Ok(self.0.node_meta().await) })
+    }
+
+    fn apply_node_meta(
+        &self,
+        changes: model::node_meta::DynamicMeta,
+    ) -> httpapi::LocalFuture<'_, model::node_meta::NodeMetaResponse> {
+        Box::pin(async move {
+            self.0.apply_node_meta(&changes).await.map_err(|e| {
+                let kind = match e {
+                    client::NodeMetaError::Invalid(_) => httpapi::LocalErrorKind::BadRequest,
+                    client::NodeMetaError::Persist(_) => httpapi::LocalErrorKind::Internal,
+                };
+                httpapi::LocalClientError {
+                    kind,
+                    message: e.to_string(),
+                }
+            })
+        })
+    }
+
     fn exec<'a>(
         &'a self,
         alloc_id: &'a str,

@@ -1,8 +1,11 @@
 //! `caravan node status`: the client nodes the servers know, or one node in detail;
-//! `caravan node drain` and `caravan node eligibility` (in `node_drain.rs`).
+//! `caravan node drain` and `caravan node eligibility` (in `node_drain.rs`); `caravan node meta
+//! apply|read` (in `node_meta.rs`).
 
 #[path = "node_drain.rs"]
 mod drain;
+#[path = "node_meta.rs"]
+mod meta;
 
 use super::connect::{block_on, fail, ApiFlags};
 use super::job_status::alloc_table;
@@ -22,6 +25,12 @@ pub enum NodeCommand {
     /// Work with node pools: apply, delete, info, init, jobs, list, nodes
     #[command(subcommand)]
     Pool(super::node_pool::NodePoolCommand),
+    /// Interact with node metadata: apply, read
+    ///
+    /// The apply subcommand dynamically updates a node's metadata; read shows all of the metadata
+    /// set on the client. Both talk to a client directly; -node-id picks another one.
+    #[command(subcommand)]
+    Meta(meta::MetaCommand),
 }
 
 #[derive(Args)]
@@ -47,6 +56,7 @@ pub fn run(cmd: NodeCommand) -> i32 {
         NodeCommand::Drain(args) => drain::drain(args),
         NodeCommand::Eligibility(args) => drain::eligibility(args),
         NodeCommand::Pool(cmd) => super::node_pool::run(cmd),
+        NodeCommand::Meta(cmd) => meta::run(cmd),
     }
 }
 

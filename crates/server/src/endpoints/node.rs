@@ -248,13 +248,28 @@ fn status_change_wants_evals(old: &NodeStatus, new: &NodeStatus) -> bool {
         || (matches!(old, Initializing | Down) && *new == Ready)
 }
 
-/// Nomad's `shouldCreateNodeEval`: a new node, or one whose status changed into ready.
+/// Nomad's `shouldCreateNodeEval`: a new node, one whose status changed into ready, or a ready
+/// one whose fields the feasibility checks read changed (its dynamic metadata, say).
 fn should_create_node_evals(original: Option<&Node>, node: &Node) -> bool {
     let ready = node.status == NodeStatus::Ready;
     match original {
         None => ready,
-        Some(o) => ready && o.status != node.status,
+        Some(o) => ready && (o.status != node.status || feasibility_changed(o, node)),
     }
+}
+
+/// Whether what constraints, drivers, host volumes and devices are checked against differs
+/// (Nomad's field list; resources are left to blocked evaluations).
+fn feasibility_changed(a: &Node, b: &Node) -> bool {
+    let devices = |n: &Node| n.node_resources.as_ref().map(|r| r.devices.clone());
+    a.datacenter != b.datacenter
+        || a.name != b.name
+        || a.node_class != b.node_class
+        || a.attributes != b.attributes
+        || a.meta != b.meta
+        || a.drivers != b.drivers
+        || a.host_volumes != b.host_volumes
+        || devices(a).unwrap_or_default() != devices(b).unwrap_or_default()
 }
 
 /// Nomad's `createNodeEvals`: one evaluation per job with allocations on the node, and one per
@@ -561,6 +576,15 @@ mod tests {
             ..n.clone()
         };
         assert!(should_create_node_evals(Some(&down), &n));
+        let mut with_meta = n.clone();
+        with_meta.meta.insert("role".into(), "db".into());
+        assert!(
+            should_create_node_evals(Some(&n), &with_meta),
+            "a ready node's meta changed"
+        );
+        let mut initializing = with_meta.clone();
+        initializing.status = "initializing".into();
+        assert!(!should_create_node_evals(Some(&n), &initializing));
     }
 
     #[test]

@@ -20,8 +20,10 @@ pub struct Follower {
     /// The store's restore count when last read: a restore replaces everything, so it rebuilds.
     restores: u64,
     /// Node ID → (its create index, whether it was ready — and eligible, not draining — when last
-    /// seen). A node registered again after a delete has a new create index: new capacity.
-    ready_nodes: HashMap<String, (u64, bool)>,
+    /// seen, its computed class then). A node registered again after a delete has a new create
+    /// index: new capacity; a ready node whose class changed (its meta or attributes did) is new
+    /// capacity for its new class, as Nomad unblocks a ready node's class on every upsert.
+    ready_nodes: HashMap<String, (u64, bool, String)>,
     /// `PauseEvalBroker` as last read.
     paused: bool,
 }
@@ -50,7 +52,10 @@ impl Follower {
         self.ready_nodes = snap
             .nodes("")
             .iter()
-            .map(|n| (n.id.clone(), (n.create_index, n.is_ready())))
+            .map(|n| {
+                let seen = (n.create_index, n.is_ready(), n.computed_class.clone());
+                (n.id.clone(), seen)
+            })
             .collect();
         let live = snap
             .evals(None, "")
@@ -94,9 +99,14 @@ impl Follower {
                 .last()
                 .is_none_or(|n| n.modify_index < snap.table_index(Table::Nodes));
         for node in &nodes {
-            let seen = (node.create_index, node.is_ready());
-            let was = self.ready_nodes.insert(node.id.clone(), seen);
-            if seen.1 && was != Some((seen.0, true)) {
+            let seen = (
+                node.create_index,
+                node.is_ready(),
+                node.computed_class.clone(),
+            );
+            let ready = seen.1;
+            let was = self.ready_nodes.insert(node.id.clone(), seen.clone());
+            if ready && was.as_ref() != Some(&seen) {
                 raise(&node.computed_class, node.modify_index);
             }
         }
@@ -250,6 +260,23 @@ mod tests {
             "a node deleted and registered again is new capacity"
         );
         assert_eq!(f.last_index(), 8);
+
+        // Its meta changed (dynamic node metadata): the same ready node in a new class.
+        fsm.apply(Command::NodeRegister {
+            node: node("n1", "c2", "ready"),
+        });
+        assert_eq!(
+            capacity(&f.changes(&fsm.store.snapshot())),
+            [("c2".to_string(), 9)],
+            "a ready node whose class changed is capacity for its new class"
+        );
+        fsm.apply(Command::NodeRegister {
+            node: node("n1", "c2", "ready"),
+        });
+        assert!(
+            capacity(&f.changes(&fsm.store.snapshot())).is_empty(),
+            "registered again unchanged: no new capacity"
+        );
     }
 
     #[test]
