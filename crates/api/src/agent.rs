@@ -100,3 +100,26 @@ impl Client {
         Ok(resp)
     }
 }
+
+impl Client {
+    /// `GET /v1/agent/monitor?plain=true`: the agent's log lines as it writes them, for as long
+    /// as the caller reads (`node_id` names another client, whose agent the servers reach).
+    pub async fn agent_monitor(
+        &self,
+        log_level: &str,
+        json: bool,
+        node_id: Option<&str>,
+    ) -> Result<reqwest::Response> {
+        let mut params: Vec<(&'static str, String)> = vec![
+            ("log_level", log_level.to_string()),
+            ("plain", "true".to_string()),
+        ];
+        if json {
+            params.push(("log_json", "true".to_string()));
+        }
+        if let Some(n) = node_id.filter(|n| !n.is_empty()) {
+            params.push(("node_id", n.to_string()));
+        }
+        self.get_stream(&["v1", "agent", "monitor"], &params).await
+    }
+}

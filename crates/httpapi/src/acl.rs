@@ -172,6 +172,11 @@ pub(crate) fn need(method: &Method, path: &str) -> Need {
         ["v1", "client", "gc"] => Need::NodeWrite,
         ["v1", "client", "csi", ..] => Need::NodeSecret,
         ["v1", "agent", "self"] => Need::AgentRead,
+        // Nomad's AllowAgentRead and AllowAgentDebug: the same with ACLs on.
+        ["v1", "agent", "monitor" | "host"] => Need::AgentRead,
+        ["v1", "agent", "schedulers"] => Need::AgentRead,
+        ["v1", "agent", "schedulers", "config"] if read => Need::AgentRead,
+        ["v1", "agent", "schedulers", "config"] => Need::AgentWrite,
         ["v1", "agent", "servers"] if read => Need::AgentRead,
         ["v1", "agent", "servers"] => Need::AgentWrite,
         ["v1", "agent", "members"] => Need::NodeRead,

@@ -253,6 +253,105 @@ pub(crate) fn servers_of(
     }
 }
 
+/// `GET /v1/agent/monitor`: this agent's logs ([`crate::agent_debug::monitor`]).
+pub async fn monitor(State(st): State<ApiState>, Query(params): Params) -> Response {
+    let local = st.client.as_ref().map(|c| c.node_id());
+    crate::agent_debug::monitor(&params, local.as_deref())
+}
+
+/// `GET /v1/agent/host`: this agent's host ([`crate::agent_debug::host`]).
+pub async fn host(State(st): State<ApiState>, Query(params): Params) -> Response {
+    let local = st.client.as_ref().map(|c| c.node_id());
+    crate::agent_debug::host(
+        &params,
+        st.server.acl_enabled(),
+        st.agent.enable_debug,
+        local.as_deref(),
+    )
+}
+
+/// `GET /v1/agent/schedulers`: this server's scheduling workers (Nomad's
+/// `AgentSchedulerWorkersInfo`); a server that does not lead shows them paused.
+pub async fn schedulers(State(st): State<ApiState>, Query(params): Params) -> Response {
+    let workers: Vec<serde_json::Value> = st
+        .server
+        .worker_pool()
+        .info(st.server.is_leader())
+        .into_iter()
+        .map(|w| {
+            json!({
+                "id": w.id,
+                "enabled_schedulers": w.enabled_schedulers,
+                "started": crate::agent_debug::rfc3339_nanos(w.started),
+                "status": w.status.as_str(),
+                "workload_status": w.workload.as_str(),
+            })
+        })
+        .collect();
+    reply::plain(
+        &json!({ "server_id": server_id(&st), "schedulers": workers }),
+        pretty(params),
+    )
+}
+
+fn server_id(st: &ApiState) -> String {
+    let cfg = st.server.config();
+    format!("{}.{}", cfg.name, cfg.region)
+}
+
+/// `GET|PUT|POST /v1/agent/schedulers/config`: how many workers this server runs and which
+/// scheduler types they take; a change applies at once (Nomad's `SetSchedulerWorkerConfig`).
+pub async fn schedulers_config(
+    State(st): State<ApiState>,
+    method: axum::http::Method,
+    Query(params): Params,
+    body: axum::body::Bytes,
+) -> Response {
+    use axum::http::Method;
+    let pool = st.server.worker_pool();
+    match method {
+        Method::GET => {}
+        Method::PUT | Method::POST => {
+            #[derive(serde::Deserialize)]
+            struct Body {
+                num_schedulers: i64,
+                #[serde(default)]
+                enabled_schedulers: Vec<String>,
+            }
+            let req: Body = match crate::jobs::decode(&body) {
+                Ok(b) => b,
+                Err(e) => {
+                    return crate::error::ApiError::bad_request(format!(
+                        "Invalid request: {}",
+                        e.message
+                    ))
+                    .into_response()
+                }
+            };
+            let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+            let next = server::pool::PoolConfig {
+                num_schedulers: usize::try_from(req.num_schedulers).unwrap_or(usize::MAX),
+                enabled_schedulers: req.enabled_schedulers,
+            };
+            if let Err(why) = next.check(cores) {
+                return crate::error::ApiError::bad_request(format!("Invalid request: {why}"))
+                    .into_response();
+            }
+            pool.set_config(next);
+        }
+        _ => return crate::error::ApiError::invalid_method().into_response(),
+    }
+    let cfg = pool.config();
+    reply::plain(
+        &json!({
+            "server_id": server_id(&st),
+            "num_schedulers": cfg.num_schedulers,
+            "enabled_schedulers": cfg.enabled_schedulers,
+        }),
+        pretty(params),
+    )
+}
+
 #[cfg(test)]
 mod redact_tests {
     #[test]

@@ -67,6 +67,8 @@ pub struct ClientAgentState {
     pub rpc: rpc::Client,
     /// `acl { enabled }`: requests this agent serves itself are authorized by a server first.
     pub acl_enabled: bool,
+    /// The agent's `enable_debug`: with ACLs off, `/v1/agent/host` answers only with it.
+    pub enable_debug: bool,
 }
 
 impl AllocRoots for ClientAgentState {
@@ -110,6 +112,13 @@ pub fn client_agent_router(state: ClientAgentState) -> Router {
         .route("/v1/client/stats", get(client_stats))
         .route("/v1/client/gc", axum::routing::any(client_gc))
         .route("/v1/metrics", axum::routing::any(crate::agent::metrics))
+        .route("/v1/agent/monitor", get(client_agent_monitor))
+        .route("/v1/agent/schedulers", axum::routing::any(server_only))
+        .route(
+            "/v1/agent/schedulers/config",
+            axum::routing::any(server_only),
+        )
+        .route("/v1/agent/host", get(client_agent_host))
         .route(
             "/v1/agent/servers",
             axum::routing::any(client_agent_servers),
@@ -145,6 +154,27 @@ pub fn client_agent_router(state: ClientAgentState) -> Router {
         .with_state(state)
 }
 
+/// Paths about this agent's server, asked of an agent that runs none (Nomad's `ErrServerOnly`).
+async fn server_only() -> Response {
+    ApiError::bad_request("Server only request").into_response()
+}
+
+async fn client_agent_monitor(
+    State(st): State<ClientAgentState>,
+    Query(params): Params,
+) -> Response {
+    crate::agent_debug::monitor(&params, Some(&st.client.node_id()))
+}
+
+async fn client_agent_host(State(st): State<ClientAgentState>, Query(params): Params) -> Response {
+    crate::agent_debug::host(
+        &params,
+        st.acl_enabled,
+        st.enable_debug,
+        Some(&st.client.node_id()),
+    )
+}
+
 /// `/v1/agent/servers` of a client-only agent: its own client's servers.
 async fn client_agent_servers(
     State(st): State<ClientAgentState>,
@@ -164,7 +194,10 @@ async fn authorize_locally_served(
 ) -> Response {
     let path = req.uri().path().to_string();
     let local = (path.starts_with("/v1/client/") && !path.starts_with("/v1/client/csi/"))
-        || path == "/v1/agent/servers";
+        || matches!(
+            path.as_str(),
+            "/v1/agent/servers" | "/v1/agent/monitor" | "/v1/agent/host"
+        );
     if !st.acl_enabled || !local {
         return next.run(req).await;
     }
@@ -299,8 +332,13 @@ async fn client_gc(State(st): State<ClientAgentState>, req: Request<Body>) -> Re
 }
 
 /// The `node_id` of a `/v1/client/gc` request, when it names one.
+/// The node a node-addressed agent path names with `?node_id=` (`/v1/client/gc`,
+/// `/v1/agent/monitor`, `/v1/agent/host`): its agent answers.
 fn client_gc_node(uri: &Uri) -> Option<String> {
-    if uri.path().trim_end_matches('/') != "/v1/client/gc" {
+    if !matches!(
+        uri.path().trim_end_matches('/'),
+        "/v1/client/gc" | "/v1/agent/monitor" | "/v1/agent/host"
+    ) {
         return None;
     }
     let Query(params) = Query::<HashMap<String, String>>::try_from_uri(uri).ok()?;

@@ -9,6 +9,7 @@
 pub mod acl;
 mod acl_endpoints;
 mod agent;
+mod agent_debug;
 mod autopilot;
 mod client_allocs;
 mod csi;
@@ -56,6 +57,8 @@ pub struct AgentInfo {
     pub version: String,
     /// The agent's effective configuration, shown as `config` by `/v1/agent/self`.
     pub config: serde_json::Value,
+    /// `enable_debug`: with ACLs off, `/v1/agent/host` answers only with it.
+    pub enable_debug: bool,
 }
 
 /// The client running in this agent's process, as the `/v1/client/*` endpoints need it. The agent
@@ -377,6 +380,10 @@ pub fn router(state: ApiState) -> Router {
             any(agent::reconcile_summaries),
         )
         .route("/v1/agent/health", get(agent::health))
+        .route("/v1/agent/monitor", get(agent::monitor))
+        .route("/v1/agent/schedulers", get(agent::schedulers))
+        .route("/v1/agent/schedulers/config", any(agent::schedulers_config))
+        .route("/v1/agent/host", get(agent::host))
         .route("/v1/agent/members", get(agent::members))
         .route("/v1/agent/join", any(operator::join))
         .route(

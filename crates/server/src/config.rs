@@ -31,6 +31,8 @@ pub struct ServerConfig {
     pub raft_snapshot_every_bytes: u64,
     /// Scheduling workers the leader runs (Nomad's `num_schedulers`); default: the cores.
     pub num_schedulers: usize,
+    /// The scheduler types the workers take (Nomad's `enabled_schedulers`, with `_core`).
+    pub enabled_schedulers: Vec<String>,
     /// The heartbeat TTL handed to clients (Nomad's `min_heartbeat_ttl`); default 10 s.
     pub min_heartbeat_ttl: Duration,
     /// How long past its TTL the leader waits for a node's heartbeat before marking it down
@@ -95,6 +97,7 @@ impl ServerConfig {
             raft_snapshot_every: 8192,
             raft_snapshot_every_bytes: 256 * 1024 * 1024,
             num_schedulers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            enabled_schedulers: crate::leader::pool::PoolConfig::all(0).enabled_schedulers,
             min_heartbeat_ttl: limits::DEFAULT_MIN_HEARTBEAT_TTL,
             heartbeat_grace: limits::DEFAULT_HEARTBEAT_GRACE,
             failover_heartbeat_ttl: limits::DEFAULT_FAILOVER_HEARTBEAT_TTL,

@@ -20,6 +20,7 @@ mod handler;
 pub mod http_forward;
 pub mod join;
 mod leader;
+pub use leader::pool;
 pub mod methods;
 pub mod peers; // #4: the leader's loops (eval broker, plan applier, workers)
 mod server;

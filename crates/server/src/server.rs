@@ -51,6 +51,8 @@ struct Inner {
     events: Arc<crate::events::EventBroker>,
     /// Clients' allocation updates, folded into one Raft entry per window.
     alloc_batcher: crate::alloc_batch::AllocUpdateBatcher,
+    /// How many scheduling workers this server runs when it leads, and what they are doing.
+    worker_pool: Arc<crate::leader::pool::WorkerPool>,
 }
 
 /// A server as `/v1/agent/members` and `server members` show it.
@@ -113,6 +115,12 @@ impl Server {
         });
         let raft = raft::RaftNode::open(raft_cfg, fsm, rpc_client.clone()).await?;
         let (shutdown, shutdown_rx) = watch::channel(false);
+        let worker_pool = Arc::new(crate::leader::pool::WorkerPool::new(
+            crate::leader::pool::PoolConfig {
+                num_schedulers: cfg.num_schedulers,
+                enabled_schedulers: cfg.enabled_schedulers.clone(),
+            },
+        ));
         let server = Server {
             inner: Arc::new(Inner {
                 cfg,
@@ -131,6 +139,7 @@ impl Server {
                 lock_timers: Default::default(),
                 events,
                 alloc_batcher: Default::default(),
+                worker_pool,
             }),
         };
         let handler = Arc::new(RpcHandler {
@@ -249,6 +258,11 @@ impl Server {
     /// The eval broker's counts while this server leads.
     pub async fn eval_broker_stats(&self) -> Option<crate::leader::BrokerStats> {
         self.inner.leadership.broker_stats().await
+    }
+
+    /// The scheduling workers' pool (`/v1/agent/schedulers`).
+    pub fn worker_pool(&self) -> &Arc<crate::leader::pool::WorkerPool> {
+        &self.inner.worker_pool
     }
 
     pub(crate) fn leadership(&self) -> &crate::leader::Leadership {

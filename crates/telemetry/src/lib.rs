@@ -1,4 +1,5 @@
-//! Caravan's metrics, as Nomad's agent serves them at `/v1/metrics`.
+//! Caravan's metrics, as Nomad's agent serves them at `/v1/metrics`, and the log stream of
+//! `/v1/agent/monitor` ([`logs`]).
 //!
 //! Owns: the process-wide recorder behind the `metrics` facade (every other crate only records,
 //! through `metrics::counter!`/`gauge!`/`histogram!` with Nomad's metric names), and both of
@@ -12,6 +13,7 @@
 //! untouched for the retention period is forgotten by both renderings.
 
 mod json;
+pub mod logs;
 
 use metrics::{
     Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString, Unit,

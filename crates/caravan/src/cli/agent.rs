@@ -203,7 +203,7 @@ fn listen_addr(cfg: &AgentConfig, specific: Option<&String>, port: u16) -> Resul
 
 pub fn run(args: AgentArgs) -> Result<i32> {
     let cfg = resolve(&args)?;
-    init_logging(cfg.log_level.as_deref().unwrap_or("INFO"));
+    init_logging(&cfg)?;
     let server_enabled = cfg.server.as_ref().and_then(|s| s.enabled).unwrap_or(false);
     let client_enabled = cfg.client.as_ref().and_then(|c| c.enabled).unwrap_or(false);
     if !server_enabled && !client_enabled {
@@ -267,6 +267,7 @@ async fn run_client_agent(cfg: AgentConfig, dev: bool, tls: TlsSetup) -> Result<
         servers: Arc::new(ConnServers(conn)),
         rpc: rpc::Client::with_tls(rpc::limits::CALL_TIMEOUT_DEFAULT, tls.rpc.clone()),
         acl_enabled: cfg.acl.as_ref().and_then(|a| a.enabled).unwrap_or(false),
+        enable_debug: cfg.enable_debug.unwrap_or(false),
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let http_tls = tls.http_server.clone();
@@ -354,6 +355,16 @@ async fn run_agent(
     if let Some(n) = server_cfg_block.num_schedulers {
         server_cfg.num_schedulers = n as usize;
     }
+    if let Some(list) = &server_cfg_block.enabled_schedulers {
+        server_cfg.enabled_schedulers.clone_from(list);
+    }
+    let pool = server::pool::PoolConfig {
+        num_schedulers: server_cfg.num_schedulers,
+        enabled_schedulers: server_cfg.enabled_schedulers.clone(),
+    };
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    pool.check(cores.max(server_cfg.num_schedulers))
+        .map_err(|e| anyhow::anyhow!("server.{e}"))?;
     if let Some(grace) = server_cfg_block.heartbeat_grace {
         server_cfg.heartbeat_grace = grace;
     }
@@ -469,6 +480,7 @@ async fn run_agent(
         datacenter: datacenter.clone(),
         version: env!("CARGO_PKG_VERSION").into(),
         config: serde_json::to_value(&cfg).unwrap_or_default(),
+        enable_debug: cfg.enable_debug.unwrap_or(false),
     };
     print_banner(
         &cfg,
@@ -1123,22 +1135,81 @@ pub(super) fn hostname() -> String {
         .unwrap_or_else(|| "caravan".into())
 }
 
-fn init_logging(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        let lvl = match level.to_ascii_lowercase().as_str() {
-            "trace" => "trace",
-            "debug" => "debug",
-            "warn" => "warn",
-            "error" => "error",
-            _ => "info",
-        };
-        // openraft is chatty at debug; keep it one level quieter than ours.
-        tracing_subscriber::EnvFilter::new(format!("{lvl},openraft=warn"))
-    });
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false)
+/// The agent's logs: standard output as text (or JSON lines with `log_json`), `log_file` too when
+/// set, and the `/v1/agent/monitor` stream, which costs nothing until someone reads it.
+fn init_logging(cfg: &AgentConfig) -> Result<()> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let word = cfg.log_level.as_deref().unwrap_or("INFO");
+    let Some(level) = telemetry::logs::parse_level(word) else {
+        bail!("log_level = {word:?}: not a log level; use one of TRACE, DEBUG, INFO, WARN, ERROR");
+    };
+    let filter = || {
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+            // openraft is chatty at debug; keep it one level quieter than ours.
+            tracing_subscriber::EnvFilter::new(format!(
+                "{},openraft=warn",
+                level.as_str().to_ascii_lowercase()
+            ))
+        })
+    };
+    let json = cfg.log_json.unwrap_or(false);
+    let stdout = if json {
+        tracing_subscriber::fmt::layer()
+            .json()
+            .with_filter(filter())
+            .boxed()
+    } else {
+        tracing_subscriber::fmt::layer()
+            .with_target(false)
+            .with_filter(filter())
+            .boxed()
+    };
+    let file = match cfg.log_file.as_deref().filter(|f| !f.is_empty()) {
+        None => None,
+        Some(path) => {
+            let file = open_log_file(path)?;
+            let writer = std::sync::Mutex::new(file);
+            Some(if json {
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_writer(writer)
+                    .with_filter(filter())
+                    .boxed()
+            } else {
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(false)
+                    .with_writer(writer)
+                    .with_filter(filter())
+                    .boxed()
+            })
+        }
+    };
+    let _ = tracing_subscriber::registry()
+        .with(stdout)
+        .with(file)
+        .with(telemetry::logs::MonitorLayer.with_filter(telemetry::logs::MonitorFilter))
         .try_init();
+    Ok(())
+}
+
+/// `log_file`: a file, or a directory (an existing one, or a path ending in `/`) that gets
+/// `nomad.log`, as Nomad names it; appended to.
+fn open_log_file(path: &str) -> Result<std::fs::File> {
+    let mut p = PathBuf::from(path);
+    if path.ends_with('/') || p.is_dir() {
+        p = p.join("nomad.log");
+    }
+    if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("log_file = {path:?}: creating {}", dir.display()))?;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&p)
+        .with_context(|| format!("log_file = {path:?}: opening {}", p.display()))
 }
 
 #[cfg(test)]

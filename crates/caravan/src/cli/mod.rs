@@ -5,6 +5,7 @@
 
 mod acl;
 mod agent;
+mod agent_tools;
 mod alloc;
 mod alloc_ops;
 mod connect;
@@ -106,6 +107,11 @@ enum Command {
     Fmt(format::FmtArgs),
     /// List jobs, or show one job's status (like `job status`)
     Status(job_status::StatusArgs),
+    /// Show the agent's stats by section (raft, nomad, client, runtime, ...)
+    #[command(name = "agent-info")]
+    AgentInfo(agent_tools::AgentInfoArgs),
+    /// Stream the agent's log lines as it writes them, until interrupted
+    Monitor(agent_tools::MonitorArgs),
     /// Simulate many client nodes against real servers (for benchmarks)
     Nodesim(nodesim::NodesimArgs),
     /// Print the version
@@ -177,6 +183,8 @@ pub fn run(args: Vec<OsString>) -> i32 {
         Command::Plugin(cmd) => Ok(volume::run_plugin(cmd)),
         Command::Fmt(args) => Ok(format::run(args)),
         Command::Status(args) => Ok(status_of_anything(&original, args)),
+        Command::AgentInfo(args) => Ok(agent_tools::agent_info(args)),
+        Command::Monitor(args) => Ok(agent_tools::monitor(args)),
         Command::Executor(args) => Ok(executor::run(args)),
         Command::CsiHostpath(args) => csi_hostpath::run(args),
         Command::Logmon(args) => Ok(logmon::run(args)),

@@ -236,6 +236,8 @@ section! {
         bootstrap_expect: u32 => Kind::Uint(U32),
         /// Scheduler workers (Nomad's default: one per core).
         num_schedulers: u32 => Kind::Uint(U32),
+        /// The scheduler types the workers take; must include `_core` (default: all).
+        enabled_schedulers: Vec<String> => Kind::StrList,
         /// Extra time after a missed heartbeat before a node is marked down.
         #[serde(with = "super::duration::serde_opt")]
         heartbeat_grace: Duration => Kind::Duration,

@@ -24,6 +24,7 @@ mod heartbeat;
 pub(crate) mod limits;
 pub(crate) mod periodic;
 mod plan_apply;
+pub mod pool;
 mod stats;
 pub(crate) mod tasks;
 #[cfg(test)]
@@ -257,10 +258,9 @@ impl LeaderLoops {
             applier,
             server: server.clone(),
         });
-        let workers = server.config().num_schedulers.clamp(1, limits::WORKERS_MAX);
-        for i in 0..workers {
-            tasks.spawn(worker::run(ctx.clone(), i));
-        }
+        // Follows the pool's configuration (`/v1/agent/schedulers/config`): workers past the
+        // count stop themselves; this starts the missing ones.
+        tasks.spawn(pool_supervisor(ctx.clone(), stop_rx.clone()));
         let leadership = server.leadership();
         {
             // The snapshot is read under the lock, so a node registered before it has a failover
@@ -302,7 +302,10 @@ impl LeaderLoops {
         tasks.spawn(gc::run(server.clone(), stop_rx.clone()));
         *leadership.broker.lock().expect("broker lock") = Some(broker);
         leadership.running.store(true, Ordering::SeqCst);
-        tracing::info!(workers, "leader loops started");
+        tracing::info!(
+            workers = server.worker_pool().config().num_schedulers,
+            "leader loops started"
+        );
         LeaderLoops { stop, tasks }
     }
 
@@ -345,4 +348,52 @@ pub(crate) fn timed_nodes(snap: &state::StateSnapshot) -> Vec<String> {
 
 fn duration_ns(d: std::time::Duration) -> i64 {
     i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
+/// Keeps `num_schedulers` workers running while this server leads; they all stop with it.
+async fn pool_supervisor(ctx: Arc<worker::WorkerContext>, mut stop: watch::Receiver<bool>) {
+    let pool = ctx.server.worker_pool();
+    let mut config = pool.watch();
+    let mut workers: JoinSet<()> = JoinSet::new();
+    let mut running: Vec<bool> = Vec::new();
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(usize, worker::Exit)>();
+    loop {
+        let want = config
+            .borrow_and_update()
+            .num_schedulers
+            .min(limits::WORKERS_MAX);
+        if running.len() < want {
+            running.resize(want, false);
+        }
+        for (i, slot) in running.iter_mut().enumerate().take(want) {
+            if !*slot {
+                *slot = true;
+                let (ctx, done) = (ctx.clone(), done_tx.clone());
+                workers.spawn(async move {
+                    let exit = worker::run(ctx.clone(), i).await;
+                    ctx.server.worker_pool().stopped(i);
+                    let _ = done.send((i, exit));
+                });
+            }
+        }
+        tokio::select! {
+            () = tasks::stopped(&mut stop) => return,
+            changed = config.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            Some((i, exit)) = done_rx.recv() => {
+                // The broker is gone: leadership is ending, and so are the others.
+                if exit == worker::Exit::BrokerGone {
+                    return;
+                }
+                // Past the count when it looked; started again above if wanted by now.
+                if let Some(slot) = running.get_mut(i) {
+                    *slot = false;
+                }
+            }
+            Some(_) = workers.join_next(), if !workers.is_empty() => {}
+        }
+    }
 }

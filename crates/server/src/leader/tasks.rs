@@ -68,14 +68,20 @@ pub struct BrokerHandle {
 }
 
 impl BrokerHandle {
-    /// Waits for an evaluation of one of `types`; `None` when the broker stops (leadership lost).
-    pub async fn dequeue(&self, types: Vec<String>) -> Option<Delivery> {
+    /// Parks a dequeue for an evaluation of one of `types`: the receiver gets it, or `None`
+    /// when the broker stops (leadership lost). A worker that gives up waiting closes the
+    /// receiver and then takes what `try_recv` still holds, so a delivery sent just before is
+    /// not lost (one sent after is nacked straight back by the broker).
+    pub(crate) async fn dequeue_waiter(
+        &self,
+        types: Vec<String>,
+    ) -> Option<oneshot::Receiver<Option<Delivery>>> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(BrokerRequest::Dequeue { types, reply })
             .await
             .ok()?;
-        rx.await.ok().flatten()
+        Some(rx)
     }
 
     pub async fn ack(&self, d: &Delivery) -> Result<(), BrokerError> {
@@ -582,5 +588,86 @@ async fn settle(server: &Server) {
                 tokio::time::sleep(SETTLE_RETRY).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use model::eval::EvalStatus;
+
+    fn pending(id: &str) -> Arc<Evaluation> {
+        Arc::new(Evaluation {
+            id: id.into(),
+            namespace: "default".into(),
+            priority: 50,
+            eval_type: model::JobType::Service,
+            triggered_by: "job-register".into(),
+            job_id: format!("job-{id}"),
+            status: EvalStatus::Pending,
+            create_index: 1,
+            modify_index: 1,
+            ..Evaluation::default()
+        })
+    }
+
+    fn broker() -> (BrokerHandle, watch::Sender<bool>) {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (writes, _rx) = mpsc::channel(8);
+        let initial = vec![broker::Event::Rebuild(Vec::new())];
+        let (handle, run) = broker_task("t".into(), initial, stop_rx, writes);
+        tokio::spawn(run);
+        (handle, stop_tx)
+    }
+
+    /// What a worker does when the pool's configuration changes while its dequeue is parked: it
+    /// closes the receiver, then takes what is in it. A delivery the broker sent just before is
+    /// taken, not lost to the nack timer.
+    #[tokio::test]
+    async fn a_dequeue_given_up_keeps_a_delivery_already_sent() {
+        let (broker, _stop) = broker();
+        let mut waiter = broker
+            .dequeue_waiter(vec!["service".into()])
+            .await
+            .expect("the broker runs");
+        assert!(
+            broker
+                .event(broker::Event::EvalsChanged(vec![pending("e1")]))
+                .await
+        );
+        // Requests are served in order: once stats answers, the delivery was sent.
+        let stats = broker.stats().await.expect("the broker runs");
+        assert_eq!(stats.unacked, 1, "{stats:?}");
+        waiter.close();
+        let d = waiter
+            .try_recv()
+            .expect("the delivery sent before the close is kept");
+        assert_eq!(d.expect("a delivery").eval.id, "e1");
+    }
+
+    /// A dequeue given up before anything was sent: the next evaluation goes to another worker.
+    #[tokio::test]
+    async fn a_dequeue_given_up_empty_takes_nothing_from_the_next_worker() {
+        let (broker, _stop) = broker();
+        let mut gone = broker
+            .dequeue_waiter(vec!["service".into()])
+            .await
+            .expect("the broker runs");
+        gone.close();
+        assert!(gone.try_recv().is_err());
+        let next = broker
+            .dequeue_waiter(vec!["service".into()])
+            .await
+            .expect("the broker runs");
+        assert!(
+            broker
+                .event(broker::Event::EvalsChanged(vec![pending("e2")]))
+                .await
+        );
+        let d = tokio::time::timeout(Duration::from_secs(10), next)
+            .await
+            .expect("delivered in time")
+            .expect("the broker runs");
+        assert_eq!(d.expect("a delivery").eval.id, "e2");
     }
 }

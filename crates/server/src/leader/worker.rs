@@ -69,10 +69,55 @@ enum WorkError {
     Write(#[from] crate::ServerError),
 }
 
-/// One worker: runs until the broker stops handing out evaluations (leadership lost).
-pub(crate) async fn run(ctx: Arc<WorkerContext>, worker: usize) {
-    let types: Vec<String> = SCHEDULER_TYPES.iter().map(|t| (*t).to_owned()).collect();
-    while let Some(delivery) = ctx.broker.dequeue(types.clone()).await {
+/// One worker: runs until the broker stops handing out evaluations (leadership lost) or the
+/// pool no longer wants slot `worker`; takes the types the pool enables, as they change.
+/// Why a worker stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// Its slot is past the pool's count.
+    NotWanted,
+    /// The broker stopped (leadership lost).
+    BrokerGone,
+}
+
+pub(crate) async fn run(ctx: Arc<WorkerContext>, worker: usize) -> Exit {
+    let pool = ctx.server.worker_pool();
+    let mut config = pool.watch();
+    pool.started(worker);
+    loop {
+        let cfg = config.borrow_and_update().clone();
+        if worker >= cfg.num_schedulers {
+            return Exit::NotWanted;
+        }
+        let types = cfg.types();
+        pool.workload(worker, super::pool::Workload::WaitingToDequeue);
+        let delivery = if types.is_empty() {
+            // Nothing to take until the configuration changes.
+            if config.changed().await.is_err() {
+                return Exit::BrokerGone;
+            }
+            continue;
+        } else {
+            let Some(mut waiter) = ctx.broker.dequeue_waiter(types).await else {
+                return Exit::BrokerGone;
+            };
+            tokio::select! {
+                d = &mut waiter => d.ok().flatten(),
+                changed = config.changed() => {
+                    // Give the dequeue up, keeping a delivery already sent.
+                    waiter.close();
+                    match waiter.try_recv() {
+                        Ok(Some(d)) => Some(d),
+                        _ if changed.is_err() => return Exit::BrokerGone,
+                        _ => continue,
+                    }
+                }
+            }
+        };
+        let Some(delivery) = delivery else {
+            return Exit::BrokerGone;
+        };
+        pool.workload(worker, super::pool::Workload::Scheduling);
         let eval_id = delivery.eval.id.clone();
         match process(&ctx, &delivery).await {
             Ok(()) => {
