@@ -32,11 +32,26 @@ impl LogFollow {
 impl Client {
     /// `PUT /v1/allocation/:id/stop`: the scheduler replaces the allocation.
     pub async fn stop_allocation(&self, alloc_id: &str) -> Result<AllocStopResponse> {
+        self.stop_allocation_with(alloc_id, false).await
+    }
+
+    /// `PUT /v1/allocation/:id/stop`; with `no_shutdown_delay`, the tasks' `shutdown_delay` is
+    /// skipped (`?no_shutdown_delay=true`).
+    pub async fn stop_allocation_with(
+        &self,
+        alloc_id: &str,
+        no_shutdown_delay: bool,
+    ) -> Result<AllocStopResponse> {
+        let params = if no_shutdown_delay {
+            vec![("no_shutdown_delay", "true".to_string())]
+        } else {
+            Vec::new()
+        };
         let (resp, _) = self
             .write::<Value, _>(
                 Method::PUT,
                 &["v1", "allocation", alloc_id, "stop"],
-                &[],
+                &params,
                 None,
                 &WriteOptions::default(),
             )
@@ -129,6 +144,25 @@ impl Client {
             url: resp.url().to_string(),
             resp,
         })
+    }
+
+    /// The WebSocket URL of a job action (`GET /v1/job/:id/action`), and the token to send.
+    pub fn action_url(
+        &self,
+        job_id: &str,
+        alloc_id: &str,
+        task: &str,
+        action: &str,
+        tty: bool,
+    ) -> (String, Option<String>) {
+        let params = [
+            ("action", action.to_string()),
+            ("allocID", alloc_id.to_string()),
+            ("task", task.to_string()),
+            ("tty", tty.to_string()),
+        ];
+        let url = self.ws_url(&["v1", "job", job_id, "action"], &params);
+        (url, self.config().token.clone().filter(|t| !t.is_empty()))
     }
 
     /// The WebSocket URL of `alloc exec` (`GET /v1/client/allocation/:id/exec`), and the token

@@ -36,13 +36,19 @@ impl Client {
             .await
     }
 
-    /// `GET /v1/job/:id/deployments`.
+    /// `GET /v1/job/:id/deployments`; with `all`, also those of earlier instances of the job.
     pub async fn job_deployments(
         &self,
         job_id: &str,
+        all: bool,
         q: &QueryOptions,
     ) -> Result<(Vec<Deployment>, QueryMeta)> {
-        self.query(&["v1", "job", job_id, "deployments"], &[], q)
+        let params = if all {
+            vec![("all", "true".to_string())]
+        } else {
+            Vec::new()
+        };
+        self.query(&["v1", "job", job_id, "deployments"], &params, q)
             .await
     }
 

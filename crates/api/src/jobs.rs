@@ -4,8 +4,8 @@ use crate::client::{Client, QueryMeta, QueryOptions, WriteOptions};
 use crate::error::Result;
 use crate::types::{
     EvalOptions, JobDeregisterResponse, JobEvaluateRequest, JobListStub, JobPlanRequest,
-    JobPlanResponse, JobRegisterRequest, JobValidateRequest, JobValidateResponse,
-    JobVersionsResponse, JobsParseRequest, RegisterOptions, RegisterResponse,
+    JobPlanResponse, JobRegisterRequest, JobSubmission, JobTagResponse, JobValidateRequest,
+    JobValidateResponse, JobVersionsResponse, JobsParseRequest, RegisterOptions, RegisterResponse,
 };
 use model::{AllocListStub, Deployment, Evaluation, Job, JobSummary};
 use reqwest::Method;
@@ -93,6 +93,66 @@ impl Client {
             resp.index = meta.last_index;
         }
         Ok((resp, meta))
+    }
+
+    /// `GET /v1/job/:id/submission?version=N`: the source that version was registered from.
+    pub async fn job_submission(
+        &self,
+        id: &str,
+        version: u64,
+        q: &QueryOptions,
+    ) -> Result<(JobSubmission, QueryMeta)> {
+        self.query(
+            &["v1", "job", id, "submission"],
+            &[("version", version.to_string())],
+            q,
+        )
+        .await
+    }
+
+    /// `PUT /v1/job/:id/versions/:name/tag`: names `version` of the job (`None`: the current one).
+    pub async fn tag_job_version(
+        &self,
+        id: &str,
+        name: &str,
+        version: Option<u64>,
+        description: &str,
+        w: &WriteOptions,
+    ) -> Result<JobTagResponse> {
+        let body = serde_json::json!({
+            "Version": version.unwrap_or(0),
+            "Latest": version.is_none(),
+            "Description": description,
+        });
+        let (resp, _): (JobTagResponse, _) = self
+            .write(
+                Method::PUT,
+                &["v1", "job", id, "versions", name, "tag"],
+                &[],
+                Some(&body),
+                w,
+            )
+            .await?;
+        Ok(resp)
+    }
+
+    /// `DELETE /v1/job/:id/versions/:name/tag`: removes the name from the version it is on.
+    pub async fn untag_job_version(
+        &self,
+        id: &str,
+        name: &str,
+        w: &WriteOptions,
+    ) -> Result<JobTagResponse> {
+        let (resp, _): (JobTagResponse, _) = self
+            .write::<(), _>(
+                Method::DELETE,
+                &["v1", "job", id, "versions", name, "tag"],
+                &[],
+                None,
+                w,
+            )
+            .await?;
+        Ok(resp)
     }
 
     /// `DELETE /v1/job/:id`: stops the job (and with `purge`, forgets it).

@@ -49,8 +49,8 @@ pub use error::{ApiError, Error, Result};
 pub use nodes::LogOptions;
 pub use types::{
     AgentHealth, AgentHealthResponse, AgentMember, AllocFileInfo, JobDeregisterResponse, JobDiff,
-    JobListStub, JobPlanResponse, JobSubmission, JobValidateResponse, JobVersionsResponse,
-    RegisterOptions, RegisterResponse, ServerMembers,
+    JobListStub, JobPlanResponse, JobSubmission, JobTagResponse, JobValidateResponse,
+    JobVersionsResponse, RegisterOptions, RegisterResponse, ServerMembers,
 };
 
 #[cfg(test)]

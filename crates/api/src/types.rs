@@ -31,20 +31,20 @@ pub struct JobRegisterRequest<'a> {
 }
 
 /// The job file a job was registered from, kept by the server beside the version it made.
+pub use model::job::JobSubmission;
+
+/// The answer to a version tag write (Nomad's `JobTagResponse`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct JobSubmission {
-    #[serde(rename = "Source")]
-    pub source: String,
-    /// `hcl2` or `json`.
-    #[serde(rename = "Format")]
-    pub format: String,
-    /// `-var` flags, name → value.
-    #[serde(rename = "VariableFlags")]
-    pub variable_flags: BTreeMap<String, String>,
-    /// The contents of the `-var-file` files.
-    #[serde(rename = "Variables")]
-    pub variables: String,
+pub struct JobTagResponse {
+    #[serde(rename = "Name")]
+    pub name: String,
+    #[serde(rename = "Description")]
+    pub description: String,
+    #[serde(rename = "TaggedTime")]
+    pub tagged_time: i64,
+    #[serde(rename = "Index")]
+    pub index: u64,
 }
 
 /// How to register a job.

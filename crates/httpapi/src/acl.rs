@@ -90,6 +90,9 @@ fn job_suffix(rest: &str) -> Option<&'static str> {
         "stable",
         "submission",
         "services",
+        "tag",
+        "actions",
+        "action",
     ]
     .into_iter()
     .find(|s| rest.ends_with(&format!("/{s}")))
@@ -116,6 +119,8 @@ pub(crate) fn need(method: &Method, path: &str) -> Need {
         ["v1", "operator", "keyring", ..] => Need::Handler,
         ["v1", "jobs"] if read => Need::NsList("list-jobs"),
         ["v1", "jobs"] => Need::JobBody(SUBMIT_JOB),
+        // read-job in the namespace asked (403), or the jobs filtered to those readable.
+        ["v1", "jobs", "statuses"] => Need::Handler,
         ["v1", "jobs", "parse"] => Need::Ns(&["parse-job", "submit-job"]),
         ["v1", "validate", "job"] => Need::JobBody(READ_JOB),
         ["v1", "job", ..] => {
@@ -125,6 +130,9 @@ pub(crate) fn need(method: &Method, path: &str) -> Need {
                 Some("evaluate") => Need::Ns(&["submit-job", "evaluate-job"]),
                 Some("revert") => Need::Ns(&["submit-job", "revert-job"]),
                 Some("stable") => Need::Ns(&["submit-job", "stable-job"]),
+                Some("tag") => Need::Ns(&["submit-job", "tag-job-version"]),
+                // Exec's rules, by the allocation it runs in: the handler checks.
+                Some("action") => Need::Handler,
                 Some("dispatch") => Need::Ns(&["dispatch-job"]),
                 Some("periodic/force") => {
                     Need::Ns(&["dispatch-job", "submit-job", "force-periodic-job"])
@@ -304,18 +312,7 @@ async fn check(st: &ApiState, mut req: Request) -> Result<Request, ApiError> {
         Need::AllocExec => match alloc_namespace(st, &path) {
             Some((ns, alloc)) => {
                 let task = query_param(query.as_deref(), "task").unwrap_or_default();
-                let isolated = alloc
-                    .job
-                    .as_ref()
-                    .and_then(|j| {
-                        j.task_groups
-                            .iter()
-                            .find(|g| g.name == alloc.task_group)
-                            .and_then(|g| g.tasks.iter().find(|t| t.name == task))
-                    })
-                    .is_some_and(|t| ISOLATING_DRIVERS.contains(&t.driver.as_str()));
-                acl.allow_namespace_operation(&ns, "alloc-exec")
-                    && (isolated || acl.allow_namespace_operation(&ns, "alloc-node-exec"))
+                exec_allowed(&acl, &ns, &alloc, &task)
             }
             None => return unknown(&acl, "allocation", req),
         },
@@ -443,6 +440,28 @@ pub async fn authorize(
         Ok(_) => axum::http::StatusCode::OK.into_response(),
         Err(e) => e.into_response(),
     }
+}
+
+/// Exec into `task` of `alloc`: `alloc-exec`, and `alloc-node-exec` too for a driver without
+/// filesystem isolation (Nomad's rule).
+fn exec_allowed(acl: &Acl, ns: &str, alloc: &model::alloc::Allocation, task: &str) -> bool {
+    let isolated = alloc
+        .job
+        .as_ref()
+        .and_then(|j| {
+            j.task_groups
+                .iter()
+                .find(|g| g.name == alloc.task_group)
+                .and_then(|g| g.tasks.iter().find(|t| t.name == task))
+        })
+        .is_some_and(|t| ISOLATING_DRIVERS.contains(&t.driver.as_str()));
+    acl.allow_namespace_operation(ns, "alloc-exec")
+        && (isolated || acl.allow_namespace_operation(ns, "alloc-node-exec"))
+}
+
+/// [`exec_allowed`] for the request being handled (job actions).
+pub(crate) fn may_exec(authz: &Authz, alloc: &model::alloc::Allocation, task: &str) -> bool {
+    authz.is_management() || exec_allowed(&authz.acl, &alloc.namespace, alloc, task)
 }
 
 /// Drivers that keep a task's filesystem apart from the host's: `alloc exec` into any other

@@ -40,13 +40,24 @@ pub async fn job(
     method: Method,
     Path(rest): Path<String>,
     Query(params): Params,
-    body: Bytes,
+    req: axum::extract::Request,
 ) -> Response {
+    if method == Method::GET {
+        if let Some(job_id) = rest.strip_suffix("/action") {
+            return action_inner(&st, job_id, &params, req)
+                .await
+                .unwrap_or_else(IntoResponse::into_response);
+        }
+    }
+    let body = match axum::body::to_bytes(req.into_body(), crate::limits::BODY_BYTES_MAX).await {
+        Ok(b) => b,
+        Err(e) => return crate::limits::body_error(&e).into_response(),
+    };
     let result = route_job(&st, method, &rest, params, &body).await;
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-const NOT_BUILT: [&str; 4] = ["submission", "services", "action", "scaling"];
+const NOT_BUILT: [&str; 2] = ["services", "scaling"];
 
 async fn route_job(
     st: &ApiState,
@@ -56,6 +67,39 @@ async fn route_job(
     body: &[u8],
 ) -> Result<Response, ApiError> {
     let q = QueryOptions::parse(params)?;
+    if let Some(id) = rest.strip_suffix("/submission") {
+        if method != Method::GET {
+            return Err(ApiError::invalid_method());
+        }
+        return submission(st, id, &q).await;
+    }
+    // `/v1/job/:id/versions/:name/tag`
+    if let Some(("versions", name)) = rest
+        .strip_suffix("/tag")
+        .and_then(|r| r.rsplit_once('/'))
+        .and_then(|(head, name)| head.rsplit_once('/').map(|(_, v)| (v, name)))
+    {
+        let id = rest
+            .strip_suffix(&format!("/versions/{name}/tag"))
+            .unwrap_or_default();
+        return match method {
+            Method::PUT | Method::POST => tag_version(st, id, name, &q, Some(body)).await,
+            Method::DELETE => tag_version(st, id, name, &q, None).await,
+            _ => Err(ApiError::invalid_method()),
+        };
+    }
+    if let Some(id) = rest.strip_suffix("/actions") {
+        if method != Method::GET {
+            return Err(ApiError::invalid_method());
+        }
+        return actions(st, id, &q).await;
+    }
+    if let Some(id) = rest.strip_suffix("/action") {
+        // Not a GET: only the WebSocket runs an action.
+        return Err(resolve_action(&st.server.state().snapshot(), id, &q.params)
+            .err()
+            .unwrap_or_else(|| ApiError::bad_request("a job action is a WebSocket request")));
+    }
     if let Some(id) = rest.strip_suffix("/scale") {
         return match method {
             Method::GET => crate::scaling::status(st, id, &q).await,
@@ -98,7 +142,7 @@ async fn route_job(
                 "dispatch" => crate::launch::dispatch(st, id, &q, body).await,
                 "periodic/force" => crate::launch::periodic_force(st, id, &q).await,
                 "plan" => plan(st, id, &q, body).await,
-                _ => evaluate(st, id, &q).await,
+                _ => evaluate(st, id, &q, body).await,
             };
         }
     }
@@ -182,6 +226,8 @@ struct RegisterBody {
     eval_priority: i32,
     #[serde(rename = "Namespace")]
     namespace: String,
+    #[serde(rename = "Submission")]
+    submission: Option<model::job::JobSubmission>,
 }
 
 /// An empty body reads as the request's defaults; otherwise as [`decode`].
@@ -250,6 +296,7 @@ async fn register(
             job_modify_index: req.job_modify_index,
             preserve_counts: req.preserve_counts,
             eval_priority: req.eval_priority,
+            submission: req.submission.filter(|s| !s.source.is_empty()),
         })
         .await?;
     // The body carries the write's index (its `Index` field) as Nomad's does: once, since a
@@ -314,8 +361,268 @@ async fn stable(
     ))
 }
 
-async fn evaluate(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response, ApiError> {
-    let resp = st.server.job_evaluate(&q.namespace, id).await?;
+/// Nomad's `JobAction`: an action with the task and group that define it.
+#[derive(Serialize)]
+struct JobAction<'a> {
+    #[serde(rename = "Name")]
+    name: &'a str,
+    #[serde(rename = "Command")]
+    command: &'a str,
+    #[serde(rename = "Args")]
+    args: &'a [String],
+    #[serde(rename = "TaskName")]
+    task_name: &'a str,
+    #[serde(rename = "TaskGroupName")]
+    task_group_name: &'a str,
+}
+
+/// `GET /v1/job/:id/actions`: every action the job's tasks define.
+async fn actions(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response, ApiError> {
+    let snap = st.server.state().snapshot();
+    let job = snap
+        .job(&q.namespace, id)
+        .ok_or_else(|| ApiError::not_found("job not found"))?;
+    let out: Vec<JobAction<'_>> = job
+        .task_groups
+        .iter()
+        .flat_map(|g| {
+            g.tasks.iter().flat_map(move |t| {
+                t.actions.iter().map(move |a| JobAction {
+                    name: &a.name,
+                    command: &a.command,
+                    args: &a.args,
+                    task_name: &t.name,
+                    task_group_name: &g.name,
+                })
+            })
+        })
+        .collect();
+    Ok(reply::plain(&out, q.pretty))
+}
+
+/// The exec a job action request stands for: `(allocation ID, task, command, tty)`, or why
+/// not, with Nomad's words.
+pub(crate) fn resolve_action(
+    snap: &state::StateSnapshot,
+    job_id: &str,
+    params: &HashMap<String, String>,
+) -> Result<(String, String, Vec<String>, bool), ApiError> {
+    let get = |k: &str| params.get(k).map(String::as_str).unwrap_or_default();
+    let (name, alloc_id, task) = (get("action"), get("allocID"), get("task"));
+    if alloc_id.is_empty() {
+        return Err(ApiError::bad_request("missing allocation ID"));
+    }
+    if task.is_empty() {
+        return Err(ApiError::bad_request("missing task name"));
+    }
+    if name.is_empty() {
+        return Err(ApiError::bad_request("missing action name (action)"));
+    }
+    let tty = match get("tty") {
+        "" => false,
+        v => crate::agent_debug::parse_go_bool(v).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "tty value is not a boolean: strconv.ParseBool: parsing {v:?}: invalid syntax"
+            ))
+        })?,
+    };
+    let alloc = snap
+        .alloc(alloc_id)
+        .ok_or_else(|| ApiError::not_found(format!("Unknown allocation \"{alloc_id}\"")))?;
+    if alloc.job_id != job_id {
+        return Err(ApiError::bad_request(format!(
+            "job {job_id} does not have allocation {alloc_id}"
+        )));
+    }
+    let t = alloc
+        .job
+        .as_ref()
+        .and_then(|j| j.task_groups.iter().find(|g| g.name == alloc.task_group))
+        .and_then(|g| g.tasks.iter().find(|t| t.name == task))
+        .ok_or_else(|| {
+            ApiError::bad_request(format!("task {task} not found in allocation {alloc_id}"))
+        })?;
+    let action = t
+        .action(name)
+        .ok_or_else(|| ApiError::bad_request(format!("action {name} not found in task {task}")))?;
+    let mut command = vec![action.command.clone()];
+    command.extend(action.args.iter().cloned());
+    Ok((alloc_id.to_string(), task.to_string(), command, tty))
+}
+
+/// `GET /v1/job/:id/action?action=&allocID=&task=&tty=` (a WebSocket; [`job`] hands it here)
+/// runs the action's command as `alloc exec` does, under exec's rules: `alloc-exec` in the
+/// allocation's namespace, and `alloc-node-exec` too for a task without filesystem isolation;
+/// on the agent that runs the allocation (relayed there when it is another).
+/// Where a job action runs: the allocation, the exec parameters, and the address of the agent
+/// to relay to when that is not this one.
+type ActionPlan = (String, HashMap<String, String>, Option<String>);
+
+fn action_plan(
+    st: &ApiState,
+    job_id: &str,
+    params: &HashMap<String, String>,
+) -> Result<ActionPlan, ApiError> {
+    let snap = st.server.state().snapshot();
+    let (alloc_id, task, command, tty) = resolve_action(&snap, job_id, params)?;
+    let alloc = snap
+        .alloc(&alloc_id)
+        .ok_or_else(|| ApiError::not_found(format!("Unknown allocation \"{alloc_id}\"")))?;
+    if !crate::acl::may_exec(&crate::acl::current(), &alloc, &task) {
+        return Err(ApiError {
+            status: axum::http::StatusCode::FORBIDDEN,
+            message: "Permission denied".into(),
+        });
+    }
+    let mut exec = HashMap::new();
+    exec.insert("task".to_string(), task);
+    exec.insert(
+        "command".to_string(),
+        serde_json::to_string(&command).unwrap_or_default(),
+    );
+    exec.insert("tty".to_string(), tty.to_string());
+    let local = st.client.as_ref().map(|c| c.node_id());
+    if local.as_deref() == Some(alloc.node_id.as_str()) {
+        return Ok((alloc_id, exec, None));
+    }
+    let addr = snap
+        .node(&alloc.node_id)
+        .map(|n| n.http_addr.clone())
+        .filter(|a| !a.is_empty())
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "allocation {alloc_id} runs on node {}, whose agent address is not known",
+                alloc.node_id
+            ))
+        })?;
+    Ok((alloc_id, exec, Some(addr)))
+}
+
+async fn action_inner(
+    st: &ApiState,
+    job_id: &str,
+    params: &HashMap<String, String>,
+    req: axum::extract::Request,
+) -> Result<Response, ApiError> {
+    use axum::extract::FromRequestParts;
+    let (alloc_id, exec, relay_to) = action_plan(st, job_id, params)?;
+    let (mut parts, _) = req.into_parts();
+    let ws = axum::extract::ws::WebSocketUpgrade::from_request_parts(&mut parts, st)
+        .await
+        .map_err(|r| ApiError::bad_request(r.body_text()))?;
+    match relay_to {
+        None => Ok(crate::client_allocs::exec_inner(st, &alloc_id, &exec, ws).await),
+        Some(addr) => {
+            let query = {
+                let mut q = form_urlencoded::Serializer::new(String::new());
+                for (k, v) in &exec {
+                    q.append_pair(k, v);
+                }
+                q.finish()
+            };
+            let uri = format!("/v1/client/allocation/{alloc_id}/exec?{query}");
+            Ok(crate::exec_relay::relay(ws, &addr, &uri, &parts.headers).await)
+        }
+    }
+}
+
+/// `GET /v1/job/:id/submission?version=N`: the source version N was registered from (404 when
+/// its submitter sent none, or the version is gone); its index is the version's JobModifyIndex.
+async fn submission(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response, ApiError> {
+    let version: u64 = q
+        .params
+        .get("version")
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| ApiError::bad_request("Unable to parse job submission version parameter"))?;
+    let snap = q.block(st.server.state(), &[Table::JobVersions]).await;
+    let sub = snap
+        .job_submission(&q.namespace, id, version)
+        .ok_or_else(|| ApiError::not_found("job source not found"))?;
+    Ok(reply::read(
+        &*sub,
+        sub.job_modify_index,
+        &st.server,
+        q.pretty,
+    ))
+}
+
+/// `PUT /v1/job/:id/versions/:name/tag` with `{"Version", "Latest", "Description"}` names a
+/// version; `DELETE` removes the name. Answers Nomad's `JobTagResponse`.
+async fn tag_version(
+    st: &ApiState,
+    id: &str,
+    name: &str,
+    q: &QueryOptions,
+    body: Option<&[u8]>,
+) -> Result<Response, ApiError> {
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default)]
+    struct TagBody {
+        #[serde(rename = "Version")]
+        version: u64,
+        #[serde(rename = "Latest")]
+        latest: bool,
+        #[serde(rename = "Description")]
+        description: String,
+    }
+    let (req, set) = match body {
+        Some(b) => (decode_or_default::<TagBody>(b)?, true),
+        None => (TagBody::default(), false),
+    };
+    let resp = st
+        .server
+        .job_tag_version(server::methods::JobTagArgs {
+            namespace: q.namespace.clone(),
+            job_id: id.to_string(),
+            name: name.to_string(),
+            version: req.version,
+            latest: req.latest,
+            description: set.then_some(req.description),
+        })
+        .await?;
+    let index = resp.index;
+    Ok(reply::write(&resp, index, q.pretty))
+}
+
+/// The body of `POST /v1/job/:id/evaluate` (Nomad's `JobEvaluateRequest`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct EvaluateBody {
+    #[serde(rename = "JobID")]
+    job_id: String,
+    #[serde(rename = "EvalOptions")]
+    eval_options: EvalOptionsBody,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct EvalOptionsBody {
+    #[serde(rename = "ForceReschedule")]
+    force_reschedule: bool,
+}
+
+/// `POST /v1/job/:id/evaluate`: without a body (as older clients send it) a plain evaluation;
+/// with one, it must name the same job, and `EvalOptions.ForceReschedule` replaces the job's
+/// failed allocations now.
+async fn evaluate(
+    st: &ApiState,
+    id: &str,
+    q: &QueryOptions,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let force = if body.iter().all(u8::is_ascii_whitespace) {
+        false
+    } else {
+        let req: EvaluateBody = decode(body)?;
+        if req.job_id.is_empty() {
+            return Err(ApiError::bad_request("Job ID must be specified"));
+        }
+        if req.job_id != id {
+            return Err(ApiError::bad_request("JobID not same as job name"));
+        }
+        req.eval_options.force_reschedule
+    };
+    let resp = st.server.job_evaluate_with(&q.namespace, id, force).await?;
     let index = resp.index;
     Ok(reply::write(&resp, index, q.pretty))
 }
@@ -445,20 +752,38 @@ async fn evaluations(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Respon
     .await
 }
 
+/// The create index of the job now registered under `id`: objects of an earlier job with the
+/// same ID (purged and registered again) have another. `None` when there is no such job.
+fn current_instance(snap: &state::StateSnapshot, ns: &str, id: &str) -> Option<u64> {
+    snap.job(ns, id).and_then(|j| j.create_index)
+}
+
+/// `GET /v1/job/:id/allocations`: the current job's allocations, or with `all=true` those of
+/// every job that had the ID (Nomad's `AllocsByJob` with `anyCreateIndex`).
 async fn allocations(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response, ApiError> {
+    let all = q.flag("all")?;
     blocking_read(st, q, &[Table::Allocs], |snap| {
+        let instance = current_instance(snap, &q.namespace, id).filter(|_| !all);
         Ok(snap
             .allocs_by_job(&q.namespace, id)
             .iter()
+            .filter(|a| {
+                instance.is_none_or(|c| a.job.as_ref().and_then(|j| j.create_index) == Some(c))
+            })
             .map(|a| a.stub(false))
             .collect::<Vec<_>>())
     })
     .await
 }
 
+/// `GET /v1/job/:id/deployments`: the current job's, or with `all=true` every one for the ID.
 async fn deployments(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response, ApiError> {
+    let all = q.flag("all")?;
     blocking_read(st, q, &[Table::Deployments], |snap| {
-        Ok(snap.deployments_by_job(&q.namespace, id))
+        let instance = current_instance(snap, &q.namespace, id).filter(|_| !all);
+        let mut out = snap.deployments_by_job(&q.namespace, id);
+        out.retain(|d| instance.is_none_or(|c| d.job_create_index == c));
+        Ok(out)
     })
     .await
 }

@@ -21,6 +21,7 @@ mod exec_relay;
 pub mod forward;
 pub use csi::HttpCsiTransport;
 mod fs;
+mod job_statuses;
 mod jobs;
 mod launch;
 pub mod limits;
@@ -326,6 +327,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/namespace/{name}", any(acl_endpoints::namespace))
         .route("/v1/jobs", any(jobs::jobs))
         .route("/v1/jobs/parse", any(jobs::parse))
+        .route("/v1/jobs/statuses", any(job_statuses::statuses))
         .route("/v1/validate/job", any(jobs::validate))
         .route("/v1/job/{*rest}", any(jobs::job))
         .route("/v1/deployments", get(deployments::list))

@@ -204,7 +204,11 @@ fn task(r: &mut Reader, name: String) -> Task {
         "scaling",
         "task scaling (Dynamic Application Sizing) is a Nomad Enterprise feature; scale groups with a group scaling block",
     );
-    r.unsupported("action", "task actions are not supported");
+    t.actions = each(r, "action", |r, b| model::task::Action {
+        name: r.label(b),
+        command: r.string_or_empty("command"),
+        args: r.strings("args"),
+    });
     t
 }
 

@@ -83,6 +83,66 @@ pub struct Job {
     pub modify_index: Option<u64>,
     #[serde(rename = "JobModifyIndex")]
     pub job_modify_index: Option<u64>,
+    /// The name an operator gave this version (`job tag apply`); tagged versions are kept
+    /// however many newer ones follow. Set only by the servers: a new version starts untagged.
+    #[serde(rename = "VersionTag")]
+    pub version_tag: Option<JobVersionTag>,
+}
+
+/// Nomad's `JobVersionTag`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobVersionTag {
+    #[serde(rename = "Name")]
+    pub name: String,
+    #[serde(rename = "Description")]
+    pub description: String,
+    /// Unix nanoseconds.
+    #[serde(rename = "TaggedTime")]
+    pub tagged_time: i64,
+}
+
+/// The most a tag's description may hold (Nomad's `MaxDescriptionCharacters`).
+pub const VERSION_TAG_DESCRIPTION_MAX: usize = 1000;
+
+/// Nomad's `JobSubmission`: the source a version was registered from, as the submitter sent it
+/// (`job inspect -hcl`). The servers fill the last four fields.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobSubmission {
+    /// The job file as written (HCL2 or JSON).
+    #[serde(rename = "Source")]
+    pub source: String,
+    /// `hcl2` or `json`.
+    #[serde(rename = "Format")]
+    pub format: String,
+    /// The `-var` flags, name to value.
+    #[serde(rename = "VariableFlags")]
+    pub variable_flags: BTreeMap<String, String>,
+    /// The variable files' contents.
+    #[serde(rename = "Variables")]
+    pub variables: String,
+    #[serde(rename = "Namespace")]
+    pub namespace: String,
+    #[serde(rename = "JobID")]
+    pub job_id: String,
+    #[serde(rename = "Version")]
+    pub version: u64,
+    #[serde(rename = "JobModifyIndex")]
+    pub job_modify_index: u64,
+}
+
+impl JobSubmission {
+    /// The bytes it costs to keep: what Nomad's `job_max_source_size` is measured against.
+    pub fn size(&self) -> usize {
+        self.source.len()
+            + self.variables.len()
+            + self
+                .variable_flags
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>()
+    }
 }
 
 /// The body of a job registration as the API takes it and `job run -output` prints it: `{"Job": …}`.

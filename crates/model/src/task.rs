@@ -68,6 +68,48 @@ pub struct Task {
     pub identity: Option<WorkloadIdentity>,
     #[serde(rename = "Identities")]
     pub identities: Vec<WorkloadIdentity>,
+    /// Commands an operator may run in the task by name (`caravan action`).
+    #[serde(rename = "Actions")]
+    pub actions: Vec<Action>,
+}
+
+/// A task's `action "name" { command args }` (Nomad 1.7's job actions).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Action {
+    #[serde(rename = "Name")]
+    pub name: String,
+    #[serde(rename = "Command")]
+    pub command: String,
+    #[serde(rename = "Args")]
+    pub args: Vec<String>,
+}
+
+impl Action {
+    /// Nomad's rules: a command, and a name of 1 to 128 characters with no whitespace or NUL.
+    fn validate(&self, path: &Path, errs: &mut ValidationErrors) {
+        errs.check(
+            !self.command.is_empty(),
+            &path.field("command"),
+            "command cannot be empty",
+        );
+        let n = self.name.chars().count();
+        errs.check(
+            (1..=128).contains(&n) && !self.name.chars().any(|c| c == '\0' || c.is_whitespace()),
+            path,
+            format!(
+                "invalid name {:?}: 1 to 128 characters, no spaces",
+                self.name
+            ),
+        );
+    }
+}
+
+impl Task {
+    /// The action called `name`.
+    pub fn action(&self, name: &str) -> Option<&Action> {
+        self.actions.iter().find(|a| a.name == name)
+    }
 }
 
 /// When a task runs relative to the main tasks of its group.
@@ -288,6 +330,16 @@ impl Task {
             &path.field("driver"),
             "driver is required",
         );
+        let mut seen = std::collections::BTreeSet::new();
+        for a in &self.actions {
+            let p = path.block("action", &a.name);
+            a.validate(&p, errs);
+            errs.check(
+                seen.insert(a.name.as_str()),
+                &p,
+                format!("action {:?} is defined twice", a.name),
+            );
+        }
         if let Some(r) = &self.resources {
             r.validate(&path.field("resources"), errs);
         }

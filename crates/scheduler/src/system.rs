@@ -6,7 +6,8 @@ use crate::builder::{candidates, sorted_nodes, Builder};
 use crate::outcome::Outcome;
 use crate::reconcile::update::{update_kind, UpdateKind};
 use crate::reconcile::{
-    self, alloc_name, Input, NodeMap, DESC_LOST, DESC_NODE_TAINTED, DESC_NOT_NEEDED, DESC_UPDATING,
+    self, alloc_name, Input, NodeMap, DESC_LOST, DESC_MIGRATING, DESC_NODE_TAINTED,
+    DESC_NOT_NEEDED, DESC_UPDATING,
 };
 use crate::rng::{Rng, STREAM_IDS, STREAM_SAMPLING};
 use crate::stack::{Miss, Stack};
@@ -190,7 +191,15 @@ impl System<'_, '_> {
             .cloned()
             .collect();
         for node_id in missing {
-            self.place(tg, &node_id, None);
+            // As Nomad's, a new allocation follows the group's newest finished one on the node
+            // (whose `NextAllocation` then names it; `job restart -reschedule` follows that).
+            let previous = allocs
+                .iter()
+                .filter(|a| a.task_group == tg.name && a.node_id == node_id)
+                .filter(|a| a.server_terminal() || a.client_terminal())
+                .max_by_key(|a| a.create_index)
+                .cloned();
+            self.place(tg, &node_id, previous.as_deref());
         }
     }
 
@@ -230,6 +239,17 @@ impl System<'_, '_> {
             {
                 self.b.stop(a, DESC_NODE_TAINTED, None);
             }
+            return true;
+        }
+        // One marked on a node that keeps the group (`alloc stop`) is stopped, and as in Nomad
+        // not replaced by this evaluation: the next one places the group there again.
+        let (marked, live): (Vec<&Arc<Allocation>>, Vec<&Arc<Allocation>>) = live
+            .into_iter()
+            .partition(|a| a.desired_transition.should_migrate());
+        for a in &marked {
+            self.b.stop(a, DESC_MIGRATING, None);
+        }
+        if !marked.is_empty() && live.is_empty() {
             return true;
         }
         for extra in live.iter().skip(1) {

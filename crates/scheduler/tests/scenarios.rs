@@ -899,6 +899,33 @@ fn system_allocations_on_a_down_node_are_lost_not_replaced_elsewhere() {
 }
 
 #[test]
+fn a_system_alloc_stopped_by_a_user_is_placed_again_by_the_next_evaluation() {
+    // Nomad's system scheduler stops an allocation marked for migration on a healthy node and
+    // places the group there again only in a later evaluation (`job restart -reschedule` forces
+    // one); the new allocation follows the stopped one.
+    let mut v = cluster(2);
+    let j = run_and_apply(&mut v, job("agent", "system", 1));
+    let a = live(&v)
+        .into_iter()
+        .find(|a| a.node_id == "n1")
+        .expect("placed");
+    v.update_alloc(&a.id, |a| a.desired_transition.migrate = Some(true));
+    let o = check(
+        &v,
+        &eval(&j),
+        "eval complete
+         stop agent.web[0] on n1: alloc is being migrated",
+    );
+    v.apply(&o);
+    check(
+        &v,
+        &eval(&j),
+        "eval complete
+         place agent.web[0] on n1 replacing agent.web[0] on n1",
+    );
+}
+
+#[test]
 fn batch_failures_use_up_their_attempts() {
     let mut v = cluster(2);
     let j = run_and_apply(&mut v, job("etl", "batch", 1));

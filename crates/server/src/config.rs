@@ -69,6 +69,8 @@ pub struct ServerConfig {
     pub tls: Option<std::sync::Arc<rpc::tls::AgentTls>>,
     /// The largest `Count` a task group may have (Nomad's `job_max_count`, 50,000).
     pub job_max_count: u64,
+    /// The most bytes of source kept with a job version (Nomad's `job_max_source_size`, 1 MB).
+    pub job_max_source_size: usize,
     /// How often the leader publishes its gauges (job summaries, broker, heartbeats): the agent's
     /// `telemetry { collection_interval }`, 1 s.
     pub stats_interval: Duration,
@@ -109,6 +111,7 @@ impl ServerConfig {
             acl_token_min_ttl: Duration::from_secs(60),
             acl_token_max_ttl: Duration::from_secs(24 * 3600),
             job_max_count: 50_000,
+            job_max_source_size: 1_000_000,
             stats_interval: Duration::from_secs(1),
             disable_dispatched_job_summary_metrics: false,
             gc_interval: Duration::from_secs(300),

@@ -447,6 +447,7 @@ mod tests {
                 job,
                 eval: None,
                 submit_time: 0,
+                submission: None,
             };
             let index = i as u64 + 1;
             store.apply(index, &cmd).unwrap();
@@ -476,6 +477,7 @@ mod tests {
                 job,
                 eval: None,
                 submit_time: 0,
+                submission: None,
             };
             store.apply(index, &cmd).unwrap();
             broker.publish(index, Arc::new(cmd), || store.snapshot());

@@ -35,6 +35,7 @@ fn metric_name(cmd: &state::Command) -> &'static str {
         "JobRegister" => "register_job",
         "JobDeregister" => "deregister_job",
         "JobStability" => "update_job_stability",
+        "JobVersionTag" => "job_version_tag",
         "EvalUpsert" => "update_eval",
         "EvalDelete" => "delete_eval",
         "NodeRegister" => "register_node",

@@ -118,7 +118,8 @@ fn table() -> HashMap<&'static str, Endpoint> {
             .await
     });
     t.add::<m::JobEvaluate, _, _>(|s, req| async move {
-        s.job_evaluate_local(&req.namespace, &req.job_id).await
+        s.job_evaluate_local(&req.namespace, &req.job_id, req.force_reschedule)
+            .await
     });
     t.add::<m::JobRevert, _, _>(|s, req| async move {
         s.job_revert_local(&req.namespace, req.request).await
@@ -147,6 +148,7 @@ fn table() -> HashMap<&'static str, Endpoint> {
     });
     t.add::<m::AclWriteMethod, _, _>(|s, req| async move { s.acl_write_local(req).await });
     t.add::<m::JobStability, _, _>(|s, req| async move { s.job_stability_local(req).await });
+    t.add::<m::JobTagVersion, _, _>(|s, req| async move { s.job_tag_version_local(req).await });
     t.add::<m::VarWriteMethod, _, _>(|s, req| async move { s.var_write_local(req).await });
     t.add::<m::KeyringWriteMethod, _, _>(|s, req| async move { s.keyring_write_local(req).await });
     t.add::<m::CsiWriteMethod, _, _>(|s, req| async move { s.csi_write_local(req).await });
@@ -240,6 +242,6 @@ mod tests {
         for open in crate::peers::OPEN_METHODS {
             assert!(routed.contains(open), "{open} is open but not routed");
         }
-        assert_eq!(routed.len(), 38, "{routed:?}");
+        assert_eq!(routed.len(), 41, "{routed:?}");
     }
 }

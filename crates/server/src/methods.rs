@@ -29,6 +29,16 @@ pub struct JobRef {
     pub job_id: String,
 }
 
+/// `Job.Evaluate`'s request (a `JobRef` as earlier builds sent it still reads: no forcing).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobEvaluateArgs {
+    pub namespace: String,
+    pub job_id: String,
+    /// Nomad's `EvalOptions.ForceReschedule`: failed allocations are replaced now.
+    #[serde(default)]
+    pub force_reschedule: bool,
+}
+
 /// `Job.Deregister`'s request.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobDeregisterArgs {
@@ -86,8 +96,33 @@ pub struct SnapshotRestoreArgs {
 rpc_method!(pub JobRegister = "Job.Register": JobRegisterRequest => JobRegisterResponse);
 rpc_method!(pub JobPlan = "Job.Plan": JobPlanRequest => JobPlanResponse);
 rpc_method!(pub JobDeregister = "Job.Deregister": JobDeregisterArgs => JobDeregisterResponse);
-rpc_method!(pub JobEvaluate = "Job.Evaluate": JobRef => JobRegisterResponse);
+rpc_method!(pub JobEvaluate = "Job.Evaluate": JobEvaluateArgs => JobRegisterResponse);
 rpc_method!(pub JobStability = "Job.Stable": JobStabilityArgs => u64);
+rpc_method!(pub JobTagVersion = "Job.TagVersion": JobTagArgs => JobTagResponse);
+
+/// `Job.TagVersion`: name a version (`description` set) or remove a name (`None`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobTagArgs {
+    pub namespace: String,
+    pub job_id: String,
+    pub name: String,
+    pub version: u64,
+    pub latest: bool,
+    pub description: Option<String>,
+}
+
+/// Nomad's `JobTagResponse`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct JobTagResponse {
+    #[serde(rename = "Name")]
+    pub name: String,
+    #[serde(rename = "Description")]
+    pub description: String,
+    #[serde(rename = "TaggedTime")]
+    pub tagged_time: i64,
+    #[serde(rename = "Index")]
+    pub index: u64,
+}
 
 /// `Job.Stable`: one version of a job marked stable or not.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -173,6 +173,7 @@ async fn place_one(server: &Server, job: Job) -> model::alloc::Allocation {
             job_modify_index: 0,
             preserve_counts: false,
             eval_priority: 0,
+            submission: None,
         })
         .await
         .expect("job registers");
@@ -423,6 +424,7 @@ async fn concurrent_alloc_reports_are_each_applied_before_their_answer() {
             job_modify_index: 0,
             preserve_counts: false,
             eval_priority: 0,
+            submission: None,
         })
         .await
         .expect("job registers");

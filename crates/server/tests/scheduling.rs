@@ -111,6 +111,7 @@ async fn register(server: &Server, job: Job) -> String {
             job_modify_index: 0,
             preserve_counts: false,
             eval_priority: 0,
+            submission: None,
         })
         .await
         .expect("job registers");

@@ -64,6 +64,7 @@ fn main() {
                 job: job.clone(),
                 eval: None,
                 submit_time: 0,
+                submission: None,
             },
         )
         .expect("register");

@@ -41,7 +41,7 @@ pub enum Table {
 }
 
 impl Table {
-    pub const COUNT: usize = 20;
+    pub const COUNT: usize = 21;
     pub const ALL: [Table; Table::COUNT] = [
         Table::Jobs,
         Table::JobVersions,
@@ -86,6 +86,10 @@ pub enum Command {
         eval: Option<Evaluation>,
         /// Unix nanoseconds; becomes the job's `SubmitTime` when the spec changed.
         submit_time: i64,
+        /// The source the job was written in, kept with the version this register leaves
+        /// (unless that version already has one: the first submission of a version stays).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        submission: Option<model::job::JobSubmission>,
     },
     /// Stop a job (a new version with `Stop = true`), or with `purge` remove it with its versions and
     /// summary. Its evaluations and allocations stay.
@@ -382,9 +386,6 @@ pub enum Command {
         config: model::scheduler_config::SchedulerConfiguration,
         cas: Option<u64>,
     },
-    /// Garbage collection: each object is removed only if it is still at the modify index it was
-    /// judged garbage at (unknown or changed ones are skipped); jobs are purged with their
-    /// versions, summaries and scaling events.
     /// `/v1/system/reconcile/summaries`: every job summary rebuilt from the allocations.
     JobSummariesReconcile,
     /// `/v1/node/:id/purge`: the node removed and its jobs' evaluations written, in one step.
@@ -401,6 +402,9 @@ pub enum Command {
     NodePoolDelete {
         names: Vec<String>,
     },
+    /// Garbage collection: each object is removed only if it is still at the modify index it was
+    /// judged garbage at (unknown or changed ones are skipped); jobs are purged with their
+    /// versions, summaries and scaling events.
     Gc {
         evals: Vec<(String, u64)>,
         allocs: Vec<(String, u64)>,
@@ -422,6 +426,17 @@ pub enum Command {
         event: model::scaling::ScalingEvent,
         /// Unix nanoseconds; the new version's `SubmitTime`.
         submit_time: i64,
+    },
+    /// `PUT|DELETE /v1/job/:id/versions/:name/tag`: with `tag`, names version `version` (the
+    /// current one with `latest`) — a name already on another version of the job is refused;
+    /// without, removes the tag called `name`. Tagged versions are never pruned.
+    JobVersionTag {
+        namespace: String,
+        job_id: String,
+        name: String,
+        version: u64,
+        latest: bool,
+        tag: Option<model::job::JobVersionTag>,
     },
 }
 
@@ -516,6 +531,7 @@ impl Command {
             Command::NodePoolUpsert { .. } => "NodePoolUpsert",
             Command::NodePurge { .. } => "NodePurge",
             Command::NodePoolDelete { .. } => "NodePoolDelete",
+            Command::JobVersionTag { .. } => "JobVersionTag",
         }
     }
 }

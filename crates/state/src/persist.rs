@@ -96,6 +96,7 @@ enum RecordRef<'a> {
     SchedulerConfig(&'a SchedulerConfiguration),
     ScalingEvents(&'a model::scaling::JobScalingEvents),
     NodePool(&'a model::node_pool::NodePool),
+    JobSubmission(&'a model::job::JobSubmission),
     End(Trailer),
 }
 
@@ -126,6 +127,7 @@ enum Record {
     SchedulerConfig(SchedulerConfiguration),
     ScalingEvents(model::scaling::JobScalingEvents),
     NodePool(model::node_pool::NodePool),
+    JobSubmission(model::job::JobSubmission),
     End(Trailer),
 }
 
@@ -163,6 +165,10 @@ pub(crate) fn save(root: &Root, w: &mut dyn Write) -> Result<(), StateError> {
     }
     for job in root.job_versions().values() {
         put(&mut w, RecordRef::JobVersion(job))?;
+    }
+    // After the versions they belong to.
+    for sub in root.job_submissions().values() {
+        put(&mut w, RecordRef::JobSubmission(sub))?;
     }
     for summary in root.job_summaries().values() {
         put(&mut w, RecordRef::JobSummary(summary))?;
@@ -433,6 +439,7 @@ fn insert(root: &mut Root, record: Record) -> Result<(), StateError> {
         Record::SchedulerConfig(config) => root.set_scheduler_config(Arc::new(config)),
         Record::ScalingEvents(events) => root.put_scaling_events(Arc::new(events)),
         Record::NodePool(pool) => root.put_node_pool(Arc::new(pool)),
+        Record::JobSubmission(sub) => root.put_job_submission(Arc::new(sub)),
         Record::End(_) => unreachable!("handled by the caller"),
         Record::AllocOfVersion(_) => unreachable!("handled above"),
     }

@@ -278,6 +278,16 @@ impl StateSnapshot {
         self.root.versions_of(ns, id)
     }
 
+    /// The source version `version` of a job was registered from, if its submitter sent it.
+    pub fn job_submission(
+        &self,
+        ns: &str,
+        id: &str,
+        version: u64,
+    ) -> Option<Arc<model::job::JobSubmission>> {
+        self.root.job_submission(ns, id, version).cloned()
+    }
+
     pub fn job_version(&self, ns: &str, id: &str, version: u64) -> Option<Arc<Job>> {
         self.root.job_version(ns, id, version).cloned()
     }

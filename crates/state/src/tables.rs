@@ -50,6 +50,9 @@ pub(crate) struct Root {
     table_indexes: [u64; Table::COUNT],
     jobs: OrdMap<NsKey, Arc<Job>>,
     job_versions: OrdMap<VersionKey, Arc<Job>>,
+    /// The source each version was registered from, where its submitter sent it; an entry never
+    /// outlives its version.
+    job_submissions: OrdMap<VersionKey, Arc<model::job::JobSubmission>>,
     job_summaries: OrdMap<NsKey, Arc<JobSummary>>,
     evals: OrdMap<String, Arc<Evaluation>>,
     evals_by_job: OrdMap<NsKey, IdSet>,
@@ -408,8 +411,32 @@ impl Root {
     }
 
     pub(crate) fn delete_job_version(&mut self, ns: &str, id: &str, version: u64) {
-        self.job_versions
-            .remove(&(ns.to_owned(), id.to_owned(), version));
+        let key = (ns.to_owned(), id.to_owned(), version);
+        self.job_versions.remove(&key);
+        self.job_submissions.remove(&key);
+    }
+
+    /// Keeps `sub` as the source of the version it names, unless that version has one already
+    /// or is not stored.
+    pub(crate) fn put_job_submission(&mut self, sub: Arc<model::job::JobSubmission>) {
+        let key = (sub.namespace.clone(), sub.job_id.clone(), sub.version);
+        if self.job_versions.contains_key(&key) && !self.job_submissions.contains_key(&key) {
+            self.job_submissions.insert(key, sub);
+        }
+    }
+
+    pub(crate) fn job_submission(
+        &self,
+        ns: &str,
+        id: &str,
+        version: u64,
+    ) -> Option<&Arc<model::job::JobSubmission>> {
+        self.job_submissions
+            .get(&(ns.to_owned(), id.to_owned(), version))
+    }
+
+    pub(crate) fn job_submissions(&self) -> &OrdMap<VersionKey, Arc<model::job::JobSubmission>> {
+        &self.job_submissions
     }
 
     pub(crate) fn put_job_summary(&mut self, summary: Arc<JobSummary>) {

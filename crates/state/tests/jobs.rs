@@ -281,6 +281,7 @@ fn system_periodic_and_parameterized_jobs_run_until_stopped() {
         job: batch,
         eval: None,
         submit_time: 1,
+        submission: None,
     });
     assert_eq!(fsm.job("param").status, Some(JobStatus::Running));
     fsm.apply(Command::JobDeregister {
@@ -343,6 +344,7 @@ fn a_job_without_an_id_is_invalid() {
             job: job(""),
             eval: None,
             submit_time: 0,
+            submission: None,
         })
         .unwrap_err();
     assert!(matches!(err, StateError::Invalid(_)), "{err}");
@@ -364,6 +366,7 @@ fn jobs_list_by_namespace_and_prefix_in_order() {
             job: j,
             eval: None,
             submit_time: 0,
+            submission: None,
         });
     }
     let listed = |ns: Option<&str>, prefix: &str| -> Vec<String> {
@@ -383,4 +386,179 @@ fn jobs_list_by_namespace_and_prefix_in_order() {
     );
     assert_eq!(listed(None, "").len(), 4);
     assert!(listed(Some("dev"), "").is_empty());
+}
+
+fn submission(source: &str) -> model::job::JobSubmission {
+    model::job::JobSubmission {
+        source: source.into(),
+        format: "hcl2".into(),
+        variable_flags: [("region".to_string(), "eu".to_string())].into(),
+        ..Default::default()
+    }
+}
+
+fn register_with_source(fsm: &mut Fsm, job: &model::Job, source: Option<&str>) -> u64 {
+    fsm.apply(Command::JobRegister {
+        job: job.clone(),
+        eval: None,
+        submit_time: 7,
+        submission: source.map(submission),
+    })
+    .job_version
+    .unwrap()
+}
+
+#[test]
+fn each_version_keeps_the_source_it_was_registered_from_until_it_is_pruned() {
+    let mut fsm = Fsm::default();
+    let v0 = register_with_source(&mut fsm, &job("web"), Some("job \"web\" {}"));
+    let v1 = register_with_source(&mut fsm, &changed(&job("web"), 1), Some("v1"));
+    assert_eq!((v0, v1), (0, 1));
+    let sub = fsm.snap().job_submission("default", "web", 0).unwrap();
+    assert_eq!(sub.source, "job \"web\" {}");
+    assert_eq!(
+        (sub.namespace.as_str(), sub.job_id.as_str(), sub.version),
+        ("default", "web", 0)
+    );
+    assert_eq!(sub.job_modify_index, 1);
+    assert_eq!(sub.variable_flags["region"], "eu");
+    // The same spec again leaves version 1 and its first source alone.
+    register_with_source(&mut fsm, &changed(&job("web"), 1), Some("later"));
+    assert_eq!(
+        fsm.snap()
+            .job_submission("default", "web", 1)
+            .unwrap()
+            .source,
+        "v1"
+    );
+    // A version registered without a source has none.
+    let v2 = register_with_source(&mut fsm, &changed(&job("web"), 2), None);
+    assert!(fsm.snap().job_submission("default", "web", v2).is_none());
+    // Pruned with its version.
+    for n in 3..10 {
+        register_with_source(&mut fsm, &changed(&job("web"), n), Some("n"));
+    }
+    assert!(!versions(&fsm, "web").contains(&0));
+    assert!(fsm.snap().job_submission("default", "web", 0).is_none());
+    // Kept across a snapshot, and gone with a purge.
+    let restored = state::StateStore::new();
+    restored.restore(&mut fsm.save().as_slice()).unwrap();
+    let last = fsm.job("web").version.unwrap();
+    assert_eq!(
+        restored
+            .snapshot()
+            .job_submission("default", "web", last)
+            .unwrap()
+            .source,
+        "n"
+    );
+    fsm.apply(Command::JobDeregister {
+        namespace: "default".into(),
+        job_id: "web".into(),
+        purge: true,
+        eval: None,
+        submit_time: 0,
+    });
+    assert!(fsm.snap().job_submission("default", "web", last).is_none());
+}
+
+#[test]
+fn a_revert_brings_the_old_versions_source() {
+    let mut fsm = Fsm::default();
+    register_with_source(&mut fsm, &job("web"), Some("first"));
+    register_with_source(&mut fsm, &changed(&job("web"), 1), Some("second"));
+    let old = fsm.snap().job_version("default", "web", 0).unwrap();
+    let v = register_with_source(&mut fsm, &old, None);
+    assert_eq!(v, 2);
+    assert_eq!(
+        fsm.snap()
+            .job_submission("default", "web", 2)
+            .unwrap()
+            .source,
+        "first"
+    );
+}
+
+fn tag(fsm: &mut Fsm, name: &str, version: u64, latest: bool) -> Result<(), StateError> {
+    fsm.try_apply(Command::JobVersionTag {
+        namespace: "default".into(),
+        job_id: "web".into(),
+        name: name.into(),
+        version,
+        latest,
+        tag: Some(model::job::JobVersionTag {
+            name: name.into(),
+            description: format!("{name} desc"),
+            tagged_time: 5,
+        }),
+    })
+    .map(|_| ())
+}
+
+#[test]
+fn tagged_versions_are_kept_and_a_name_names_one_version() {
+    let mut fsm = Fsm::default();
+    fsm.register(&job("web"), "e0");
+    tag(&mut fsm, "golden", 0, false).unwrap();
+    assert_eq!(
+        fsm.job("web").version_tag.as_ref().unwrap().name,
+        "golden",
+        "the current job carries its version's tag"
+    );
+    // The same spec again is not a new version; a changed one starts untagged.
+    fsm.register(&job("web"), "e1");
+    assert_eq!(fsm.job("web").version, Some(0));
+    fsm.register(&changed(&job("web"), 1), "e2");
+    assert!(fsm.job("web").version_tag.is_none());
+    // The name is on version 0: not on another version too.
+    let err = tag(&mut fsm, "golden", 1, false).unwrap_err();
+    assert!(err.to_string().contains("already exists"), "{err}");
+    tag(&mut fsm, "latest-one", 0, true).unwrap();
+    assert_eq!(
+        fsm.snap()
+            .job_version("default", "web", 1)
+            .unwrap()
+            .version_tag
+            .as_ref()
+            .unwrap()
+            .name,
+        "latest-one"
+    );
+    let err = tag(&mut fsm, "x", 99, false).unwrap_err();
+    assert!(matches!(err, StateError::NotFound(_)), "{err}");
+    // Many versions later, version 0 is still there, and untagged versions are pruned as ever.
+    for n in 2..20 {
+        fsm.register(&changed(&job("web"), n), &format!("e{n}x"));
+    }
+    let kept = versions(&fsm, "web");
+    assert!(kept.contains(&0) && kept.contains(&1), "{kept:?}");
+    assert_eq!(kept.len(), 6 + 2, "{kept:?}");
+    // Unset by name: the version stays until pruning reaches it.
+    fsm.apply(Command::JobVersionTag {
+        namespace: "default".into(),
+        job_id: "web".into(),
+        name: "golden".into(),
+        version: 0,
+        latest: false,
+        tag: None,
+    });
+    assert!(fsm
+        .snap()
+        .job_version("default", "web", 0)
+        .unwrap()
+        .version_tag
+        .is_none());
+    let err = fsm
+        .try_apply(Command::JobVersionTag {
+            namespace: "default".into(),
+            job_id: "web".into(),
+            name: "golden".into(),
+            version: 0,
+            latest: false,
+            tag: None,
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("not found"), "{err}");
+    fsm.register(&changed(&job("web"), 30), "e30");
+    assert!(!versions(&fsm, "web").contains(&0));
 }

@@ -30,6 +30,7 @@ fn command() -> impl Strategy<Value = Command> {
                 job: j,
                 eval: Some(eval(e, id)),
                 submit_time: 1_700_000_000_000_000_000,
+                submission: None,
             }
         }),
         (pick(JOBS), any::<bool>(), pick(EVALS)).prop_map(|(id, purge, e)| {

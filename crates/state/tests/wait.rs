@@ -24,6 +24,7 @@ fn job_cmd(id: &str) -> Command {
         job: job(id),
         eval: None,
         submit_time: 0,
+        submission: None,
     }
 }
 

@@ -415,6 +415,12 @@ async fn run_agent(
         }
         server_cfg.job_max_count = n;
     }
+    if let Some(size) = server_cfg_block.job_max_source_size.as_deref() {
+        let n = jobspec::volume::parse_bytes(size).map_err(|e| {
+            anyhow::anyhow!("server.job_max_source_size = {size:?}: {e} (write a size like \"1M\")")
+        })?;
+        server_cfg.job_max_source_size = usize::try_from(n.max(0)).unwrap_or(usize::MAX);
+    }
     let acl = cfg.acl.clone().unwrap_or_default();
     server_cfg.acl_enabled = acl.enabled.unwrap_or(false);
     if let Some(t) = acl.token_min_expiration_ttl {

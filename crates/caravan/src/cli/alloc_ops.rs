@@ -236,6 +236,118 @@ pub fn exec(args: ExecArgs) -> i32 {
     })
 }
 
+/// `caravan action` / `caravan job action`: a job's predefined command, run in one of its
+/// allocations like `alloc exec`.
+#[derive(Args)]
+pub struct ActionArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// The job that defines the action (ID or prefix)
+    #[arg(long, default_value = "")]
+    job: String,
+    /// The allocation to run it in; without it, a running allocation of -group
+    #[arg(long, default_value = "")]
+    alloc: String,
+    /// The task that defines the action (required without -alloc)
+    #[arg(long, default_value = "")]
+    task: String,
+    /// The group to pick an allocation from (required without -alloc)
+    #[arg(long, default_value = "")]
+    group: String,
+    /// Pass standard input to the action
+    #[arg(short = 'i', default_value_t = true, action = clap::ArgAction::Set)]
+    stdin: bool,
+    /// Allocate a pseudo-terminal (default: when standard input is one)
+    #[arg(short = 't', action = clap::ArgAction::Set)]
+    tty: Option<bool>,
+    /// The action's name
+    action: String,
+}
+
+pub fn action(args: ActionArgs) -> i32 {
+    let usage = |msg: &str| {
+        eprintln!("{msg}");
+        eprintln!("For additional help try 'caravan action --help'");
+        1
+    };
+    if args.action.trim().is_empty() {
+        return usage("An action name is required");
+    }
+    if args.job.trim().is_empty() {
+        return usage("A job ID is required");
+    }
+    use std::io::IsTerminal;
+    let tty = args
+        .tty
+        .unwrap_or_else(|| args.stdin && std::io::stdin().is_terminal());
+    if tty && !args.stdin {
+        return usage("-i must be enabled if running with tty");
+    }
+    if args.alloc.is_empty() && args.group.is_empty() {
+        return usage("A group name is required if no allocation is provided");
+    }
+    if args.alloc.is_empty() && args.task.is_empty() {
+        return usage("A task name is required if no allocation is provided");
+    }
+    let client = match connect(&args.api) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    block_on(async {
+        let stub = match super::job_status::job_or_exit(&client, args.job.trim()).await {
+            Ok(s) => s,
+            Err(code) => return code,
+        };
+        let alloc_prefix = if args.alloc.is_empty() {
+            let q = api::QueryOptions::default().in_namespace(&stub.namespace);
+            let allocs = match client.job_allocations(&stub.id, false, &q).await {
+                Ok((a, _)) => a,
+                Err(e) => return fail("Error fetching allocations", &e),
+            };
+            match allocs.iter().find(|a| {
+                a.task_group == args.group
+                    && a.client_status.as_str() == "running"
+                    && a.desired_status.as_str() == "run"
+            }) {
+                Some(a) => a.id.clone(),
+                None => {
+                    eprintln!(
+                        "Error fetching allocations: no running allocations found for job {} in group {}",
+                        stub.id, args.group
+                    );
+                    return 1;
+                }
+            }
+        } else {
+            args.alloc.trim().to_string()
+        };
+        let alloc = match find_alloc(&client, &alloc_prefix, false).await {
+            Ok(a) => a,
+            Err(code) => return code,
+        };
+        let named = (!args.task.is_empty()).then_some(args.task.as_str());
+        let task = match pick_task(&alloc, named) {
+            Ok(t) => t,
+            Err(msg) => {
+                eprintln!("{msg}");
+                return 1;
+            }
+        };
+        let (url, token) = client.action_url(&stub.id, &alloc.id, &task, args.action.trim(), tty);
+        let _raw = (tty && args.stdin && std::io::stdin().is_terminal())
+            .then(RawTerminal::enter)
+            .flatten();
+        let tls = client.config().tls.clone();
+        match run_exec(&url, token.as_deref(), &tls, args.stdin, tty).await {
+            Ok(code) => code,
+            Err(msg) => {
+                eprintln!("failed to exec into task: {msg}");
+                1
+            }
+        }
+    })
+}
+
 /// This terminal in raw mode until dropped (then as it was).
 struct RawTerminal {
     saved: nix::sys::termios::Termios,

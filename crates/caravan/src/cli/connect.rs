@@ -70,6 +70,15 @@ impl ApiFlags {
     pub fn client(&self) -> Result<api::Client, String> {
         api::Client::new(self.config()).map_err(|e| format!("Error initializing client: {e}"))
     }
+
+    /// [`ApiFlags::client`] for a command: why it is unusable is printed, and the exit code
+    /// returned.
+    pub fn connect(&self) -> Result<api::Client, i32> {
+        self.client().map_err(|msg| {
+            eprintln!("{msg}");
+            1
+        })
+    }
 }
 
 /// Runs one command's API calls on a single-threaded runtime.

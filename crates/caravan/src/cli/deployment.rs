@@ -2,7 +2,7 @@
 //! printed as Nomad's CLI prints them.
 
 use super::connect::{block_on, fail, ApiFlags};
-use super::job_status::job_by_prefix;
+use super::job_status::job_or_exit;
 use super::monitor::Monitor;
 use super::output::{format_kv, format_list, format_time, json_pretty, row, short_id};
 use api::{Client, QueryOptions, WriteOptions};
@@ -113,8 +113,8 @@ pub struct JobRevertArgs {
     verbose: bool,
     /// A job ID or ID prefix
     job: String,
-    /// The version to revert to
-    version: u64,
+    /// The version to revert to: its number or its tag's name
+    version: String,
 }
 
 pub fn run(cmd: DeploymentCommand) -> i32 {
@@ -396,12 +396,9 @@ pub fn job_promote(args: JobPromoteArgs) -> i32 {
         Err(code) => return code,
     };
     block_on(async {
-        let stub = match job_by_prefix(&client, args.job.trim()).await {
+        let stub = match job_or_exit(&client, args.job.trim()).await {
             Ok(s) => s,
-            Err(msg) => {
-                eprintln!("{msg}");
-                return 1;
-            }
+            Err(code) => return code,
         };
         let client = client.with_namespace(&stub.namespace);
         let d = match client
@@ -426,16 +423,23 @@ pub fn job_revert(args: JobRevertArgs) -> i32 {
         Err(code) => return code,
     };
     block_on(async {
-        let stub = match job_by_prefix(&client, args.job.trim()).await {
+        let stub = match job_or_exit(&client, args.job.trim()).await {
             Ok(s) => s,
-            Err(msg) => {
-                eprintln!("{msg}");
-                return 1;
-            }
+            Err(code) => return code,
         };
+        let q = QueryOptions::default().in_namespace(&stub.namespace);
+        let version =
+            match super::job_tag::resolve_version(&client, &stub.id, args.version.trim(), &q).await
+            {
+                Ok(v) => v,
+                Err(msg) => {
+                    eprintln!("{msg}");
+                    return 1;
+                }
+            };
         let client = client.with_namespace(&stub.namespace);
         let w = WriteOptions::in_namespace(&stub.namespace);
-        match client.revert_job(&stub.id, args.version, None, &w).await {
+        match client.revert_job(&stub.id, version, None, &w).await {
             Ok(r) => follow_eval(&client, &r.eval_id, args.detach, args.verbose).await,
             Err(e) => fail("Error reverting job", &e),
         }

@@ -2,7 +2,7 @@
 
 use super::connect::{block_on, describe, fail, ApiFlags};
 use super::job_plan::{self, PlanArgs};
-use super::job_status::{self, job_by_prefix, HistoryArgs, InspectArgs, StatusArgs};
+use super::job_status::{self, job_or_exit, HistoryArgs, InspectArgs, StatusArgs};
 use super::monitor::Monitor;
 use super::output::json_pretty;
 use anyhow::{bail, Context, Result};
@@ -43,6 +43,19 @@ pub enum JobCommand {
     /// Show a job's scaling events
     #[command(name = "scaling-events")]
     ScalingEvents(super::scaling::ScalingEventsArgs),
+    /// Name job versions so they are kept and can be reverted to by name: apply, unset
+    #[command(subcommand)]
+    Tag(super::job_tag::TagCommand),
+    /// Run a predefined action of the job's tasks in one of its allocations
+    Action(super::alloc_ops::ActionArgs),
+    /// List a job's allocations
+    Allocs(super::job_ops::AllocsArgs),
+    /// List a job's deployments
+    Deployments(super::job_ops::DeploymentsArgs),
+    /// Evaluate a job again (-force-reschedule: replace its failed allocations now)
+    Eval(super::job_ops::EvalArgs),
+    /// Restart a job's allocations in batches, in place or (-reschedule) as new allocations
+    Restart(super::job_restart::RestartArgs),
 }
 
 #[derive(Args)]
@@ -137,6 +150,12 @@ pub fn run(cmd: JobCommand) -> Result<i32> {
         JobCommand::Periodic(cmd) => Ok(super::job_launch::periodic(cmd)),
         JobCommand::Scale(args) => Ok(super::scaling::job_scale(args)),
         JobCommand::ScalingEvents(args) => Ok(super::scaling::scaling_events(args)),
+        JobCommand::Tag(cmd) => Ok(super::job_tag::run(cmd)),
+        JobCommand::Action(args) => Ok(super::alloc_ops::action(args)),
+        JobCommand::Allocs(args) => Ok(super::job_ops::allocs(args)),
+        JobCommand::Deployments(args) => Ok(super::job_ops::deployments(args)),
+        JobCommand::Eval(args) => Ok(super::job_ops::eval(args)),
+        JobCommand::Restart(args) => Ok(super::job_restart::restart(args)),
     }
 }
 
@@ -317,12 +336,9 @@ fn stop(args: StopArgs) -> i32 {
     };
     block_on(async {
         let prefix = args.job.trim();
-        let stub = match job_by_prefix(&client, prefix).await {
+        let stub = match job_or_exit(&client, prefix).await {
             Ok(s) => s,
-            Err(msg) => {
-                eprintln!("{msg}");
-                return 1;
-            }
+            Err(code) => return code,
         };
         if stub.id != prefix && !args.yes {
             if let Some(code) = confirm_stop(&stub.id) {
@@ -417,6 +433,7 @@ impl Loaded {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             variables,
+            ..JobSubmission::default()
         })
     }
 }

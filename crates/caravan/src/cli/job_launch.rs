@@ -1,7 +1,7 @@
 //! `caravan job dispatch` and `caravan job periodic force`: run a template job's child now.
 
 use super::connect::{block_on, describe, ApiFlags};
-use super::job_status::job_by_prefix;
+use super::job_status::job_or_exit;
 use super::monitor::Monitor;
 use super::output::{format_kv, short_id};
 use api::WriteOptions;
@@ -71,12 +71,9 @@ fn force(args: ForceArgs) -> i32 {
         }
     };
     block_on(async {
-        let stub = match job_by_prefix(&client, args.job.trim()).await {
+        let stub = match job_or_exit(&client, args.job.trim()).await {
             Ok(s) => s,
-            Err(msg) => {
-                eprintln!("{msg}");
-                return 1;
-            }
+            Err(code) => return code,
         };
         let w = WriteOptions::in_namespace(&stub.namespace);
         let resp = match client.periodic_force(&stub.id, &w).await {
@@ -120,12 +117,9 @@ pub fn dispatch(args: DispatchArgs) -> i32 {
         }
     };
     block_on(async {
-        let stub = match job_by_prefix(&client, args.job.trim()).await {
+        let stub = match job_or_exit(&client, args.job.trim()).await {
             Ok(s) => s,
-            Err(msg) => {
-                eprintln!("{msg}");
-                return 1;
-            }
+            Err(code) => return code,
         };
         let req = JobDispatchRequest {
             job_id: stub.id.clone(),

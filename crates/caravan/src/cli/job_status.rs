@@ -44,6 +44,12 @@ pub struct InspectArgs {
     /// Inspect this version of the job instead of the latest
     #[arg(long, value_name = "N")]
     version: Option<u64>,
+    /// Print the job file it was registered from (HCL or JSON, as submitted) instead
+    #[arg(long, conflicts_with = "json")]
+    hcl: bool,
+    /// With -hcl: also print the variables it was submitted with, as a command to run it again
+    #[arg(long = "with-vars", requires = "hcl")]
+    with_vars: bool,
     /// A job ID or ID prefix
     job: String,
 }
@@ -243,6 +249,15 @@ fn all_namespaces(client: &Client) -> bool {
 }
 
 /// The one job `prefix` names: the job with exactly that ID, else the only job whose ID starts with it.
+/// [`job_by_prefix`] for a command: why no single job matched is printed, and the exit code
+/// returned.
+pub async fn job_or_exit(client: &Client, prefix: &str) -> Result<JobListStub, i32> {
+    job_by_prefix(client, prefix).await.map_err(|msg| {
+        eprintln!("{msg}");
+        1
+    })
+}
+
 pub async fn job_by_prefix(client: &Client, prefix: &str) -> Result<JobListStub, String> {
     let mut jobs = match client.list_jobs(&QueryOptions::with_prefix(prefix)).await {
         Ok((jobs, _)) => jobs,
@@ -613,6 +628,9 @@ pub fn inspect(args: InspectArgs) -> i32 {
             Err(msg) => return eprint_code(&msg),
         };
         let q = QueryOptions::default().in_namespace(&stub.namespace);
+        if args.hcl {
+            return inspect_source(&client, &stub, args.version, args.with_vars, &q).await;
+        }
         let job = match args.version {
             None => client.get_job(&stub.id, &q).await.map(|(j, _)| j),
             Some(v) => match client.job_versions(&stub.id, false, &q).await {
@@ -635,6 +653,67 @@ pub fn inspect(args: InspectArgs) -> i32 {
         }
         0
     })
+}
+
+/// `job inspect -hcl`: the source the version (the current one by default) was registered from.
+async fn inspect_source(
+    client: &api::Client,
+    stub: &api::JobListStub,
+    version: Option<u64>,
+    with_vars: bool,
+    q: &QueryOptions,
+) -> i32 {
+    let version = match version {
+        Some(v) => v,
+        None => match client.get_job(&stub.id, q).await {
+            Ok((job, _)) => job.version.unwrap_or(0),
+            Err(e) => return fail("Error inspecting job", &e),
+        },
+    };
+    let sub = match client.job_submission(&stub.id, version, q).await {
+        Ok((sub, _)) => sub,
+        Err(e) if e.status() == Some(404) => {
+            return eprint_code(&format!(
+                "Error inspecting job: job {:?} version {version} has no source: it was \
+                 registered without one (through the API without a Submission, or before \
+                 its versions were trimmed)",
+                stub.id
+            ))
+        }
+        Err(e) => return fail("Error inspecting job", &e),
+    };
+    println!("{}", sub.source);
+    if with_vars {
+        eprintln!("{}", with_vars_text(&stub.namespace, &stub.id, &sub));
+    }
+    0
+}
+
+/// Nomad's `getWithVarsOutput`: the command that runs the source again with its variables.
+fn with_vars_text(namespace: &str, job_id: &str, sub: &api::JobSubmission) -> String {
+    let mut run = Vec::new();
+    if !namespace.is_empty() {
+        run.push("-namespace".to_string());
+        run.push(namespace.to_string());
+    }
+    for (k, v) in &sub.variable_flags {
+        run.push("-var".to_string());
+        run.push(format!("{k}={v}"));
+    }
+    for line in sub
+        .variables
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+    {
+        run.push("-var".to_string());
+        run.push(line.to_string());
+    }
+    run.push(job_id.to_string());
+    format!(
+        "\nTo run this job as originally submitted:\n\n$ caravan job inspect -namespace {namespace} -hcl {job_id} |\n    caravan job run {}\n",
+        run.join(" ")
+    )
 }
 
 /// `job history`.
@@ -693,13 +772,20 @@ fn print_history(resp: &api::JobVersionsResponse, args: &HistoryArgs) -> i32 {
 }
 
 fn version_text(job: &Job, diff: Option<&api::JobDiff>) -> String {
-    let mut out = format_kv(&[
+    let mut rows = vec![
         ("Version", job.version.unwrap_or(0).to_string()),
         ("Stable", job.stable.unwrap_or(false).to_string()),
         ("Submit Date", format_time(job.submit_time.unwrap_or(0))),
-    ]);
+    ];
+    if let Some(tag) = &job.version_tag {
+        rows.push(("Tag Name", tag.name.clone()));
+        if !tag.description.is_empty() {
+            rows.push(("Tag Description", tag.description.clone()));
+        }
+    }
+    let mut out = format_kv(&rows);
     if let Some(d) = diff {
-        let width = "Submit Date".len();
+        let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
         out.push_str(&format!(
             "\n{:<width$} = \n{}",
             "Diff",

@@ -17,8 +17,11 @@ mod executor;
 mod format;
 mod job;
 mod job_launch;
+mod job_ops;
 mod job_plan;
+mod job_restart;
 mod job_status;
+mod job_tag;
 mod logmon;
 mod monitor;
 mod node;
@@ -112,6 +115,8 @@ enum Command {
     AgentInfo(agent_tools::AgentInfoArgs),
     /// Stream the agent's log lines as it writes them, until interrupted
     Monitor(agent_tools::MonitorArgs),
+    /// Run a job's predefined action (a task's `action` block) in one of its allocations
+    Action(alloc_ops::ActionArgs),
     /// Simulate many client nodes against real servers (for benchmarks)
     Nodesim(nodesim::NodesimArgs),
     /// Print the version
@@ -185,6 +190,7 @@ pub fn run(args: Vec<OsString>) -> i32 {
         Command::Status(args) => Ok(status_of_anything(&original, args)),
         Command::AgentInfo(args) => Ok(agent_tools::agent_info(args)),
         Command::Monitor(args) => Ok(agent_tools::monitor(args)),
+        Command::Action(args) => Ok(alloc_ops::action(args)),
         Command::Executor(args) => Ok(executor::run(args)),
         Command::CsiHostpath(args) => csi_hostpath::run(args),
         Command::Logmon(args) => Ok(logmon::run(args)),

@@ -2,7 +2,7 @@
 
 use super::alloc::connect;
 use super::connect::{block_on, fail, ApiFlags};
-use super::job_status::job_by_prefix;
+use super::job_status::job_or_exit;
 use super::output::{format_kv, format_list, format_time, json_pretty, row, short_id};
 use api::{QueryOptions, WriteOptions};
 use clap::{Args, Subcommand};
@@ -104,12 +104,9 @@ pub fn job_scale(args: JobScaleArgs) -> i32 {
         Err(code) => return code,
     };
     block_on(async {
-        let stub = match job_by_prefix(&client, job.trim()).await {
+        let stub = match job_or_exit(&client, job.trim()).await {
             Ok(s) => s,
-            Err(msg) => {
-                eprintln!("{msg}");
-                return 1;
-            }
+            Err(code) => return code,
         };
         let client = client.with_namespace(&stub.namespace);
         let full = match client.get_job(&stub.id, &QueryOptions::default()).await {
@@ -157,12 +154,9 @@ pub fn scaling_events(args: ScalingEventsArgs) -> i32 {
         Err(code) => return code,
     };
     block_on(async {
-        let stub = match job_by_prefix(&client, args.job.trim()).await {
+        let stub = match job_or_exit(&client, args.job.trim()).await {
             Ok(s) => s,
-            Err(msg) => {
-                eprintln!("{msg}");
-                return 1;
-            }
+            Err(code) => return code,
         };
         let client = client.with_namespace(&stub.namespace);
         let status = match client

@@ -258,6 +258,9 @@ section! {
         raft_snapshot_threshold: u64 => Kind::Uint(u64::MAX),
         /// The largest `count` a task group may ask for (50,000).
         job_max_count: u64 => Kind::Uint(u64::MAX),
+        /// The most bytes of job source (file and variables) kept per version ("1M"); a larger
+        /// submission registers its job with a warning, without the source.
+        job_max_source_size: String => Kind::Str,
         /// How often the leader collects garbage (5m).
         #[serde(with = "super::duration::serde_opt")]
         job_gc_interval: Duration => Kind::Duration,

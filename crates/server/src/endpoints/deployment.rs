@@ -171,6 +171,7 @@ impl Server {
                 job,
                 eval,
                 submit_time: now,
+                submission: None,
             })
             .await?;
         Ok(JobRegisterResponse {

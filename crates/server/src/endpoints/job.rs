@@ -20,6 +20,9 @@ pub struct JobRegisterRequest {
     pub preserve_counts: bool,
     /// The evaluation's priority; 0 uses the job's.
     pub eval_priority: i32,
+    /// The job's source as its submitter wrote it, kept with the version (`job inspect -hcl`).
+    #[serde(default)]
+    pub submission: Option<model::job::JobSubmission>,
 }
 
 /// Canonicalizes and validates a submitted job; the message lists every problem, as Nomad's does.
@@ -90,6 +93,28 @@ pub(crate) fn register_warnings(job: &Job) -> String {
         }
     }
     out.join("\n")
+}
+
+/// go-humanize's `Bytes` (SI units), as Nomad's warning prints sizes: `1.0 MB`, `900 B`.
+fn human_bytes(n: usize) -> String {
+    const UNITS: [&str; 6] = ["B", "kB", "MB", "GB", "TB", "PB"];
+    if n < 10 {
+        return format!("{n} B");
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1000.0 && unit + 1 < UNITS.len() {
+        v /= 1000.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else if v < 10.0 {
+        format!("{v:.1} {}", UNITS[unit])
+    } else {
+        format!("{v:.0} {}", UNITS[unit])
+    }
 }
 
 /// Periodic and parameterized jobs are templates: registering them creates no evaluation.
@@ -178,7 +203,24 @@ impl Server {
             }
         }
         let now = now_nanos();
-        let warnings = register_warnings(&req.job);
+        let mut warnings = register_warnings(&req.job);
+        let submission = req.submission.take().and_then(|sub| {
+            // Nomad's `submissionController`: too big a source is dropped, the job still runs.
+            let max = self.config().job_max_source_size;
+            if sub.size() <= max {
+                return Some(sub);
+            }
+            let note = format!(
+                "job source size of {} exceeds maximum of {} and will be discarded",
+                human_bytes(sub.size()),
+                human_bytes(max)
+            );
+            if !warnings.is_empty() {
+                warnings.push('\n');
+            }
+            warnings.push_str(&note);
+            None
+        });
         let eval = needs_eval(&req.job)
             .then(|| new_eval(&req.job, EVAL_TRIGGER_JOB_REGISTER, req.eval_priority, now));
         let resp = self
@@ -186,6 +228,7 @@ impl Server {
                 job: req.job,
                 eval,
                 submit_time: now,
+                submission,
             })
             .await?;
         Ok(JobRegisterResponse {
@@ -288,24 +331,125 @@ impl Server {
         Ok(resp.index)
     }
 
+    /// Names a version of a job, or removes a name (`/v1/job/:id/versions/:name/tag`).
+    pub async fn job_tag_version(
+        &self,
+        args: crate::methods::JobTagArgs,
+    ) -> Result<crate::methods::JobTagResponse, ServerError> {
+        match self.forward_target().await? {
+            Some(leader) => {
+                self.forward::<crate::methods::JobTagVersion>(&leader, &args)
+                    .await
+            }
+            None => self.job_tag_version_local(args).await,
+        }
+    }
+
+    pub(crate) async fn job_tag_version_local(
+        &self,
+        args: crate::methods::JobTagArgs,
+    ) -> Result<crate::methods::JobTagResponse, ServerError> {
+        if args.name.trim().is_empty() {
+            return Err(ServerError::bad_request(
+                "a version tag needs a name (job tag apply -name NAME)",
+            ));
+        }
+        if args.latest && args.version > 0 {
+            return Err(ServerError::bad_request(format!(
+                "version must be zero when tagging latest, got: {}",
+                args.version
+            )));
+        }
+        // The FSM refuses these too; checked here first so the caller gets a 400, not a failed
+        // write.
+        if args.description.is_some() {
+            let snap = self.state().snapshot();
+            let versions = snap.job_versions(&args.namespace, &args.job_id);
+            let target = match (args.latest, snap.job(&args.namespace, &args.job_id)) {
+                (true, Some(cur)) => cur.version.unwrap_or(0),
+                _ => args.version,
+            };
+            if let Some(other) = versions.iter().find(|v| {
+                v.version_tag.as_ref().is_some_and(|t| t.name == args.name)
+                    && v.version.unwrap_or(0) != target
+            }) {
+                return Err(ServerError::bad_request(format!(
+                    "tag {:?} already exists on a different version ({}) of job {:?}",
+                    args.name,
+                    other.version.unwrap_or(0),
+                    args.job_id
+                )));
+            }
+        }
+        let tag = args
+            .description
+            .map(|description| model::job::JobVersionTag {
+                name: args.name.clone(),
+                description,
+                tagged_time: now_nanos(),
+            });
+        if let Some(t) = &tag {
+            let chars = t.description.chars().count();
+            if chars > model::job::VERSION_TAG_DESCRIPTION_MAX {
+                return Err(ServerError::bad_request(format!(
+                    "Tagged version description must be under {} characters, currently {chars}",
+                    model::job::VERSION_TAG_DESCRIPTION_MAX
+                )));
+            }
+        }
+        let resp = self
+            .apply(Command::JobVersionTag {
+                namespace: args.namespace,
+                job_id: args.job_id,
+                name: args.name,
+                version: args.version,
+                latest: args.latest,
+                tag: tag.clone(),
+            })
+            .await?;
+        let tag = tag.unwrap_or_default();
+        Ok(crate::methods::JobTagResponse {
+            name: tag.name,
+            description: tag.description,
+            tagged_time: tag.tagged_time,
+            index: resp.index,
+        })
+    }
+
     /// Creates a new evaluation of a job (`POST /v1/job/:id/evaluate`).
     pub async fn job_evaluate(
         &self,
         namespace: &str,
         job_id: &str,
     ) -> Result<JobRegisterResponse, ServerError> {
+        self.job_evaluate_with(namespace, job_id, false).await
+    }
+
+    /// [`Self::job_evaluate`]; with `force_reschedule` (Nomad's `EvalOptions.ForceReschedule`),
+    /// the job's failed, not yet replaced allocations of groups that may be rescheduled are
+    /// marked to be replaced now, whatever their policy's delay and attempts left.
+    pub async fn job_evaluate_with(
+        &self,
+        namespace: &str,
+        job_id: &str,
+        force_reschedule: bool,
+    ) -> Result<JobRegisterResponse, ServerError> {
         match self.forward_target().await? {
             Some(leader) => {
                 self.forward::<crate::methods::JobEvaluate>(
                     &leader,
-                    &crate::methods::JobRef {
+                    &crate::methods::JobEvaluateArgs {
                         namespace: namespace.to_string(),
                         job_id: job_id.to_string(),
+                        force_reschedule,
                     },
                 )
                 .await
             }
-            None => self.job_evaluate_local(namespace, job_id).await,
+            None => {
+                self.job_evaluate_local(namespace, job_id, force_reschedule)
+                    .await
+            }
         }
     }
 
@@ -313,10 +457,10 @@ impl Server {
         &self,
         namespace: &str,
         job_id: &str,
+        force_reschedule: bool,
     ) -> Result<JobRegisterResponse, ServerError> {
-        let job = self
-            .state()
-            .snapshot()
+        let snap = self.state().snapshot();
+        let job = snap
             .job(namespace, job_id)
             .ok_or_else(|| ServerError::not_found("job not found"))?;
         if job
@@ -332,9 +476,22 @@ impl Server {
         let mut eval = new_eval(&job, model::eval::EVAL_TRIGGER_JOB_REGISTER, 0, now_nanos());
         eval.job_modify_index = job.job_modify_index.unwrap_or(0);
         let eval_id = eval.id.clone();
-        let resp = self
-            .apply(Command::EvalUpsert { evals: vec![eval] })
-            .await?;
+        let forced = if force_reschedule {
+            force_reschedule_transitions(&job, &snap.allocs_by_job(namespace, job_id))
+        } else {
+            Default::default()
+        };
+        // With allocations to force, they and the evaluation go in one entry (Nomad's
+        // `AllocUpdateDesiredTransitionRequest`), so the scheduler sees them marked.
+        let command = if forced.is_empty() {
+            Command::EvalUpsert { evals: vec![eval] }
+        } else {
+            Command::AllocUpdateDesiredTransition {
+                transitions: forced,
+                evals: vec![eval],
+            }
+        };
+        let resp = self.apply(command).await?;
         Ok(JobRegisterResponse {
             eval_id,
             eval_create_index: resp.index,
@@ -345,9 +502,93 @@ impl Server {
     }
 }
 
+/// Nomad's `Job.Evaluate` with `ForceReschedule`: each failed allocation not replaced yet (nor
+/// already forced) whose group's reschedule policy is enabled (attempts or unlimited) is marked
+/// `Reschedule` and `ForceReschedule`, which the reconciler replaces at once.
+fn force_reschedule_transitions(
+    job: &Job,
+    allocs: &[std::sync::Arc<model::Allocation>],
+) -> std::collections::BTreeMap<String, model::alloc::DesiredTransition> {
+    allocs
+        .iter()
+        .filter(|a| {
+            let enabled = job
+                .task_groups
+                .iter()
+                .find(|g| g.name == a.task_group)
+                .and_then(|g| g.reschedule_policy.as_ref())
+                .is_some_and(|p| p.attempts.unwrap_or(0) > 0 || p.unlimited == Some(true));
+            enabled
+                && a.next_allocation.is_empty()
+                && a.client_status == "failed"
+                && !a.desired_transition.should_force_reschedule()
+        })
+        .map(|a| {
+            let t = model::alloc::DesiredTransition {
+                reschedule: Some(true),
+                force_reschedule: Some(true),
+                ..Default::default()
+            };
+            (a.id.clone(), t)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn force_reschedule_marks_failed_unreplaced_allocations_of_reschedulable_groups() {
+        let policy = |attempts, unlimited| model::group::ReschedulePolicy {
+            attempts: Some(attempts),
+            unlimited: Some(unlimited),
+            ..Default::default()
+        };
+        let group = |name: &str, p| model::TaskGroup {
+            name: name.into(),
+            reschedule_policy: p,
+            ..Default::default()
+        };
+        let job = Job {
+            id: "j".into(),
+            task_groups: vec![
+                group("once", Some(policy(1, false))),
+                group("always", Some(policy(0, true))),
+                group("never", Some(policy(0, false))),
+                group("none", None),
+            ],
+            ..Job::default()
+        };
+        let alloc = |id: &str, tg: &str, status: &str| model::Allocation {
+            id: id.into(),
+            task_group: tg.into(),
+            client_status: status.into(),
+            ..Default::default()
+        };
+        let mut replaced = alloc("replaced", "once", "failed");
+        replaced.next_allocation = "next".into();
+        let mut forced = alloc("forced", "once", "failed");
+        forced.desired_transition.force_reschedule = Some(true);
+        let allocs: Vec<std::sync::Arc<model::Allocation>> = vec![
+            alloc("a", "once", "failed"),
+            alloc("b", "always", "failed"),
+            alloc("c", "never", "failed"),
+            alloc("d", "none", "failed"),
+            alloc("e", "once", "running"),
+            alloc("f", "gone", "failed"),
+            replaced,
+            forced,
+        ]
+        .into_iter()
+        .map(std::sync::Arc::new)
+        .collect();
+        let marked = force_reschedule_transitions(&job, &allocs);
+        assert_eq!(marked.keys().collect::<Vec<_>>(), ["a", "b"]);
+        assert!(marked
+            .values()
+            .all(|t| t.should_reschedule() && t.should_force_reschedule()));
+    }
 
     #[test]
     fn templates_get_no_evaluation() {

@@ -231,6 +231,7 @@ impl Server {
             job_modify_index: 0,
             preserve_counts: false,
             eval_priority: 0,
+            submission: None,
         })
         .await
     }
@@ -276,6 +277,7 @@ impl Server {
                 job_modify_index: 0,
                 preserve_counts: false,
                 eval_priority: 0,
+                submission: None,
             })
             .await?;
         Ok(JobDispatchResponse {

@@ -297,6 +297,7 @@ mod tests {
             job: job.clone(),
             eval: None,
             submit_time: 1,
+            submission: None,
         });
         let alloc = model::alloc::Allocation {
             id: "a1".into(),

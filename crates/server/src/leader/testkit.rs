@@ -149,6 +149,7 @@ impl Cluster {
             job: job.clone(),
             eval: Some(eval(eval_id, job)),
             submit_time: 1,
+            submission: None,
         });
         (*self.snap().eval(eval_id).expect("stored")).clone()
     }

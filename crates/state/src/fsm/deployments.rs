@@ -68,7 +68,7 @@ fn revert_and_evaluate(
     submit_time: i64,
 ) -> Result<ApplyResponse, StateError> {
     if let Some(job) = job {
-        return super::jobs::register(tx, job, eval, submit_time);
+        return super::jobs::register(tx, job, eval, submit_time, None);
     }
     if let Some(eval) = eval {
         super::evals::upsert(tx, std::slice::from_ref(eval))?;

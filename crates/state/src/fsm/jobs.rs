@@ -26,25 +26,122 @@ pub(super) fn register(
     job: &Job,
     eval: Option<&Evaluation>,
     submit_time: i64,
+    submission: Option<&model::job::JobSubmission>,
 ) -> Result<ApplyResponse, StateError> {
     if job.id.is_empty() {
         return Err(StateError::invalid("job ID is required"));
     }
     let ns = job_namespace(job).to_owned();
-    let unchanged = tx
-        .job(&ns, &job.id)
-        .is_some_and(|old| !spec_changed(old, job));
+    let existing = tx.job(&ns, &job.id).cloned();
+    let unchanged = existing.as_ref().is_some_and(|old| !spec_changed(old, job));
+    // A revert (an older version registered again) brings that version's source along.
+    let reverted_source = match (&existing, job.version, submission) {
+        (Some(old), Some(v), None) if v < old.version.unwrap_or(0) => {
+            tx.job_submission(&ns, &job.id, v).map(|s| (**s).clone())
+        }
+        _ => None,
+    };
+    let submission = submission.or(reverted_source.as_ref());
     if !unchanged {
         let mut new = job.clone();
         new.submit_time = Some(submit_time);
         new.stable = Some(false);
+        new.version_tag = None;
         upsert_job(tx, new, false);
     }
     let stored = tx
         .job(&ns, &job.id)
         .cloned()
         .expect("just written or found");
+    if let Some(sub) = submission {
+        // Nomad's `updateJobSubmission`: the servers say which version it belongs to.
+        let mut sub = sub.clone();
+        sub.namespace.clone_from(&ns);
+        sub.job_id.clone_from(&job.id);
+        sub.version = stored.version.unwrap_or(0);
+        sub.job_modify_index = stored.job_modify_index.unwrap_or(0);
+        tx.put_job_submission(sub);
+    }
     finish(tx, &ns, &job.id, stored.job_modify_index.unwrap_or(0), eval)
+}
+
+/// What [`tag_version`] is asked.
+pub(super) struct TagVersion<'a> {
+    pub ns: &'a str,
+    pub job_id: &'a str,
+    pub name: &'a str,
+    pub version: u64,
+    pub latest: bool,
+    pub tag: Option<&'a model::job::JobVersionTag>,
+}
+
+/// `JobVersionTag` (Nomad's `UpdateJobVersionTag`): names a version, or removes a name. A name
+/// is on at most one version of a job; retagging the same version replaces its description.
+pub(super) fn tag_version(tx: &mut Txn, req: &TagVersion<'_>) -> Result<(), StateError> {
+    let Some(current) = tx.job(req.ns, req.job_id).cloned() else {
+        return Err(StateError::NotFound(format!(
+            "job {:?} not found in namespace {:?}",
+            req.job_id, req.ns
+        )));
+    };
+    let versions = tx.versions_of(req.ns, req.job_id);
+    let (target, tag) = match req.tag {
+        Some(tag) => {
+            let version = if req.latest {
+                current.version.unwrap_or(0)
+            } else {
+                req.version
+            };
+            if let Some(other) = versions.iter().find(|v| {
+                v.version_tag.as_ref().is_some_and(|t| t.name == tag.name)
+                    && v.version.unwrap_or(0) != version
+            }) {
+                return Err(StateError::invalid(format!(
+                    "tag {:?} already exists on a different version ({}) of job {:?}",
+                    tag.name,
+                    other.version.unwrap_or(0),
+                    req.job_id
+                )));
+            }
+            let Some(target) = versions
+                .iter()
+                .find(|v| v.version.unwrap_or(0) == version)
+                .cloned()
+            else {
+                return Err(StateError::NotFound(format!(
+                    "job {:?} version {version} not found",
+                    req.job_id
+                )));
+            };
+            (target, Some(tag.clone()))
+        }
+        None => {
+            let Some(target) = versions
+                .iter()
+                .find(|v| v.version_tag.as_ref().is_some_and(|t| t.name == req.name))
+                .cloned()
+            else {
+                return Err(StateError::NotFound(format!(
+                    "tag {:?} not found on job {:?}",
+                    req.name, req.job_id
+                )));
+            };
+            (target, None)
+        }
+    };
+    let index = tx.index();
+    let mut tagged = (*target).clone();
+    tagged.version_tag = tag;
+    tagged.modify_index = Some(index);
+    if current.version == tagged.version {
+        let mut cur = (*current).clone();
+        cur.version_tag.clone_from(&tagged.version_tag);
+        cur.modify_index = Some(index);
+        tx.put_job(Arc::new(cur));
+    }
+    // Replacing a stored version in place: it keeps its submission, and nothing is pruned.
+    tx.put_job_version(Arc::new(tagged));
+    Ok(())
 }
 
 /// What [`scale`] is asked.
@@ -187,6 +284,7 @@ pub fn spec_changed(old: &Job, new: &Job) -> bool {
     c.create_index = old.create_index;
     c.modify_index = old.modify_index;
     c.job_modify_index = old.job_modify_index;
+    c.version_tag.clone_from(&old.version_tag);
     *old != c
 }
 
@@ -203,6 +301,8 @@ fn upsert_job(tx: &mut Txn, mut job: Job, keep_version: bool) {
             if !keep_version {
                 job.job_modify_index = Some(index);
                 job.version = Some(existing.version.unwrap_or(0) + 1);
+                // A tag names the version it was given to, never a later one.
+                job.version_tag = None;
             }
             job.status = Some(job_status(tx, &job, false));
         }
@@ -260,22 +360,33 @@ fn delete_job(tx: &mut Txn, ns: &str, id: &str) -> Result<(), StateError> {
     Ok(())
 }
 
-/// Nomad's `upsertJobVersion`: adds the version, then if more than [`JOB_TRACKED_VERSIONS`] are kept
-/// drops the oldest — or, when the oldest is the newest stable version, the one before it.
+/// Nomad's `upsertJobVersion`: adds the version, then while more than [`JOB_TRACKED_VERSIONS`]
+/// untagged ones are kept drops the oldest — keeping the newest stable version in place of the
+/// youngest of those dropped.
 fn upsert_job_version(tx: &mut Txn, job: Arc<Job>) {
     let ns = job_namespace(&job).to_owned();
     let id = job.id.clone();
     tx.put_job_version(job);
-    let mut all = tx.versions_of(&ns, &id);
+    // Tagged versions are always kept and do not count (Nomad 1.9).
+    let mut all: Vec<Arc<Job>> = tx
+        .versions_of(&ns, &id)
+        .into_iter()
+        .filter(|j| j.version_tag.is_none())
+        .collect();
     if all.len() <= JOB_TRACKED_VERSIONS {
         return;
     }
     let max = JOB_TRACKED_VERSIONS;
-    let stable = all.iter().position(|j| j.stable == Some(true));
-    if stable == Some(max) {
-        all.swap(max - 1, max);
+    // The newest stable version is kept in place of the oldest kept one.
+    if let Some(stable) = all.iter().position(|j| j.stable == Some(true)) {
+        if stable >= max {
+            all.swap(max - 1, stable);
+        }
     }
-    tx.delete_job_version(&ns, &id, all[max].version.unwrap_or(0));
+    // Usually one; more when a version just lost its tag and counts again.
+    for old in &all[max..] {
+        tx.delete_job_version(&ns, &id, old.version.unwrap_or(0));
+    }
 }
 
 /// Nomad's `updateSummaryWithJob`: a zeroed entry for each task group not yet in the summary.

@@ -72,6 +72,11 @@ impl Txn {
         self.root.put_job_version(job);
     }
 
+    pub(crate) fn put_job_submission(&mut self, sub: model::job::JobSubmission) {
+        self.touch(Table::JobVersions);
+        self.root.put_job_submission(Arc::new(sub));
+    }
+
     pub(crate) fn delete_job_version(&mut self, ns: &str, id: &str, version: u64) {
         self.touch(Table::JobVersions);
         self.root.delete_job_version(ns, id, version);
@@ -240,7 +245,8 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
             job,
             eval,
             submit_time,
-        } => jobs::register(tx, job, eval.as_ref(), *submit_time),
+            submission,
+        } => jobs::register(tx, job, eval.as_ref(), *submit_time, submission.as_ref()),
         Command::JobScale {
             namespace,
             job_id,
@@ -491,6 +497,25 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
             version,
             stable,
         } => jobs::set_job_stability(tx, namespace, job_id, *version, *stable).map(|()| plain),
+        Command::JobVersionTag {
+            namespace,
+            job_id,
+            name,
+            version,
+            latest,
+            tag,
+        } => jobs::tag_version(
+            tx,
+            &jobs::TagVersion {
+                ns: namespace,
+                job_id,
+                name,
+                version: *version,
+                latest: *latest,
+                tag: tag.as_ref(),
+            },
+        )
+        .map(|()| plain),
         Command::SchedulerConfigSet { config, cas } => {
             scheduler_config::set(tx, config, *cas).map(|()| plain)
         }

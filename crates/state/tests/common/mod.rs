@@ -131,6 +131,7 @@ impl Fsm {
             job: job.clone(),
             eval: Some(eval(eval_id, &job.id)),
             submit_time: 1_000 + self.next as i64,
+            submission: None,
         })
     }
 
