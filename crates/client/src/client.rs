@@ -41,6 +41,7 @@ pub struct Client {
     registered: watch::Receiver<bool>,
     csi: Arc<CsiManager>,
     node_meta: Arc<NodeMeta>,
+    host_volumes: Arc<crate::host_volumes::HostVolumes>,
     /// Sent `true` once, on shutdown or drop.
     shutdown: watch::Sender<bool>,
     loops: Vec<JoinHandle<()>>,
@@ -67,6 +68,10 @@ impl Client {
         let static_meta = fingerprinted.meta.clone();
         let dynamic_meta = crate::node_meta::load(&client_dir, &static_meta)?;
         crate::node_meta::apply_to_node(&mut fingerprinted, &static_meta, &dynamic_meta);
+        let held_volumes = crate::host_volumes::load(&client_dir)?;
+        let volume_plugins =
+            crate::host_volumes::fingerprint_plugins(&cfg.host_volume_plugin_dir).await;
+        crate::host_volumes::apply_to_node(&mut fingerprinted, &held_volumes, &volume_plugins);
         let node = SharedNode::new(fingerprinted);
         let state = StateDb::open(&client_dir)?;
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -76,6 +81,14 @@ impl Client {
             &client_dir,
             static_meta,
             dynamic_meta,
+            node.clone(),
+            Arc::clone(&reregister),
+        ));
+        let host_volumes = Arc::new(crate::host_volumes::HostVolumes::new(
+            &client_dir,
+            cfg.host_volumes_dir.clone(),
+            cfg.host_volume_plugin_dir.clone(),
+            held_volumes,
             node.clone(),
             Arc::clone(&reregister),
         ));
@@ -160,6 +173,7 @@ impl Client {
             registered,
             csi,
             node_meta,
+            host_volumes,
             shutdown,
             loops,
         })
@@ -174,6 +188,16 @@ impl Client {
     /// heartbeat is answered, then `ready`).
     pub fn node(&self) -> Node {
         (*self.node.get()).clone()
+    }
+
+    /// A server's dynamic host volume call: create (with the volume's plugin), register (an
+    /// existing directory) or delete; the node offers the volume under its name after a create
+    /// or register, and no longer after a delete.
+    pub async fn host_volume(
+        &self,
+        req: model::host_volume::ClientHostVolumeRequest,
+    ) -> Result<model::host_volume::ClientHostVolumeReply, model::wire::CsiCallError> {
+        self.host_volumes.call(req).await
     }
 
     /// The node's metadata: effective, dynamic (set over the API, kept in the data dir) and

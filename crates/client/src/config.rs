@@ -59,6 +59,10 @@ pub struct ClientConfig {
     /// Nomad's client `options` (`env.denylist`, …).
     pub options: BTreeMap<String, String>,
     pub host_volumes: BTreeMap<String, ClientHostVolumeConfig>,
+    /// Where the built-in `mkdir` plugin makes dynamic host volumes (Nomad's `host_volumes_dir`).
+    pub host_volumes_dir: PathBuf,
+    /// Where external dynamic host volume plugins are (Nomad's `host_volume_plugin_dir`).
+    pub host_volume_plugin_dir: PathBuf,
     pub reserved: ReservedResources,
     /// Replaces the fingerprinted total CPU (MHz), as Nomad's `cpu_total_compute`.
     pub cpu_total_compute_mhz: Option<u64>,
@@ -164,8 +168,11 @@ impl Default for ClientTiming {
 impl ClientConfig {
     /// A client with Nomad's defaults (`dc1`, `global`) keeping its files under `data_dir`.
     pub fn new(data_dir: impl Into<PathBuf>) -> ClientConfig {
+        let data_dir: PathBuf = data_dir.into();
         ClientConfig {
-            data_dir: data_dir.into(),
+            host_volumes_dir: data_dir.join("host_volumes"),
+            host_volume_plugin_dir: data_dir.join("host_volume_plugins"),
+            data_dir,
             node_name: String::new(),
             datacenter: "dc1".into(),
             region: model::job::DEFAULT_REGION.into(),

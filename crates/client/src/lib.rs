@@ -41,6 +41,7 @@ mod fingerprint;
 mod gc;
 mod health;
 mod host_stats;
+mod host_volumes;
 mod identity;
 pub mod limits;
 mod node_loop;
@@ -76,6 +77,7 @@ pub use fingerprint::{
 };
 pub use gc::GcError;
 pub use host_stats::{HostCpuStats, HostDiskStats, HostMemoryStats, HostStats};
+pub use host_volumes::HOST_VOLUMES_FILE;
 pub use identity::{NodeIdentity, NODE_ID_FILE};
 pub use node_meta::{NodeMetaError, NODE_META_FILE};
 pub use restart::{Decision, RestartTracker};

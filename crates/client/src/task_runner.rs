@@ -484,6 +484,12 @@ impl TaskRunner {
         let (mut env, task_dir) = self.task_env(alloc, driver)?;
         let volumes = Arc::clone(&self.volumes.borrow());
         let mut mounts = crate::csi::hook::task_mounts(task, &volumes, &group.volumes)?;
+        mounts.extend(host_volume_mounts(
+            task,
+            &group.volumes,
+            &self.ctx.node.get(),
+            alloc.index(),
+        )?);
         if let Some(plugin) = self.plugin_setup(alloc, driver) {
             plugin.create_dirs()?;
             env.extend([("CSI_ENDPOINT".to_string(), plugin.endpoint.clone())]);
@@ -817,4 +823,39 @@ fn task_logs(task: &Task, dir: std::path::PathBuf) -> Option<drivers::TaskLogCon
         max_files: positive(log.max_files).unwrap_or(10),
         max_file_size_mb: positive(log.max_file_size_mb).map_or(10, u64::from),
     })
+}
+
+/// The driver mounts of a task's `volume_mount` blocks for the group's host volumes (static
+/// ones from the client's configuration and dynamic ones alike, both in the node's
+/// `HostVolumes`); read-only when the mount, the request or the volume says so. A volume the
+/// node no longer offers is an error.
+fn host_volume_mounts(
+    task: &model::Task,
+    requests: &std::collections::BTreeMap<String, model::group::VolumeRequest>,
+    node: &model::Node,
+    alloc_index: Option<u32>,
+) -> Result<Vec<drivers::MountConfig>, String> {
+    let mut out = Vec::new();
+    for vm in &task.volume_mounts {
+        let Some(req) = requests.get(&vm.volume) else {
+            continue;
+        };
+        if req.volume_type != "host" {
+            continue;
+        }
+        let name = match (req.per_alloc, alloc_index) {
+            (true, Some(i)) => format!("{}[{i}]", req.source),
+            _ => req.source.clone(),
+        };
+        let hv = node
+            .host_volumes
+            .get(&name)
+            .ok_or_else(|| format!("host volume {name:?} is not on this node"))?;
+        out.push(drivers::MountConfig {
+            host_path: std::path::PathBuf::from(&hv.path),
+            task_path: std::path::PathBuf::from(&vm.destination),
+            readonly: vm.read_only || req.read_only || hv.read_only,
+        });
+    }
+    Ok(out)
 }

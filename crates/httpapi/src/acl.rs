@@ -178,7 +178,7 @@ pub(crate) fn need(method: &Method, path: &str) -> Need {
         ["v1", "client", "metadata"] if read => Need::NodeRead,
         ["v1", "client", "metadata"] => Need::NodeWrite,
         ["v1", "client", "gc"] => Need::NodeWrite,
-        ["v1", "client", "csi", ..] => Need::NodeSecret,
+        ["v1", "client", "csi", ..] | ["v1", "client", "host-volume"] => Need::NodeSecret,
         ["v1", "agent", "self"] => Need::AgentRead,
         // Nomad's AllowAgentRead and AllowAgentDebug: the same with ACLs on.
         ["v1", "agent", "monitor" | "host"] => Need::AgentRead,
@@ -197,7 +197,11 @@ pub(crate) fn need(method: &Method, path: &str) -> Need {
         ["v1", "operator", "autopilot", "configuration"] if read => Need::OperatorRead,
         ["v1", "operator", "autopilot", "configuration"] => Need::OperatorWrite,
         ["v1", "operator", "autopilot", "health"] => Need::OperatorRead,
-        ["v1", "volumes"] if read => Need::NsList("csi-list-volume"),
+        // `?type=host` lists host volumes (`host-volume-read`); the handler filters by type.
+        ["v1", "volumes"] if read => Need::Handler,
+        ["v1", "volume", "host", _] if read => Need::Ns(&["host-volume-read"]),
+        // The volume's namespace may be in the body: the handler checks.
+        ["v1", "volume", "host", ..] => Need::Handler,
         ["v1", "volumes", ..] if read => Need::Ns(&["csi-list-volume"]),
         ["v1", "volume", "csi", _] if read => Need::Ns(&["csi-read-volume"]),
         ["v1", "volume", ..] | ["v1", "volumes", ..] => Need::Ns(&["csi-write-volume"]),

@@ -44,17 +44,38 @@ fn volumes_reply(volumes: Vec<CSIVolume>, index: u64, pretty: bool) -> Response 
     reply::write(&body, index, pretty)
 }
 
-fn only_csi(q: &QueryOptions) -> Result<bool, ApiError> {
+/// The `type` a volume list asks for.
+#[derive(PartialEq)]
+enum ListType {
+    /// None: Nomad answers an empty list.
+    None,
+    Csi,
+    Host,
+}
+
+fn list_type(q: &QueryOptions) -> Result<ListType, ApiError> {
     match q.params.get("type").map(String::as_str) {
-        Some("csi") => Ok(true),
-        None | Some("") => Ok(false),
-        Some("host") => Err(ApiError {
-            status: StatusCode::NOT_IMPLEMENTED,
-            message: "dynamic host volumes are not supported yet: use type=csi".into(),
-        }),
+        Some("csi") => Ok(ListType::Csi),
+        Some("host") => Ok(ListType::Host),
+        None | Some("") => Ok(ListType::None),
         Some(other) => Err(ApiError::bad_request(format!(
-            "unsupported volume type {other:?}: use type=csi"
+            "unsupported volume type {other:?}: use type=csi or type=host"
         ))),
+    }
+}
+
+/// A list in one named namespace needs the capability there (403 otherwise, as Nomad); with
+/// `namespace=*` the handler keeps what the token may see.
+pub(crate) fn check_list_namespace(q: &QueryOptions, cap: &str) -> Result<(), ApiError> {
+    let authz = crate::acl::current();
+    match q.namespace_filter() {
+        Some(ns) if !authz.is_management() && !authz.acl.allow_namespace_operation(ns, cap) => {
+            Err(ApiError::from(server::ServerError::new(
+                rpc::ErrorCode::PermissionDenied,
+                "Permission denied",
+            )))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -83,8 +104,13 @@ async fn volumes_inner(
     if method != Method::GET {
         return Err(ApiError::invalid_method());
     }
+    let kind = list_type(&q)?;
+    if kind == ListType::Host {
+        return crate::host_volumes::list(st, &q).await;
+    }
+    check_list_namespace(&q, "csi-list-volume")?;
     let snap = q.block(st.server.state(), &VOLUME_TABLES).await;
-    if !only_csi(&q)? {
+    if kind == ListType::None {
         // Nomad answers an empty list without a type.
         return Ok(reply::read(
             &Vec::<()>::new(),
@@ -517,6 +543,33 @@ pub(crate) async fn client_controller_inner(
     client_answer(client.csi_controller(&secret, req).await)
 }
 
+/// `POST /v1/client/host-volume` on a full agent.
+pub async fn client_host_volume(
+    State(st): State<ApiState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    client_host_volume_inner(&st, &headers, &body).await
+}
+
+/// The client half of a server's dynamic host volume call.
+pub(crate) async fn client_host_volume_inner(
+    st: &dyn crate::client_allocs::ClientFor,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Response {
+    let (client, secret, req) = match client_call::<model::host_volume::ClientHostVolumeRequest>(
+        st,
+        headers,
+        body,
+        "host volume call",
+    ) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    client_answer(client.host_volume(&secret, req).await)
+}
+
 /// `POST /v1/client/csi/node/detach` on a full agent.
 pub async fn client_node_detach(
     State(st): State<ApiState>,
@@ -709,6 +762,30 @@ impl server::csi::CsiTransport for HttpCsiTransport {
             NODE_CALL_TIMEOUT,
         );
         Box::pin(async move { sent.await.map(|_| ()) })
+    }
+
+    fn host_volume(
+        &self,
+        node: &model::node::Node,
+        req: model::host_volume::ClientHostVolumeRequest,
+    ) -> futures::future::BoxFuture<
+        'static,
+        Result<model::host_volume::ClientHostVolumeReply, server::csi::CallFailure>,
+    > {
+        use server::csi::CallFailure;
+        let sent = self.post(
+            node,
+            model::wire::HOST_VOLUME_CLIENT_PATH,
+            &req,
+            NODE_CALL_TIMEOUT,
+        );
+        let addr = node.http_addr.clone();
+        Box::pin(async move {
+            let bytes = sent.await?;
+            serde_json::from_slice(&bytes).map_err(|e| {
+                CallFailure::Lost(format!("{addr}: undecodable host volume answer: {e}"))
+            })
+        })
     }
 
     fn node_expand(

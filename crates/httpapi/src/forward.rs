@@ -132,6 +132,10 @@ pub fn client_agent_router(state: ClientAgentState) -> Router {
             axum::routing::post(client_csi_node_detach),
         )
         .route(
+            model::wire::HOST_VOLUME_CLIENT_PATH,
+            axum::routing::post(client_host_volume),
+        )
+        .route(
             model::wire::CSI_NODE_EXPAND_PATH,
             axum::routing::post(client_csi_node_expand),
         )
@@ -275,6 +279,14 @@ async fn client_csi_controller(
     body: Bytes,
 ) -> Response {
     crate::csi::client_controller_inner(&st, &headers, &body).await
+}
+
+async fn client_host_volume(
+    State(st): State<ClientAgentState>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
+    crate::csi::client_host_volume_inner(&st, &headers, &body).await
 }
 
 async fn client_csi_node_detach(

@@ -21,6 +21,7 @@ mod exec_relay;
 pub mod forward;
 pub use csi::HttpCsiTransport;
 mod fs;
+mod host_volumes;
 mod job_statuses;
 mod jobs;
 mod launch;
@@ -90,6 +91,20 @@ pub trait LocalClient: Send + Sync {
     fn gc_alloc<'a>(&'a self, alloc_id: &'a str) -> LocalFuture<'a, ()>;
     /// Garbage collects every terminal allocation of this client; running ones stay.
     fn gc_all(&self) -> LocalFuture<'_, ()>;
+    /// A server's dynamic host volume call (create, register, delete) for this node, checked
+    /// against the node's secret (Nomad's `ClientHostVolume.*`).
+    fn host_volume<'a>(
+        &'a self,
+        _node_secret: &'a str,
+        req: model::host_volume::ClientHostVolumeRequest,
+    ) -> HostVolumeFuture<'a> {
+        Box::pin(async move {
+            Err(model::wire::CsiCallError {
+                code: 12,
+                message: format!("volume {}: this client keeps no host volumes", req.name),
+            })
+        })
+    }
     /// The node's metadata: effective, dynamic and static (Nomad's client `NodeMeta.Read`).
     fn node_meta(&self) -> LocalFuture<'_, model::node_meta::NodeMetaResponse> {
         Box::pin(async { Err(no_node_meta()) })
@@ -174,6 +189,19 @@ pub trait LocalClient: Send + Sync {
         })
     }
 }
+
+/// What [`LocalClient::host_volume`] returns.
+pub type HostVolumeFuture<'a> = Pin<
+    Box<
+        dyn Future<
+                Output = Result<
+                    model::host_volume::ClientHostVolumeReply,
+                    model::wire::CsiCallError,
+                >,
+            > + Send
+            + 'a,
+    >,
+>;
 
 fn no_node_meta() -> LocalClientError {
     LocalClientError {
@@ -365,6 +393,11 @@ pub fn router(state: ApiState) -> Router {
             model::wire::CSI_NODE_DETACH_PATH,
             axum::routing::post(csi::client_node_detach),
         )
+        .route(
+            model::wire::HOST_VOLUME_CLIENT_PATH,
+            axum::routing::post(csi::client_host_volume),
+        )
+        .route("/v1/volume/host/{*rest}", any(host_volumes::volume))
         .route(
             model::wire::CSI_NODE_EXPAND_PATH,
             axum::routing::post(csi::client_node_expand),

@@ -18,6 +18,7 @@ pub mod diff;
 pub mod duration;
 pub mod eval;
 pub mod group;
+pub mod host_volume;
 pub mod job;
 pub mod json;
 pub mod node;

@@ -586,6 +586,9 @@ pub const CSI_CONTROLLER_PATH: &str = "/v1/client/csi/controller";
 /// Where a server asks a client agent to unpublish and unstage a volume for an allocation before
 /// the controller detaches it (Nomad's `ClientCSI.NodeDetachVolume`).
 pub const CSI_NODE_DETACH_PATH: &str = "/v1/client/csi/node/detach";
+/// Where a server asks the client agent of a node to create, register or delete a dynamic host
+/// volume ([`crate::host_volume::ClientHostVolumeRequest`]).
+pub const HOST_VOLUME_CLIENT_PATH: &str = "/v1/client/host-volume";
 
 /// What a server sends to `CSI_NODE_DETACH_PATH`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -47,6 +47,14 @@ pub use outcome::{Outcome, SchedulerError};
 pub use reconcile::{keep_original as reconnect_keeps_original, DESC_RECONNECTED};
 pub use view::{Algorithm, Preemption, SchedulerConfig, StateView};
 
+/// Whether `node` meets every constraint, checked as the scheduler checks a job's (where a
+/// dynamic host volume may be placed, say).
+pub fn node_meets_constraints(constraints: &[model::Constraint], node: &model::Node) -> bool {
+    constraints
+        .iter()
+        .all(|c| feasible::constraint::Rule::compile(c).holds(node))
+}
+
 use model::job::JobType;
 
 /// Runs the scheduler the evaluation's type asks for (`service`, `batch`, `system`, `sysbatch`).

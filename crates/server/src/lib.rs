@@ -36,6 +36,9 @@ pub mod scaling_policies {
     pub use crate::endpoints::scaling::{job_policies, policies, policy_id};
 }
 pub use endpoints::autopilot::{AutopilotSetConfigRequest, AutopilotSetConfigResponse};
+pub use endpoints::host_volume::{
+    host_volume_allocs, HostVolumeDeleteRequest, HostVolumeDeleteResponse, HostVolumeWriteRequest,
+};
 pub use endpoints::scheduler_config::{
     SchedulerSetConfigRequest, SchedulerSetConfigResponse, REGISTRATION_DISABLED,
 };

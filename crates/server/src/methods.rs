@@ -189,6 +189,18 @@ rpc_method!(
         SchedulerSetConfigRequest => SchedulerSetConfigResponse
 );
 rpc_method!(
+    /// Creates or registers a dynamic host volume (on the leader).
+    pub HostVolumeWrite = "HostVolume.Create":
+        crate::endpoints::host_volume::HostVolumeWriteRequest
+            => model::host_volume::HostVolumeCreateResponse
+);
+rpc_method!(
+    /// Deletes a dynamic host volume (on the leader).
+    pub HostVolumeDeleteMethod = "HostVolume.Delete":
+        crate::endpoints::host_volume::HostVolumeDeleteRequest
+            => crate::endpoints::host_volume::HostVolumeDeleteResponse
+);
+rpc_method!(
     pub AutopilotSetConfig = "Operator.AutopilotSetConfiguration":
         AutopilotSetConfigRequest => AutopilotSetConfigResponse
 );

@@ -43,6 +43,8 @@ struct Inner {
     csi_transport: std::sync::OnceLock<Arc<dyn crate::csi::CsiTransport>>,
     /// The per-plugin FIFO locks of the controller-call serializer.
     csi_locks: crate::csi::controller::ControllerLocks,
+    /// Host volume writes run one at a time (Nomad serializes them per volume).
+    host_volume_lock: tokio::sync::Mutex<()>,
     /// Compiled ACLs by token secret.
     acl_cache: crate::acl::AclCache,
     /// The leader's variable lock clocks.
@@ -135,6 +137,7 @@ impl Server {
                 join_addrs: std::sync::Mutex::new(Vec::new()),
                 csi_transport: std::sync::OnceLock::new(),
                 csi_locks: Default::default(),
+                host_volume_lock: tokio::sync::Mutex::new(()),
                 acl_cache: Default::default(),
                 lock_timers: Default::default(),
                 events,
@@ -199,6 +202,10 @@ impl Server {
                 "this server has no way to reach client agents for CSI controller calls",
             )
         })
+    }
+
+    pub(crate) fn host_volume_lock(&self) -> &tokio::sync::Mutex<()> {
+        &self.inner.host_volume_lock
     }
 
     pub(crate) fn csi_locks(&self) -> &crate::csi::controller::ControllerLocks {

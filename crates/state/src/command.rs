@@ -38,10 +38,12 @@ pub enum Table {
     NodePools,
     /// The one autopilot configuration (`/v1/operator/autopilot/configuration`).
     AutopilotConfig,
+    /// Dynamic host volumes.
+    HostVolumes,
 }
 
 impl Table {
-    pub const COUNT: usize = 21;
+    pub const COUNT: usize = 22;
     pub const ALL: [Table; Table::COUNT] = [
         Table::Jobs,
         Table::JobVersions,
@@ -64,6 +66,7 @@ impl Table {
         Table::ScalingEvents,
         Table::NodePools,
         Table::AutopilotConfig,
+        Table::HostVolumes,
     ];
 
     pub(crate) fn slot(self) -> usize {
@@ -378,6 +381,19 @@ pub enum Command {
         config: model::autopilot::AutopilotConfiguration,
         cas: Option<u64>,
     },
+    /// Stores a dynamic host volume as its node's client made or registered it (Nomad's
+    /// `HostVolumeRegisterRequestType`): its create index and time are kept when it exists, its
+    /// node pool is its node's, and it is `ready` when its node already fingerprints a host
+    /// volume of its name. Refused when its node or namespace does not exist.
+    HostVolumeUpsert {
+        volume: model::host_volume::HostVolume,
+    },
+    /// Removes a dynamic host volume (Nomad's `HostVolumeDeleteRequestType`); one that is gone
+    /// already is not an error.
+    HostVolumeDelete {
+        namespace: String,
+        id: String,
+    },
     /// Replaces the cluster's scheduler configuration (Nomad's `SchedulerConfigRequestType`); its
     /// create index is kept, its modify index becomes this entry's. With `cas`, only if the stored
     /// `ModifyIndex` (0 when none is stored) is `cas`: otherwise refused with a
@@ -524,6 +540,8 @@ impl Command {
             Command::RootKeyDelete { .. } => "RootKeyDelete",
             Command::JobStability { .. } => "JobStability",
             Command::AutopilotConfigSet { .. } => "AutopilotConfigSet",
+            Command::HostVolumeUpsert { .. } => "HostVolumeUpsert",
+            Command::HostVolumeDelete { .. } => "HostVolumeDelete",
             Command::SchedulerConfigSet { .. } => "SchedulerConfigSet",
             Command::JobScale { .. } => "JobScale",
             Command::Gc { .. } => "Gc",

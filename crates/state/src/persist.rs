@@ -93,6 +93,7 @@ enum RecordRef<'a> {
     RootKey(&'a RootKey),
     Variable(&'a VariableEncrypted),
     AutopilotConfig(&'a model::autopilot::AutopilotConfiguration),
+    HostVolume(&'a model::host_volume::HostVolume),
     SchedulerConfig(&'a SchedulerConfiguration),
     ScalingEvents(&'a model::scaling::JobScalingEvents),
     NodePool(&'a model::node_pool::NodePool),
@@ -124,6 +125,7 @@ enum Record {
     RootKey(RootKey),
     Variable(VariableEncrypted),
     AutopilotConfig(model::autopilot::AutopilotConfiguration),
+    HostVolume(model::host_volume::HostVolume),
     SchedulerConfig(SchedulerConfiguration),
     ScalingEvents(model::scaling::JobScalingEvents),
     NodePool(model::node_pool::NodePool),
@@ -238,6 +240,9 @@ pub(crate) fn save(root: &Root, w: &mut dyn Write) -> Result<(), StateError> {
     }
     if let Some(config) = root.autopilot_config() {
         put(&mut w, RecordRef::AutopilotConfig(config))?;
+    }
+    for volume in root.host_volumes().values() {
+        put(&mut w, RecordRef::HostVolume(volume))?;
     }
     if let Some(config) = root.scheduler_config() {
         put(&mut w, RecordRef::SchedulerConfig(config))?;
@@ -436,6 +441,7 @@ fn insert(root: &mut Root, record: Record) -> Result<(), StateError> {
         Record::RootKey(key) => root.put_root_key(Arc::new(key)),
         Record::Variable(var) => root.put_variable(Arc::new(var)),
         Record::AutopilotConfig(config) => root.set_autopilot_config(Arc::new(config)),
+        Record::HostVolume(volume) => root.put_host_volume(Arc::new(volume)),
         Record::SchedulerConfig(config) => root.set_scheduler_config(Arc::new(config)),
         Record::ScalingEvents(events) => root.put_scaling_events(Arc::new(events)),
         Record::NodePool(pool) => root.put_node_pool(Arc::new(pool)),

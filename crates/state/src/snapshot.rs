@@ -398,6 +398,34 @@ impl StateSnapshot {
             .max_by_key(|d| d.create_index)
     }
 
+    // ----- dynamic host volumes -----
+
+    pub fn host_volume(&self, ns: &str, id: &str) -> Option<Arc<model::host_volume::HostVolume>> {
+        self.root
+            .host_volumes()
+            .get(&(ns.to_owned(), id.to_owned()))
+            .cloned()
+    }
+
+    /// Host volumes in `ns` (every namespace: `None`) whose ID starts with `prefix`.
+    pub fn host_volumes(
+        &self,
+        ns: Option<&str>,
+        prefix: &str,
+    ) -> Vec<Arc<model::host_volume::HostVolume>> {
+        by_ns_prefix(self.root.host_volumes(), ns, prefix)
+    }
+
+    /// The host volumes placed on `node_id`.
+    pub fn host_volumes_on_node(&self, node_id: &str) -> Vec<Arc<model::host_volume::HostVolume>> {
+        self.root
+            .host_volumes()
+            .values()
+            .filter(|v| v.node_id == node_id)
+            .cloned()
+            .collect()
+    }
+
     // ----- CSI -----
 
     pub fn csi_volume(&self, ns: &str, id: &str) -> Option<Arc<CSIVolume>> {

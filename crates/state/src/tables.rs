@@ -78,6 +78,8 @@ pub(crate) struct Root {
     deployments: OrdMap<String, Arc<Deployment>>,
     deployments_by_job: OrdMap<NsKey, IdSet>,
     csi_volumes: OrdMap<NsKey, Arc<CSIVolume>>,
+    /// Dynamic host volumes by (namespace, ID).
+    host_volumes: OrdMap<NsKey, Arc<model::host_volume::HostVolume>>,
     csi_plugins: OrdMap<String, Arc<CSIPlugin>>,
     /// Plugin ID → its in-flight destructive controller call.
     csi_controller_ops: OrdMap<String, Arc<CSIControllerOp>>,
@@ -272,6 +274,19 @@ impl Root {
 
     pub(crate) fn csi_volumes(&self) -> &OrdMap<NsKey, Arc<CSIVolume>> {
         &self.csi_volumes
+    }
+
+    pub(crate) fn host_volumes(&self) -> &OrdMap<NsKey, Arc<model::host_volume::HostVolume>> {
+        &self.host_volumes
+    }
+
+    pub(crate) fn put_host_volume(&mut self, volume: Arc<model::host_volume::HostVolume>) {
+        let key = ns_key(&volume.namespace, &volume.id);
+        self.host_volumes.insert(key, volume);
+    }
+
+    pub(crate) fn delete_host_volume(&mut self, ns: &str, id: &str) {
+        self.host_volumes.remove(&ns_key(ns, id));
     }
 
     pub(crate) fn csi_plugins(&self) -> &OrdMap<String, Arc<CSIPlugin>> {

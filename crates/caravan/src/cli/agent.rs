@@ -593,6 +593,17 @@ impl LocalClientHandle {
 }
 
 impl httpapi::LocalClient for LocalClientHandle {
+    fn host_volume<'a>(
+        &'a self,
+        node_secret: &'a str,
+        req: model::host_volume::ClientHostVolumeRequest,
+    ) -> httpapi::HostVolumeFuture<'a> {
+        Box::pin(async move {
+            self.check_node_secret(node_secret)?;
+            self.0.host_volume(req).await
+        })
+    }
+
     fn csi_node_expand<'a>(
         &'a self,
         node_secret: &'a str,
@@ -906,6 +917,32 @@ async fn start_client(
         .unwrap_or_default()
         .into_iter()
         .collect();
+    ccfg.host_volumes = block
+        .host_volume
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, v)| {
+            let cfg = model::node::ClientHostVolumeConfig {
+                name: name.clone(),
+                path: v.path.unwrap_or_default(),
+                read_only: v.read_only.unwrap_or(false),
+            };
+            (name, cfg)
+        })
+        .collect();
+    ccfg.host_volumes_dir = match block.host_volumes_dir.as_deref().filter(|d| !d.is_empty()) {
+        Some(d) => PathBuf::from(d),
+        None => data_dir.join("host_volumes"),
+    };
+    ccfg.host_volume_plugin_dir = match block
+        .host_volume_plugin_dir
+        .as_deref()
+        .filter(|d| !d.is_empty())
+    {
+        Some(d) => PathBuf::from(d),
+        None => data_dir.join("host_volume_plugins"),
+    };
     ccfg.cpu_total_compute_mhz = block.cpu_total_compute;
     ccfg.memory_total_mb = block.memory_total_mb;
     ccfg.http_addr = http.to_string();

@@ -344,6 +344,10 @@ section! {
         meta: IndexMap<String, String> => Kind::StrMap,
         /// Driver and client options (`"driver.raw_exec.enable" = "1"`).
         options: IndexMap<String, String> => Kind::StrMap,
+        /// Where the built-in `mkdir` plugin makes dynamic host volumes (`<data_dir>/host_volumes`).
+        host_volumes_dir: String => Kind::Str,
+        /// Where external dynamic host volume plugins are (`<data_dir>/host_volume_plugins`).
+        host_volume_plugin_dir: String => Kind::Str,
         /// Host volumes by name.
         host_volume: IndexMap<String, HostVolume> => Kind::Labeled(HostVolume::FIELDS, &["path"]),
         /// Resources held back from scheduling.

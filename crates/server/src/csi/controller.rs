@@ -114,6 +114,21 @@ pub trait CsiTransport: Send + Sync + 'static {
         })
     }
 
+    /// Asks the client agent of `node` to create, register or delete a dynamic host volume, and
+    /// waits for its answer.
+    fn host_volume(
+        &self,
+        node: &Node,
+        req: model::host_volume::ClientHostVolumeRequest,
+    ) -> BoxFuture<'static, Result<model::host_volume::ClientHostVolumeReply, CallFailure>> {
+        let _ = (node, req);
+        Box::pin(async {
+            Err(CallFailure::NotDelivered(
+                "this server cannot reach client agents for node calls".into(),
+            ))
+        })
+    }
+
     /// Asks the client agent of `node` to grow a volume it has published for an allocation
     /// (NodeExpandVolume), and waits for its answer.
     fn node_expand(

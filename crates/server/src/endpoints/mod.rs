@@ -5,6 +5,7 @@ pub mod alloc;
 pub mod autopilot;
 pub mod deployment;
 pub mod eval_delete;
+pub mod host_volume;
 pub mod job;
 pub mod launch;
 pub mod node;

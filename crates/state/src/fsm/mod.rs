@@ -10,6 +10,7 @@ mod autopilot_config;
 pub(crate) mod csi;
 mod deployments;
 mod evals;
+mod host_volumes;
 pub(crate) mod jobs;
 mod nodes;
 mod plan;
@@ -150,6 +151,16 @@ impl Txn {
     pub(crate) fn delete_csi_volume(&mut self, ns: &str, id: &str) -> Option<Arc<CSIVolume>> {
         self.touch(Table::CsiVolumes);
         self.root.delete_csi_volume(ns, id)
+    }
+
+    pub(crate) fn put_host_volume(&mut self, volume: model::host_volume::HostVolume) {
+        self.touch(Table::HostVolumes);
+        self.root.put_host_volume(Arc::new(volume));
+    }
+
+    pub(crate) fn delete_host_volume(&mut self, ns: &str, id: &str) {
+        self.touch(Table::HostVolumes);
+        self.root.delete_host_volume(ns, id);
     }
 
     pub(crate) fn put_csi_plugin(&mut self, plugin: CSIPlugin) {
@@ -306,6 +317,11 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
         Command::NodePoolDelete { names } => nodes::delete_pools(tx, names).map(|()| plain),
         Command::AutopilotConfigSet { config, cas } => {
             autopilot_config::set(tx, config, *cas).map(|()| plain)
+        }
+        Command::HostVolumeUpsert { volume } => host_volumes::upsert(tx, volume).map(|()| plain),
+        Command::HostVolumeDelete { namespace, id } => {
+            host_volumes::delete(tx, namespace, id);
+            Ok(plain)
         }
         Command::JobSummariesReconcile => {
             jobs::reconcile_summaries(tx);

@@ -64,6 +64,7 @@ pub(super) fn register(tx: &mut Txn, node: &Node) -> Result<(), StateError> {
         }
     }
     super::csi::node_plugins_changed(tx, &node);
+    super::host_volumes::follow_node(tx, &node);
     // A node may name a pool nobody created: it is created for it, as Nomad's servers do.
     let pool = node.node_pool.clone();
     if !pool.is_empty() && !NodePool::is_built_in(&pool) && !tx.node_pools().contains_key(&pool) {
@@ -174,6 +175,7 @@ pub(super) fn update_status(
     if *status == NodeStatus::Down {
         super::csi::node_gone(tx, node_id, false);
     }
+    super::host_volumes::follow_node(tx, &node);
     tx.put_node(node);
     Ok(())
 }

@@ -1,0 +1,97 @@
+//! Dynamic host volumes: stored as their node's client made or registered them, and following
+//! their node (Nomad's `UpsertHostVolume` and `upsertHostVolumeForNode`).
+//!
+//! **Invariant:** a stored volume's node exists when it is stored, its `NodePool` is its node's,
+//! and its state is `ready` exactly while its node is not down and fingerprints a host volume of
+//! its name (`pending` before the first fingerprint, `unavailable` after one is lost).
+
+use super::Txn;
+use crate::error::StateError;
+use model::host_volume::{HostVolume, HostVolumeState};
+use model::node::{Node, NodeStatus};
+
+pub(super) fn upsert(tx: &mut Txn, volume: &HostVolume) -> Result<(), StateError> {
+    if volume.id.is_empty() {
+        return Err(StateError::invalid("host volume has no ID"));
+    }
+    if volume.namespace != model::job::DEFAULT_NAMESPACE
+        && !tx.namespaces().contains_key(&volume.namespace)
+    {
+        return Err(StateError::invalid(format!(
+            "host volume {} is in nonexistent namespace {}",
+            volume.id, volume.namespace
+        )));
+    }
+    let Some(node) = tx.nodes().get(&volume.node_id).cloned() else {
+        return Err(StateError::invalid(format!(
+            "host volume {} has nonexistent node ID {}",
+            volume.id, volume.node_id
+        )));
+    };
+    let index = tx.index();
+    let mut v = volume.clone();
+    match tx
+        .host_volumes()
+        .get(&(volume.namespace.clone(), volume.id.clone()))
+    {
+        Some(old) => {
+            v.create_index = old.create_index;
+            v.create_time = old.create_time;
+        }
+        None => v.create_index = index,
+    }
+    if node.host_volumes.contains_key(&v.name) && node.status != NodeStatus::Down {
+        v.state = HostVolumeState::Ready;
+    }
+    v.node_pool.clone_from(&node.node_pool);
+    v.allocations = None;
+    v.modify_index = index;
+    tx.put_host_volume(v);
+    Ok(())
+}
+
+pub(super) fn delete(tx: &mut Txn, ns: &str, id: &str) {
+    if tx
+        .host_volumes()
+        .contains_key(&(ns.to_owned(), id.to_owned()))
+    {
+        tx.delete_host_volume(ns, id);
+    }
+}
+
+/// After `node` is stored (registered, or its status changed): its volumes' states and pools.
+pub(super) fn follow_node(tx: &mut Txn, node: &Node) {
+    let index = tx.index();
+    let changed: Vec<HostVolume> = tx
+        .host_volumes()
+        .values()
+        .filter(|v| v.node_id == node.id)
+        .filter_map(|v| {
+            let fingerprinted = node.host_volumes.contains_key(&v.name);
+            let state = if node.status == NodeStatus::Down {
+                if fingerprinted || v.state == HostVolumeState::Ready {
+                    HostVolumeState::Unavailable
+                } else {
+                    v.state
+                }
+            } else if fingerprinted && node.status == NodeStatus::Ready {
+                HostVolumeState::Ready
+            } else if !fingerprinted && v.state == HostVolumeState::Ready {
+                HostVolumeState::Unavailable
+            } else {
+                v.state
+            };
+            if state == v.state && v.node_pool == node.node_pool {
+                return None;
+            }
+            let mut v = (**v).clone();
+            v.state = state;
+            v.node_pool.clone_from(&node.node_pool);
+            v.modify_index = index;
+            Some(v)
+        })
+        .collect();
+    for v in changed {
+        tx.put_host_volume(v);
+    }
+}
