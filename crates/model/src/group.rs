@@ -530,6 +530,12 @@ impl VolumeRequest {
             &path.field("source"),
             "source is required",
         );
+        errs.check(
+            !self.sticky,
+            &path.field("sticky"),
+            "sticky volumes (replacements kept on the volume their allocation claimed) are not \
+             supported yet; remove sticky or set it to false",
+        );
         if t == "csi" {
             let am = self.access_mode.as_str();
             errs.check(
