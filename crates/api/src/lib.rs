@@ -25,6 +25,7 @@ mod client;
 mod deployments;
 mod error;
 mod evals;
+mod host_volumes;
 mod jobs;
 mod launch;
 mod node_pools;
@@ -36,6 +37,7 @@ pub mod testing;
 pub mod types;
 mod variables;
 mod volumes;
+pub use host_volumes::HostVolumeListFilter;
 pub use variables::VarWriteOutcome;
 pub use volumes::SnapshotPage;
 

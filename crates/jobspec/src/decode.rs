@@ -533,44 +533,48 @@ fn identity(r: &mut Reader) -> WorkloadIdentity {
 /// `regexp`, `set_contains`, `distinct_hosts = true`, `distinct_property`) set the operator, empty
 /// shorthands are ignored, and the operator defaults to "=".
 fn constraints(r: &mut Reader) -> Vec<Constraint> {
-    each(r, "constraint", |r, _| {
-        let mut c = Constraint {
-            l_target: r.string_or_empty("attribute"),
-            operand: r.string_or_empty("operator"),
-            r_target: r.string_or_empty("value"),
-        };
-        // Nomad's order: a later shorthand wins over an earlier one.
-        for name in [
-            "version",
-            "semver",
-            "regexp",
-            "set_contains",
-            "set_contains_any",
-            "set_contains_all",
-        ] {
-            if let Some(v) = r.string(name).filter(|v| !v.is_empty()) {
-                c.operand = name.to_string();
-                c.r_target = v;
-                r.alias_span(name, "operator");
-                r.alias_span(name, "value");
-            }
+    each(r, "constraint", |r, _| constraint(r))
+}
+
+/// One `constraint { … }` block's body, with Nomad's shorthands (`regexp = "…"`,
+/// `distinct_hosts = true`, …) read into the operator and value.
+pub(crate) fn constraint(r: &mut Reader) -> Constraint {
+    let mut c = Constraint {
+        l_target: r.string_or_empty("attribute"),
+        operand: r.string_or_empty("operator"),
+        r_target: r.string_or_empty("value"),
+    };
+    // Nomad's order: a later shorthand wins over an earlier one.
+    for name in [
+        "version",
+        "semver",
+        "regexp",
+        "set_contains",
+        "set_contains_any",
+        "set_contains_all",
+    ] {
+        if let Some(v) = r.string(name).filter(|v| !v.is_empty()) {
+            c.operand = name.to_string();
+            c.r_target = v;
+            r.alias_span(name, "operator");
+            r.alias_span(name, "value");
         }
-        if r.bool("distinct_hosts") == Some(true) {
-            c.operand = "distinct_hosts".into();
-            r.alias_span("distinct_hosts", "operator");
-        }
-        if let Some(v) = r.string("distinct_property").filter(|v| !v.is_empty()) {
-            c.operand = "distinct_property".into();
-            c.l_target = v;
-            r.alias_span("distinct_property", "operator");
-            r.alias_span("distinct_property", "attribute");
-        }
-        if c.operand.is_empty() {
-            c.operand = "=".into();
-        }
-        check_regexp(r, &c.operand, &c.r_target);
-        c
-    })
+    }
+    if r.bool("distinct_hosts") == Some(true) {
+        c.operand = "distinct_hosts".into();
+        r.alias_span("distinct_hosts", "operator");
+    }
+    if let Some(v) = r.string("distinct_property").filter(|v| !v.is_empty()) {
+        c.operand = "distinct_property".into();
+        c.l_target = v;
+        r.alias_span("distinct_property", "operator");
+        r.alias_span("distinct_property", "attribute");
+    }
+    if c.operand.is_empty() {
+        c.operand = "=".into();
+    }
+    check_regexp(r, &c.operand, &c.r_target);
+    c
 }
 
 /// A `regexp` rule's pattern must compile (Go's RE2 syntax, which the `regex` crate shares), unless

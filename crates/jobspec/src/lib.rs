@@ -3,8 +3,8 @@
 //! Owns: parsing (hcl-edit, for spans), variables/locals/`-var`/`-var-file`/`NOMAD_VAR_*`, the HCL function
 //! library, `dynamic` block expansion, leaving runtime references (`${attr.*}`, `${NOMAD_*}`, …) as text,
 //! decoding into `model` types, and errors that name file:line:col and the attribute.
-//! Also reads CSI volume specification files (`volume`) and ACL policy documents (`acl`), and formats
-//! HCL files in the canonical layout as `nomad fmt` does (`fmt`).
+//! Also reads volume specification files, CSI and dynamic host volumes (`volume`), and ACL policy
+//! documents (`acl`), and formats HCL files in the canonical layout as `nomad fmt` does (`fmt`).
 //! Never does: network I/O. Reads files only where a job file asks (`file()`) and only when allowed.
 //! Invariant: a parse either returns a whole job or every error it found, each located in its file.
 

@@ -1,13 +1,14 @@
 //! Volume specification files, the HCL given to `nomad volume register FILE` and
-//! `nomad volume create FILE`, read into a [`CSIVolume`]. Plain HCL attributes and blocks at the top
-//! level of the file (no `variable`, `locals` or `-var`: Nomad does not take them in volume files
-//! either). A parse returns a volume that passed [`CSIVolume::validate`], or every error found, each
-//! at file:line:col.
+//! `nomad volume create FILE`, read by their `type` into a [`CSIVolume`] (`type = "csi"`) or a
+//! dynamic [`HostVolume`] (`type = "host"`). Plain HCL attributes and blocks at the top level of the
+//! file (no `variable`, `locals` or `-var`: Nomad does not take them in volume files either). A
+//! parse returns a volume that passed its validation, or every error found, each at
+//! file:line:col.
 
 use crate::agent::hcl1;
 use crate::eval::Scope;
 use crate::parse::syntax_error;
-use crate::reader::{did_you_mean, DecodeCx, Reader};
+use crate::reader::{did_you_mean, scalar_text, DecodeCx, Reader};
 use crate::source::{Diagnostic, Diagnostics, SourceFile, Span};
 use crate::tree::{Attr, Block, Body, Builder};
 use hcl::Value;
@@ -16,12 +17,86 @@ use model::csi::{
     CSI_ATTACHMENT_MODES,
 };
 use model::group::CsiMountOptions;
-use model::{Path, ValidationErrors};
+use model::host_volume::{HostVolume, HostVolumeCapability};
+use model::{Operand, Path, ValidationErrors};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
-/// Reads a volume specification file from disk.
+/// A volume specification, by its `type`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum VolumeSpec {
+    /// `type = "csi"`: a volume of a CSI plugin.
+    Csi(Box<CSIVolume>),
+    /// `type = "host"`: a dynamic host volume, made on a node by a host volume plugin (create) or
+    /// an existing directory there (register).
+    Host(Box<HostVolume>),
+}
+
+impl VolumeSpec {
+    /// `csi` or `host`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            VolumeSpec::Csi(_) => "csi",
+            VolumeSpec::Host(_) => "host",
+        }
+    }
+}
+
+/// The access modes of a host volume capability (Nomad's `HostVolumeAccessMode`).
+pub const HOST_ACCESS_MODES: [&str; 4] = [
+    "single-node-reader-only",
+    "single-node-writer",
+    "single-node-single-writer",
+    "single-node-multi-writer",
+];
+/// The attachment modes of a host volume capability (Nomad's `HostVolumeAttachmentMode`).
+pub const HOST_ATTACHMENT_MODES: [&str; 2] = ["file-system", "block-device"];
+
+/// What a CSI volume takes and a host volume does not: refused by name in a host spec.
+const CSI_ONLY: [&str; 7] = [
+    "external_id",
+    "snapshot_id",
+    "clone_id",
+    "secrets",
+    "context",
+    "mount_options",
+    "topology_request",
+];
+
+/// Reads a CSI volume specification file from disk (a host volume's is an error at its `type`;
+/// [`parse_volume_spec_file`] reads either).
 pub fn parse_volume_file(path: &std::path::Path) -> Result<CSIVolume, Diagnostics> {
+    let (name, text) = read(path)?;
+    parse_volume_str(&text, &name)
+}
+
+/// Reads a CSI volume specification from text; `filename` is used in error positions.
+pub fn parse_volume_str(text: &str, filename: &str) -> Result<CSIVolume, Diagnostics> {
+    // A parse for csi only ever decodes a CSI volume (a host spec is an error at its `type`).
+    match parse(text, filename, Some("csi"))? {
+        VolumeSpec::Csi(v) => Ok(*v),
+        VolumeSpec::Host(_) => Err(Diagnostics(vec![Diagnostic {
+            file: filename.to_string(),
+            location: None,
+            subject: "type".into(),
+            message: "a host volume specification, where only a CSI volume is read".into(),
+        }])),
+    }
+}
+
+/// Reads a volume specification file (CSI or host, by its `type`) from disk.
+pub fn parse_volume_spec_file(path: &std::path::Path) -> Result<VolumeSpec, Diagnostics> {
+    let (name, text) = read(path)?;
+    parse_volume_spec_str(&text, &name)
+}
+
+/// Reads a volume specification (CSI or host, by its `type`) from text; `filename` is used in
+/// error positions.
+pub fn parse_volume_spec_str(text: &str, filename: &str) -> Result<VolumeSpec, Diagnostics> {
+    parse(text, filename, None)
+}
+
+fn read(path: &std::path::Path) -> Result<(String, String), Diagnostics> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| {
         Diagnostics(vec![Diagnostic {
@@ -31,11 +106,12 @@ pub fn parse_volume_file(path: &std::path::Path) -> Result<CSIVolume, Diagnostic
             message: format!("cannot read the volume file: {e}"),
         }])
     })?;
-    parse_volume_str(&text, &name)
+    Ok((name, text))
 }
 
-/// Reads a volume specification from text; `filename` is used in error positions.
-pub fn parse_volume_str(text: &str, filename: &str) -> Result<CSIVolume, Diagnostics> {
+/// Parses and decodes by the file's `type`; `only` names the one type the caller takes (the
+/// other is an error at `type`).
+fn parse(text: &str, filename: &str, only: Option<&str>) -> Result<VolumeSpec, Diagnostics> {
     let file = SourceFile::new(filename, text);
     let (tree, mut diags) = match hcl::edit::parser::parse_body(&file.text) {
         Ok(body) => {
@@ -47,23 +123,41 @@ pub fn parse_volume_str(text: &str, filename: &str) -> Result<CSIVolume, Diagnos
             hcl1_tree(&file).ok_or_else(|| Diagnostics(vec![first]))?
         }
     };
+    let written = tree
+        .attrs
+        .iter()
+        .find(|a| a.name == "type")
+        .and_then(|a| scalar_text(&a.value))
+        .map(|t| t.to_ascii_lowercase());
+    let host = written.as_deref() == Some("host") && only != Some("csi");
     let cx = RefCell::new(DecodeCx {
         file: &file,
         diags: Diagnostics::default(),
         spans: BTreeMap::new(),
     });
     let mut reader = Reader::new(&tree, Path::root(), 0..0, &cx);
-    let volume = decode_volume(&mut reader);
+    let spec = if host {
+        VolumeSpec::Host(Box::new(decode_host(&mut reader)))
+    } else {
+        VolumeSpec::Csi(Box::new(decode_volume(&mut reader, only.is_some())))
+    };
     reader.finish();
     let cx = cx.into_inner();
     diags.0.extend(cx.diags.0);
     if !diags.is_empty() {
         return Err(diags);
     }
-    volume
-        .validate()
-        .map_err(|errs| locate(&file, &cx.spans, &errs))?;
-    Ok(volume)
+    match &spec {
+        VolumeSpec::Csi(v) => v
+            .validate()
+            .map_err(|errs| locate(&file, &cx.spans, &errs))?,
+        // Everything it checks was checked (and located) while decoding; anything else it finds
+        // is reported at the top of the file.
+        VolumeSpec::Host(v) => v
+            .validate()
+            .map_err(|e| Diagnostics(vec![file.diagnostic(Some(&(0..0)), String::new(), e)]))?,
+    }
+    Ok(spec)
 }
 
 /// Nomad reads volume files as HCL1, and its documented examples use HCL1 forms HCL2 rejects
@@ -164,14 +258,25 @@ fn locate(
     )
 }
 
-fn decode_volume(r: &mut Reader) -> CSIVolume {
+/// A CSI volume; `csi_only` when the caller takes nothing else (a host spec is then an error at its
+/// `type`).
+fn decode_volume(r: &mut Reader, csi_only: bool) -> CSIVolume {
     match r.string("type") {
-        None => r.field_error("type", "type is required: write type = \"csi\""),
+        None if csi_only => r.field_error("type", "type is required: write type = \"csi\""),
+        None => r.field_error(
+            "type",
+            "type is required: write type = \"csi\" or type = \"host\"",
+        ),
         Some(t) if t.eq_ignore_ascii_case("csi") => {}
+        Some(t) if csi_only && t.eq_ignore_ascii_case("host") => r.field_error(
+            "type",
+            "this is a host volume specification, and only a CSI volume is read here; got \"host\", write type = \"csi\"",
+        ),
         Some(t) => r.field_error(
             "type",
             format!(
-                "only csi volumes are supported (host volumes: not supported yet); got {t:?}, write type = \"csi\""
+                "unknown volume type {t:?}{}; write type = \"csi\" or type = \"host\"",
+                did_you_mean(&t.to_ascii_lowercase(), ["csi", "host"].into_iter())
             ),
         ),
     }
@@ -235,6 +340,115 @@ fn decode_volume(r: &mut Reader) -> CSIVolume {
         }),
         ..CSIVolume::default()
     }
+}
+
+/// A dynamic host volume (Nomad's `decodeHostVolume`): every problem reported at its field.
+fn decode_host(r: &mut Reader) -> HostVolume {
+    r.string("type");
+    for name in CSI_ONLY {
+        let message = format!(
+            "{name} is for CSI volumes only, and a host volume (type = \"host\") does not take it; remove it, or write type = \"csi\""
+        );
+        if r.attr(name).is_some() {
+            r.field_error(name, &message);
+        }
+        for b in r.blocks(name) {
+            r.error_at(Some(&b.span), &r.path.field(name), &message);
+        }
+    }
+    let id = r.string_or_empty("id");
+    if !id.is_empty() && !is_uuid(&id) {
+        r.field_error(
+            "id",
+            format!(
+                "invalid volume ID {id:?}: id names an existing volume to update (a UUID such as \"2f2a6a3c-3c7b-4f0e-9d43-0e9d2b1c0a11\"); leave it out to create a new volume"
+            ),
+        );
+    }
+    let name = r.string_or_empty("name");
+    if name.is_empty() {
+        r.field_error(
+            "name",
+            "name is required: the name a job's volume block gives as its source (name = \"data\")",
+        );
+    } else if name.len() > 128 || name.contains(['/', '\0']) {
+        r.field_error(
+            "name",
+            format!("invalid name {name:?}: at most 128 bytes, without \"/\""),
+        );
+    }
+    let capacity_min = capacity(r, "capacity_min");
+    let capacity_max = capacity(r, "capacity_max");
+    if let (Some((min, min_text)), Some((max, max_text))) = (&capacity_min, &capacity_max) {
+        if max != &0 && min > max {
+            r.field_error(
+                "capacity_max",
+                format!(
+                    "capacity_min {min_text:?} ({min} bytes) is more than capacity_max {max_text:?} ({max} bytes); lower capacity_min or raise capacity_max"
+                ),
+            );
+        }
+    }
+    let capacity_bytes = capacity(r, "capacity").map_or(0, |(n, _)| n);
+    let mut requested_capabilities = Vec::new();
+    for (i, b) in r.blocks("capability").into_iter().enumerate() {
+        let mut c = r.child(b, r.path.field("capability").index(i));
+        let access_mode = mode(&mut c, "access_mode", &HOST_ACCESS_MODES);
+        let attachment_mode = mode(&mut c, "attachment_mode", &HOST_ATTACHMENT_MODES);
+        c.finish();
+        requested_capabilities.push(HostVolumeCapability {
+            attachment_mode,
+            access_mode,
+        });
+    }
+    let mut constraints = Vec::new();
+    for (i, b) in r.blocks("constraint").into_iter().enumerate() {
+        let mut c = r.child(b, r.path.field("constraint").index(i));
+        let rule = crate::decode::constraint(&mut c);
+        match Operand::parse(&rule.operand) {
+            None => c.field_error(
+                "operator",
+                format!("unknown operator {:?}", rule.operand),
+            ),
+            Some(op) if op.constraint_only() => c.field_error(
+                "operator",
+                format!(
+                    "{} cannot be used in a host volume: volumes of the same name are always on distinct hosts",
+                    rule.operand
+                ),
+            ),
+            Some(_) => {}
+        }
+        c.finish();
+        constraints.push(rule);
+    }
+    let parameters = r.string_map("parameters");
+    HostVolume {
+        id,
+        name,
+        namespace: r.string_or_empty("namespace"),
+        plugin_id: r.string_or_empty("plugin_id"),
+        node_id: r.string_or_empty("node_id"),
+        node_pool: r.string_or_empty("node_pool"),
+        host_path: r.string_or_empty("host_path"),
+        requested_capacity_min_bytes: capacity_min.map_or(0, |(n, _)| n),
+        requested_capacity_max_bytes: capacity_max.map_or(0, |(n, _)| n),
+        capacity_bytes,
+        requested_capabilities,
+        constraints: (!constraints.is_empty()).then_some(constraints),
+        parameters: (!parameters.is_empty()).then_some(parameters),
+        ..HostVolume::default()
+    }
+}
+
+/// A UUID as Nomad writes them: 8-4-4-4-12 hex digits.
+fn is_uuid(s: &str) -> bool {
+    let groups: Vec<&str> = s.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
 /// A size in bytes and the text it was read from; `None` when unset or invalid (reported).

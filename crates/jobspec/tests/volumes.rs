@@ -1,9 +1,12 @@
 //! Volume specification fixtures in `fixtures/volumes`: a `NAME.volume.hcl` with a `NAME.json` must
 //! parse to exactly that JSON (and survive a JSON round trip); one with a `NAME.err` must fail with every
-//! line of it in the report, and every error must carry file:line:col.
+//! line of it in the report, and every error must carry file:line:col. CSI (`type = "csi"`) and
+//! dynamic host volume (`type = "host"`) specs alike; the JSON is the volume's, either way.
 //! Set CARAVAN_BLESS=1 to rewrite the expected JSON after reviewing a change.
 
-use jobspec::volume::{parse_volume_file, parse_volume_str};
+use jobspec::volume::{
+    parse_volume_file, parse_volume_spec_file, parse_volume_spec_str, parse_volume_str, VolumeSpec,
+};
 use std::path::{Path, PathBuf};
 
 fn fixtures() -> Vec<PathBuf> {
@@ -33,9 +36,27 @@ fn relative(path: &Path) -> PathBuf {
         .to_path_buf()
 }
 
-fn parse(path: &Path) -> Result<model::csi::CSIVolume, jobspec::Diagnostics> {
+fn parse(path: &Path) -> Result<VolumeSpec, jobspec::Diagnostics> {
     let text = std::fs::read_to_string(path).unwrap();
-    parse_volume_str(&text, &relative(path).display().to_string())
+    parse_volume_spec_str(&text, &relative(path).display().to_string())
+}
+
+/// The volume as JSON, and whether it reads back the same.
+fn json_round_trip(spec: &VolumeSpec) -> (String, bool) {
+    match spec {
+        VolumeSpec::Csi(v) => {
+            let got = serde_json::to_string_pretty(v).unwrap() + "\n";
+            let back: model::csi::CSIVolume = serde_json::from_str(&got).unwrap();
+            let same = back == **v;
+            (got, same)
+        }
+        VolumeSpec::Host(v) => {
+            let got = serde_json::to_string_pretty(v).unwrap() + "\n";
+            let back: model::host_volume::HostVolume = serde_json::from_str(&got).unwrap();
+            let same = back == **v;
+            (got, same)
+        }
+    }
 }
 
 #[test]
@@ -57,9 +78,8 @@ fn valid_volume_fixtures_parse_to_their_expected_json() {
                 continue;
             }
         };
-        let got = serde_json::to_string_pretty(&volume).unwrap() + "\n";
-        let decoded: model::csi::CSIVolume = serde_json::from_str(&got).unwrap();
-        if decoded != volume {
+        let (got, same) = json_round_trip(&volume);
+        if !same {
             failures.push(format!(
                 "{}: the volume changed on a JSON round trip",
                 rel.display()
@@ -78,7 +98,10 @@ fn valid_volume_fixtures_parse_to_their_expected_json() {
             ));
         }
     }
-    assert!(valid >= 2, "expected a register and a create fixture");
+    assert!(
+        valid >= 4,
+        "expected CSI and host register and create fixtures"
+    );
     assert!(
         failures.is_empty(),
         "{} fixture(s) failed:\n\n{}",
@@ -168,4 +191,58 @@ fn a_missing_mode_and_type_say_what_to_write() {
         err.contains("v.hcl:3:1: capability[0].attachment_mode: attachment_mode is required; one of file-system, block-device"),
         "{err}"
     );
+}
+
+#[test]
+fn specs_are_read_by_their_type() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/volumes");
+    let spec = parse_volume_spec_file(&dir.join("host-create.volume.hcl")).unwrap();
+    assert_eq!(spec.kind(), "host");
+    let VolumeSpec::Host(v) = spec else {
+        unreachable!()
+    };
+    assert_eq!(v.name, "scratch");
+    assert_eq!(v.plugin_id, "mkdir");
+    assert_eq!(v.requested_capacity_min_bytes, 1 << 30);
+    assert_eq!(v.parameters.unwrap()["mode"], "0755");
+    let spec = parse_volume_spec_file(&dir.join("create.volume.hcl")).unwrap();
+    assert_eq!(spec.kind(), "csi");
+
+    // The CSI-only reader names what it got.
+    let text = "name = \"x\"\ntype = \"host\"\n";
+    let err = parse_volume_str(text, "v.hcl").unwrap_err().to_string();
+    assert!(
+        err.contains("v.hcl:2:1: type: this is a host volume specification"),
+        "{err}"
+    );
+    // Without a type, both are offered.
+    let err = parse_volume_spec_str("name = \"x\"\n", "v.hcl")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("type is required: write type = \"csi\" or type = \"host\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_host_spec_refuses_every_csi_only_field_by_name() {
+    let text = "name = \"x\"\ntype = \"host\"\nsnapshot_id = \"s\"\nclone_id = \"c\"\nsecrets { a = \"b\" }\ncontext = { k = \"v\" }\ntopology_request {\n}\n";
+    let err = parse_volume_spec_str(text, "v.hcl")
+        .unwrap_err()
+        .to_string();
+    for (at, name) in [
+        ("3:1", "snapshot_id"),
+        ("4:1", "clone_id"),
+        ("5:1", "secrets"),
+        ("6:1", "context"),
+        ("7:1", "topology_request"),
+    ] {
+        assert!(
+            err.contains(&format!(
+                "v.hcl:{at}: {name}: {name} is for CSI volumes only"
+            )),
+            "{name}: {err}"
+        );
+    }
 }

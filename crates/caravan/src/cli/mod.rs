@@ -37,6 +37,7 @@ mod telemetry;
 mod tls;
 mod var;
 mod volume;
+mod volume_host;
 
 use clap::{Parser, Subcommand};
 use std::ffi::OsString;
@@ -84,7 +85,8 @@ enum Command {
     /// Work with variables: list, get, put, purge, init, lock
     #[command(subcommand)]
     Var(var::VarCommand),
-    /// Work with CSI volumes: register, create, status, detach, snapshots
+    /// Work with volumes (CSI and dynamic host volumes): create, register, status, delete, init,
+    /// detach, snapshots
     #[command(subcommand)]
     Volume(volume::VolumeCommand),
     /// Work with CSI plugins: status (not supported yet by the agent)

@@ -1,27 +1,33 @@
-//! `caravan volume register|create|deregister|delete|detach|status` and `caravan plugin status`,
-//! with Nomad's output. Spec files are read and checked here exactly as Nomad's CLI would
-//! (errors at file:line:col) before anything is sent.
+//! `caravan volume register|create|deregister|delete|detach|status|init` and `caravan plugin
+//! status`, with Nomad's output. Spec files are read and checked here exactly as Nomad's CLI would
+//! (errors at file:line:col) before anything is sent. CSI volumes here; dynamic host volumes
+//! (`type = "host"`, `-type host`) in [`super::volume_host`].
 
 use super::connect::{block_on, fail, ApiFlags};
 use super::output::{format_kv, format_list, json_pretty, short_id};
+use super::volume_host;
 use clap::{Args, Subcommand};
 use model::csi::{CSIPlugin, CSIVolume};
 use std::path::PathBuf;
 
 #[derive(Subcommand)]
 pub enum VolumeCommand {
-    /// Register an existing CSI volume from a volume specification file
+    /// Register an existing volume from a volume specification file (CSI, or a host volume's
+    /// existing directory on a node)
     Register(SpecArgs),
-    /// Create a CSI volume through its plugin from a volume specification file
+    /// Create a volume from a volume specification file (CSI through its plugin, or a dynamic
+    /// host volume on a node)
     Create(SpecArgs),
     /// Deregister a CSI volume (it stays at the storage provider)
     Deregister(DeregisterArgs),
-    /// Delete a CSI volume at the storage provider and deregister it
-    Delete(IdArgs),
+    /// Delete a volume (CSI: at the storage provider; -type host: on its node)
+    Delete(DeleteArgs),
     /// Release a volume's claims on a node whose allocations have stopped
     Detach(DetachArgs),
-    /// Show CSI volumes, or one volume
+    /// Show volumes (CSI, or -type host), or one volume
     Status(StatusArgs),
+    /// Write an example volume specification (-type csi or host)
+    Init(InitArgs),
     /// Create, delete or list CSI volume snapshots
     #[command(subcommand)]
     Snapshot(SnapshotCommand),
@@ -103,16 +109,46 @@ pub enum PluginCommand {
 pub struct SpecArgs {
     #[command(flatten)]
     api: ApiFlags,
+    /// Host volumes: return once the volume is created instead of watching until it is ready
+    #[arg(long)]
+    detach: bool,
+    /// Host volumes: full IDs while watching
+    #[arg(long)]
+    verbose: bool,
+    /// Override soft-mandatory Sentinel policies (accepted for Nomad compatibility)
+    #[arg(long = "policy-override")]
+    policy_override: bool,
+    /// Host volumes: update the volume with this ID (or prefix) instead of making a new one
+    #[arg(long = "id", value_name = "ID")]
+    update_id: Option<String>,
     /// The volume specification (HCL)
     file: PathBuf,
 }
 
 #[derive(Args)]
-pub struct IdArgs {
+pub struct DeleteArgs {
     #[command(flatten)]
     api: ApiFlags,
-    /// The volume's ID
+    /// The volume's type: csi or host
+    #[arg(long = "type", default_value = "csi")]
+    kind: String,
+    /// Host volumes: forget the volume even though its node is gone
+    #[arg(long)]
+    force: bool,
+    /// The volume's ID (host volumes: or a prefix of it, or its name)
     id: String,
+}
+
+#[derive(Args)]
+pub struct InitArgs {
+    /// The type of volume: csi or host
+    #[arg(long = "type", default_value = "csi")]
+    kind: String,
+    /// Write JSON (not supported: volume specifications are read as HCL)
+    #[arg(long)]
+    json: bool,
+    /// Where to write it [default: volume.hcl]
+    file: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -149,9 +185,15 @@ pub struct StatusArgs {
     /// Only the list, without allocations (one volume or plugin)
     #[arg(long)]
     short: bool,
-    /// Only CSI exists; accepted for Nomad compatibility
+    /// The volume's type: csi or host (plugins: csi only)
     #[arg(long = "type", default_value = "csi")]
     kind: String,
+    /// Host volumes: only those on this node (its ID)
+    #[arg(long, value_name = "NODE")]
+    node: Option<String>,
+    /// Host volumes: only those in this node pool
+    #[arg(long = "node-pool", value_name = "POOL")]
+    node_pool: Option<String>,
     /// A volume or plugin ID (or prefix)
     id: Option<String>,
 }
@@ -167,13 +209,23 @@ pub fn run(cmd: VolumeCommand) -> i32 {
                 Ok(format!("Successfully deregistered volume {id:?}!"))
             })
         }),
-        VolumeCommand::Delete(a) => simple(&a.api, "delete", |c, w| {
-            let id = a.id.clone();
-            Box::pin(async move {
-                c.delete_volume(&id, &w).await?;
-                Ok(format!("Successfully deleted volume {id:?}!"))
-            })
-        }),
+        VolumeCommand::Delete(a) => match a.kind.as_str() {
+            "csi" => simple(&a.api, "delete", |c, w| {
+                let id = a.id.clone();
+                Box::pin(async move {
+                    c.delete_volume(&id, &w).await?;
+                    Ok(format!("Successfully deleted volume {id:?}!"))
+                })
+            }),
+            "host" => match a.api.connect() {
+                Ok(c) => volume_host::delete(&c, &a.id, a.force, &namespace_of(&a.api)),
+                Err(code) => code,
+            },
+            other => {
+                eprintln!("No such volume type {other:?}");
+                1
+            }
+        },
         VolumeCommand::Detach(a) => simple(&a.api, "detach", |c, w| {
             let (id, node) = (a.id.clone(), a.node.clone());
             Box::pin(async move {
@@ -184,6 +236,7 @@ pub fn run(cmd: VolumeCommand) -> i32 {
             })
         }),
         VolumeCommand::Status(a) => volume_status(a),
+        VolumeCommand::Init(a) => init(a),
         VolumeCommand::Snapshot(c) => snapshot(c),
     }
 }
@@ -346,12 +399,154 @@ fn simple(
     })
 }
 
+/// Nomad's example CSI volume specification (`nomad volume init`, its
+/// `command/asset/volume.csi.hcl`).
+const CSI_EXAMPLE_SPEC: &str = r#"id        = "ebs_prod_db1"
+namespace = "default"
+name      = "database"
+type      = "csi"
+plugin_id = "plugin_id"
+
+# For 'nomad volume register', provide the external ID from the storage
+# provider. This field should be omitted when creating a volume with
+# 'nomad volume create'
+external_id = "vol-23452345"
+
+# For 'nomad volume create', specify a snapshot ID or volume to clone. You can
+# specify only one of these two fields.
+snapshot_id = "snap-12345"
+# clone_id    = "vol-abcdef"
+
+# Optional: for 'nomad volume create', specify a maximum and minimum capacity.
+# Registering an existing volume will record but ignore these fields.
+capacity_min = "10GiB"
+capacity_max = "20G"
+
+# Required (at least one): for 'nomad volume create', specify one or more
+# capabilities to validate. Registering an existing volume will record but
+# ignore these fields.
+capability {
+  access_mode     = "single-node-writer"
+  attachment_mode = "file-system"
+}
+
+capability {
+  access_mode     = "single-node-reader-only"
+  attachment_mode = "block-device"
+}
+
+# Optional: for 'nomad volume create', specify mount options to validate for
+# 'attachment_mode = "file-system". Registering an existing volume will record
+# but ignore these fields.
+mount_options {
+  fs_type     = "ext4"
+  mount_flags = ["ro"]
+}
+
+# Optional: specify one or more locations where the volume must be accessible
+# from. Refer to the plugin documentation for what segment values are supported.
+topology_request {
+  preferred {
+    topology { segments { rack = "R1" } }
+  }
+  required {
+    topology { segments { rack = "R1" } }
+    topology { segments { rack = "R2", zone = "us-east-1a" } }
+  }
+}
+
+# Optional: provide any secrets specified by the plugin.
+secrets {
+  example_secret = "xyzzy"
+}
+
+# Optional: provide a map of keys to string values expected by the plugin.
+parameters {
+  skuname = "Premium_LRS"
+}
+
+# Optional: for 'nomad volume register', provide a map of keys to string
+# values expected by the plugin. This field will populated automatically by
+# 'nomad volume create'.
+context {
+  endpoint = "http://192.168.1.101:9425"
+}
+"#;
+
+/// `volume init [-type csi|host] [FILE]`: Nomad's example, never over an existing file.
+fn init(args: InitArgs) -> i32 {
+    let content = match args.kind.as_str() {
+        "csi" => CSI_EXAMPLE_SPEC,
+        "host" => volume_host::EXAMPLE_SPEC,
+        other => {
+            eprintln!("No such volume type {other:?}: use -type csi or -type host");
+            return 1;
+        }
+    };
+    if args.json {
+        eprintln!("JSON volume specifications are not supported: volume files are read as HCL (drop -json)");
+        return 1;
+    }
+    let file = args.file.unwrap_or_else(|| PathBuf::from("volume.hcl"));
+    match std::fs::symlink_metadata(&file) {
+        Ok(_) => {
+            eprintln!(
+                "Volume specification {:?} already exists",
+                file.display().to_string()
+            );
+            return 1;
+        }
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            eprintln!("Failed to stat {:?}: {e}", file.display().to_string());
+            return 1;
+        }
+        Err(_) => {}
+    }
+    let written = {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o660)
+            .open(&file)
+            .and_then(|mut f| f.write_all(content.as_bytes()))
+    };
+    if let Err(e) = written {
+        eprintln!("Failed to write {:?}: {e}", file.display().to_string());
+        return 1;
+    }
+    println!("Example volume specification written to {}", file.display());
+    0
+}
+
 fn spec(args: SpecArgs, create: bool) -> i32 {
-    let mut volume = match jobspec::volume::parse_volume_file(&args.file) {
+    let spec = match jobspec::volume::parse_volume_spec_file(&args.file) {
         Ok(v) => v,
         Err(diags) => {
             eprintln!("Error parsing the volume specification:\n{diags}");
             return 1;
+        }
+    };
+    let mut volume = match spec {
+        jobspec::volume::VolumeSpec::Csi(v) => *v,
+        jobspec::volume::VolumeSpec::Host(v) => {
+            let client = match args.api.connect() {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let opts = volume_host::SpecOptions {
+                detach: args.detach,
+                verbose: args.verbose,
+                policy_override: args.policy_override,
+                update_id: args.update_id.clone(),
+                namespace: namespace_of(&args.api),
+            };
+            return if create {
+                volume_host::create(&client, *v, &opts)
+            } else {
+                volume_host::register(&client, *v, &opts)
+            };
         }
     };
     if volume.namespace.is_empty() {
@@ -402,8 +597,31 @@ fn query_opts(flags: &ApiFlags) -> api::QueryOptions {
 }
 
 fn volume_status(args: StatusArgs) -> i32 {
-    if args.kind != "csi" {
-        eprintln!("Error: only CSI volumes are supported yet (-type csi)");
+    match args.kind.as_str() {
+        "csi" => {}
+        "host" => {
+            let client = match args.api.connect() {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let opts = volume_host::StatusOptions {
+                id: args.id.clone(),
+                node: args.node.clone().filter(|n| !n.is_empty()),
+                node_pool: args.node_pool.clone().filter(|p| !p.is_empty()),
+                json: args.json,
+                verbose: args.verbose,
+                short: args.short,
+                namespace: namespace_of(&args.api),
+            };
+            return volume_host::status(&client, &opts);
+        }
+        other => {
+            eprintln!("No such volume type {other:?}");
+            return 1;
+        }
+    }
+    if args.node.is_some() || args.node_pool.is_some() {
+        eprintln!("-node and -node-pool can only be used with -type host");
         return 1;
     }
     let client = match args.api.client() {
@@ -629,6 +847,10 @@ fn format_volume(v: &CSIVolume, verbose: bool, short: bool) -> String {
 fn plugin_status(args: StatusArgs) -> i32 {
     if args.kind != "csi" {
         eprintln!("Error: only CSI plugins exist (-type csi)");
+        return 1;
+    }
+    if args.node.is_some() || args.node_pool.is_some() {
+        eprintln!("-node and -node-pool are for host volumes (volume status -type host)");
         return 1;
     }
     let client = match args.api.client() {
