@@ -32,6 +32,7 @@ mod node_pools;
 mod nodes;
 pub mod operator;
 mod scaling;
+mod services;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod types;

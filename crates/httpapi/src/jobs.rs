@@ -57,7 +57,7 @@ pub async fn job(
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-const NOT_BUILT: [&str; 2] = ["services", "scaling"];
+const NOT_BUILT: [&str; 1] = ["scaling"];
 
 async fn route_job(
     st: &ApiState,
@@ -67,6 +67,12 @@ async fn route_job(
     body: &[u8],
 ) -> Result<Response, ApiError> {
     let q = QueryOptions::parse(params)?;
+    if let Some(id) = rest.strip_suffix("/services") {
+        if method != Method::GET {
+            return Err(ApiError::invalid_method());
+        }
+        return crate::services::of_job(st, id, &q).await;
+    }
     if let Some(id) = rest.strip_suffix("/submission") {
         if method != Method::GET {
             return Err(ApiError::invalid_method());

@@ -34,6 +34,7 @@ mod query;
 mod reply;
 mod scaling;
 mod search;
+mod services;
 pub mod tls;
 mod variables;
 
@@ -398,6 +399,8 @@ pub fn router(state: ApiState) -> Router {
             axum::routing::post(csi::client_host_volume),
         )
         .route("/v1/volume/host/{*rest}", any(host_volumes::volume))
+        .route("/v1/services", get(services::list))
+        .route("/v1/service/{*rest}", any(services::service))
         .route(
             model::wire::CSI_NODE_EXPAND_PATH,
             axum::routing::post(csi::client_node_expand),

@@ -197,7 +197,13 @@ async fn alloc_inner(
             .await?;
         return Ok(reply::write(&resp, resp.index, q.pretty));
     }
-    if rest.ends_with("/services") || rest.ends_with("/checks") {
+    if let Some(id) = rest.strip_suffix("/services") {
+        if method != Method::GET {
+            return Err(ApiError::invalid_method());
+        }
+        return crate::services::of_alloc(st, id, &q).await;
+    }
+    if rest.ends_with("/checks") {
         return Err(ApiError {
             status: StatusCode::NOT_IMPLEMENTED,
             message: "this allocation action is not supported yet".into(),

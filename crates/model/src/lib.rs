@@ -30,6 +30,7 @@ pub mod resources;
 pub mod scaling;
 pub mod scheduler_config;
 pub mod service;
+pub mod service_registration;
 pub mod status;
 pub mod summary;
 pub mod task;

@@ -173,6 +173,9 @@ fn table() -> HashMap<&'static str, Endpoint> {
         s.autopilot_set_config_local(req).await
     });
     t.add::<m::AutopilotServerHealth, _, _>(|s, ()| async move { s.autopilot_health_local() });
+    t.add::<m::ServiceDeleteMethod, _, _>(
+        |s, req| async move { s.service_delete_local(req).await },
+    );
     t.add::<m::HostVolumeWrite, _, _>(|s, req| async move { s.host_volume_write_local(req).await });
     t.add::<m::HostVolumeDeleteMethod, _, _>(|s, req| async move {
         s.host_volume_delete_local(req).await
@@ -246,6 +249,6 @@ mod tests {
         for open in crate::peers::OPEN_METHODS {
             assert!(routed.contains(open), "{open} is open but not routed");
         }
-        assert_eq!(routed.len(), 43, "{routed:?}");
+        assert_eq!(routed.len(), 44, "{routed:?}");
     }
 }

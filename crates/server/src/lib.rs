@@ -42,6 +42,7 @@ pub use endpoints::host_volume::{
 pub use endpoints::scheduler_config::{
     SchedulerSetConfigRequest, SchedulerSetConfigResponse, REGISTRATION_DISABLED,
 };
+pub use endpoints::service::ServiceDeleteRequest;
 pub use error::ServerError;
 pub use leader::gc::Thresholds as GcThresholds;
 pub use leader::{evaluate_plan, seed_from, BrokerStats, Evaluated, PlanSubmission, SnapshotView};

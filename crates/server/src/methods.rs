@@ -195,6 +195,11 @@ rpc_method!(
             => model::host_volume::HostVolumeCreateResponse
 );
 rpc_method!(
+    /// Deletes one native service registration (on the leader).
+    pub ServiceDeleteMethod = "ServiceRegistration.DeleteByID":
+        crate::endpoints::service::ServiceDeleteRequest => u64
+);
+rpc_method!(
     /// Deletes a dynamic host volume (on the leader).
     pub HostVolumeDeleteMethod = "HostVolume.Delete":
         crate::endpoints::host_volume::HostVolumeDeleteRequest

@@ -40,10 +40,12 @@ pub enum Table {
     AutopilotConfig,
     /// Dynamic host volumes.
     HostVolumes,
+    /// Native service registrations.
+    Services,
 }
 
 impl Table {
-    pub const COUNT: usize = 22;
+    pub const COUNT: usize = 23;
     pub const ALL: [Table; Table::COUNT] = [
         Table::Jobs,
         Table::JobVersions,
@@ -67,6 +69,7 @@ impl Table {
         Table::NodePools,
         Table::AutopilotConfig,
         Table::HostVolumes,
+        Table::Services,
     ];
 
     pub(crate) fn slot(self) -> usize {
@@ -394,6 +397,13 @@ pub enum Command {
         namespace: String,
         id: String,
     },
+    /// Removes one native service registration (`DELETE /v1/service/:name/:id`); one that is
+    /// gone already is not an error. The allocation's next change registers it again if it still
+    /// runs the service.
+    ServiceRegistrationDelete {
+        namespace: String,
+        id: String,
+    },
     /// Replaces the cluster's scheduler configuration (Nomad's `SchedulerConfigRequestType`); its
     /// create index is kept, its modify index becomes this entry's. With `cas`, only if the stored
     /// `ModifyIndex` (0 when none is stored) is `cas`: otherwise refused with a
@@ -542,6 +552,7 @@ impl Command {
             Command::AutopilotConfigSet { .. } => "AutopilotConfigSet",
             Command::HostVolumeUpsert { .. } => "HostVolumeUpsert",
             Command::HostVolumeDelete { .. } => "HostVolumeDelete",
+            Command::ServiceRegistrationDelete { .. } => "ServiceRegistrationDelete",
             Command::SchedulerConfigSet { .. } => "SchedulerConfigSet",
             Command::JobScale { .. } => "JobScale",
             Command::Gc { .. } => "Gc",

@@ -94,6 +94,7 @@ enum RecordRef<'a> {
     Variable(&'a VariableEncrypted),
     AutopilotConfig(&'a model::autopilot::AutopilotConfiguration),
     HostVolume(&'a model::host_volume::HostVolume),
+    Service(&'a model::service_registration::ServiceRegistration),
     SchedulerConfig(&'a SchedulerConfiguration),
     ScalingEvents(&'a model::scaling::JobScalingEvents),
     NodePool(&'a model::node_pool::NodePool),
@@ -126,6 +127,7 @@ enum Record {
     Variable(VariableEncrypted),
     AutopilotConfig(model::autopilot::AutopilotConfiguration),
     HostVolume(model::host_volume::HostVolume),
+    Service(model::service_registration::ServiceRegistration),
     SchedulerConfig(SchedulerConfiguration),
     ScalingEvents(model::scaling::JobScalingEvents),
     NodePool(model::node_pool::NodePool),
@@ -243,6 +245,9 @@ pub(crate) fn save(root: &Root, w: &mut dyn Write) -> Result<(), StateError> {
     }
     for volume in root.host_volumes().values() {
         put(&mut w, RecordRef::HostVolume(volume))?;
+    }
+    for reg in root.services().values() {
+        put(&mut w, RecordRef::Service(reg))?;
     }
     if let Some(config) = root.scheduler_config() {
         put(&mut w, RecordRef::SchedulerConfig(config))?;
@@ -442,6 +447,7 @@ fn insert(root: &mut Root, record: Record) -> Result<(), StateError> {
         Record::Variable(var) => root.put_variable(Arc::new(var)),
         Record::AutopilotConfig(config) => root.set_autopilot_config(Arc::new(config)),
         Record::HostVolume(volume) => root.put_host_volume(Arc::new(volume)),
+        Record::Service(reg) => root.put_service(Arc::new(reg)),
         Record::SchedulerConfig(config) => root.set_scheduler_config(Arc::new(config)),
         Record::ScalingEvents(events) => root.put_scaling_events(Arc::new(events)),
         Record::NodePool(pool) => root.put_node_pool(Arc::new(pool)),

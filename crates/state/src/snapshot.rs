@@ -398,6 +398,52 @@ impl StateSnapshot {
             .max_by_key(|d| d.create_index)
     }
 
+    // ----- native services -----
+
+    /// Every registration in `ns` (every namespace: `None`), by ID.
+    pub fn services(
+        &self,
+        ns: Option<&str>,
+    ) -> Vec<Arc<model::service_registration::ServiceRegistration>> {
+        self.root
+            .services()
+            .values()
+            .filter(|s| ns.is_none_or(|n| s.namespace == n))
+            .cloned()
+            .collect()
+    }
+
+    /// The instances of service `name` in `ns`, by ID.
+    pub fn services_named(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Vec<Arc<model::service_registration::ServiceRegistration>> {
+        self.root.services_named(ns, name)
+    }
+
+    /// The registrations of one allocation.
+    pub fn services_of_alloc(
+        &self,
+        alloc_id: &str,
+    ) -> Vec<Arc<model::service_registration::ServiceRegistration>> {
+        self.root.services_of_alloc(alloc_id)
+    }
+
+    /// The registrations of a job's allocations.
+    pub fn services_of_job(
+        &self,
+        ns: &str,
+        job_id: &str,
+    ) -> Vec<Arc<model::service_registration::ServiceRegistration>> {
+        self.root
+            .services()
+            .values()
+            .filter(|s| s.namespace == ns && s.job_id == job_id)
+            .cloned()
+            .collect()
+    }
+
     // ----- dynamic host volumes -----
 
     pub fn host_volume(&self, ns: &str, id: &str) -> Option<Arc<model::host_volume::HostVolume>> {

@@ -78,6 +78,10 @@ pub(crate) struct Root {
     deployments: OrdMap<String, Arc<Deployment>>,
     deployments_by_job: OrdMap<NsKey, IdSet>,
     csi_volumes: OrdMap<NsKey, Arc<CSIVolume>>,
+    /// Native service registrations by ID, and their IDs by allocation and by (namespace, name).
+    services: OrdMap<String, Arc<model::service_registration::ServiceRegistration>>,
+    services_by_alloc: OrdMap<String, IdSet>,
+    services_by_name: OrdMap<NsKey, IdSet>,
     /// Dynamic host volumes by (namespace, ID).
     host_volumes: OrdMap<NsKey, Arc<model::host_volume::HostVolume>>,
     csi_plugins: OrdMap<String, Arc<CSIPlugin>>,
@@ -274,6 +278,62 @@ impl Root {
 
     pub(crate) fn csi_volumes(&self) -> &OrdMap<NsKey, Arc<CSIVolume>> {
         &self.csi_volumes
+    }
+
+    pub(crate) fn services(
+        &self,
+    ) -> &OrdMap<String, Arc<model::service_registration::ServiceRegistration>> {
+        &self.services
+    }
+
+    fn services_in(
+        &self,
+        ids: Option<&IdSet>,
+    ) -> Vec<Arc<model::service_registration::ServiceRegistration>> {
+        ids.into_iter()
+            .flatten()
+            .filter_map(|id| self.services.get(id).cloned())
+            .collect()
+    }
+
+    pub(crate) fn services_of_alloc(
+        &self,
+        alloc_id: &str,
+    ) -> Vec<Arc<model::service_registration::ServiceRegistration>> {
+        self.services_in(self.services_by_alloc.get(alloc_id))
+    }
+
+    pub(crate) fn services_named(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Vec<Arc<model::service_registration::ServiceRegistration>> {
+        self.services_in(self.services_by_name.get(&ns_key(ns, name)))
+    }
+
+    pub(crate) fn put_service(
+        &mut self,
+        reg: Arc<model::service_registration::ServiceRegistration>,
+    ) {
+        self.delete_service(&reg.id);
+        index_add(&mut self.services_by_alloc, reg.alloc_id.clone(), &reg.id);
+        index_add(
+            &mut self.services_by_name,
+            ns_key(&reg.namespace, &reg.service_name),
+            &reg.id,
+        );
+        self.services.insert(reg.id.clone(), reg);
+    }
+
+    pub(crate) fn delete_service(&mut self, id: &str) {
+        if let Some(old) = self.services.remove(id) {
+            index_remove(&mut self.services_by_alloc, &old.alloc_id, id);
+            index_remove(
+                &mut self.services_by_name,
+                &ns_key(&old.namespace, &old.service_name),
+                id,
+            );
+        }
     }
 
     pub(crate) fn host_volumes(&self) -> &OrdMap<NsKey, Arc<model::host_volume::HostVolume>> {

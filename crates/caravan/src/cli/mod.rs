@@ -32,6 +32,7 @@ mod operator_autopilot;
 mod output;
 mod scaling;
 mod server;
+mod service;
 mod system;
 mod telemetry;
 mod tls;
@@ -104,6 +105,9 @@ enum Command {
     /// Work with servers: members, join
     #[command(subcommand)]
     Server(server::ServerCommand),
+    /// Work with services registered with the Nomad provider: list, info, delete
+    #[command(subcommand)]
+    Service(service::ServiceCommand),
     /// Rewrite job files and agent configs in the canonical format (-check, -list, -write, -recursive)
     ///
     /// Formats Nomad agent configuration and job files to a canonical format. If a path is a
@@ -181,6 +185,7 @@ pub fn run(args: Vec<OsString>) -> i32 {
         Command::Alloc(cmd) => Ok(alloc::run(cmd)),
         Command::Node(cmd) => Ok(node::run(cmd)),
         Command::Server(cmd) => Ok(server::run(cmd)),
+        Command::Service(cmd) => Ok(service::run(cmd)),
         Command::Tls(cmd) => tls::run(cmd),
         Command::Operator(cmd) => Ok(operator::run(cmd)),
         Command::Var(cmd) => var::run(cmd),

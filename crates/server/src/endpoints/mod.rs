@@ -15,6 +15,7 @@ pub mod operator;
 pub mod plan;
 pub mod scaling;
 pub mod scheduler_config;
+pub mod service;
 pub mod system;
 
 pub(crate) use job::{needs_eval, new_eval};

@@ -15,6 +15,7 @@ pub(crate) mod jobs;
 mod nodes;
 mod plan;
 mod scheduler_config;
+mod services;
 mod variables;
 
 use crate::command::{ApplyResponse, Command, Table};
@@ -117,7 +118,9 @@ impl Txn {
 
     pub(crate) fn put_alloc(&mut self, alloc: Allocation) {
         self.touch(Table::Allocs);
-        self.root.put_alloc(Arc::new(alloc));
+        let alloc = Arc::new(alloc);
+        self.root.put_alloc(Arc::clone(&alloc));
+        services::sync_alloc(self, &alloc);
     }
 
     /// Writes a change to the client's own fields only (its report): the node's allocation
@@ -125,12 +128,25 @@ impl Txn {
     /// allocations whose `AllocModifyIndex` moved; this one never does).
     pub(crate) fn put_alloc_client_fields(&mut self, alloc: Allocation) {
         self.touch(Table::Allocs);
-        self.root.put_alloc_with(Arc::new(alloc), false);
+        let alloc = Arc::new(alloc);
+        self.root.put_alloc_with(Arc::clone(&alloc), false);
+        services::sync_alloc(self, &alloc);
     }
 
     pub(crate) fn delete_alloc(&mut self, id: &str) -> Option<Arc<Allocation>> {
         self.touch(Table::Allocs);
+        services::alloc_gone(self, id);
         self.root.delete_alloc(id)
+    }
+
+    pub(crate) fn put_service(&mut self, reg: model::service_registration::ServiceRegistration) {
+        self.touch(Table::Services);
+        self.root.put_service(Arc::new(reg));
+    }
+
+    pub(crate) fn delete_service(&mut self, id: &str) {
+        self.touch(Table::Services);
+        self.root.delete_service(id);
     }
 
     pub(crate) fn put_node(&mut self, node: Node) {
@@ -321,6 +337,10 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
         Command::HostVolumeUpsert { volume } => host_volumes::upsert(tx, volume).map(|()| plain),
         Command::HostVolumeDelete { namespace, id } => {
             host_volumes::delete(tx, namespace, id);
+            Ok(plain)
+        }
+        Command::ServiceRegistrationDelete { namespace, id } => {
+            services::delete(tx, namespace, id);
             Ok(plain)
         }
         Command::JobSummariesReconcile => {

@@ -174,6 +174,7 @@ pub(super) fn update_status(
     node.modify_index = tx.index();
     if *status == NodeStatus::Down {
         super::csi::node_gone(tx, node_id, false);
+        super::services::node_down(tx, node_id);
     }
     super::host_volumes::follow_node(tx, &node);
     tx.put_node(node);
