@@ -613,6 +613,10 @@ mod tests {
             .unwrap();
         assert!(!dir.exists());
         assert!(!node.get().host_volumes.contains_key("data"));
+        // A delete whose answer was lost is sent again: it finds nothing and succeeds.
+        hv.call(req("delete", "v1", "data", MKDIR_PLUGIN))
+            .await
+            .unwrap();
         assert!(load(tmp.path()).unwrap().is_empty());
     }
 

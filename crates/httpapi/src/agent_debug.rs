@@ -382,11 +382,7 @@ pub fn host(
     local_node: Option<&str>,
 ) -> Response {
     if !acl_enabled && !enable_debug {
-        return ApiError {
-            status: StatusCode::FORBIDDEN,
-            message: "Permission denied".into(),
-        }
-        .into_response();
+        return ApiError::permission_denied().into_response();
     }
     let node_id = params.get("node_id").filter(|s| !s.is_empty());
     let server_id = params.get("server_id").filter(|s| !s.is_empty());

@@ -70,10 +70,7 @@ pub(crate) fn check_list_namespace(q: &QueryOptions, cap: &str) -> Result<(), Ap
     let authz = crate::acl::current();
     match q.namespace_filter() {
         Some(ns) if !authz.is_management() && !authz.acl.allow_namespace_operation(ns, cap) => {
-            Err(ApiError::from(server::ServerError::new(
-                rpc::ErrorCode::PermissionDenied,
-                "Permission denied",
-            )))
+            Err(ApiError::permission_denied())
         }
         _ => Ok(()),
     }

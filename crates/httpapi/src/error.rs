@@ -25,6 +25,14 @@ impl ApiError {
         }
     }
 
+    /// 403 with Nomad's text.
+    pub fn permission_denied() -> ApiError {
+        ApiError {
+            status: StatusCode::FORBIDDEN,
+            message: "Permission denied".into(),
+        }
+    }
+
     pub fn invalid_method() -> ApiError {
         ApiError {
             status: StatusCode::METHOD_NOT_ALLOWED,

@@ -59,10 +59,7 @@ fn allowed(ns: &str, cap: &str) -> Result<(), ApiError> {
     if authz.is_management() || authz.acl.allow_namespace_operation(ns, cap) {
         Ok(())
     } else {
-        Err(ApiError::from(server::ServerError::new(
-            rpc::ErrorCode::PermissionDenied,
-            "Permission denied",
-        )))
+        Err(ApiError::permission_denied())
     }
 }
 

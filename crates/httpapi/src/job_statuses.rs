@@ -176,10 +176,7 @@ async fn handle(
     if let Some(ns) = &ns_filter {
         let authz = crate::acl::current();
         if !authz.is_management() && !authz.acl.allow_namespace_operation(ns, "read-job") {
-            return Err(ApiError {
-                status: axum::http::StatusCode::FORBIDDEN,
-                message: "Permission denied".into(),
-            });
+            return Err(ApiError::permission_denied());
         }
     }
     let tables = [Table::Jobs, Table::Allocs, Table::Deployments];

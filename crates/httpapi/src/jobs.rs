@@ -475,10 +475,7 @@ fn action_plan(
         .alloc(&alloc_id)
         .ok_or_else(|| ApiError::not_found(format!("Unknown allocation \"{alloc_id}\"")))?;
     if !crate::acl::may_exec(&crate::acl::current(), &alloc, &task) {
-        return Err(ApiError {
-            status: axum::http::StatusCode::FORBIDDEN,
-            message: "Permission denied".into(),
-        });
+        return Err(ApiError::permission_denied());
     }
     let mut exec = HashMap::new();
     exec.insert("task".to_string(), task);

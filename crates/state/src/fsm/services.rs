@@ -32,7 +32,9 @@ fn node_address(node: Option<&Node>) -> (String, String) {
 
 /// Brings `alloc`'s registrations in line with what it runs now.
 pub(super) fn sync_alloc(tx: &mut Txn, alloc: &Allocation) {
-    let want = if alloc.client_status.is_terminal() {
+    // Every allocation write passes here (placements included): an allocation its client does
+    // not report running registers nothing, and costs no node lookup.
+    let want = if alloc.client_status != model::status::ClientStatus::Running {
         Vec::new()
     } else {
         let node = tx.nodes().get(&alloc.node_id).cloned();
