@@ -408,6 +408,22 @@ fn three_servers_are_three_healthy_voters_with_a_failure_tolerance_of_one() {
         });
     }
 
+    // Read your writes through any server: a variable written through one follower is read at
+    // once through the other, which serves `/v1/var` itself after a read barrier.
+    let followers: Vec<&Agent> = servers.iter().filter(|s| s.rpc != leader_rpc).collect();
+    for round in 0..5 {
+        let path = format!("/v1/var/barrier/{round}");
+        let body = serde_json::json!({"Items": {"round": round.to_string()}});
+        let (status, reply, _) = followers[round % 2]
+            .request("PUT", &path, Some(&body))
+            .expect("a variable written");
+        assert_eq!(status, 200, "{reply}");
+        let (status, reply, _) = followers[(round + 1) % 2]
+            .request("GET", &path, None)
+            .expect("a variable read");
+        assert_eq!(status, 200, "round {round}: {reply}");
+    }
+
     // A follower dies: the leader answers 429, the dead one failed and unhealthy, no tolerance
     // left; it stays a voter (the cluster was built for three).
     let at = servers

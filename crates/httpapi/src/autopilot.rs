@@ -30,7 +30,12 @@ pub async fn configuration(
 async fn get_config(st: &ApiState, params: HashMap<String, String>) -> Result<Response, ApiError> {
     let q = QueryOptions::parse(params)?;
     let tables = [state::Table::AutopilotConfig];
-    let snap = q.block(st.server.state(), &tables).await;
+    let mut snap = q.block(st.server.state(), &tables).await;
+    if snap.autopilot_config().is_none() {
+        // A leader just taking office stores its agent's block first (see there).
+        st.server.autopilot_config_for_update().await;
+        snap = st.server.state().snapshot();
+    }
     let index = index_of(&snap, &tables);
     let config = snap
         .autopilot_config()

@@ -682,7 +682,22 @@ fn forwards_reads(path: &str) -> bool {
     .any(|p| path.starts_with(p))
 }
 
-/// Middleware of a server agent's router: reads on a follower go to the leader.
+/// The paths an agent answers about itself, whatever the cluster's state.
+fn agent_local(path: &str) -> bool {
+    [
+        "/v1/agent",
+        "/v1/status",
+        "/v1/client",
+        "/v1/regions",
+        "/v1/metrics",
+    ]
+    .iter()
+    .any(|p| path.starts_with(p))
+        || !path.starts_with("/v1/")
+}
+
+/// Middleware of a server agent's router: reads on a follower go to the leader ([`forwards_reads`])
+/// or wait for a read barrier and are served here (the rest of the cluster's state).
 pub(crate) async fn reads_to_leader(
     State(st): State<crate::ApiState>,
     req: Request<Body>,
@@ -692,15 +707,20 @@ pub(crate) async fn reads_to_leader(
         q.split('&')
             .any(|kv| kv == "stale" || kv.starts_with("stale="))
     });
-    let eligible = req.method() == Method::GET
-        && forwards_reads(req.uri().path())
+    let consistent = req.method() == Method::GET
         && !stale
         && !req
             .headers()
             .contains_key(server::http_forward::FORWARDED_HEADER)
         && !st.server.is_leader()
         && st.server.leader_addr().is_some();
-    if !eligible {
+    if !consistent || agent_local(req.uri().path()) {
+        return next.run(req).await;
+    }
+    if !forwards_reads(req.uri().path()) {
+        // Served here, after a read barrier: what the leader had applied when the read came in
+        // is applied here too, so a write acknowledged through any server is seen.
+        st.server.read_barrier().await;
         return next.run(req).await;
     }
     let uri = path_and_query(req.uri());

@@ -172,6 +172,7 @@ fn table() -> HashMap<&'static str, Endpoint> {
     t.add::<m::AutopilotSetConfig, _, _>(|s, req| async move {
         s.autopilot_set_config_local(req).await
     });
+    t.add::<m::ReadIndex, _, _>(|s, ()| async move { s.read_index_local() });
     t.add::<m::AutopilotServerHealth, _, _>(|s, ()| async move { s.autopilot_health_local() });
     t.add::<m::ServiceDeleteMethod, _, _>(
         |s, req| async move { s.service_delete_local(req).await },

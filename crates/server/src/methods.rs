@@ -210,6 +210,11 @@ rpc_method!(
         AutopilotSetConfigRequest => AutopilotSetConfigResponse
 );
 rpc_method!(
+    /// The leader's applied index: a follower waits to have applied as much before it serves a
+    /// read that is not `?stale` (a read barrier, cheaper than forwarding the read).
+    pub ReadIndex = "Status.ReadIndex": () => u64
+);
+rpc_method!(
     /// The servers' health as the leader sees it.
     pub AutopilotServerHealth = "Operator.ServerHealth":
         () => model::autopilot::OperatorHealthReply

@@ -17,6 +17,8 @@ const LEADER_WAIT: Duration = Duration::from_secs(10);
 const STARTUP_CATCH_UP: Duration = Duration::from_secs(30);
 /// The deadline of one rpc call between servers.
 const RPC_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a follower waits for the leader's read index, and then to have applied up to it.
+const READ_BARRIER_WAIT: Duration = Duration::from_secs(2);
 
 /// A running server. Cheap to clone; every clone is the same server.
 #[derive(Clone)]
@@ -426,6 +428,48 @@ impl Server {
             None => self.wait_for_leader(LEADER_WAIT).await?,
         };
         Ok((!self.is_leader()).then_some(leader))
+    }
+
+    /// On the leader: the index its state has applied, which covers every write it acknowledged.
+    pub(crate) fn read_index_local(&self) -> Result<u64, ServerError> {
+        if !self.is_leader() {
+            return Err(ServerError::new(
+                rpc::ErrorCode::NoLeader,
+                "not the leader: ask the leader for its read index",
+            ));
+        }
+        Ok(self.state().latest_index())
+    }
+
+    /// A read barrier for reads that are not `?stale` (Nomad forwards those to the leader): a
+    /// follower asks the leader for its applied index and waits, bounded, to have applied as
+    /// much, so a write acknowledged anywhere is visible to a read served here afterwards. The
+    /// leader itself, or a follower that knows no leader or cannot reach it in time, serves what
+    /// it has (the reply's `X-Nomad-KnownLeader` and `LastContact` tell how fresh that is).
+    pub async fn read_barrier(&self) {
+        if self.is_leader() {
+            return;
+        }
+        let Some(leader) = self.leader_addr() else {
+            return;
+        };
+        let index = match self
+            .forward_timeout::<crate::methods::ReadIndex>(&leader, &(), READ_BARRIER_WAIT)
+            .await
+        {
+            Ok(index) => index,
+            Err(e) => {
+                tracing::debug!(error = %e, "read barrier: the leader's index is unknown; serving a local read");
+                return;
+            }
+        };
+        if self.state().latest_index() >= index {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + READ_BARRIER_WAIT;
+        self.state()
+            .wait_for(&[], index.saturating_sub(1), deadline)
+            .await;
     }
 
     /// Sends a request to the leader's rpc endpoint `M`.

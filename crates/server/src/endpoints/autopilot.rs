@@ -38,6 +38,16 @@ impl Server {
             .unwrap_or_else(|| self.agent_autopilot_config())
     }
 
+    /// The autopilot configuration for a reader that may write it back with a check-and-set: on
+    /// a leader that has not stored one yet (it does so as it takes office), stored first, so
+    /// the modify index read is the one a check-and-set will meet.
+    pub async fn autopilot_config_for_update(&self) -> AutopilotConfiguration {
+        if self.is_leader() && self.state().snapshot().autopilot_config().is_none() {
+            crate::leader::autopilot::store_agent_config(self).await;
+        }
+        self.autopilot_config()
+    }
+
     /// This agent's `autopilot` block, with indexes 0.
     pub(crate) fn agent_autopilot_config(&self) -> AutopilotConfiguration {
         AutopilotConfiguration {

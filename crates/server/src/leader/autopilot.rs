@@ -249,7 +249,7 @@ pub(crate) fn health(server: &Server) -> OperatorHealthReply {
 
 /// Stores the agent's `autopilot` block while no configuration is stored (a check-and-set
 /// against "none", so an operator's concurrent write wins).
-async fn store_agent_config(server: &Server) {
+pub(crate) async fn store_agent_config(server: &Server) {
     if server.state().snapshot().autopilot_config().is_some() {
         return;
     }
