@@ -1,12 +1,15 @@
 //! Actions on allocations: `PUT /v1/allocation/:id/stop` (servers), and the client endpoints
-//! `/v1/client/allocation/:id/{signal,restart,stats,exec}`, `/v1/client/stats` and followed logs.
+//! `/v1/client/allocation/:id/{signal,restart,stats,checks,exec}`, `/v1/client/stats` and followed
+//! logs.
 
 use crate::client::{Client, WriteOptions};
 use crate::error::{Error, Result};
 use crate::nodes::LogOptions;
+use model::checks::CheckQueryResult;
 use model::wire::AllocStopResponse;
 use reqwest::Method;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 
 /// A followed log: chunks of the task's output as the agent sends them.
 #[derive(Debug)]
@@ -102,6 +105,23 @@ impl Client {
             )
             .await?;
         Ok(v)
+    }
+
+    /// `GET /v1/client/allocation/:id/checks`: the latest result of each check of the
+    /// allocation's `provider = "nomad"` services, by check ID (Nomad's `Allocations().Checks`).
+    pub async fn allocation_checks(
+        &self,
+        alloc_id: &str,
+        opts: &crate::QueryOptions,
+    ) -> Result<BTreeMap<String, CheckQueryResult>> {
+        let (checks, _) = self
+            .query(
+                &["v1", "client", "allocation", alloc_id, "checks"],
+                &[],
+                opts,
+            )
+            .await?;
+        Ok(checks)
     }
 
     /// `GET /v1/client/stats` (Nomad's `HostStats`).

@@ -537,3 +537,34 @@ async fn node_meta_reads_with_node_id_and_applies_with_nulls() {
         serde_json::json!({"NodeID": "n1", "Meta": {"role": "db", "zone": null}})
     );
 }
+
+#[tokio::test]
+async fn allocation_checks_decode_by_check_id_in_the_alloc_namespace() {
+    let agent = FakeAgent::start();
+    agent.on(
+        "GET",
+        "/v1/client/allocation/a1/checks",
+        Canned::json(
+            r#"{"c1":{"ID":"c1","Mode":"healthiness","Status":"failure","StatusCode":503,
+            "Output":"nomad: http not ok","Timestamp":1700000000,"Group":"web.g[0]",
+            "Task":"t","Service":"web","Check":"alive"},
+            "c2":{"ID":"c2","Mode":"readiness","Status":"success","Output":"nomad: tcp ok",
+            "Timestamp":1700000001,"Group":"web.g[0]","Service":"db","Check":"ready"}}"#,
+        ),
+    );
+    let c = client(&agent);
+    let checks = c
+        .allocation_checks("a1", &QueryOptions::default().in_namespace("team"))
+        .await
+        .unwrap();
+    assert_eq!(checks.len(), 2);
+    assert_eq!(checks["c1"].status_code, 503);
+    assert_eq!(checks["c1"].task, "t");
+    assert_eq!(checks["c2"].mode, "readiness");
+    assert_eq!(checks["c2"].task, "");
+    assert_eq!(checks["c2"].status_code, 0);
+    assert_eq!(
+        agent.requests()[0].param("namespace").as_deref(),
+        Some("team")
+    );
+}

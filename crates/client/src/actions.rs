@@ -93,6 +93,16 @@ impl Client {
         Ok(out)
     }
 
+    /// The latest result of each check of the allocation's nomad services.
+    pub fn alloc_checks(
+        &self,
+        alloc_id: &str,
+    ) -> Result<BTreeMap<String, model::checks::CheckQueryResult>, AllocActionError> {
+        self.runners
+            .checks(alloc_id)
+            .ok_or_else(|| AllocActionError::UnknownAlloc(alloc_id.to_string()))
+    }
+
     /// Starts `cmd` inside the running `task` with piped stdio (`alloc exec`).
     pub async fn exec_alloc(
         &self,

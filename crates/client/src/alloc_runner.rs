@@ -8,6 +8,7 @@
 //! run. A failed task (or a dead leader) stops its siblings, as Nomad does.
 
 use crate::allocdir::AllocDir;
+use crate::checks::{CheckResults, Checks, RestartTarget};
 use crate::context::shutting_down;
 use crate::context::{find_group, RunnerContext};
 use crate::csi::hook::{self, Volumes};
@@ -62,6 +63,8 @@ pub(crate) struct AllocRunnerHandle {
     pub unknown_answered: u64,
     /// What the allocation's metrics are labelled with.
     pub labels: Arc<AllocLabels>,
+    /// The latest result of each of its nomad services' checks.
+    pub checks: CheckResults,
 }
 
 /// `job`, `task_group`, `namespace` of an allocation (Nomad's allocation metric labels).
@@ -157,6 +160,24 @@ pub(crate) struct AllocRunner {
     /// The allocation's CSI volumes as the task runners mount them.
     volumes: watch::Sender<Arc<Volumes>>,
     volume_phase: VolumePhase,
+    /// The running observers of the nomad services' checks, until the allocation stops.
+    checks: Option<Checks>,
+    check_results: CheckResults,
+    /// An observer ran a check (coalesced).
+    checks_changed: mpsc::Receiver<()>,
+    checks_changed_tx: mpsc::Sender<()>,
+    /// The checks with a `check_restart`, watched after each run.
+    restarters: Vec<WatchedCheck>,
+    /// Where the restarters' monotonic clock starts.
+    clock_base: tokio::time::Instant,
+}
+
+/// A check whose `check_restart` may restart its task (Nomad's check watcher).
+struct WatchedCheck {
+    id: String,
+    name: String,
+    target: RestartTarget,
+    restarter: model::checks::Restarter,
 }
 
 /// Where the allocation's CSI volumes are (Nomad's csi_hook prerun and postrun).
@@ -290,6 +311,8 @@ impl AllocRunner {
         });
         let (alloc_tx, _) = watch::channel(Arc::new(record.alloc));
         let tasks = SharedTasks::default();
+        let check_results = CheckResults::default();
+        let (checks_changed_tx, checks_changed) = mpsc::channel(1);
         let runner = AllocRunner {
             ctx,
             alloc: alloc_tx,
@@ -308,6 +331,12 @@ impl AllocRunner {
             tasks: Arc::clone(&tasks),
             volumes,
             volume_phase: VolumePhase::Ready,
+            checks: None,
+            check_results: Arc::clone(&check_results),
+            checks_changed,
+            checks_changed_tx,
+            restarters: Vec::new(),
+            clock_base: tokio::time::Instant::now(),
         };
         let join = tokio::spawn(runner.run(recovered));
         AllocRunnerHandle {
@@ -320,6 +349,7 @@ impl AllocRunner {
             stopped_disconnected: false,
             unknown_answered: 0,
             labels,
+            checks: check_results,
         }
     }
 
@@ -335,6 +365,7 @@ impl AllocRunner {
             self.reattach_tasks();
         }
         self.begin_volumes();
+        self.start_checks();
         if self.slots.is_empty() {
             self.client_status = ClientStatus::Failed;
             self.client_description = "the allocation has no job or task group".into();
@@ -350,6 +381,7 @@ impl AllocRunner {
             tokio::select! {
                 Some(report) = self.reports.recv() => self.on_report(report).await,
                 () = sleep_until_some(health_check) => self.advance().await,
+                Some(()) = self.checks_changed.recv() => self.on_checks().await,
                 step = volume_step(&mut self.volume_phase) => match step {
                     VolumeStep::Mounted(done) => self.on_volumes(done).await,
                     VolumeStep::Released => self.on_released().await,
@@ -479,10 +511,133 @@ impl AllocRunner {
     }
 
     async fn on_report(&mut self, report: TaskReport) {
+        let mut started = false;
         if let Some(slot) = self.slots.get_mut(&report.name) {
+            started = *slot.state() != TaskStatus::Running
+                && report.record.state.state == TaskStatus::Running;
             slot.record = report.record;
         }
+        if started {
+            self.task_started(&report.name);
+        }
         self.advance().await;
+    }
+
+    /// Starts observing the nomad services' checks (Nomad's checks hook, at the allocation's
+    /// pre-run), unless nothing will run.
+    fn start_checks(&mut self) {
+        let alloc = self.alloc.borrow().clone();
+        let all_dead = self.slots.values().all(Slot::is_dead);
+        if alloc.server_terminal() || all_dead || self.checks.is_some() {
+            return;
+        }
+        let node = self.ctx.node.get();
+        let node_addr = node
+            .attributes
+            .get("unique.network.ip-address")
+            .cloned()
+            .unwrap_or_default();
+        let specs = crate::checks::specs_of(&alloc, &node_addr);
+        if specs.is_empty() {
+            return;
+        }
+        let now = self.clock_ns();
+        self.restarters = specs
+            .iter()
+            .filter_map(|spec| {
+                let restarter =
+                    model::checks::Restarter::new(&spec.check, spec.restart.as_ref(), now)?;
+                Some(WatchedCheck {
+                    id: spec.id.clone(),
+                    name: spec.check.name.clone(),
+                    target: spec.restart_target.clone(),
+                    restarter,
+                })
+            })
+            .collect();
+        self.checks = Some(Checks::start(
+            specs,
+            Arc::clone(&self.check_results),
+            Arc::clone(&self.tasks),
+            self.ctx.drivers.clone(),
+            self.checks_changed_tx.clone(),
+        ));
+    }
+
+    /// Nanoseconds on the runner's monotonic clock.
+    fn clock_ns(&self) -> i64 {
+        i64::try_from(self.clock_base.elapsed().as_nanos()).unwrap_or(i64::MAX)
+    }
+
+    /// A task began running: its checks' `check_restart` grace starts again.
+    fn task_started(&mut self, task: &str) {
+        let now = self.clock_ns();
+        for w in &mut self.restarters {
+            let ours = match &w.target {
+                RestartTarget::Task(t) => t == task,
+                RestartTarget::Group => true,
+            };
+            if ours {
+                w.restarter.task_started(now);
+            }
+        }
+    }
+
+    /// A check ran: restart what an unhealthy check asks to, then move health along.
+    async fn on_checks(&mut self) {
+        if self.killing || self.checks.is_none() {
+            return;
+        }
+        let now = self.clock_ns();
+        let statuses: BTreeMap<String, String> = self
+            .check_results
+            .lock()
+            .expect("check results lock")
+            .iter()
+            .map(|(id, r)| (id.clone(), r.status.clone()))
+            .collect();
+        let mut restart: Vec<(String, String)> = Vec::new();
+        for w in &mut self.restarters {
+            let Some(status) = statuses.get(&w.id) else {
+                continue;
+            };
+            if !w.restarter.apply(status, now) {
+                continue;
+            }
+            let reason = format!("healthcheck: check {:?} unhealthy", w.name);
+            match &w.target {
+                RestartTarget::Task(t) => restart.push((t.clone(), reason)),
+                RestartTarget::Group => restart.extend(
+                    self.slots
+                        .iter()
+                        .filter(|(_, s)| *s.state() == TaskStatus::Running)
+                        .map(|(n, _)| (n.clone(), reason.clone())),
+                ),
+            }
+        }
+        restart.sort();
+        restart.dedup_by(|a, b| a.0 == b.0);
+        for (task, reason) in restart {
+            tracing::info!(alloc_id = %self.alloc_id(), task = %task, %reason, "check_restart: restarting the task");
+            if let Some(runner) = self.slots.get(&task).and_then(|s| s.runner.as_ref()) {
+                if runner
+                    .cmds
+                    .try_send(TaskCommand::CheckRestart { reason })
+                    .is_err()
+                {
+                    tracing::warn!(task = %task, "task runner did not take the check restart");
+                }
+            }
+        }
+        self.advance().await;
+    }
+
+    /// The allocation is stopping: its checks stop and their results go (Nomad's pre-kill).
+    fn stop_checks(&mut self) {
+        if let Some(mut checks) = self.checks.take() {
+            checks.stop();
+        }
+        self.restarters.clear();
     }
 
     async fn on_update(&mut self, alloc: Allocation) {
@@ -614,6 +769,7 @@ impl AllocRunner {
     fn kill_all(&mut self, event: Option<TaskEvent>) {
         let event = event.map(Box::new);
         self.killing = true;
+        self.stop_checks();
         for (name, slot) in &self.slots {
             if slot.is_dead() || (slot.role == Role::Poststop && !self.destroying) {
                 continue;
@@ -650,7 +806,9 @@ impl AllocRunner {
             state: s.state(),
             failed: s.record.state.failed,
         });
-        health.observe(views, tokio::time::Instant::now());
+        let checks_ok = self.checks.is_some()
+            && crate::checks::all_passing(&self.check_results.lock().expect("check results lock"));
+        health.observe(views, checks_ok, tokio::time::Instant::now());
         if let (Some(healthy), None) = (health.decided(), &self.deployment_status) {
             let canary = self
                 .alloc

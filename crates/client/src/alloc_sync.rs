@@ -101,6 +101,14 @@ impl Runners {
     }
 
     /// A driver of this node by name.
+    /// The latest results of an allocation's checks.
+    pub fn checks(&self, id: &str) -> Option<BTreeMap<String, model::checks::CheckQueryResult>> {
+        let map = self.map.lock().expect("runners lock");
+        let handle = map.get(id)?;
+        let results = handle.checks.lock().expect("check results lock").clone();
+        Some(results)
+    }
+
     pub fn driver(&self, name: &str) -> Option<Arc<dyn drivers::Driver>> {
         self.ctx.drivers.get(name).cloned()
     }

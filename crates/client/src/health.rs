@@ -1,7 +1,8 @@
-//! Deployment health of one allocation (Nomad's alloc health tracker with `task_states`): an
-//! allocation of a deployment is healthy once its tasks have all been running for the group's
-//! `min_healthy_time`, unhealthy if a task fails or `healthy_deadline` passes first. The
-//! servers' deployment watcher counts the result.
+//! Deployment health of one allocation (Nomad's alloc health tracker): an allocation of a
+//! deployment is healthy once its tasks have all been running, and (with `health_check =
+//! "checks"`, the default, when the group's nomad services have checks) its checks passing, for
+//! the group's `min_healthy_time`; unhealthy if a task fails or `healthy_deadline` passes first.
+//! The servers' deployment watcher counts the result.
 //!
 //! Pure: the caller passes the time and the tasks' states.
 
@@ -29,6 +30,21 @@ pub(crate) struct HealthTracker {
     deadline: Instant,
     running_since: Option<Instant>,
     decided: Option<bool>,
+    /// The group's checks count too.
+    use_checks: bool,
+}
+
+/// Whether the group's `nomad` services (its own and its tasks') declare any check.
+fn has_nomad_checks(group: &TaskGroup) -> bool {
+    let nomad = |s: &&model::service::Service| {
+        s.provider.as_deref() == Some(model::service_registration::PROVIDER_NOMAD)
+    };
+    group
+        .services
+        .iter()
+        .chain(group.tasks.iter().flat_map(|t| t.services.iter()))
+        .filter(nomad)
+        .any(|s| !s.checks.is_empty())
 }
 
 impl HealthTracker {
@@ -48,7 +64,10 @@ impl HealthTracker {
             return None;
         }
         let to_std = |d: model::Duration| Duration::from_nanos(u64::try_from(d.0).unwrap_or(0));
+        let use_checks = update.and_then(|u| u.health_check.as_deref()) != Some("task_states")
+            && group.is_some_and(has_nomad_checks);
         Some(HealthTracker {
+            use_checks,
             deployment_id: alloc.deployment_id.clone(),
             min_healthy: update
                 .and_then(|u| u.min_healthy_time)
@@ -71,7 +90,13 @@ impl HealthTracker {
         self.decided
     }
 
-    pub fn observe<'a>(&mut self, tasks: impl Iterator<Item = TaskView<'a>>, now: Instant) {
+    /// `checks_ok`: the allocation's checks all pass now (ignored when they do not count).
+    pub fn observe<'a>(
+        &mut self,
+        tasks: impl Iterator<Item = TaskView<'a>>,
+        checks_ok: bool,
+        now: Instant,
+    ) {
         if self.decided.is_some() {
             return;
         }
@@ -84,7 +109,7 @@ impl HealthTracker {
             self.decided = Some(false);
             return;
         }
-        if all_running {
+        if all_running && (checks_ok || !self.use_checks) {
             let since = *self.running_since.get_or_insert(now);
             if now.duration_since(since) >= self.min_healthy {
                 self.decided = Some(true);
@@ -145,11 +170,12 @@ mod tests {
     fn healthy_after_running_for_min_healthy_time() {
         let t0 = Instant::now();
         let mut h = tracker(t0);
-        h.observe([view("running", false)].into_iter(), t0);
+        h.observe([view("running", false)].into_iter(), true, t0);
         assert_eq!(h.decided(), None);
         assert_eq!(h.next_check(), Some(t0 + Duration::from_secs(10)));
         h.observe(
             [view("running", false)].into_iter(),
+            true,
             t0 + Duration::from_secs(10),
         );
         assert_eq!(h.decided(), Some(true));
@@ -160,29 +186,73 @@ mod tests {
     fn a_restart_resets_the_clock_and_a_failure_or_the_deadline_decides_unhealthy() {
         let t0 = Instant::now();
         let mut h = tracker(t0);
-        h.observe([view("running", false)].into_iter(), t0);
+        h.observe([view("running", false)].into_iter(), true, t0);
         h.observe(
             [view("pending", false)].into_iter(),
+            true,
             t0 + Duration::from_secs(5),
         );
         h.observe(
             [view("running", false)].into_iter(),
+            true,
             t0 + Duration::from_secs(6),
         );
         h.observe(
             [view("running", false)].into_iter(),
+            true,
             t0 + Duration::from_secs(12),
         );
         assert_eq!(h.decided(), None, "the clock restarted at 6 s");
         let mut late = tracker(t0);
         late.observe(
             [view("pending", false)].into_iter(),
+            true,
             t0 + Duration::from_secs(61),
         );
         assert_eq!(late.decided(), Some(false));
         let mut failed = tracker(t0);
-        failed.observe([view("dead", true)].into_iter(), t0);
+        failed.observe([view("dead", true)].into_iter(), true, t0);
         assert_eq!(failed.decided(), Some(false));
+    }
+
+    #[test]
+    fn with_checks_the_healthy_time_counts_from_when_the_checks_pass() {
+        let t0 = Instant::now();
+        let alloc = Allocation {
+            deployment_id: "d1".into(),
+            ..Allocation::default()
+        };
+        let mut group = TaskGroup {
+            update: Some(UpdateStrategy {
+                min_healthy_time: Some(model::Duration::from_secs(10)),
+                healthy_deadline: Some(model::Duration::from_secs(60)),
+                ..UpdateStrategy::default()
+            }),
+            services: vec![model::service::Service {
+                name: "web".into(),
+                provider: Some("nomad".into()),
+                checks: vec![model::service::ServiceCheck::default()],
+                ..model::service::Service::default()
+            }],
+            ..TaskGroup::default()
+        };
+        let mut h = HealthTracker::for_alloc(&alloc, Some(&group), t0).expect("tracked");
+        h.observe([view("running", false)].into_iter(), false, t0);
+        let at = |s| t0 + Duration::from_secs(s);
+        h.observe([view("running", false)].into_iter(), false, at(20));
+        assert_eq!(h.decided(), None, "running, but the checks do not pass");
+        h.observe([view("running", false)].into_iter(), true, at(25));
+        h.observe([view("running", false)].into_iter(), true, at(34));
+        assert_eq!(h.decided(), None, "passing since 25 s");
+        h.observe([view("running", false)].into_iter(), true, at(35));
+        assert_eq!(h.decided(), Some(true));
+
+        // health_check = "task_states": the checks do not count.
+        group.update.as_mut().unwrap().health_check = Some("task_states".into());
+        let mut h = HealthTracker::for_alloc(&alloc, Some(&group), t0).expect("tracked");
+        h.observe([view("running", false)].into_iter(), false, t0);
+        h.observe([view("running", false)].into_iter(), false, at(10));
+        assert_eq!(h.decided(), Some(true));
     }
 
     #[test]

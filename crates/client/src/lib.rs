@@ -30,6 +30,7 @@ mod alloc_fs;
 mod alloc_runner;
 mod alloc_sync;
 mod allocdir;
+mod checks;
 mod client;
 mod config;
 mod conn;

@@ -47,6 +47,9 @@ pub(crate) enum TaskCommand {
     Restart {
         reply: oneshot::Sender<Result<(), AllocActionError>>,
     },
+    /// A check with `check_restart` stayed unhealthy: stop the task and let the restart policy
+    /// decide, counting it as a failure (Nomad's check watcher). `reason` names the check.
+    CheckRestart { reason: String },
 }
 
 impl TaskCommand {
@@ -59,6 +62,8 @@ impl TaskCommand {
                 let _ = reply.send(not_running());
                 None
             }
+            // The check's task is not running: nothing to restart.
+            TaskCommand::CheckRestart { .. } => None,
             other => Some(other),
         }
     }
@@ -128,6 +133,7 @@ enum WaitEnd {
     Detach,
     Signal(String, oneshot::Sender<Result<(), AllocActionError>>),
     Restart(oneshot::Sender<Result<(), AllocActionError>>),
+    CheckRestart(String),
     Plugin(SupervisorEvent),
     Template(TemplateChange),
 }
@@ -541,6 +547,7 @@ impl TaskRunner {
                 Some(TaskCommand::Kill { event }) => WaitEnd::Kill(event),
                 Some(TaskCommand::Signal { signal, reply }) => WaitEnd::Signal(signal, reply),
                 Some(TaskCommand::Restart { reply }) => WaitEnd::Restart(reply),
+                Some(TaskCommand::CheckRestart { reason }) => WaitEnd::CheckRestart(reason),
                 Some(TaskCommand::Detach) | None => WaitEnd::Detach,
             },
             ev = supervisor::next_event(&mut self.supervisor) => WaitEnd::Plugin(ev),
@@ -561,6 +568,7 @@ impl TaskRunner {
                 self.restart(driver, task_id, events::REASON_USER_RESTART, Some(reply))
                     .await
             }
+            WaitEnd::CheckRestart(reason) => self.restart_counted(driver, task_id, &reason).await,
             WaitEnd::Template(change) => self.template_changed(driver, task_id, change).await,
             WaitEnd::Plugin(SupervisorEvent::Event(e)) => {
                 self.push(*e);
@@ -621,6 +629,36 @@ impl TaskRunner {
             let _ = reply.send(Ok(()));
         }
         Step::Start
+    }
+
+    /// `check_restart`: stop the task as for a restart, then let the restart policy decide, as
+    /// after a failed exit (a delay, or the task fails once its attempts are spent).
+    async fn restart_counted(
+        &mut self,
+        driver: Arc<dyn Driver>,
+        task_id: String,
+        reason: &str,
+    ) -> Step {
+        tracing::info!(task = %self.name, %task_id, reason, "restarting for an unhealthy check");
+        self.push(events::restart_signaled(reason));
+        self.report().await;
+        let alloc = self.alloc.borrow().clone();
+        let timeout = find_task(&alloc, &self.name)
+            .map(|(_, _, t)| t)
+            .map_or(Duration::from_secs(5), kill_timeout);
+        if let Err(e) = driver.stop(&task_id, timeout, "").await {
+            tracing::warn!(task = %self.name, %task_id, error = %e, "stopping the task for a check restart failed");
+            return Step::Wait { driver, task_id };
+        }
+        if let Ok(Ok(exit)) = tokio::time::timeout(timeout, driver.wait(&task_id)).await {
+            self.push(events::terminated(&exit));
+        }
+        self.forget(&*driver, &task_id).await;
+        self.report().await;
+        Step::Decide(
+            self.tracker
+                .on_exit(false, Instant::now(), self.rng.next_u64()),
+        )
     }
 
     /// Templates were rendered again with new output: the task hears of it as their

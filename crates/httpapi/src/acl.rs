@@ -174,7 +174,7 @@ pub(crate) fn need(method: &Method, path: &str) -> Need {
         ["v1", "client", "fs", "logs", _] => Need::Alloc(&["read-logs", "read-fs"]),
         ["v1", "client", "fs", _, _] => Need::Alloc(&["read-fs"]),
         ["v1", "client", "allocation", _, "exec"] => Need::AllocExec,
-        ["v1", "client", "allocation", _, "stats"] => Need::Alloc(READ_JOB),
+        ["v1", "client", "allocation", _, "stats" | "checks"] => Need::Alloc(READ_JOB),
         ["v1", "client", "allocation", _, "gc"] => Need::Alloc(&["submit-job", "gc-allocation"]),
         ["v1", "client", "allocation", _, _] => Need::Alloc(&["alloc-lifecycle"]),
         ["v1", "client", "stats"] => Need::NodeRead,

@@ -177,13 +177,17 @@ pub(crate) async fn action_inner(
             let tasks = client.alloc_stats(alloc_id).await?;
             Ok(json_ok(&alloc_usage(&tasks)))
         }
+        "checks" if method == Method::GET => {
+            let client = st.client_for(alloc_id)?;
+            Ok(json_ok(&client.alloc_checks(alloc_id).await?))
+        }
         // Nomad's clients send GET; PUT and POST are taken too.
         "gc" if write || method == Method::GET => {
             let client = st.client_for(alloc_id)?;
             client.gc_alloc(alloc_id).await?;
             Ok(json_ok(&json!({})))
         }
-        "signal" | "restart" | "stats" | "gc" => Err(ApiError::invalid_method()),
+        "signal" | "restart" | "stats" | "checks" | "gc" => Err(ApiError::invalid_method()),
         _ => Err(ApiError::not_found(format!(
             "unknown allocation action {action:?}"
         ))),

@@ -84,6 +84,12 @@ pub trait LocalClient: Send + Sync {
     /// The resource usage of each running task.
     fn alloc_stats<'a>(&'a self, alloc_id: &'a str)
         -> LocalFuture<'a, BTreeMap<String, TaskUsage>>;
+    /// The latest result of each check of the allocation's nomad services, by check ID
+    /// (Nomad's `AllocCheckStatuses`).
+    fn alloc_checks<'a>(
+        &'a self,
+        alloc_id: &'a str,
+    ) -> LocalFuture<'a, BTreeMap<String, model::checks::CheckQueryResult>>;
     /// The host's resource usage.
     fn host_stats(&self) -> LocalFuture<'_, HostStats>;
     /// Garbage collects a terminal allocation (its directory and state removed, no longer

@@ -11,6 +11,7 @@ pub mod acl;
 pub mod acl_policy;
 pub mod alloc;
 pub mod autopilot;
+pub mod checks;
 pub mod constraint;
 pub mod csi;
 pub mod deployment;

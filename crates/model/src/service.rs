@@ -140,6 +140,10 @@ const ADDRESS_MODES: [&str; 4] = ["auto", "host", "driver", "alloc"];
 
 impl Service {
     pub fn canonicalize(&mut self, job: &str, group: &str, task: Option<&str>) {
+        if let Some(t) = task {
+            // Nomad's: a task's service names its task.
+            self.task_name = t.to_string();
+        }
         if self.name.is_empty() {
             // Nomad's default service name: "<job>-<group>[-<task>]".
             self.name = match task {
@@ -204,13 +208,119 @@ impl Service {
                 ),
             );
         }
+        let nomad = self.provider.as_deref() == Some("nomad");
         for (i, c) in self.checks.iter().enumerate() {
-            c.validate(&path.field("check").index(i), errs);
+            let at = path.field("check").index(i);
+            c.validate(&at, errs);
+            if nomad {
+                c.validate_nomad(&at, self.task_name.is_empty(), errs);
+            }
         }
     }
 }
 
+const HTTP_METHODS: [&str; 9] = [
+    "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "CONNECT", "OPTIONS", "TRACE",
+];
+
 impl ServiceCheck {
+    /// What the client can run for a `provider = "nomad"` service (Nomad's `validateNomad`,
+    /// widened to `grpc` and `script` checks and Consul's thresholds, which Caravan runs too).
+    /// `group_service`: the check belongs to a group's service, so a script check must name the
+    /// task it runs in.
+    pub fn validate_nomad(&self, path: &Path, group_service: bool, errs: &mut ValidationErrors) {
+        let kind = self.kind.as_str();
+        if CHECK_TYPES.contains(&kind) {
+            errs.check(
+                crate::checks::NOMAD_CHECK_TYPES.contains(&kind),
+                &path.field("type"),
+                format!(
+                    "check type {kind:?} is not supported for provider = \"nomad\" services; use {}",
+                    crate::checks::NOMAD_CHECK_TYPES.join(", ")
+                ),
+            );
+        }
+        errs.check(
+            !self.expose,
+            &path.field("expose"),
+            "expose may only be set for Consul service checks",
+        );
+        errs.check(
+            self.on_update.as_deref() != Some("ignore_warnings"),
+            &path.field("on_update"),
+            "on_update may only be set to ignore_warnings for Consul service checks (Nomad's checks have no warning status)",
+        );
+        errs.check(
+            !self
+                .check_restart
+                .as_ref()
+                .is_some_and(|r| r.ignore_warnings),
+            &path.field("check_restart").field("ignore_warnings"),
+            "ignore_warnings on check_restart is only supported for Consul service checks",
+        );
+        errs.check(
+            self.address_mode != "driver",
+            &path.field("address_mode"),
+            "address_mode = \"driver\" is not supported yet for provider = \"nomad\" checks; use host or alloc",
+        );
+        errs.check(
+            matches!(self.initial_status.as_str(), "" | "passing" | "critical"),
+            &path.field("initial_status"),
+            format!(
+                "initial_status must be \"passing\" or \"critical\" for provider = \"nomad\" checks, got {:?}",
+                self.initial_status
+            ),
+        );
+        errs.check(
+            self.failures_before_warning == 0,
+            &path.field("failures_before_warning"),
+            "failures_before_warning may only be set for Consul service checks (Nomad's checks have no warning status)",
+        );
+        errs.check(
+            self.success_before_passing >= 0,
+            &path.field("success_before_passing"),
+            "success_before_passing cannot be negative",
+        );
+        errs.check(
+            self.failures_before_critical >= 0,
+            &path.field("failures_before_critical"),
+            "failures_before_critical cannot be negative",
+        );
+        errs.check(
+            self.tls_server_name.is_empty(),
+            &path.field("tls_server_name"),
+            "tls_server_name is not supported yet for provider = \"nomad\" checks",
+        );
+        errs.check(
+            !self.grpc_use_tls,
+            &path.field("grpc_use_tls"),
+            "grpc_use_tls is not supported yet for provider = \"nomad\" checks",
+        );
+        if kind == "http" {
+            errs.check(
+                self.method.is_empty()
+                    || HTTP_METHODS.contains(&self.method.to_ascii_uppercase().as_str()),
+                &path.field("method"),
+                format!("method {:?} is not an HTTP method", self.method),
+            );
+            errs.check(
+                matches!(self.protocol.as_str(), "" | "http" | "https"),
+                &path.field("protocol"),
+                format!(
+                    "protocol must be \"http\" or \"https\", got {:?}",
+                    self.protocol
+                ),
+            );
+        }
+        if kind == "script" && group_service {
+            errs.check(
+                !self.task_name.is_empty(),
+                &path.field("task"),
+                "a script check of a group service must name the task it runs in (task = \"...\")",
+            );
+        }
+    }
+
     pub fn validate(&self, path: &Path, errs: &mut ValidationErrors) {
         let kind = self.kind.as_str();
         errs.check(

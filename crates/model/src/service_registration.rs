@@ -143,7 +143,7 @@ fn is_nomad(s: &Service) -> bool {
 /// The address and port of `service` in `alloc` (Nomad's `GetAddress` for the `auto` and
 /// `host` modes): `address` when set; the port label's host mapping, else the network port of
 /// that label; a numeric label is the port itself, on the node's address.
-fn address_and_port(alloc: &Allocation, service: &Service, node_addr: &str) -> (String, i32) {
+pub fn address_and_port(alloc: &Allocation, service: &Service, node_addr: &str) -> (String, i32) {
     let label = service.port_label.as_str();
     let mut found: Option<(String, i32)> = None;
     if let Some(res) = alloc.allocated_resources.as_ref() {

@@ -742,6 +742,13 @@ impl httpapi::LocalClient for LocalClientHandle {
         })
     }
 
+    fn alloc_checks<'a>(
+        &'a self,
+        alloc_id: &'a str,
+    ) -> httpapi::LocalFuture<'a, BTreeMap<String, model::checks::CheckQueryResult>> {
+        Box::pin(async move { self.0.alloc_checks(alloc_id).map_err(local_error) })
+    }
+
     fn host_stats(&self) -> httpapi::LocalFuture<'_, httpapi::HostStats> {
         Box::pin(async move { Ok(host_stats_of(self.0.host_stats().await)) })
     }

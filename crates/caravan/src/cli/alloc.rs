@@ -1,6 +1,7 @@
 //! `caravan alloc status|logs|fs`: one allocation's state, its tasks' logs, and its files
-//! (`stop|signal|restart|exec` and following logs: `alloc_ops.rs`).
+//! (`stop|signal|restart|exec` and following logs: `alloc_ops.rs`; `checks`: `alloc_checks.rs`).
 
+use super::alloc_checks::{checks_section, Checks};
 use super::connect::{block_on, fail, ApiFlags};
 use super::output::{
     format_kv, format_list, format_time, json_pretty, now_nanos, pretty_time_diff, row, short_id,
@@ -25,6 +26,8 @@ pub enum AllocCommand {
     Restart(super::alloc_ops::RestartArgs),
     /// Run a command inside a task of an allocation
     Exec(super::alloc_ops::ExecArgs),
+    /// Show the latest results of the allocation's Nomad service checks
+    Checks(super::alloc_checks::ChecksArgs),
 }
 
 #[derive(Args)]
@@ -82,6 +85,7 @@ pub fn run(cmd: AllocCommand) -> i32 {
         AllocCommand::Signal(args) => super::alloc_ops::signal(args),
         AllocCommand::Restart(args) => super::alloc_ops::restart(args),
         AllocCommand::Exec(args) => super::alloc_ops::exec(args),
+        AllocCommand::Checks(args) => super::alloc_checks::checks(args),
     }
 }
 
@@ -147,13 +151,21 @@ fn status(args: StatusArgs) -> i32 {
             println!("{}", json_pretty(&alloc));
             return 0;
         }
-        println!("{}", alloc_text(&alloc, args.verbose, now_nanos()));
+        // As Nomad: the checks' section is left out when the client cannot answer (a node that
+        // is down, a server-only agent).
+        let opts = QueryOptions::default().in_namespace(alloc.namespace.clone());
+        let checks = client
+            .allocation_checks(&alloc.id, &opts)
+            .await
+            .unwrap_or_default();
+        println!("{}", alloc_text(&alloc, &checks, args.verbose, now_nanos()));
         0
     })
 }
 
-/// Nomad's `alloc status` output (without resource usage stats).
-pub fn alloc_text(a: &Allocation, verbose: bool, now: i64) -> String {
+/// Nomad's `alloc status` output (without resource usage stats); `checks`: the allocation's
+/// Nomad service checks, shown after the allocation's block when there are any.
+pub fn alloc_text(a: &Allocation, checks: &Checks, verbose: bool, now: i64) -> String {
     let time = |t: i64| {
         if verbose {
             format_time(t)
@@ -177,6 +189,10 @@ pub fn alloc_text(a: &Allocation, verbose: bool, now: i64) -> String {
         ("Created", time(a.create_time)),
         ("Modified", time(a.modify_time)),
     ]);
+    if let Some(section) = checks_section(checks) {
+        out.push_str("\n\n");
+        out.push_str(&section);
+    }
     let mut tasks: Vec<&String> = a.task_states.keys().collect();
     if tasks.is_empty() {
         if let Some(resources) = &a.allocated_resources {
@@ -447,7 +463,7 @@ mod tests {
             ..model::TaskEvent::default()
         });
         a.task_states.insert("t".into(), st);
-        let text = alloc_text(&a, false, 1_700_000_060_000_000_000);
+        let text = alloc_text(&a, &Checks::new(), false, 1_700_000_060_000_000_000);
         assert!(
             text.starts_with("ID                  = 0af996ed\n"),
             "{text}"
@@ -456,5 +472,35 @@ mod tests {
         assert!(text.contains("Task \"t\" is \"running\""), "{text}");
         assert!(text.contains("Recent Events:\nTime"), "{text}");
         assert!(text.contains("Started  Task started by client"), "{text}");
+        assert!(!text.contains("Nomad Service Checks:"), "{text}");
+    }
+
+    #[test]
+    fn status_shows_the_nomad_service_checks_before_the_tasks() {
+        let mut a = Allocation {
+            id: "0af996ed-1111-2222-3333-444444444444".into(),
+            ..Allocation::default()
+        };
+        a.task_states.insert("t".into(), TaskState::default());
+        let check = model::checks::CheckQueryResult {
+            id: "c1".into(),
+            mode: "healthiness".into(),
+            status: "success".into(),
+            service: "web".into(),
+            check: "alive".into(),
+            ..Default::default()
+        };
+        let checks = Checks::from([("c1".to_string(), check)]);
+        let text = alloc_text(&a, &checks, false, 0);
+        assert!(
+            text.contains(
+                "Modified            = <none>\n\n\
+                 Nomad Service Checks:\n\
+                 Service  Task     Name   Mode         Status\n\
+                 web      (group)  alive  healthiness  success\n\n\
+                 Task \"t\" is"
+            ),
+            "{text}"
+        );
     }
 }

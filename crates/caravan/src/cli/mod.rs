@@ -7,6 +7,7 @@ mod acl;
 mod agent;
 mod agent_tools;
 mod alloc;
+mod alloc_checks;
 mod alloc_ops;
 mod connect;
 mod csi_hostpath;

@@ -85,6 +85,24 @@ pub(crate) fn register_warnings(job: &Job) -> String {
                 g.name
             ));
         }
+        let services = g.services.iter().map(|s| (None, s)).chain(
+            g.tasks
+                .iter()
+                .flat_map(|t| t.services.iter().map(move |s| (Some(&t.name), s))),
+        );
+        for (task, s) in services {
+            if s.provider.as_deref() == Some(model::service_registration::PROVIDER_NOMAD) {
+                continue;
+            }
+            let owner = match task {
+                Some(t) => format!("Task {t:?}"),
+                None => format!("Group {:?}", g.name),
+            };
+            out.push(format!(
+                "* {owner}: service {:?} uses provider \"consul\", which is not supported yet: it is not registered and its checks do not run (set provider = \"nomad\")",
+                s.name
+            ));
+        }
         if g.stop_after_client_disconnect.is_some() {
             out.push(format!(
                 "* Group {:?}: stop_after_client_disconnect will be deprecated in favor of disconnect.stop_on_client_after",
