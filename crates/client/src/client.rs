@@ -391,9 +391,11 @@ async fn fingerprint(
     drivers: &[Arc<dyn drivers::Driver>],
 ) -> Node {
     let data_dir = cfg.data_dir.clone();
-    let facts = tokio::task::spawn_blocking(move || HostFacts::read(&data_dir))
-        .await
-        .expect("fingerprinting the host panicked");
+    let interface = cfg.network_interface.clone();
+    let facts =
+        tokio::task::spawn_blocking(move || HostFacts::read(&data_dir, interface.as_deref()))
+            .await
+            .expect("fingerprinting the host panicked");
     let fps: Vec<(String, drivers::Fingerprint)> = drivers
         .iter()
         .map(|d| (d.name().to_string(), d.fingerprint()))

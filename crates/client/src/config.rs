@@ -68,6 +68,9 @@ pub struct ClientConfig {
     pub cpu_total_compute_mhz: Option<u64>,
     /// Replaces the fingerprinted memory (MB), as Nomad's `memory_total_mb`.
     pub memory_total_mb: Option<u64>,
+    /// Nomad's `network_interface`: the interface whose address the node fingerprints (ports
+    /// bind to it); `None`: the first one that is up and not loopback. Dev agents use `lo`.
+    pub network_interface: Option<String>,
     /// The agent's advertised HTTP address (`HTTPAddr` of the node).
     pub http_addr: String,
     pub timing: ClientTiming,
@@ -184,6 +187,7 @@ impl ClientConfig {
             reserved: ReservedResources::default(),
             cpu_total_compute_mhz: None,
             memory_total_mb: None,
+            network_interface: None,
             http_addr: String::new(),
             timing: ClientTiming::default(),
             gc: GcConfig::default(),
@@ -198,6 +202,13 @@ impl ClientConfig {
         }
         if self.datacenter.is_empty() || self.region.is_empty() {
             return bad("datacenter and region are required".into());
+        }
+        if let Some(name) = &self.network_interface {
+            if crate::fingerprint::address_of_interface(name).is_none() {
+                return bad(format!(
+                    "client.network_interface = {name:?}: no interface of that name is up with an address (see `ip addr`)"
+                ));
+            }
         }
         if self.node_name.contains(char::is_whitespace) {
             return bad(format!(

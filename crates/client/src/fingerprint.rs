@@ -70,7 +70,8 @@ pub struct HostFacts {
 impl HostFacts {
     /// Reads the host. Blocking (small files and two system calls); missing facts fall back to
     /// safe values rather than failing the client.
-    pub fn read(data_dir: &Path) -> HostFacts {
+    /// `interface`: the one whose address the node has (Nomad's `network_interface`).
+    pub fn read(data_dir: &Path, interface: Option<&str>) -> HostFacts {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let mut cpu = parse_cpuinfo(&cpuinfo);
         if cpu.cores == 0 {
@@ -87,7 +88,9 @@ impl HostFacts {
             memory_bytes: parse_meminfo_total(&meminfo).unwrap_or(0),
             disk: disk_facts(data_dir),
             hostname: hostname(),
-            net: first_address(),
+            net: interface
+                .and_then(address_of_interface)
+                .unwrap_or_else(first_address),
             kernel_version: read_trimmed("/proc/sys/kernel/osrelease"),
             kernel_arch: kernel_arch(),
             os_name,
@@ -210,6 +213,24 @@ fn first_address() -> NetFacts {
         device: "lo".into(),
         ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
     })
+}
+
+/// The address of the interface named (IPv4 before IPv6, no IPv6 link-local), if it is up.
+pub(crate) fn address_of_interface(name: &str) -> Option<NetFacts> {
+    let mut v6 = None;
+    for (device, ip) in interface_addresses() {
+        if device != name {
+            continue;
+        }
+        match ip {
+            IpAddr::V4(_) => return Some(NetFacts { device, ip }),
+            IpAddr::V6(a) if v6.is_none() && (a.segments()[0] & 0xffc0) != 0xfe80 => {
+                v6 = Some(NetFacts { device, ip });
+            }
+            _ => {}
+        }
+    }
+    v6
 }
 
 /// `(interface, address)` of every interface that is up, in the kernel's order.
@@ -633,7 +654,7 @@ processor\t: 1\nmodel name\t: Intel(R) Xeon(R) CPU\ncpu MHz\t\t: 2400.100\n";
     #[test]
     fn this_host_reads_sanely() {
         let dir = drivers::testing::TestDir::new("client-fp");
-        let f = HostFacts::read(dir.path());
+        let f = HostFacts::read(dir.path(), None);
         assert!(f.cpu.cores >= 1);
         assert!(f.cpu.mhz >= 1);
         assert!(f.memory_bytes > 64 << 20, "{}", f.memory_bytes);
@@ -646,5 +667,10 @@ processor\t: 1\nmodel name\t: Intel(R) Xeon(R) CPU\ncpu MHz\t\t: 2400.100\n";
         } else {
             assert!(!f.net.ip.is_loopback());
         }
+        // `network_interface = "lo"`, as dev agents set it.
+        let lo = HostFacts::read(dir.path(), Some("lo"));
+        assert_eq!(lo.net.device, "lo");
+        assert_eq!(lo.net.ip, IpAddr::V4(Ipv4Addr::LOCALHOST));
+        assert!(address_of_interface("no-such-interface0").is_none());
     }
 }

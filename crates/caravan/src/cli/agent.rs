@@ -952,6 +952,12 @@ async fn start_client(
     };
     ccfg.cpu_total_compute_mhz = block.cpu_total_compute;
     ccfg.memory_total_mb = block.memory_total_mb;
+    // Nomad's `-dev` puts the node on the loopback, so a dev job's ports answer on 127.0.0.1.
+    ccfg.network_interface = block
+        .network_interface
+        .clone()
+        .filter(|i| !i.is_empty())
+        .or_else(|| dev.then(|| "lo".to_string()));
     ccfg.http_addr = http.to_string();
     ccfg.gc = client_gc_config(&block, dev)?;
     let raw_exec_enabled = dev || plugin_enabled(cfg, "raw_exec");
