@@ -127,7 +127,11 @@ fn http_tcp_and_script_checks_pass_and_show_through_the_api_and_the_cli() {
     assert_eq!(tcp["Output"], "nomad: tcp ok");
     assert_eq!(tcp["Mode"], "readiness");
     let script = all.iter().find(|c| c["Check"] == "file").unwrap();
-    assert_eq!(script["Output"].as_str().map(str::trim), Some("ok"), "{script}");
+    assert_eq!(
+        script["Output"].as_str().map(str::trim),
+        Some("ok"),
+        "{script}"
+    );
 
     // The service is registered with the port the check reached.
     let regs = agent.get("/v1/service/web").unwrap();

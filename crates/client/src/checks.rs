@@ -570,7 +570,11 @@ mod tests {
         // The empty name asks about the server as a whole, which tonic reports serving.
         assert!(grpc(&addr, "", t).await.success);
         let db = grpc(&addr, "db", t).await;
-        assert!(!db.success && db.output.contains("not serving"), "{}", db.output);
+        assert!(
+            !db.success && db.output.contains("not serving"),
+            "{}",
+            db.output
+        );
         let unknown = grpc(&addr, "nope", t).await;
         assert!(!unknown.success, "{}", unknown.output);
     }
