@@ -7,10 +7,10 @@
 
 use crate::limits::{ALLOC_QUERY_DEADLINE_MARGIN, CSI_SERVER_CALL_TIMEOUT, SERVER_CALL_TIMEOUT};
 use model::wire::{
-    methods, AllocGetAllocsRequest, AllocGetAllocsResponse, CsiVolumeClaimRequest,
-    CsiVolumeClaimResponse, CsiVolumeUnpublishRequest, NodeClientAllocsRequest,
-    NodeClientAllocsResponse, NodeRegisterRequest, NodeUpdateAllocRequest, NodeUpdateResponse,
-    NodeUpdateStatusRequest,
+    methods, AllocGetAllocsRequest, AllocGetAllocsResponse, AllocSignIdentitiesRequest,
+    AllocSignIdentitiesResponse, CsiVolumeClaimRequest, CsiVolumeClaimResponse,
+    CsiVolumeUnpublishRequest, NodeClientAllocsRequest, NodeClientAllocsResponse,
+    NodeRegisterRequest, NodeUpdateAllocRequest, NodeUpdateResponse, NodeUpdateStatusRequest,
 };
 use rpc::{ErrorCode, Method, RpcError};
 use std::future::Future;
@@ -47,6 +47,11 @@ pub trait ServerConn: Send + Sync + 'static {
     fn csi_claim(&self, req: CsiVolumeClaimRequest) -> ConnFuture<'_, CsiVolumeClaimResponse>;
     /// `CSIVolume.Unpublish`: release an allocation's claim once the node has unmounted it.
     fn csi_unpublish(&self, req: CsiVolumeUnpublishRequest) -> ConnFuture<'_, ()>;
+    /// `Alloc.SignIdentities`: the workload identities of this node's tasks, signed.
+    fn sign_identities(
+        &self,
+        req: AllocSignIdentitiesRequest,
+    ) -> ConnFuture<'_, AllocSignIdentitiesResponse>;
 }
 
 /// Whether a failed call may succeed on another server.
@@ -238,6 +243,16 @@ impl ServerConn for RpcServerConn {
             self.call::<methods::CsiVolumeUnpublish>(&req, CSI_SERVER_CALL_TIMEOUT)
                 .await?;
             Ok(())
+        })
+    }
+
+    fn sign_identities(
+        &self,
+        req: AllocSignIdentitiesRequest,
+    ) -> ConnFuture<'_, AllocSignIdentitiesResponse> {
+        Box::pin(async move {
+            self.call::<methods::AllocSignIdentities>(&req, SERVER_CALL_TIMEOUT)
+                .await
         })
     }
 }

@@ -108,6 +108,8 @@ pub(crate) struct TaskRunner {
     prestart_done: bool,
     /// The variables of `env = true` templates, added to the task's environment.
     hook_env: BTreeMap<String, String>,
+    /// `NOMAD_TOKEN` (and `NOMAD_TOKEN_<name>`) of identities with `env = true`.
+    identity_env: BTreeMap<String, String>,
     /// A CSI plugin task's supervisor while its process runs (probes, registration).
     supervisor: Option<PluginSupervisor>,
     /// The task's templates, rendered again while it runs (`change_mode`); `None` without
@@ -165,6 +167,7 @@ impl TaskRunner {
             set_up: recover.is_some(),
             prestart_done: false,
             hook_env: BTreeMap::new(),
+            identity_env: BTreeMap::new(),
             supervisor: None,
             templates: None,
             name,
@@ -378,6 +381,10 @@ impl TaskRunner {
             Ok(b) => b,
             Err(msg) => return Err(self.setup_failed(&msg).await),
         };
+        if let Err(msg) = self.identities(alloc, &task, &dir).await {
+            let e = events::hook_failed("identity", &msg);
+            return Err(self.hook_failed(e, true).await);
+        }
         if let Err(msg) = task_hooks::write_dispatch_payload(&job, &task, &dir) {
             let e = events::hook_failed("dispatch_payload", &msg);
             return Err(self.hook_failed(e, false).await);
@@ -404,6 +411,81 @@ impl TaskRunner {
             Err(msg) => return Err(self.hook_failed(events::template_failed(&msg), false).await),
         }
         self.prestart_done = true;
+        Ok(())
+    }
+
+    /// Nomad's identity hook: the task's identities with `env` or `file` are signed by the
+    /// servers and handed over as `NOMAD_TOKEN` / `NOMAD_TOKEN_<name>` and
+    /// `secrets/nomad_token` / `secrets/nomad_<name>.jwt` (0644, as templates: a task running as
+    /// `nobody` reads it; the task directory is the boundary).
+    async fn identities(
+        &mut self,
+        alloc: &Allocation,
+        task: &Task,
+        dir: &drivers::TaskDir,
+    ) -> Result<(), String> {
+        let wanted: Vec<&model::task::WorkloadIdentity> = task
+            .identity
+            .iter()
+            .chain(&task.identities)
+            .filter(|i| i.env || i.file)
+            .collect();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let node = self.ctx.node.get();
+        let req = model::wire::AllocSignIdentitiesRequest {
+            node_id: node.id.clone(),
+            secret_id: node.secret_id.clone(),
+            identities: wanted
+                .iter()
+                .map(|i| model::wire::WorkloadIdentityRequest {
+                    alloc_id: alloc.id.clone(),
+                    task_name: self.name.clone(),
+                    identity_name: i.name().to_string(),
+                })
+                .collect(),
+        };
+        let resp = self
+            .ctx
+            .conn
+            .sign_identities(req)
+            .await
+            .map_err(|e| format!("signing the task's identities failed: {e}"))?;
+        if let Some(r) = resp.rejections.first() {
+            return Err(format!(
+                "the servers refused identity {:?}: {}",
+                r.request.identity_name, r.reason
+            ));
+        }
+        let fs = task_hooks::alloc_fs(dir)?;
+        for id in wanted {
+            let name = id.name();
+            let jwt = resp
+                .signed
+                .iter()
+                .find(|s| s.identity_name == name)
+                .map(|s| s.jwt.clone())
+                .ok_or_else(|| format!("the servers did not sign identity {name:?}"))?;
+            let default = name == model::task::DEFAULT_IDENTITY;
+            if id.env {
+                let var = if default {
+                    "NOMAD_TOKEN".to_string()
+                } else {
+                    format!("NOMAD_TOKEN_{name}")
+                };
+                self.identity_env.insert(var, jwt.clone());
+            }
+            if id.file {
+                let file = if default {
+                    "nomad_token".to_string()
+                } else {
+                    format!("nomad_{name}.jwt")
+                };
+                fs.write_atomic(&dir.secrets_dir.join(file), jwt.as_bytes(), 0o644)
+                    .map_err(|e| format!("writing the identity into secrets/: {e}"))?;
+            }
+        }
         Ok(())
     }
 
@@ -460,6 +542,7 @@ impl TaskRunner {
             },
         });
         env.extend(self.hook_env.clone());
+        env.extend(self.identity_env.clone());
         Ok((env, task_dir))
     }
 

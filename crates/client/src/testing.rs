@@ -11,10 +11,10 @@ use model::alloc::{
 use model::csi::CSIVolume;
 use model::node::Node;
 use model::wire::{
-    AllocClientUpdate, AllocGetAllocsRequest, AllocGetAllocsResponse, CsiVolumeClaimRequest,
-    CsiVolumeClaimResponse, CsiVolumeUnpublishRequest, NodeClientAllocsRequest,
-    NodeClientAllocsResponse, NodeRegisterRequest, NodeUpdateAllocRequest, NodeUpdateResponse,
-    NodeUpdateStatusRequest,
+    AllocClientUpdate, AllocGetAllocsRequest, AllocGetAllocsResponse, AllocSignIdentitiesRequest,
+    AllocSignIdentitiesResponse, CsiVolumeClaimRequest, CsiVolumeClaimResponse,
+    CsiVolumeUnpublishRequest, NodeClientAllocsRequest, NodeClientAllocsResponse,
+    NodeRegisterRequest, NodeUpdateAllocRequest, NodeUpdateResponse, NodeUpdateStatusRequest,
 };
 use model::{Job, Task, TaskGroup};
 use rpc::RpcError;
@@ -317,6 +317,34 @@ impl ServerConn for FakeServer {
             self.check_up()?;
             self.with(|s| s.csi_unpublishes.push(req));
             Ok(())
+        })
+    }
+
+    /// Signs nothing real: each token names what it is for.
+    fn sign_identities(
+        &self,
+        req: AllocSignIdentitiesRequest,
+    ) -> ConnFuture<'_, AllocSignIdentitiesResponse> {
+        Box::pin(async move {
+            self.check_node(&req.node_id, &req.secret_id)?;
+            let signed = req
+                .identities
+                .into_iter()
+                .map(|r| model::wire::SignedWorkloadIdentity {
+                    jwt: format!(
+                        "fake.{}-{}-{}.jwt",
+                        r.alloc_id, r.task_name, r.identity_name
+                    ),
+                    alloc_id: r.alloc_id,
+                    task_name: r.task_name,
+                    identity_name: r.identity_name,
+                    expiration: 0,
+                })
+                .collect();
+            Ok(AllocSignIdentitiesResponse {
+                signed,
+                rejections: Vec::new(),
+            })
         })
     }
 }

@@ -55,6 +55,11 @@ pub(crate) enum Need {
     NodeSecret,
     /// The handler checks (ACL and namespace endpoints, whose rules depend on the object).
     Handler,
+    /// Reading services: `read-job` in the namespace, or a workload identity of that namespace
+    /// (Nomad's implicit identity policy); `list` is the `/v1/services` list (`*` filtered).
+    ServiceRead {
+        list: bool,
+    },
 }
 
 /// The token a request carries: `X-Nomad-Token`, else `Authorization: Bearer …`; empty: none.
@@ -107,7 +112,8 @@ pub(crate) fn need(method: &Method, path: &str) -> Need {
         ["v1", "status", "leader" | "peers"]
         | ["v1", "regions"]
         | ["v1", "agent", "health"]
-        | ["v1", "metrics"] => Need::Open,
+        | ["v1", "metrics"]
+        | [".well-known", "jwks.json" | "openid-configuration"] => Need::Open,
         ["v1", "acl", ..] | ["v1", "namespaces"] | ["v1", "namespace", ..] => Need::Handler,
         // Per path, by the variables rules: the handlers check (and filter lists).
         ["v1", "vars"] | ["v1", "var", ..] => Need::Handler,
@@ -166,8 +172,8 @@ pub(crate) fn need(method: &Method, path: &str) -> Need {
         ["v1", "node", _] | ["v1", "node", _, "allocations"] if read => Need::NodeRead,
         ["v1", "node", ..] => Need::NodeWrite,
         ["v1", "allocations"] => Need::NsList("read-job"),
-        ["v1", "services"] => Need::NsList("read-job"),
-        ["v1", "service", _] => Need::Ns(&["read-job"]),
+        ["v1", "services"] => Need::ServiceRead { list: true },
+        ["v1", "service", _] if read => Need::ServiceRead { list: false },
         ["v1", "service", ..] => Need::Ns(&["submit-job"]),
         ["v1", "allocation", _, "stop"] => Need::Alloc(&["alloc-lifecycle"]),
         ["v1", "allocation", ..] => Need::Alloc(READ_JOB),
@@ -337,6 +343,12 @@ async fn check(st: &ApiState, mut req: Request) -> Result<Request, ApiError> {
                 Some(d) => any_of(&acl, &d.namespace, caps),
                 None => return unknown(&acl, "deployment", req),
             }
+        }
+        Need::ServiceRead { list } => {
+            let ns = query_namespace(query.as_deref());
+            authz.is_workload_in(&ns)
+                || (list && ns == "*")
+                || acl.allow_namespace_operation(&ns, "read-job")
         }
         Need::NodeRead => acl.allow_node_read(),
         Need::NodeWrite => acl.allow_node_write(),

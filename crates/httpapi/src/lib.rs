@@ -22,6 +22,7 @@ pub mod forward;
 pub use csi::HttpCsiTransport;
 mod fs;
 mod host_volumes;
+mod identity;
 mod job_statuses;
 mod jobs;
 mod launch;
@@ -405,6 +406,11 @@ pub fn router(state: ApiState) -> Router {
             axum::routing::post(csi::client_host_volume),
         )
         .route("/v1/volume/host/{*rest}", any(host_volumes::volume))
+        .route("/.well-known/jwks.json", get(identity::jwks))
+        .route(
+            "/.well-known/openid-configuration",
+            get(identity::openid_configuration),
+        )
         .route("/v1/services", get(services::list))
         .route("/v1/service/{*rest}", any(services::service))
         .route(

@@ -268,6 +268,72 @@ pub struct WorkloadIdentity {
     pub ttl: Duration,
 }
 
+/// The default identity's name and audience (Nomad's).
+pub const DEFAULT_IDENTITY: &str = "default";
+pub const DEFAULT_IDENTITY_AUDIENCE: &str = "nomad.io";
+
+impl WorkloadIdentity {
+    /// `default` when unnamed.
+    pub fn name(&self) -> &str {
+        if self.name.is_empty() {
+            DEFAULT_IDENTITY
+        } else {
+            &self.name
+        }
+    }
+
+    /// The `aud` claim: the block's, else Nomad's `nomad.io` for the default identity.
+    pub fn audience(&self) -> Vec<String> {
+        if self.audience.is_empty() && self.name() == DEFAULT_IDENTITY {
+            vec![DEFAULT_IDENTITY_AUDIENCE.to_string()]
+        } else {
+            self.audience.clone()
+        }
+    }
+
+    /// What the client can do with an identity today: sign it once per start and hand it over
+    /// in the environment or `secrets/`. Renewal (`ttl`, `change_mode`, `change_signal`) and
+    /// other places are refused by name rather than ignored.
+    pub fn validate(&self, path: &Path, errs: &mut ValidationErrors) {
+        let not_yet = |field: &str| {
+            format!("identity.{field} is not supported yet (identities are signed once per task start and do not expire)")
+        };
+        errs.check(self.ttl.0 == 0, &path.field("ttl"), not_yet("ttl"));
+        errs.check(
+            self.change_mode.is_empty() || self.change_mode == "noop",
+            &path.field("change_mode"),
+            not_yet("change_mode"),
+        );
+        errs.check(
+            self.change_signal.is_empty(),
+            &path.field("change_signal"),
+            not_yet("change_signal"),
+        );
+        errs.check(
+            self.filepath.is_empty(),
+            &path.field("filepath"),
+            "identity.filepath is not supported yet: with file = true the token is in secrets/",
+        );
+        errs.check(
+            self.service_name.is_empty(),
+            &path.field("service_name"),
+            "identity.service_name is for Consul service identities, which need Consul",
+        );
+        let name_ok = self
+            .name()
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        errs.check(
+            name_ok,
+            &path.field("name"),
+            format!(
+                "identity name {:?} may hold letters, digits, '_' and '-' only",
+                self.name
+            ),
+        );
+    }
+}
+
 const LIFECYCLE_HOOKS: [&str; 3] = ["prestart", "poststart", "poststop"];
 const CHANGE_MODES: [&str; 4] = ["noop", "restart", "signal", "script"];
 const CSI_PLUGIN_TYPES: [&str; 3] = ["monolith", "controller", "node"];
@@ -330,6 +396,18 @@ impl Task {
             &path.field("driver"),
             "driver is required",
         );
+        let mut names = std::collections::BTreeSet::new();
+        let identities = self.identity.iter().chain(&self.identities);
+        for (i, id) in identities.enumerate() {
+            let p = path.field("identity").index(i);
+            id.validate(&p, errs);
+            let name = id.name();
+            errs.check(
+                names.insert(name.to_string()),
+                &p,
+                format!("identity {name:?} is defined twice"),
+            );
+        }
         let mut seen = std::collections::BTreeSet::new();
         for a in &self.actions {
             let p = path.block("action", &a.name);

@@ -421,6 +421,74 @@ pub mod methods {
         /// An allocation's claim is released once the node unmounted the volume.
         pub CsiVolumeUnpublish = "CSIVolume.Unpublish": CsiVolumeUnpublishRequest => ()
     );
+    rpc_method!(
+        /// A client asks for its tasks' workload identities, signed (Nomad's
+        /// `Alloc.SignIdentities`).
+        pub AllocSignIdentities = "Alloc.SignIdentities":
+            AllocSignIdentitiesRequest => AllocSignIdentitiesResponse
+    );
+}
+
+/// One identity a task needs signed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WorkloadIdentityRequest {
+    #[serde(rename = "AllocID")]
+    pub alloc_id: String,
+    #[serde(rename = "TaskName")]
+    pub task_name: String,
+    /// `default`, or the name of one of the task's `identity` blocks.
+    #[serde(rename = "IdentityName")]
+    pub identity_name: String,
+}
+
+/// `Alloc.SignIdentities`: a node's request, checked against its secret; only allocations placed
+/// on that node, not terminal, are signed for.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AllocSignIdentitiesRequest {
+    #[serde(rename = "NodeID")]
+    pub node_id: String,
+    #[serde(rename = "SecretID")]
+    pub secret_id: String,
+    #[serde(rename = "Identities")]
+    pub identities: Vec<WorkloadIdentityRequest>,
+}
+
+/// One signed identity: the JWT, and when it expires (unix seconds; 0: never).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SignedWorkloadIdentity {
+    #[serde(rename = "AllocID")]
+    pub alloc_id: String,
+    #[serde(rename = "TaskName")]
+    pub task_name: String,
+    #[serde(rename = "IdentityName")]
+    pub identity_name: String,
+    #[serde(rename = "JWT")]
+    pub jwt: String,
+    #[serde(rename = "Expiration")]
+    pub expiration: i64,
+}
+
+/// An identity the servers would not sign, and why (the allocation is gone or terminal, the task
+/// or identity is unknown).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WorkloadIdentityRejection {
+    #[serde(rename = "Request")]
+    pub request: WorkloadIdentityRequest,
+    #[serde(rename = "Reason")]
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AllocSignIdentitiesResponse {
+    #[serde(rename = "SignedIdentities")]
+    pub signed: Vec<SignedWorkloadIdentity>,
+    #[serde(rename = "Rejections")]
+    pub rejections: Vec<WorkloadIdentityRejection>,
 }
 
 /// `CSIVolume.Claim` (Nomad's `CSIVolumeClaimRequest`): a client's allocation claims a volume before

@@ -42,6 +42,8 @@ pub fn permission_denied() -> ServerError {
 pub struct Authz {
     pub token: Option<Arc<AclToken>>,
     pub acl: Arc<Acl>,
+    /// The claims of a workload identity the request came with (its token is synthetic).
+    pub workload: Option<Arc<crate::identity::IdentityClaims>>,
 }
 
 impl Authz {
@@ -50,7 +52,15 @@ impl Authz {
         Authz {
             token: None,
             acl: Arc::new(Acl::management()),
+            workload: None,
         }
+    }
+
+    /// A workload identity of namespace `ns`: it may read that namespace's services.
+    pub fn is_workload_in(&self, ns: &str) -> bool {
+        self.workload
+            .as_ref()
+            .is_some_and(|c| c.nomad_namespace == ns)
     }
 
     pub fn is_management(&self) -> bool {
@@ -193,6 +203,10 @@ impl Server {
             return Ok(Arc::new(Authz::allow_all()));
         }
         let snap = self.state().snapshot();
+        if crate::identity::looks_like_jwt(secret) {
+            // Not cached: whether it may act follows its allocation, not the ACL tables.
+            return resolve_identity(&snap, secret).map(Arc::new);
+        }
         let at = acl_tables_index(&snap);
         let cache = self.acl_cache();
         if let Ok(entries) = cache.entries.lock() {
@@ -487,6 +501,7 @@ pub fn resolve_in(snap: &StateSnapshot, secret: &str, now: i64) -> Result<Authz,
         return Ok(Authz {
             token: Some(Arc::new(anonymous_token())),
             acl: Arc::new(compile(snap, &[ANONYMOUS_POLICY.to_string()])),
+            workload: None,
         });
     }
     let Some(token) = snap.acl_token_by_secret(secret) else {
@@ -502,12 +517,44 @@ pub fn resolve_in(snap: &StateSnapshot, secret: &str, now: i64) -> Result<Authz,
         return Ok(Authz {
             token: Some(token),
             acl: Arc::new(Acl::management()),
+            workload: None,
         });
     }
     let names = token_policy_names(snap, &token);
     Ok(Authz {
         acl: Arc::new(compile(snap, &names)),
         token: Some(token),
+        workload: None,
+    })
+}
+
+/// A workload identity: verified against the keyring, its allocation live, with Nomad's
+/// implicit policy and a synthetic client token that names it.
+pub fn resolve_identity(snap: &StateSnapshot, jwt: &str) -> Result<Authz, ServerError> {
+    let now = now_nanos() / 1_000_000_000;
+    let claims =
+        crate::identity::verify(snap, jwt, now).map_err(|e| crate::identity::refused(&e))?;
+    let alloc =
+        crate::identity::live_alloc(snap, &claims).map_err(|e| crate::identity::refused(&e))?;
+    let rules = crate::identity::implicit_policy(&claims, &alloc.task_group);
+    let acl = match jobspec::acl::parse_policy_lenient(&rules) {
+        Ok(policy) => Acl::from_policies(&[&policy]),
+        Err(e) => {
+            return Err(ServerError::internal(format!(
+                "the implicit identity policy: {e}"
+            )))
+        }
+    };
+    let token = AclToken {
+        accessor_id: String::new(),
+        name: format!("workload identity {}", claims.sub),
+        kind: TOKEN_TYPE_CLIENT.into(),
+        ..AclToken::default()
+    };
+    Ok(Authz {
+        token: Some(Arc::new(token)),
+        acl: Arc::new(acl),
+        workload: Some(Arc::new(claims)),
     })
 }
 

@@ -207,6 +207,9 @@ fn table() -> HashMap<&'static str, Endpoint> {
         r.claim
             .ok_or_else(|| ServerError::internal("a claim answered without its result"))
     });
+    t.add::<methods::AllocSignIdentities, _, _>(|s, req| async move {
+        s.alloc_sign_identities(req).await
+    });
     t.add::<methods::CsiVolumeUnpublish, _, _>(|s, req| async move {
         s.csi_write(crate::csi::CsiWrite::Unpublish(req))
             .await

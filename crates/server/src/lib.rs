@@ -18,6 +18,7 @@ pub mod events;
 mod fsm;
 mod handler;
 pub mod http_forward;
+pub mod identity;
 pub mod join;
 mod leader;
 pub use leader::pool;

@@ -22,6 +22,7 @@ pub(crate) const OPEN_METHODS: &[&str] = &[
     methods::AllocGetAllocs::NAME,
     methods::CsiVolumeClaim::NAME,
     methods::CsiVolumeUnpublish::NAME,
+    methods::AllocSignIdentities::NAME,
     crate::methods::AgentHttp::NAME,
     crate::methods::ServerInfoMethod::NAME,
 ];

@@ -238,7 +238,7 @@ impl Server {
     }
 
     /// The active root key, made (through Raft) when the keyring is empty. Leader only.
-    async fn active_key(&self) -> Result<RootKey, ServerError> {
+    pub(crate) async fn active_key(&self) -> Result<RootKey, ServerError> {
         if let Some(key) = self.state().snapshot().active_root_key() {
             return Ok((*key).clone());
         }

@@ -519,7 +519,7 @@ impl Server {
     }
 
     /// The node, if it exists and the secret matches; an empty secret matches nothing.
-    fn known_node(
+    pub(crate) fn known_node(
         &self,
         node_id: &str,
         secret_id: &str,

@@ -1,0 +1,184 @@
+//! Workload identities on a `caravan agent -dev -acl-enabled`: a task's `identity { env file }`
+//! gets a JWT signed by the servers in `NOMAD_TOKEN` and `secrets/nomad_token`, with Nomad's
+//! claims, whose key is published at `/.well-known/jwks.json`; the token reads the task's own
+//! variables and its namespace's services and nothing else, and stops working once its
+//! allocation stops.
+
+mod common;
+
+use base64::Engine;
+use common::{call, json_of, Agent};
+use serde_json::{json, Value};
+
+fn start(name: &str) -> (Agent, String) {
+    let dir = common::temp_dir(name);
+    let data = dir.join("data");
+    let agent = Agent::start(
+        &dir,
+        &[
+            "-dev",
+            "-acl-enabled",
+            "-data-dir",
+            &data.display().to_string(),
+        ],
+    );
+    let (status, body) = call(&agent, "POST", "/v1/acl/bootstrap", "", None);
+    assert_eq!(status, 200, "{body}");
+    let root = json_of(&body)["SecretID"].as_str().unwrap().to_string();
+    agent.wait_until("the dev node is ready", || {
+        let (s, b) = call(&agent, "GET", "/v1/nodes", &root, None);
+        s == 200 && b.contains("\"ready\"")
+    });
+    (agent, root)
+}
+
+/// A raw_exec task that copies its token from the environment and from `secrets/` into
+/// `local/`, then waits.
+fn job(id: &str) -> Value {
+    json!({"Job": {"ID": id, "Type": "service", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "web", "Count": 1,
+            "Services": [{"Name": format!("{id}-svc"), "Provider": "nomad"}],
+            "Tasks": [{
+            "Name": "server", "Driver": "raw_exec",
+            "Config": {"command": "/bin/sh", "args": ["-c",
+                "printf %s \"$NOMAD_TOKEN\" > local/env_token; cp secrets/nomad_token local/file_token; exec sleep 600"]},
+            "Identity": {"Env": true, "File": true},
+            "Resources": {"CPU": 20, "MemoryMB": 20}}]}]}})
+}
+
+fn claims_of(jwt: &str) -> Value {
+    let body = jwt.split('.').nth(1).expect("a JWT has three parts");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(body)
+        .expect("base64url claims");
+    serde_json::from_slice(&bytes).expect("JSON claims")
+}
+
+fn header_of(jwt: &str) -> Value {
+    let head = jwt.split('.').next().unwrap();
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(head)
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+#[test]
+fn a_tasks_identity_is_a_signed_token_that_reads_only_its_own_variables() {
+    let (agent, root) = start("identity");
+    for id in ["web", "other"] {
+        let (s, b) = call(&agent, "PUT", "/v1/jobs", &root, Some(&job(id)));
+        assert_eq!(s, 200, "{b}");
+    }
+    for (path, value) in [
+        ("nomad/jobs/web", "job"),
+        ("nomad/jobs/web/web/server", "task"),
+        ("nomad/jobs/other", "not yours"),
+    ] {
+        let body = json!({"Items": {"v": value}});
+        let (s, b) = call(
+            &agent,
+            "PUT",
+            &format!("/v1/var/{path}"),
+            &root,
+            Some(&body),
+        );
+        assert_eq!(s, 200, "{b}");
+    }
+
+    // The token, as the task sees it.
+    let mut alloc_id = String::new();
+    let mut tokens = (String::new(), String::new());
+    agent.wait_until("the task wrote its tokens", || {
+        let (s, b) = call(&agent, "GET", "/v1/job/web/allocations", &root, None);
+        if s != 200 {
+            return false;
+        }
+        let Some(id) = json_of(&b)[0]["ID"].as_str().map(String::from) else {
+            return false;
+        };
+        alloc_id = id;
+        let cat = |file: &str| {
+            let path = format!("/v1/client/fs/cat/{alloc_id}?path=server/local/{file}");
+            let (s, b) = call(&agent, "GET", &path, &root, None);
+            (s == 200 && !b.is_empty()).then_some(b)
+        };
+        match (cat("env_token"), cat("file_token")) {
+            (Some(e), Some(f)) => {
+                tokens = (e, f);
+                true
+            }
+            _ => false,
+        }
+    });
+    let (env_token, file_token) = tokens;
+    assert_eq!(env_token, file_token, "NOMAD_TOKEN and secrets/nomad_token");
+    let claims = claims_of(&env_token);
+    assert_eq!(claims["nomad_namespace"], "default");
+    assert_eq!(claims["nomad_job_id"], "web");
+    assert_eq!(claims["nomad_allocation_id"], alloc_id.as_str());
+    assert_eq!(claims["nomad_task"], "server");
+    assert_eq!(claims["sub"], "global:default:web:web:server:default");
+    assert_eq!(claims["aud"], json!(["nomad.io"]));
+
+    // Its key is published.
+    let (s, b) = call(&agent, "GET", "/.well-known/jwks.json", "", None);
+    assert_eq!(s, 200, "{b}");
+    let jwks = json_of(&b);
+    let kid = header_of(&env_token)["kid"].clone();
+    let key = jwks["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["kid"] == kid)
+        .unwrap_or_else(|| panic!("no key {kid} in {jwks}"));
+    assert_eq!(
+        (key["kty"].as_str(), key["crv"].as_str()),
+        (Some("OKP"), Some("Ed25519"))
+    );
+    let (s, b) = call(&agent, "GET", "/.well-known/openid-configuration", "", None);
+    assert_eq!(s, 200, "{b}");
+    assert!(json_of(&b)["jwks_uri"]
+        .as_str()
+        .unwrap()
+        .ends_with("/.well-known/jwks.json"));
+
+    // What it may do: its own variables and its namespace's services; nothing else.
+    let token = env_token.as_str();
+    for path in ["nomad/jobs/web", "nomad/jobs/web/web/server"] {
+        let (s, b) = call(&agent, "GET", &format!("/v1/var/{path}"), token, None);
+        assert_eq!(s, 200, "{path}: {b}");
+    }
+    let (s, _) = call(&agent, "GET", "/v1/var/nomad/jobs/other", token, None);
+    assert_eq!(s, 403, "another job's variable");
+    let (s, _) = call(&agent, "GET", "/v1/jobs", token, None);
+    assert_eq!(s, 403, "jobs are not the identity's to read");
+    agent.wait_until("the service is registered", || {
+        let (s, b) = call(&agent, "GET", "/v1/service/web-svc", token, None);
+        s == 200 && json_of(&b).as_array().is_some_and(|a| a.len() == 1)
+    });
+
+    // A token changed by one character is nobody's.
+    let mut forged: Vec<u8> = env_token.clone().into_bytes();
+    let at = forged.len() - 5;
+    forged[at] = if forged[at] == b'A' { b'B' } else { b'A' };
+    let forged = String::from_utf8(forged).unwrap();
+    let (s, b) = call(&agent, "GET", "/v1/var/nomad/jobs/web", &forged, None);
+    assert_eq!(s, 403, "{b}");
+
+    // Once the allocation stops, the token is refused.
+    let (s, b) = call(&agent, "DELETE", "/v1/job/web", &root, None);
+    assert_eq!(s, 200, "{b}");
+    agent.wait_until("the stopped allocation's identity is refused", || {
+        call(&agent, "GET", "/v1/var/nomad/jobs/web", token, None).0 == 403
+    });
+}
+
+#[test]
+fn identity_settings_that_are_not_built_are_refused_by_field() {
+    let (agent, root) = start("identity-refused");
+    let mut j = job("ttl");
+    j["Job"]["TaskGroups"][0]["Tasks"][0]["Identity"]["TTL"] = json!(3_600_000_000_000i64);
+    let (s, b) = call(&agent, "PUT", "/v1/jobs", &root, Some(&j));
+    assert_eq!(s, 400, "{b}");
+    assert!(b.contains("ttl") && b.contains("not supported yet"), "{b}");
+}
