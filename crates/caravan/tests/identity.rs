@@ -182,3 +182,115 @@ fn identity_settings_that_are_not_built_are_refused_by_field() {
     assert_eq!(s, 400, "{b}");
     assert!(b.contains("ttl") && b.contains("not supported yet"), "{b}");
 }
+
+/// A raw_exec task that only waits, with `extra` merged into its group.
+fn sleeper(id: &str, group: Value, task: Value) -> Value {
+    let mut j = json!({"Job": {"ID": id, "Type": "service", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "g", "Count": 1, "Tasks": [{
+            "Name": "t", "Driver": "raw_exec",
+            "Config": {"command": "/bin/sleep", "args": ["600"]},
+            "Resources": {"CPU": 20, "MemoryMB": 20}}]}]}});
+    for (k, v) in group.as_object().unwrap() {
+        j["Job"]["TaskGroups"][0][k] = v.clone();
+    }
+    for (k, v) in task.as_object().unwrap() {
+        j["Job"]["TaskGroups"][0]["Tasks"][0][k] = v.clone();
+    }
+    j
+}
+
+fn first_alloc(agent: &Agent, token: &str, job: &str) -> Option<Value> {
+    let (s, b) = call(
+        agent,
+        "GET",
+        &format!("/v1/job/{job}/allocations"),
+        token,
+        None,
+    );
+    (s == 200)
+        .then(|| json_of(&b)[0].clone())
+        .filter(|a| a.is_object())
+}
+
+#[test]
+fn templates_read_services_and_the_tasks_own_variables_through_its_identity() {
+    let (agent, root) = start("identity-templates");
+    let db = sleeper(
+        "db",
+        json!({"Networks": [{"DynamicPorts": [{"Label": "db"}]}],
+               "Services": [{"Name": "db-svc", "Provider": "nomad", "PortLabel": "db"}]}),
+        json!({}),
+    );
+    let (s, b) = call(&agent, "PUT", "/v1/jobs", &root, Some(&db));
+    assert_eq!(s, 200, "{b}");
+    let body = json!({"Items": {"secret": "s3cr3t"}});
+    let (s, b) = call(&agent, "PUT", "/v1/var/nomad/jobs/app", &root, Some(&body));
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = call(&agent, "PUT", "/v1/var/nomad/jobs/db", &root, Some(&body));
+    assert_eq!(s, 200, "{b}");
+
+    let tmpl = "{{ range nomadService \"db-svc\" }}{{ .Address }}:{{ .Port }}{{ end }}\n\
+                {{ with nomadVar \"nomad/jobs/app\" }}{{ .secret }}{{ end }}\n";
+    let app = sleeper(
+        "app",
+        json!({}),
+        json!({"Templates": [{"EmbeddedTmpl": tmpl, "DestPath": "local/out.txt", "ChangeMode": "noop"}]}),
+    );
+    let (s, b) = call(&agent, "PUT", "/v1/jobs", &root, Some(&app));
+    assert_eq!(s, 200, "{b}");
+
+    let db_addr = || -> Option<String> {
+        let (s, b) = call(&agent, "GET", "/v1/service/db-svc", &root, None);
+        let regs = json_of(&b);
+        (s == 200)
+            .then(|| regs.as_array().and_then(|a| a.first().cloned()))
+            .flatten()
+            .map(|r| format!("{}:{}", r["Address"].as_str().unwrap_or(""), r["Port"]))
+    };
+    let out = |alloc: &str| {
+        let path = format!("/v1/client/fs/cat/{alloc}?path=t/local/out.txt");
+        let (s, b) = call(&agent, "GET", &path, &root, None);
+        (s == 200).then_some(b)
+    };
+    let mut app_alloc = String::new();
+    let mut expected = String::new();
+    agent.wait_until("the template rendered the service and the variable", || {
+        let Some(a) = first_alloc(&agent, &root, "app") else {
+            return false;
+        };
+        app_alloc = a["ID"].as_str().unwrap_or_default().to_string();
+        let Some(addr) = db_addr() else { return false };
+        expected = format!("{addr}\ns3cr3t\n");
+        out(&app_alloc).as_deref() == Some(expected.as_str())
+    });
+
+    // The service goes: the template renders again without it.
+    let (s, b) = call(&agent, "DELETE", "/v1/job/db", &root, None);
+    assert_eq!(s, 200, "{b}");
+    agent.wait_until("the template re-rendered without the service", || {
+        out(&app_alloc).as_deref() == Some("\ns3cr3t\n")
+    });
+
+    // Another job's variable is not the task's to read: the template fails with the refusal.
+    let spy = sleeper(
+        "spy",
+        json!({"RestartPolicy": {"Attempts": 0, "Mode": "fail"}}),
+        json!({"Templates": [{"EmbeddedTmpl": "{{ with nomadVar \"nomad/jobs/db\" }}{{ .secret }}{{ end }}",
+                              "DestPath": "local/stolen.txt"}]}),
+    );
+    let (s, b) = call(&agent, "PUT", "/v1/jobs", &root, Some(&spy));
+    assert_eq!(s, 200, "{b}");
+    agent.wait_until("the spy's template is refused", || {
+        first_alloc(&agent, &root, "spy").is_some_and(|a| {
+            a["TaskStates"]["t"]["Events"]
+                .as_array()
+                .is_some_and(|evs| {
+                    evs.iter().any(|e| {
+                        e["DisplayMessage"]
+                            .as_str()
+                            .is_some_and(|m| m.contains("403"))
+                    })
+                })
+        })
+    });
+}

@@ -47,6 +47,11 @@ pub trait ServerConn: Send + Sync + 'static {
     fn csi_claim(&self, req: CsiVolumeClaimRequest) -> ConnFuture<'_, CsiVolumeClaimResponse>;
     /// `CSIVolume.Unpublish`: release an allocation's claim once the node has unmounted it.
     fn csi_unpublish(&self, req: CsiVolumeUnpublishRequest) -> ConnFuture<'_, ()>;
+    /// `Agent.Http`: a request to the servers' HTTP API (its own token decides what it may do).
+    fn http(
+        &self,
+        req: model::wire::HttpForwardRequest,
+    ) -> ConnFuture<'_, model::wire::HttpForwardResponse>;
     /// `Alloc.SignIdentities`: the workload identities of this node's tasks, signed.
     fn sign_identities(
         &self,
@@ -252,6 +257,16 @@ impl ServerConn for RpcServerConn {
     ) -> ConnFuture<'_, AllocSignIdentitiesResponse> {
         Box::pin(async move {
             self.call::<methods::AllocSignIdentities>(&req, SERVER_CALL_TIMEOUT)
+                .await
+        })
+    }
+
+    fn http(
+        &self,
+        req: model::wire::HttpForwardRequest,
+    ) -> ConnFuture<'_, model::wire::HttpForwardResponse> {
+        Box::pin(async move {
+            self.call::<methods::AgentHttp>(&req, SERVER_CALL_TIMEOUT)
                 .await
         })
     }

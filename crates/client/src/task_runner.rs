@@ -110,6 +110,8 @@ pub(crate) struct TaskRunner {
     hook_env: BTreeMap<String, String>,
     /// `NOMAD_TOKEN` (and `NOMAD_TOKEN_<name>`) of identities with `env = true`.
     identity_env: BTreeMap<String, String>,
+    /// The servers' API through the default identity, for templates (`nomadVar`, ...).
+    nomad_api: Option<Arc<task_hooks::nomad_api::NomadApi>>,
     /// A CSI plugin task's supervisor while its process runs (probes, registration).
     supervisor: Option<PluginSupervisor>,
     /// The task's templates, rendered again while it runs (`change_mode`); `None` without
@@ -168,6 +170,7 @@ impl TaskRunner {
             prestart_done: false,
             hook_env: BTreeMap::new(),
             identity_env: BTreeMap::new(),
+            nomad_api: None,
             supervisor: None,
             templates: None,
             name,
@@ -270,7 +273,9 @@ impl TaskRunner {
             Ok((env, dir)) => {
                 let rendered = task_hooks::rendered_on_disk(&task, &env, &dir);
                 let rng = Rng::new(self.rng.next_u64());
-                self.templates = TemplateWatch::new(task, env, dir, rendered, rng);
+                // A reattached task's identity was not kept: its templates re-render without
+                // the servers (nomadService/nomadVar fail and the old files stay).
+                self.templates = TemplateWatch::new(task, env, dir, rendered, rng, None);
             }
             Err(e) => {
                 tracing::warn!(task = %self.name, error = %e, "cannot watch the reattached task's templates");
@@ -397,16 +402,19 @@ impl TaskRunner {
             }
         }
         let watched = (task.clone(), env.clone(), dir.clone());
-        let rendered =
-            tokio::task::spawn_blocking(move || task_hooks::render_templates(&task, &env, &dir))
-                .await
-                .unwrap_or_else(|e| Err(format!("the template worker failed: {e}")));
+        let nomad = self.nomad_api.clone();
+        let rendered = tokio::task::spawn_blocking(move || {
+            task_hooks::render_templates(&task, &env, &dir, nomad.as_deref())
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("the template worker failed: {e}")));
         match rendered {
             Ok(rendered) => {
                 self.hook_env = rendered.vars.clone();
                 let (task, env, dir) = watched;
                 let rng = Rng::new(self.rng.next_u64());
-                self.templates = TemplateWatch::new(task, env, dir, rendered, rng);
+                let nomad = self.nomad_api.clone();
+                self.templates = TemplateWatch::new(task, env, dir, rendered, rng, nomad);
             }
             Err(msg) => return Err(self.hook_failed(events::template_failed(&msg), false).await),
         }
@@ -424,12 +432,22 @@ impl TaskRunner {
         task: &Task,
         dir: &drivers::TaskDir,
     ) -> Result<(), String> {
-        let wanted: Vec<&model::task::WorkloadIdentity> = task
+        let mut wanted: Vec<&model::task::WorkloadIdentity> = task
             .identity
             .iter()
             .chain(&task.identities)
             .filter(|i| i.env || i.file)
             .collect();
+        // Templates read the servers through the default identity (block or not).
+        let implicit = model::task::WorkloadIdentity::default();
+        let for_templates = !task.templates.is_empty();
+        if for_templates
+            && !wanted
+                .iter()
+                .any(|i| i.name() == model::task::DEFAULT_IDENTITY)
+        {
+            wanted.push(task.identity.as_ref().unwrap_or(&implicit));
+        }
         if wanted.is_empty() {
             return Ok(());
         }
@@ -468,6 +486,14 @@ impl TaskRunner {
                 .map(|s| s.jwt.clone())
                 .ok_or_else(|| format!("the servers did not sign identity {name:?}"))?;
             let default = name == model::task::DEFAULT_IDENTITY;
+            if default && for_templates {
+                self.nomad_api = Some(Arc::new(task_hooks::nomad_api::NomadApi::new(
+                    Arc::clone(&self.ctx.conn),
+                    jwt.clone(),
+                    alloc.namespace.clone(),
+                    tokio::runtime::Handle::current(),
+                )));
+            }
             if id.env {
                 let var = if default {
                     "NOMAD_TOKEN".to_string()

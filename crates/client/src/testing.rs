@@ -320,6 +320,21 @@ impl ServerConn for FakeServer {
         })
     }
 
+    /// Serves no HTTP API.
+    fn http(
+        &self,
+        _req: model::wire::HttpForwardRequest,
+    ) -> ConnFuture<'_, model::wire::HttpForwardResponse> {
+        Box::pin(async move {
+            self.check_up()?;
+            Ok(model::wire::HttpForwardResponse::new(
+                501,
+                Vec::new(),
+                b"the fake server serves no HTTP API",
+            ))
+        })
+    }
+
     /// Signs nothing real: each token names what it is for.
     fn sign_identities(
         &self,

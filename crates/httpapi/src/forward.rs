@@ -752,7 +752,7 @@ impl HttpHandler for RouterHandler {
             };
             let body = match req.body_bytes() {
                 Ok(b) => b,
-                Err(e) => return fail(400, e.to_string()),
+                Err(e) => return fail(400, e),
             };
             let Ok(method) = Method::from_bytes(req.method.as_bytes()) else {
                 return fail(400, format!("invalid method {:?}", req.method));

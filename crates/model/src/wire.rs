@@ -422,6 +422,11 @@ pub mod methods {
         pub CsiVolumeUnpublish = "CSIVolume.Unpublish": CsiVolumeUnpublishRequest => ()
     );
     rpc_method!(
+        /// An HTTP request a client agent (or a follower's HTTP layer, or a task's template
+        /// through the client) hands a server to answer through its own HTTP API.
+        pub AgentHttp = "Agent.Http": super::HttpForwardRequest => super::HttpForwardResponse
+    );
+    rpc_method!(
         /// A client asks for its tasks' workload identities, signed (Nomad's
         /// `Alloc.SignIdentities`).
         pub AllocSignIdentities = "Alloc.SignIdentities":
@@ -963,4 +968,61 @@ pub struct CsiCallError {
     pub code: i32,
     #[serde(rename = "Message")]
     pub message: String,
+}
+
+/// One HTTP request, as forwarded over `Agent.Http`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct HttpForwardRequest {
+    pub method: String,
+    /// Path and query: `/v1/jobs?prefix=web`.
+    pub uri: String,
+    pub headers: Vec<(String, String)>,
+    /// The body, base64.
+    pub body: String,
+}
+
+/// Its answer.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct HttpForwardResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    /// The body, base64.
+    pub body: String,
+}
+
+impl HttpForwardRequest {
+    pub fn new(method: &str, uri: &str, headers: Vec<(String, String)>, body: &[u8]) -> Self {
+        use base64::Engine as _;
+        HttpForwardRequest {
+            method: method.into(),
+            uri: uri.into(),
+            headers,
+            body: base64::engine::general_purpose::STANDARD.encode(body),
+        }
+    }
+
+    pub fn body_bytes(&self) -> Result<Vec<u8>, String> {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD
+            .decode(&self.body)
+            .map_err(|e| format!("forwarded body is not base64: {e}"))
+    }
+}
+
+impl HttpForwardResponse {
+    pub fn new(status: u16, headers: Vec<(String, String)>, body: &[u8]) -> Self {
+        use base64::Engine as _;
+        HttpForwardResponse {
+            status,
+            headers,
+            body: base64::engine::general_purpose::STANDARD.encode(body),
+        }
+    }
+
+    pub fn body_bytes(&self) -> Vec<u8> {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD
+            .decode(&self.body)
+            .unwrap_or_default()
+    }
 }

@@ -5,9 +5,7 @@
 
 use crate::error::ServerError;
 use crate::server::Server;
-use base64::Engine;
 use futures::future::BoxFuture;
-use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// The header a server sets on a request it forwards to the leader, so it is never forwarded again.
@@ -15,58 +13,7 @@ pub const FORWARDED_HEADER: &str = "x-caravan-forwarded";
 /// A forwarded read may be a blocking query (up to 10 minutes), plus slack.
 const READ_FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(11 * 60);
 
-/// One HTTP request, as forwarded.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct HttpForwardRequest {
-    pub method: String,
-    /// Path and query: `/v1/jobs?prefix=web`.
-    pub uri: String,
-    pub headers: Vec<(String, String)>,
-    /// The body, base64.
-    pub body: String,
-}
-
-/// Its answer.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct HttpForwardResponse {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    /// The body, base64.
-    pub body: String,
-}
-
-impl HttpForwardRequest {
-    pub fn new(method: &str, uri: &str, headers: Vec<(String, String)>, body: &[u8]) -> Self {
-        HttpForwardRequest {
-            method: method.into(),
-            uri: uri.into(),
-            headers,
-            body: base64::engine::general_purpose::STANDARD.encode(body),
-        }
-    }
-
-    pub fn body_bytes(&self) -> Result<Vec<u8>, ServerError> {
-        base64::engine::general_purpose::STANDARD
-            .decode(&self.body)
-            .map_err(|e| ServerError::bad_request(format!("forwarded body is not base64: {e}")))
-    }
-}
-
-impl HttpForwardResponse {
-    pub fn new(status: u16, headers: Vec<(String, String)>, body: &[u8]) -> Self {
-        HttpForwardResponse {
-            status,
-            headers,
-            body: base64::engine::general_purpose::STANDARD.encode(body),
-        }
-    }
-
-    pub fn body_bytes(&self) -> Vec<u8> {
-        base64::engine::general_purpose::STANDARD
-            .decode(&self.body)
-            .unwrap_or_default()
-    }
-}
+pub use model::wire::{HttpForwardRequest, HttpForwardResponse};
 
 /// The server's HTTP API, as the agent installed it.
 pub trait HttpHandler: Send + Sync {

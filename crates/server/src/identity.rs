@@ -281,11 +281,14 @@ fn claims_for(
         .find(|g| g.name == alloc.task_group)
         .and_then(|g| g.tasks.iter().find(|t| t.name == r.task_name))
         .ok_or_else(|| format!("allocation {} has no task {:?}", r.alloc_id, r.task_name))?;
+    // Every task has the default identity (Nomad's), whether or not it has a block for it.
+    let implicit = model::task::WorkloadIdentity::default();
     let identity = task
         .identity
         .iter()
         .chain(&task.identities)
         .find(|i| i.name() == r.identity_name)
+        .or((r.identity_name == model::task::DEFAULT_IDENTITY).then_some(&implicit))
         .ok_or_else(|| {
             format!(
                 "task {:?} has no identity {:?}",

@@ -10,7 +10,6 @@ use crate::endpoints::deployment::DeploymentAction;
 use crate::endpoints::job::JobRegisterRequest;
 use crate::endpoints::plan::JobPlanRequest;
 use crate::endpoints::scheduler_config::{SchedulerSetConfigRequest, SchedulerSetConfigResponse};
-use crate::http_forward::{HttpForwardRequest, HttpForwardResponse};
 use crate::join::{JoinRequest, ServerInfo};
 use crate::variables::{KeyringWrite, KeyringWriteResponse, VarWrite, VarWriteResponse};
 use model::rpc_method;
@@ -219,7 +218,6 @@ rpc_method!(
     pub AutopilotServerHealth = "Operator.ServerHealth":
         () => model::autopilot::OperatorHealthReply
 );
-rpc_method!(
-    /// An HTTP request a client agent (or a follower's HTTP layer) hands a server to answer.
-    pub AgentHttp = "Agent.Http": HttpForwardRequest => HttpForwardResponse
-);
+
+/// `Agent.Http` is a client method too (client agents and task templates send it).
+pub use model::wire::methods::AgentHttp;

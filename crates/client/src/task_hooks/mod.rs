@@ -10,6 +10,7 @@
 //! and what to do; the task runner turns them into task events.
 
 pub(crate) mod artifact;
+pub(crate) mod nomad_api;
 pub(crate) mod template;
 pub(crate) mod watch;
 
@@ -103,11 +104,16 @@ struct TaskHost<'a> {
     env: &'a BTreeMap<String, String>,
     root: &'a Path,
     fs: &'a AllocFs,
+    nomad: Option<&'a nomad_api::NomadApi>,
 }
 
 impl template::Host for TaskHost<'_> {
     fn env(&self, name: &str) -> Option<String> {
         self.env.get(name).cloned()
+    }
+
+    fn nomad(&self) -> Option<&nomad_api::NomadApi> {
+        self.nomad
     }
 
     fn file(&self, path: &str) -> Result<String, String> {
@@ -130,13 +136,14 @@ pub(crate) fn render_templates(
     task: &Task,
     env: &TaskEnv,
     dir: &TaskDir,
+    nomad: Option<&nomad_api::NomadApi>,
 ) -> Result<Rendered, String> {
     let mut rendered = Rendered::default();
     let fs = alloc_fs(dir)?;
     for t in &task.templates {
         let dest = env.interpolate(&t.dest_path);
-        let (path, out, mode) =
-            render_one(t, &dest, env, dir, &fs).map_err(|e| format!("template {dest:?}: {e}"))?;
+        let (path, out, mode) = render_one(t, &dest, env, dir, &fs, nomad)
+            .map_err(|e| format!("template {dest:?}: {e}"))?;
         write_file(&fs, &path, out.as_bytes(), mode)
             .map_err(|e| format!("template {dest:?}: {e}"))?;
         rendered.outputs.push(out);
@@ -152,6 +159,7 @@ pub(crate) fn rerender_templates(
     task: &Task,
     env: &TaskEnv,
     dir: &TaskDir,
+    nomad: Option<&nomad_api::NomadApi>,
     previous: &mut Rendered,
 ) -> Result<Vec<usize>, String> {
     let fs = alloc_fs(dir)?;
@@ -159,7 +167,8 @@ pub(crate) fn rerender_templates(
     for t in &task.templates {
         let dest = env.interpolate(&t.dest_path);
         fresh.push(
-            render_one(t, &dest, env, dir, &fs).map_err(|e| format!("template {dest:?}: {e}"))?,
+            render_one(t, &dest, env, dir, &fs, nomad)
+                .map_err(|e| format!("template {dest:?}: {e}"))?,
         );
     }
     let mut changed = Vec::new();
@@ -223,6 +232,7 @@ fn render_one(
     env: &TaskEnv,
     dir: &TaskDir,
     fs: &AllocFs,
+    nomad: Option<&nomad_api::NomadApi>,
 ) -> Result<(PathBuf, String, u32), String> {
     let path = confine(&dir.dir, dest, "destination")?;
     let src = if t.embedded_tmpl.is_empty() {
@@ -248,6 +258,7 @@ fn render_one(
         env: env.env(),
         root: &dir.dir,
         fs,
+        nomad,
     };
     let out = template::render(&src, &opts, &host).map_err(|e| e.to_string())?;
     let perms = t.perms.as_deref().unwrap_or("644");

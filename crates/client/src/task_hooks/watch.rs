@@ -45,6 +45,8 @@ pub(crate) struct TemplateWatch {
     dir: TaskDir,
     rendered: Rendered,
     rng: Rng,
+    /// The servers' API through the task's identity, for `nomadService`/`nomadVar`.
+    nomad: Option<std::sync::Arc<super::nomad_api::NomadApi>>,
     /// The last re-render error, so a template that stays broken is logged once.
     last_error: Option<String>,
 }
@@ -58,6 +60,7 @@ impl TemplateWatch {
         dir: TaskDir,
         rendered: Rendered,
         rng: Rng,
+        nomad: Option<std::sync::Arc<super::nomad_api::NomadApi>>,
     ) -> Option<Self> {
         (!task.templates.is_empty()).then_some(TemplateWatch {
             task,
@@ -65,6 +68,7 @@ impl TemplateWatch {
             dir,
             rendered,
             rng,
+            nomad,
             last_error: None,
         })
     }
@@ -76,8 +80,10 @@ impl TemplateWatch {
             tokio::time::sleep(TEMPLATE_WATCH_PERIOD).await;
             let (task, env, dir) = (self.task.clone(), self.env.clone(), self.dir.clone());
             let mut rendered = self.rendered.clone();
+            let nomad = self.nomad.clone();
             let pass = tokio::task::spawn_blocking(move || {
-                rerender_templates(&task, &env, &dir, &mut rendered).map(|c| (c, rendered))
+                rerender_templates(&task, &env, &dir, nomad.as_deref(), &mut rendered)
+                    .map(|c| (c, rendered))
             })
             .await
             .unwrap_or_else(|e| Err(format!("the template worker failed: {e}")));
@@ -218,17 +224,17 @@ mod tests {
         fixed.dest_path = "local/fixed".into();
         let t = task(vec![reads, fixed]);
         let env = TaskEnv::default();
-        let mut rendered = super::super::render_templates(&t, &env, &dir).unwrap();
+        let mut rendered = super::super::render_templates(&t, &env, &dir, None).unwrap();
         assert_eq!(rendered.outputs, ["value=one", "x"]);
         assert_eq!(rendered.vars.get("value").map(String::as_str), Some("one"));
 
-        assert!(rerender_templates(&t, &env, &dir, &mut rendered)
+        assert!(rerender_templates(&t, &env, &dir, None, &mut rendered)
             .unwrap()
             .is_empty());
         std::fs::write(root.join("local/input"), "two").unwrap();
         std::fs::write(root.join("local/fixed"), "edited by the task").unwrap();
         assert_eq!(
-            rerender_templates(&t, &env, &dir, &mut rendered).unwrap(),
+            rerender_templates(&t, &env, &dir, None, &mut rendered).unwrap(),
             [0]
         );
         assert_eq!(
@@ -243,7 +249,7 @@ mod tests {
         assert_eq!(rendered.vars.get("value").map(String::as_str), Some("two"));
 
         std::fs::remove_file(root.join("local/input")).unwrap();
-        assert!(rerender_templates(&t, &env, &dir, &mut rendered).is_err());
+        assert!(rerender_templates(&t, &env, &dir, None, &mut rendered).is_err());
         assert_eq!(
             std::fs::read_to_string(root.join("local/reads")).unwrap(),
             "value=two",
@@ -271,14 +277,14 @@ mod tests {
         t.dest_path = "local/out.txt".into();
         let t = task(vec![t]);
         let env = TaskEnv::default();
-        let mut rendered = super::super::render_templates(&t, &env, &dir).unwrap();
+        let mut rendered = super::super::render_templates(&t, &env, &dir, None).unwrap();
 
         // A temp name the client might use, planted as a symlink: not followed either.
         let planted = root.join("local/.out.txt.caravan-tmp");
         std::os::unix::fs::symlink(&passwd, &planted).unwrap();
         std::fs::write(root.join("secrets/input"), "one and a half").unwrap();
         assert_eq!(
-            rerender_templates(&t, &env, &dir, &mut rendered).unwrap(),
+            rerender_templates(&t, &env, &dir, None, &mut rendered).unwrap(),
             [0]
         );
         assert_eq!(
@@ -292,7 +298,7 @@ mod tests {
         std::os::unix::fs::symlink(&passwd, &out).unwrap();
         std::fs::write(root.join("secrets/input"), "two").unwrap();
         assert_eq!(
-            rerender_templates(&t, &env, &dir, &mut rendered).unwrap(),
+            rerender_templates(&t, &env, &dir, None, &mut rendered).unwrap(),
             [0]
         );
         assert_eq!(
@@ -311,7 +317,7 @@ mod tests {
         std::fs::remove_dir_all(root.join("local")).unwrap();
         std::os::unix::fs::symlink(&elsewhere, root.join("local")).unwrap();
         std::fs::write(root.join("secrets/input"), "three").unwrap();
-        let err = rerender_templates(&t, &env, &dir, &mut rendered).unwrap_err();
+        let err = rerender_templates(&t, &env, &dir, None, &mut rendered).unwrap_err();
         assert!(err.contains("local is a symlink"), "{err}");
         assert!(std::fs::read_dir(&elsewhere).unwrap().next().is_none());
 
@@ -321,7 +327,7 @@ mod tests {
         std::fs::create_dir_all(root.join("local")).unwrap();
         std::fs::remove_file(root.join("secrets/input")).unwrap();
         std::os::unix::fs::symlink(&passwd, root.join("secrets/input")).unwrap();
-        let err = rerender_templates(&t, &env, &dir, &mut rendered).unwrap_err();
+        let err = rerender_templates(&t, &env, &dir, None, &mut rendered).unwrap_err();
         assert!(err.contains("secrets/input is a symlink"), "{err}");
     }
 }

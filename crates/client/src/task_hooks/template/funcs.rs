@@ -1,5 +1,6 @@
-//! The template functions: Go's builtins and the consul-template functions that need no
-//! Consul, Vault or Nomad API. Functions that do are known by name and refused with the reason.
+//! The template functions: Go's builtins, the consul-template functions that need no Consul or
+//! Vault, and Nomad's (`nomadService`, `nomadVar`, ...) through the host. Functions that need
+//! Consul or Vault are known by name and refused with the reason.
 
 use super::value::Value;
 use super::Host;
@@ -8,7 +9,7 @@ use std::cmp::Ordering;
 
 /// consul-template functions that need a service Caravan does not integrate with yet, and
 /// what each needs.
-const UNSUPPORTED: [(&str, &str); 24] = [
+const UNSUPPORTED: [(&str, &str); 18] = [
     ("key", "Consul"),
     ("keyExists", "Consul"),
     ("keyOrDefault", "Consul"),
@@ -27,16 +28,16 @@ const UNSUPPORTED: [(&str, &str); 24] = [
     ("secret", "Vault"),
     ("secrets", "Vault"),
     ("pkiCert", "Vault"),
-    ("nomadVar", "Nomad variables"),
-    ("nomadVarList", "Nomad variables"),
-    ("nomadVarListSafe", "Nomad variables"),
-    ("nomadVarExists", "Nomad variables"),
-    ("nomadService", "Nomad services"),
-    ("nomadServices", "Nomad services"),
 ];
 
-const SUPPORTED: [&str; 33] = [
+const SUPPORTED: [&str; 39] = [
     "env",
+    "nomadService",
+    "nomadServices",
+    "nomadVar",
+    "nomadVarExists",
+    "nomadVarList",
+    "nomadVarListSafe",
     "file",
     "toUpper",
     "toLower",
@@ -120,7 +121,41 @@ pub(super) fn call(name: &str, args: Vec<Value>, host: &dyn Host) -> Result<Valu
             let parts: Vec<String> = items.iter().map(ToString::to_string).collect();
             Ok(Value::Str(parts.join(&text(name, &sep)?)))
         }
+        "nomadService" | "nomadServices" | "nomadVar" | "nomadVarExists" | "nomadVarList"
+        | "nomadVarListSafe" => nomad(name, args, host),
         _ => string_func(name, args, host),
+    }
+}
+
+/// Nomad's functions, read through the task's identity.
+fn nomad(name: &str, args: Vec<Value>, host: &dyn Host) -> Result<Value, String> {
+    let api = host.nomad().ok_or_else(|| {
+        format!("{name}: this template has no access to the servers (the task has no identity)")
+    })?;
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| text(name, a))
+        .collect::<Result<_, _>>()?;
+    let list = |items: Vec<serde_json::Value>| {
+        Value::List(items.into_iter().map(Value::from_json).collect())
+    };
+    match (name, args.as_slice()) {
+        ("nomadService", [service]) => api.service(service).map(list),
+        ("nomadService", [_, _, _]) => Err(
+            "nomadService with a count and a key (rendezvous choice) is not supported yet; use nomadService \"name\""
+                .into(),
+        ),
+        ("nomadServices", []) => api.services().map(list),
+        ("nomadVar", [path]) => match api.var(path)? {
+            Some(items) => Ok(Value::from_json(items)),
+            // Nomad waits for the variable to exist; the render fails instead, and is tried again.
+            None => Err(format!("nomadVar: no variable at {path:?}")),
+        },
+        ("nomadVarExists", [path]) => Ok(Value::Bool(api.var(path)?.is_some())),
+        ("nomadVarList", []) | ("nomadVarListSafe", []) => api.var_list("").map(list),
+        ("nomadVarList", [prefix]) => api.var_list(prefix).map(list),
+        ("nomadVarListSafe", [prefix]) => Ok(api.var_list(prefix).map(list).unwrap_or(Value::List(Vec::new()))),
+        _ => Err(format!("{name}: wrong number of arguments ({})", args.len())),
     }
 }
 

@@ -1,5 +1,6 @@
 //! Nomad's template language: Go's `text/template` with consul-template's functions, minus the
-//! ones that need Consul, Vault or Nomad's APIs (refused by name with the reason).
+//! ones that need Consul or Vault (refused by name with the reason); Nomad's own read the
+//! servers through the host.
 //!
 //! Pure apart from the [`Host`] it is given: the task environment (`env`) and the files the
 //! template may read (`file`), both decided by the caller.
@@ -18,6 +19,10 @@ pub(crate) trait Host {
     fn env(&self, name: &str) -> Option<String>;
     /// `{{ file "path" }}`: a file's contents, or why it cannot be read.
     fn file(&self, path: &str) -> Result<String, String>;
+    /// The servers' API as the task's identity reaches it (`nomadService`, `nomadVar`, ...).
+    fn nomad(&self) -> Option<&crate::task_hooks::nomad_api::NomadApi> {
+        None
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,7 +238,10 @@ mod tests {
                 "x\n{{ if false }}{{ secret \"s\" }}{{ end }}",
                 "line 2: function \"secret\" is not supported yet (needs Vault",
             ),
-            (r#"{{ nomadVar "nomad/jobs" }}"#, "needs Nomad variables"),
+            (
+                r#"{{ nomadVar "nomad/jobs" }}"#,
+                "nomadVar: this template has no access to the servers",
+            ),
             (r#"{{ service "db" }}"#, "needs Consul"),
             ("{{ nope }}", "line 1: function \"nope\" not defined"),
             ("{{ if true }}x", "line 1: {{if}} has no matching {{end}}"),
