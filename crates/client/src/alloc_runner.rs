@@ -178,6 +178,8 @@ struct WatchedCheck {
     name: String,
     target: RestartTarget,
     restarter: model::checks::Restarter,
+    /// When its task last started: results from before do not count.
+    started: tokio::time::Instant,
 }
 
 /// Where the allocation's CSI volumes are (Nomad's csi_hook prerun and postrun).
@@ -552,6 +554,7 @@ impl AllocRunner {
                     name: spec.check.name.clone(),
                     target: spec.restart_target.clone(),
                     restarter,
+                    started: tokio::time::Instant::now(),
                 })
             })
             .collect();
@@ -579,6 +582,7 @@ impl AllocRunner {
             };
             if ours {
                 w.restarter.task_started(now);
+                w.started = tokio::time::Instant::now();
             }
         }
     }
@@ -597,16 +601,29 @@ impl AllocRunner {
             .map(|(id, r)| (id.clone(), r.status.clone()))
             .collect();
         let mut restart: Vec<(String, String)> = Vec::new();
+        let Some(checks) = self.checks.as_ref() else {
+            return;
+        };
         for w in &mut self.restarters {
-            let Some(status) = statuses.get(&w.id) else {
+            // Only a result from since the task (re)started counts.
+            let Some(status) = statuses
+                .get(&w.id)
+                .filter(|_| checks.ran_since(&w.id, w.started))
+            else {
                 continue;
             };
             if !w.restarter.apply(status, now) {
                 continue;
             }
             let reason = format!("healthcheck: check {:?} unhealthy", w.name);
+            let running = |t: &str| {
+                self.slots
+                    .get(t)
+                    .is_some_and(|s| *s.state() == TaskStatus::Running)
+            };
             match &w.target {
-                RestartTarget::Task(t) => restart.push((t.clone(), reason)),
+                RestartTarget::Task(t) if running(t) => restart.push((t.clone(), reason)),
+                RestartTarget::Task(_) => {}
                 RestartTarget::Group => restart.extend(
                     self.slots
                         .iter()
@@ -630,6 +647,34 @@ impl AllocRunner {
             }
         }
         self.advance().await;
+    }
+
+    /// An in-place update changed the checks (added, removed, redefined, another
+    /// `check_restart`): they start again from the new job (Nomad's checks hook `Update`).
+    fn update_checks(&mut self) {
+        let alloc = self.alloc.borrow().clone();
+        let node_addr = self
+            .ctx
+            .node
+            .get()
+            .attributes
+            .get("unique.network.ip-address")
+            .cloned()
+            .unwrap_or_default();
+        let wanted: Vec<(String, Option<model::service::CheckRestart>)> =
+            crate::checks::specs_of(&alloc, &node_addr)
+                .into_iter()
+                .map(|s| (s.id, s.restart))
+                .collect();
+        let current = self
+            .checks
+            .as_ref()
+            .map(|c| c.fingerprint.clone())
+            .unwrap_or_default();
+        if wanted != current {
+            self.stop_checks();
+            self.start_checks();
+        }
     }
 
     /// The allocation is stopping: its checks stop and their results go (Nomad's pre-kill).
@@ -656,6 +701,9 @@ impl AllocRunner {
         }
         self.alloc.send_replace(Arc::new(alloc));
         self.persist().await;
+        if !server_terminal && !self.killing {
+            self.update_checks();
+        }
         if server_terminal && !self.killing {
             tracing::info!(alloc_id = %self.alloc_id(), "allocation stopped by the servers");
             self.kill_all(None);
@@ -806,7 +854,7 @@ impl AllocRunner {
             state: s.state(),
             failed: s.record.state.failed,
         });
-        let checks_ok = self.checks.is_some()
+        let checks_ok = self.checks.as_ref().is_some_and(Checks::all_ran)
             && crate::checks::all_passing(&self.check_results.lock().expect("check results lock"));
         health.observe(views, checks_ok, tokio::time::Instant::now());
         if let (Some(healthy), None) = (health.decided(), &self.deployment_status) {

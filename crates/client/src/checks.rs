@@ -24,6 +24,10 @@ const OUTPUT_BYTES_MAX: usize = 3 * 1024;
 /// Each check's latest result, by check ID. Never held across `.await`.
 pub(crate) type CheckResults = Arc<Mutex<BTreeMap<String, CheckQueryResult>>>;
 
+/// When each check last ran, by check ID (the runner's own clock): a result from before a task
+/// restarted, or a check that never ran, does not count.
+type CheckRuns = Arc<Mutex<BTreeMap<String, tokio::time::Instant>>>;
+
 /// What a check restarts when it stays unhealthy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum RestartTarget {
@@ -158,6 +162,11 @@ fn target_of(
 /// The observers of one allocation's checks.
 pub(crate) struct Checks {
     pub results: CheckResults,
+    runs: CheckRuns,
+    /// Set (under the results lock) when the checks stop: an observer mid-run writes nothing.
+    stopped: Arc<std::sync::atomic::AtomicBool>,
+    /// The checks' IDs and `check_restart`s, to tell an update that changes them.
+    pub fingerprint: Vec<(String, Option<CheckRestart>)>,
     observers: Vec<JoinHandle<()>>,
 }
 
@@ -171,6 +180,12 @@ impl Checks {
         changed: mpsc::Sender<()>,
     ) -> Checks {
         let http = http_client();
+        let runs = CheckRuns::default();
+        let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let fingerprint = specs
+            .iter()
+            .map(|s| (s.id.clone(), s.restart.clone()))
+            .collect();
         let mut observers = Vec::new();
         {
             let mut map = results.lock().expect("check results lock");
@@ -189,6 +204,8 @@ impl Checks {
                 counter: StatusCounter::new(&spec.check),
                 spec,
                 results: Arc::clone(&results),
+                runs: Arc::clone(&runs),
+                stopped: Arc::clone(&stopped),
                 tasks: Arc::clone(&tasks),
                 drivers: drivers.clone(),
                 changed: changed.clone(),
@@ -196,16 +213,41 @@ impl Checks {
             };
             observers.push(tokio::spawn(observer.run()));
         }
-        Checks { results, observers }
+        Checks {
+            results,
+            runs,
+            stopped,
+            fingerprint,
+            observers,
+        }
+    }
+
+    /// Whether check `id` ran after `since`.
+    pub fn ran_since(&self, id: &str, since: tokio::time::Instant) -> bool {
+        self.runs
+            .lock()
+            .expect("check runs lock")
+            .get(id)
+            .is_some_and(|at| *at >= since)
+    }
+
+    /// Whether every check has run at least once (an `initial_status` is not a result).
+    pub fn all_ran(&self) -> bool {
+        let runs = self.runs.lock().expect("check runs lock");
+        self.fingerprint.iter().all(|(id, _)| runs.contains_key(id))
     }
 
     /// Stops every observer and forgets their results (Nomad purges them as the allocation
     /// stops).
     pub fn stop(&mut self) {
+        let mut results = self.results.lock().expect("check results lock");
+        self.stopped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        results.clear();
+        drop(results);
         for o in self.observers.drain(..) {
             o.abort();
         }
-        self.results.lock().expect("check results lock").clear();
     }
 }
 
@@ -239,6 +281,8 @@ struct Observer {
     spec: CheckSpec,
     counter: StatusCounter,
     results: CheckResults,
+    runs: CheckRuns,
+    stopped: Arc<std::sync::atomic::AtomicBool>,
     tasks: SharedTasks,
     drivers: BTreeMap<String, Arc<dyn drivers::Driver>>,
     changed: mpsc::Sender<()>,
@@ -276,10 +320,17 @@ impl Observer {
                     timestamp: now_unix(),
                     ..self.spec.stub(status, "")
                 };
-                self.results
+                {
+                    let mut results = self.results.lock().expect("check results lock");
+                    if self.stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                        return;
+                    }
+                    results.insert(self.spec.id.clone(), result);
+                }
+                self.runs
                     .lock()
-                    .expect("check results lock")
-                    .insert(self.spec.id.clone(), result);
+                    .expect("check runs lock")
+                    .insert(self.spec.id.clone(), tokio::time::Instant::now());
                 // Full: a notice is pending already; the runner reads every result then.
                 let _ = self.changed.try_send(());
             }
@@ -321,13 +372,16 @@ impl Observer {
                 _ => tcp(&addr).await,
             }
         };
-        Some(
-            tokio::time::timeout(timeout, work)
-                .await
-                .unwrap_or_else(|_| {
-                    Outcome::failed(format!("nomad: the check timed out after {timeout:?}"))
-                }),
-        )
+        // A script's exec kills it at `timeout` itself: the margin lets it, so no process is left
+        // behind by dropping the exec mid-way.
+        let outer = if c.kind == "script" {
+            timeout + Duration::from_secs(5)
+        } else {
+            timeout
+        };
+        Some(tokio::time::timeout(outer, work).await.unwrap_or_else(|_| {
+            Outcome::failed(format!("nomad: the check timed out after {timeout:?}"))
+        }))
     }
 
     async fn http(&self, addr: &str) -> Outcome {
@@ -623,6 +677,8 @@ mod tests {
             counter: StatusCounter::new(&spec(path).check),
             spec: spec(path),
             results: CheckResults::default(),
+            runs: CheckRuns::default(),
+            stopped: Arc::default(),
             tasks: SharedTasks::default(),
             drivers: BTreeMap::new(),
             changed: mpsc::channel(1).0,

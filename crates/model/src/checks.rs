@@ -150,6 +150,8 @@ pub struct Restarter {
     grace: i64,
     grace_until: i64,
     unhealthy_since: Option<i64>,
+    /// A restart was asked for and the task has not started again yet: nothing more until then.
+    fired: bool,
 }
 
 impl Restarter {
@@ -167,6 +169,7 @@ impl Restarter {
             grace,
             grace_until: now.saturating_add(grace),
             unhealthy_since: None,
+            fired: false,
         })
     }
 
@@ -178,10 +181,14 @@ impl Restarter {
     pub fn task_started(&mut self, now: i64) {
         self.grace_until = now.saturating_add(self.grace);
         self.unhealthy_since = None;
+        self.fired = false;
     }
 
     /// Feeds the check's status at `now`; true when the task must restart now.
     pub fn apply(&mut self, status: &str, now: i64) -> bool {
+        if self.fired {
+            return false;
+        }
         if status == STATUS_SUCCESS {
             self.unhealthy_since = None;
             return false;
@@ -192,6 +199,7 @@ impl Restarter {
         let since = *self.unhealthy_since.get_or_insert(now);
         if now >= since.saturating_add(self.time_limit) {
             self.unhealthy_since = None;
+            self.fired = true;
             return true;
         }
         false

@@ -750,7 +750,22 @@ impl TaskGroup {
             "only one network block is allowed per group",
         );
         for (i, s) in self.services.iter().enumerate() {
-            s.validate(&path.field("service").index(i), errs);
+            let at = path.field("service").index(i);
+            s.validate(&at, errs);
+            // A check that runs in a task (script) or restarts one must name a task of the group.
+            for (j, c) in s.checks.iter().enumerate() {
+                if c.task_name.is_empty() {
+                    continue;
+                }
+                errs.check(
+                    self.tasks.iter().any(|t| t.name == c.task_name),
+                    &at.field("check").index(j).field("task"),
+                    format!(
+                        "task {:?} is not a task of group {:?}",
+                        c.task_name, self.name
+                    ),
+                );
+            }
         }
         for (name, v) in &self.volumes {
             v.validate(&path.block("volume", name), errs);

@@ -312,6 +312,16 @@ impl ServiceCheck {
                 ),
             );
         }
+        errs.check(
+            self.interval.0 >= 1_000_000_000,
+            &path.field("interval"),
+            "interval must be at least 1s (Nomad's minimum)",
+        );
+        errs.check(
+            self.timeout.0 >= 1_000_000_000,
+            &path.field("timeout"),
+            "timeout must be at least 1s (Nomad's minimum)",
+        );
         if kind == "script" && group_service {
             errs.check(
                 !self.task_name.is_empty(),
