@@ -37,7 +37,7 @@ fn start(name: &str) -> (Agent, String) {
 fn job(id: &str) -> Value {
     json!({"Job": {"ID": id, "Type": "service", "Datacenters": ["dc1"],
         "TaskGroups": [{"Name": "web", "Count": 1,
-            "Services": [{"Name": format!("{id}-svc"), "Provider": "nomad"}],
+            "Services": [{"Name": format!("{}-svc", id.replace('*', "x")), "Provider": "nomad"}],
             "Tasks": [{
             "Name": "server", "Driver": "raw_exec",
             "Config": {"command": "/bin/sh", "args": ["-c",
@@ -157,6 +157,39 @@ fn a_tasks_identity_is_a_signed_token_that_reads_only_its_own_variables() {
         s == 200 && json_of(&b).as_array().is_some_and(|a| a.len() == 1)
     });
 
+    // The services list shows the namespace's services to it; it makes no one-time tokens.
+    let (s, b) = call(&agent, "GET", "/v1/services", token, None);
+    assert_eq!(s, 200, "{b}");
+    assert!(b.contains("web-svc"), "{b}");
+    let (s, _) = call(&agent, "POST", "/v1/acl/token/onetime", token, None);
+    assert_eq!(s, 403, "an identity makes no one-time tokens");
+
+    // A job whose ID is a glob gets no more than its own paths.
+    let (s, b) = call(&agent, "PUT", "/v1/jobs", &root, Some(&job("web*")));
+    assert_eq!(s, 200, "{b}");
+    let mut glob_token = String::new();
+    agent.wait_until("the glob job's task wrote its token", || {
+        let (s, b) = call(&agent, "GET", "/v1/job/web*/allocations", &root, None);
+        let Some(id) = (s == 200)
+            .then(|| json_of(&b)[0]["ID"].as_str().map(String::from))
+            .flatten()
+        else {
+            return false;
+        };
+        let path = format!("/v1/client/fs/cat/{id}?path=server/local/env_token");
+        let (s, b) = call(&agent, "GET", &path, &root, None);
+        glob_token = b;
+        s == 200 && !glob_token.is_empty()
+    });
+    for path in [
+        "nomad/jobs/web",
+        "nomad/jobs/web/web/server",
+        "nomad/jobs/other",
+    ] {
+        let (s, _) = call(&agent, "GET", &format!("/v1/var/{path}"), &glob_token, None);
+        assert_eq!(s, 403, "job \"web*\" reading {path}");
+    }
+
     // A token changed by one character is nobody's.
     let mut forged: Vec<u8> = env_token.clone().into_bytes();
     let at = forged.len() - 5;
@@ -174,13 +207,18 @@ fn a_tasks_identity_is_a_signed_token_that_reads_only_its_own_variables() {
 }
 
 #[test]
-fn identity_settings_that_are_not_built_are_refused_by_field() {
+fn identity_settings_that_cannot_work_are_refused_by_field() {
     let (agent, root) = start("identity-refused");
-    let mut j = job("ttl");
-    j["Job"]["TaskGroups"][0]["Tasks"][0]["Identity"]["TTL"] = json!(3_600_000_000_000i64);
+    let mut j = job("consul");
+    j["Job"]["TaskGroups"][0]["Tasks"][0]["Identity"]["ServiceName"] = json!("web");
     let (s, b) = call(&agent, "PUT", "/v1/jobs", &root, Some(&j));
     assert_eq!(s, 400, "{b}");
-    assert!(b.contains("ttl") && b.contains("not supported yet"), "{b}");
+    assert!(b.contains("service_name") && b.contains("Consul"), "{b}");
+    let mut j = job("nosignal");
+    j["Job"]["TaskGroups"][0]["Tasks"][0]["Identity"]["ChangeMode"] = json!("signal");
+    let (s, b) = call(&agent, "PUT", "/v1/jobs", &root, Some(&j));
+    assert_eq!(s, 400, "{b}");
+    assert!(b.contains("change_signal"), "{b}");
 }
 
 /// A raw_exec task that only waits, with `extra` merged into its group.
@@ -292,5 +330,38 @@ fn templates_read_services_and_the_tasks_own_variables_through_its_identity() {
                     })
                 })
         })
+    });
+}
+
+#[test]
+fn an_identity_with_a_ttl_expires_and_is_renewed_in_its_file() {
+    let (agent, root) = start("identity-ttl");
+    let j = sleeper(
+        "short",
+        json!({}),
+        json!({"Identities": [{"Name": "short", "Audience": ["example"], "File": true,
+                               "TTL": 4_000_000_000i64, "ChangeMode": "noop"}]}),
+    );
+    let (s, b) = call(&agent, "PUT", "/v1/jobs", &root, Some(&j));
+    assert_eq!(s, 200, "{b}");
+    let token = || -> Option<String> {
+        let alloc = first_alloc(&agent, &root, "short")?;
+        let id = alloc["ID"].as_str()?;
+        let path = format!("/v1/client/fs/cat/{id}?path=t/secrets/nomad_short.jwt");
+        let (s, b) = call(&agent, "GET", &path, &root, None);
+        (s == 200 && !b.is_empty()).then_some(b)
+    };
+    let mut first = String::new();
+    agent.wait_until("the named identity is in secrets/", || {
+        first = token().unwrap_or_default();
+        !first.is_empty()
+    });
+    let claims = claims_of(&first);
+    assert_eq!(claims["aud"], json!(["example"]));
+    assert_eq!(claims["sub"], "global:default:short:g:t:short");
+    let exp = claims["exp"].as_i64().expect("a ttl gives an exp claim");
+    assert_eq!(exp - claims["iat"].as_i64().unwrap(), 4);
+    agent.wait_until("the token was renewed before it expired", || {
+        token().is_some_and(|t| t != first && claims_of(&t)["exp"].as_i64() > Some(exp))
     });
 }

@@ -112,6 +112,8 @@ pub(crate) struct TaskRunner {
     identity_env: BTreeMap<String, String>,
     /// The servers' API through the default identity, for templates (`nomadVar`, ...).
     nomad_api: Option<Arc<task_hooks::nomad_api::NomadApi>>,
+    /// When identities with a `ttl` are signed again (half their life).
+    identity_renew_at: Option<tokio::time::Instant>,
     /// A CSI plugin task's supervisor while its process runs (probes, registration).
     supervisor: Option<PluginSupervisor>,
     /// The task's templates, rendered again while it runs (`change_mode`); `None` without
@@ -138,6 +140,7 @@ enum WaitEnd {
     Signal(String, oneshot::Sender<Result<(), AllocActionError>>),
     Restart(oneshot::Sender<Result<(), AllocActionError>>),
     CheckRestart(String),
+    IdentityRenew,
     Plugin(SupervisorEvent),
     Template(TemplateChange),
 }
@@ -171,6 +174,7 @@ impl TaskRunner {
             hook_env: BTreeMap::new(),
             identity_env: BTreeMap::new(),
             nomad_api: None,
+            identity_renew_at: None,
             supervisor: None,
             templates: None,
             name,
@@ -503,16 +507,75 @@ impl TaskRunner {
                 self.identity_env.insert(var, jwt.clone());
             }
             if id.file {
-                let file = if default {
-                    "nomad_token".to_string()
+                let path = if !id.filepath.is_empty() {
+                    task_hooks::confine(&dir.dir, &id.filepath, "identity.filepath")?
+                } else if default {
+                    dir.secrets_dir.join("nomad_token")
                 } else {
-                    format!("nomad_{name}.jwt")
+                    dir.secrets_dir.join(format!("nomad_{name}.jwt"))
                 };
-                fs.write_atomic(&dir.secrets_dir.join(file), jwt.as_bytes(), 0o644)
-                    .map_err(|e| format!("writing the identity into secrets/: {e}"))?;
+                fs.write_atomic(&path, jwt.as_bytes(), 0o644)
+                    .map_err(|e| format!("writing identity {name:?}: {e}"))?;
             }
         }
+        // Signed again at half the shortest life, as Nomad renews before expiry.
+        let shortest = task
+            .identity
+            .iter()
+            .chain(&task.identities)
+            .filter(|i| i.ttl.0 > 0)
+            .map(|i| Duration::from_nanos(u64::try_from(i.ttl.0).unwrap_or(0)))
+            .min();
+        self.identity_renew_at = shortest.map(|ttl| tokio::time::Instant::now() + ttl / 2);
         Ok(())
+    }
+
+    /// Identities with a `ttl` are signed again before they expire; the task hears of it as
+    /// their `change_mode`s ask (one restart wins, else each signal once; `noop`: the new token
+    /// is only in the file).
+    async fn renew_identities(&mut self, driver: Arc<dyn Driver>, task_id: String) -> Step {
+        let alloc = self.alloc.borrow().clone();
+        let Some((_, _, task)) = find_task(&alloc, &self.name) else {
+            self.identity_renew_at = None;
+            return Step::Wait { driver, task_id };
+        };
+        let task = task.clone();
+        let renewed = match self.task_env(&alloc, &*driver) {
+            Ok((_, dir)) => self.identities(&alloc, &task, &dir).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = renewed {
+            tracing::warn!(task = %self.name, error = %e, "renewing the task's identities failed; trying again in 10s");
+            self.identity_renew_at = Some(tokio::time::Instant::now() + IDENTITY_RENEW_RETRY);
+            return Step::Wait { driver, task_id };
+        }
+        let expiring = task
+            .identity
+            .iter()
+            .chain(&task.identities)
+            .filter(|i| i.ttl.0 > 0);
+        let mut signals = Vec::new();
+        for id in expiring {
+            match id.change_mode.as_str() {
+                "restart" => {
+                    let reason = "Workload identity renewed (change_mode restart)";
+                    return self.restart(driver, task_id, reason, None).await;
+                }
+                "signal" if !signals.contains(&id.change_signal) => {
+                    signals.push(id.change_signal.clone());
+                }
+                _ => {}
+            }
+        }
+        for signal in signals {
+            if let Err(e) = driver.signal(&task_id, &signal).await {
+                tracing::warn!(task = %self.name, %signal, error = %e, "signalling the renewed identity failed");
+            } else {
+                self.push(events::signaling(&signal));
+            }
+        }
+        self.report().await;
+        Step::Wait { driver, task_id }
     }
 
     /// A prestart hook failed: record why, and let the restart policy decide (`recoverable`:
@@ -661,6 +724,7 @@ impl TaskRunner {
             },
             ev = supervisor::next_event(&mut self.supervisor) => WaitEnd::Plugin(ev),
             change = task_hooks::watch::next_change(&mut self.templates) => WaitEnd::Template(change),
+            () = sleep_until_some(self.identity_renew_at) => WaitEnd::IdentityRenew,
         };
         match end {
             WaitEnd::Detach => Step::Done,
@@ -679,6 +743,7 @@ impl TaskRunner {
             }
             WaitEnd::CheckRestart(reason) => self.restart_counted(driver, task_id, &reason).await,
             WaitEnd::Template(change) => self.template_changed(driver, task_id, change).await,
+            WaitEnd::IdentityRenew => self.renew_identities(driver, task_id).await,
             WaitEnd::Plugin(SupervisorEvent::Event(e)) => {
                 self.push(*e);
                 self.report().await;
@@ -920,6 +985,17 @@ impl TaskRunner {
                 }
             }
         }
+    }
+}
+
+/// How soon a failed identity renewal is tried again.
+const IDENTITY_RENEW_RETRY: Duration = Duration::from_secs(10);
+
+/// Sleeps until `at`; forever when `None`.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

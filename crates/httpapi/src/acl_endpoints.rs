@@ -47,9 +47,15 @@ fn management(authz: &Authz) -> Result<(), ApiError> {
     }
 }
 
+/// A token stored in the keyring of tokens: not the anonymous one, nor a workload identity's
+/// synthetic one (which may not make one-time tokens or read itself as a token).
 fn real_token(authz: &Authz) -> Result<Arc<AclToken>, ApiError> {
     match &authz.token {
-        Some(t) if t.accessor_id != model::acl::ANONYMOUS_ACCESSOR_ID => Ok(t.clone()),
+        Some(t)
+            if t.accessor_id != model::acl::ANONYMOUS_ACCESSOR_ID && authz.workload.is_none() =>
+        {
+            Ok(t.clone())
+        }
         _ => Err(ApiError {
             status: axum::http::StatusCode::FORBIDDEN,
             message: server::acl::TOKEN_NOT_FOUND.into(),

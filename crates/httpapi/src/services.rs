@@ -35,7 +35,16 @@ async fn list_inner(st: &ApiState, params: HashMap<String, String>) -> Result<Re
     let q = QueryOptions::parse(params)?;
     let snap = q.block(st.server.state(), &TABLES).await;
     let mut regs = plain(snap.services(q.namespace_filter()));
-    crate::acl::retain_ns(&mut regs, "read-job", |r| &r.namespace);
+    // A workload identity reads its own namespace's services (Nomad's implicit policy).
+    let authz = crate::acl::current();
+    if !authz.is_management() {
+        regs.retain(|r| {
+            authz.is_workload_in(&r.namespace)
+                || authz
+                    .acl
+                    .allow_namespace_operation(&r.namespace, "read-job")
+        });
+    }
     Ok(reply::read(
         &list_stubs(&regs),
         index_of(&snap, &TABLES),

@@ -27,7 +27,9 @@ const VAR_TABLES: [Table; 1] = [Table::Variables];
 const KEY_TABLES: [Table; 1] = [Table::RootKeys];
 
 fn allowed(authz: &Authz, ns: &str, path: &str, op: &str) -> bool {
-    authz.acl.allow_variable_operation(ns, path, op, None)
+    authz
+        .acl
+        .allow_variable_operation(ns, path, op, authz.workload.as_deref())
 }
 
 /// A variable's metadata as `authz` may see it: the lock's ID (which lets its bearer write,

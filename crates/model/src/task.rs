@@ -291,28 +291,29 @@ impl WorkloadIdentity {
         }
     }
 
-    /// What the client can do with an identity today: sign it once per start and hand it over
-    /// in the environment or `secrets/`. Renewal (`ttl`, `change_mode`, `change_signal`) and
-    /// other places are refused by name rather than ignored.
+    /// Nomad's rules: a renewal's `change_mode` is `noop`, `restart` or `signal` (with a
+    /// `change_signal`); the token lives `ttl` (0: until the allocation stops).
     pub fn validate(&self, path: &Path, errs: &mut ValidationErrors) {
-        let not_yet = |field: &str| {
-            format!("identity.{field} is not supported yet (identities are signed once per task start and do not expire)")
-        };
-        errs.check(self.ttl.0 == 0, &path.field("ttl"), not_yet("ttl"));
         errs.check(
-            self.change_mode.is_empty() || self.change_mode == "noop",
+            self.ttl.0 >= 0,
+            &path.field("ttl"),
+            "ttl cannot be negative",
+        );
+        errs.check(
+            matches!(
+                self.change_mode.as_str(),
+                "" | "noop" | "restart" | "signal"
+            ),
             &path.field("change_mode"),
-            not_yet("change_mode"),
+            format!(
+                "change_mode must be \"noop\", \"restart\" or \"signal\", got {:?}",
+                self.change_mode
+            ),
         );
         errs.check(
-            self.change_signal.is_empty(),
+            self.change_mode != "signal" || !self.change_signal.is_empty(),
             &path.field("change_signal"),
-            not_yet("change_signal"),
-        );
-        errs.check(
-            self.filepath.is_empty(),
-            &path.field("filepath"),
-            "identity.filepath is not supported yet: with file = true the token is in secrets/",
+            "change_mode = \"signal\" needs a change_signal",
         );
         errs.check(
             self.service_name.is_empty(),

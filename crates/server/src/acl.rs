@@ -42,8 +42,10 @@ pub fn permission_denied() -> ServerError {
 pub struct Authz {
     pub token: Option<Arc<AclToken>>,
     pub acl: Arc<Acl>,
-    /// The claims of a workload identity the request came with (its token is synthetic).
-    pub workload: Option<Arc<crate::identity::IdentityClaims>>,
+    /// The workload identity the request came with (its token is synthetic): what Nomad's
+    /// implicit policy grants is checked against it exactly (its own variables; the services of
+    /// its namespace), never compiled into globs a job ID could widen.
+    pub workload: Option<Arc<model::acl_policy::WorkloadClaim>>,
 }
 
 impl Authz {
@@ -58,9 +60,7 @@ impl Authz {
 
     /// A workload identity of namespace `ns`: it may read that namespace's services.
     pub fn is_workload_in(&self, ns: &str) -> bool {
-        self.workload
-            .as_ref()
-            .is_some_and(|c| c.nomad_namespace == ns)
+        self.workload.as_ref().is_some_and(|c| c.namespace == ns)
     }
 
     pub fn is_management(&self) -> bool {
@@ -528,22 +528,19 @@ pub fn resolve_in(snap: &StateSnapshot, secret: &str, now: i64) -> Result<Authz,
     })
 }
 
-/// A workload identity: verified against the keyring, its allocation live, with Nomad's
-/// implicit policy and a synthetic client token that names it.
+/// A workload identity: verified against the keyring, its allocation live, with a synthetic
+/// client token that names it and the claim Nomad's implicit policy is checked against.
 pub fn resolve_identity(snap: &StateSnapshot, jwt: &str) -> Result<Authz, ServerError> {
     let now = now_nanos() / 1_000_000_000;
     let claims =
         crate::identity::verify(snap, jwt, now).map_err(|e| crate::identity::refused(&e))?;
     let alloc =
         crate::identity::live_alloc(snap, &claims).map_err(|e| crate::identity::refused(&e))?;
-    let rules = crate::identity::implicit_policy(&claims, &alloc.task_group);
-    let acl = match jobspec::acl::parse_policy_lenient(&rules) {
-        Ok(policy) => Acl::from_policies(&[&policy]),
-        Err(e) => {
-            return Err(ServerError::internal(format!(
-                "the implicit identity policy: {e}"
-            )))
-        }
+    let claim = model::acl_policy::WorkloadClaim {
+        namespace: claims.nomad_namespace.clone(),
+        job: claims.nomad_job_id.clone(),
+        group: alloc.task_group.clone(),
+        task: claims.nomad_task.clone(),
     };
     let token = AclToken {
         accessor_id: String::new(),
@@ -553,8 +550,9 @@ pub fn resolve_identity(snap: &StateSnapshot, jwt: &str) -> Result<Authz, Server
     };
     Ok(Authz {
         token: Some(Arc::new(token)),
-        acl: Arc::new(acl),
-        workload: Some(Arc::new(claims)),
+        // No policy: everything it may do comes from the claim.
+        acl: Arc::new(Acl::default()),
+        workload: Some(Arc::new(claim)),
     })
 }
 

@@ -1,7 +1,7 @@
 //! Workload identities (Nomad's): a JWT per task identity, signed by the servers with a key
 //! derived from the keyring's active root key, published at `/.well-known/jwks.json`, and
 //! accepted as an ACL token with Nomad's implicit policy (the task's own variables, the services
-//! of its namespace) while its allocation is not terminal.
+//! of its namespace, checked against its claim exactly) while its allocation is not terminal.
 //!
 //! Tokens are EdDSA (Ed25519), as Nomad 1.5's: each root key's signing key is derived from its
 //! material (SHA-256 of a label and the key), so the keyring replicates nothing new and a key
@@ -155,31 +155,6 @@ pub fn jwks(snap: &StateSnapshot) -> serde_json::Value {
         .collect();
     keys.sort_by(|a, b| a["kid"].as_str().cmp(&b["kid"].as_str()));
     serde_json::json!({ "keys": keys })
-}
-
-/// Nomad's implicit policy of a workload identity: read and list the variables of its job,
-/// group and task (services of its namespace are allowed by the HTTP layer, which sees the
-/// claims).
-pub fn implicit_policy(claims: &IdentityClaims, group: &str) -> String {
-    let base = format!("nomad/jobs/{}", claims.nomad_job_id);
-    let paths = [
-        base.clone(),
-        format!("{base}/{group}"),
-        format!("{base}/{group}/{}", claims.nomad_task),
-    ];
-    let rules: String = paths
-        .iter()
-        .map(|p| {
-            format!(
-                "      path {} {{\n        capabilities = [\"read\", \"list\"]\n      }}\n",
-                serde_json::Value::String(p.clone())
-            )
-        })
-        .collect();
-    format!(
-        "namespace {} {{\n    variables {{\n{rules}    }}\n}}\n",
-        serde_json::Value::String(claims.nomad_namespace.clone())
-    )
 }
 
 /// The allocation a verified identity belongs to, while it may still act: it exists, matches
@@ -400,18 +375,5 @@ mod tests {
             .verifying_key()
             .verify(signed(&jwt).as_bytes(), &sig)
             .is_err());
-    }
-
-    #[test]
-    fn the_implicit_policy_names_the_job_group_and_task_paths() {
-        let p = implicit_policy(&claims(), "g");
-        for path in [
-            "nomad/jobs/web\"",
-            "nomad/jobs/web/g\"",
-            "nomad/jobs/web/g/server\"",
-        ] {
-            assert!(p.contains(path), "{p}");
-        }
-        assert!(jobspec::acl::parse_policy_lenient(&p).is_ok(), "{p}");
     }
 }
