@@ -767,8 +767,34 @@ impl TaskRunner {
         }
     }
 
-    /// `alloc restart`: stop the task (kill timeout and signal as for a kill), then start it
-    /// again without a delay and without counting it against the restart policy.
+    /// Stops the running task for a restart (`reason` recorded first; kill timeout and signal as
+    /// for a kill) and lets go of it. `Err`: the driver could not stop it; it still runs.
+    async fn stop_for_restart(
+        &mut self,
+        driver: &dyn Driver,
+        task_id: &str,
+        reason: &str,
+    ) -> Result<(), DriverError> {
+        tracing::info!(task = %self.name, %task_id, reason, "restarting the task");
+        self.push(events::restart_signaled(reason));
+        self.report().await;
+        let alloc = self.alloc.borrow().clone();
+        let timeout = find_task(&alloc, &self.name)
+            .map(|(_, _, t)| t)
+            .map_or(Duration::from_secs(5), kill_timeout);
+        if let Err(e) = driver.stop(task_id, timeout, "").await {
+            tracing::warn!(task = %self.name, %task_id, error = %e, "stopping the task for a restart failed");
+            return Err(e);
+        }
+        if let Ok(Ok(exit)) = tokio::time::timeout(timeout, driver.wait(task_id)).await {
+            self.push(events::terminated(&exit));
+        }
+        self.forget(driver, task_id).await;
+        Ok(())
+    }
+
+    /// `alloc restart`: stop the task, then start it again without a delay and without counting
+    /// it against the restart policy.
     async fn restart(
         &mut self,
         driver: Arc<dyn Driver>,
@@ -776,24 +802,12 @@ impl TaskRunner {
         reason: &str,
         reply: Option<oneshot::Sender<Result<(), AllocActionError>>>,
     ) -> Step {
-        tracing::info!(task = %self.name, %task_id, reason, "restart requested");
-        self.push(events::restart_signaled(reason));
-        self.report().await;
-        let alloc = self.alloc.borrow().clone();
-        let timeout = find_task(&alloc, &self.name)
-            .map(|(_, _, t)| t)
-            .map_or(Duration::from_secs(5), kill_timeout);
-        if let Err(e) = driver.stop(&task_id, timeout, "").await {
-            tracing::warn!(task = %self.name, %task_id, error = %e, "stopping the task for a restart failed");
+        if let Err(e) = self.stop_for_restart(&*driver, &task_id, reason).await {
             if let Some(reply) = reply {
                 let _ = reply.send(Err(e.into()));
             }
             return Step::Wait { driver, task_id };
         }
-        if let Ok(Ok(exit)) = tokio::time::timeout(timeout, driver.wait(&task_id)).await {
-            self.push(events::terminated(&exit));
-        }
-        self.forget(&*driver, &task_id).await;
         self.record.state.restarts += 1;
         self.record.state.last_restart = Some(crate::time::now_rfc3339());
         self.push(events::restarting(Duration::ZERO, reason));
@@ -813,21 +827,13 @@ impl TaskRunner {
         task_id: String,
         reason: &str,
     ) -> Step {
-        tracing::info!(task = %self.name, %task_id, reason, "restarting for an unhealthy check");
-        self.push(events::restart_signaled(reason));
-        self.report().await;
-        let alloc = self.alloc.borrow().clone();
-        let timeout = find_task(&alloc, &self.name)
-            .map(|(_, _, t)| t)
-            .map_or(Duration::from_secs(5), kill_timeout);
-        if let Err(e) = driver.stop(&task_id, timeout, "").await {
-            tracing::warn!(task = %self.name, %task_id, error = %e, "stopping the task for a check restart failed");
+        if self
+            .stop_for_restart(&*driver, &task_id, reason)
+            .await
+            .is_err()
+        {
             return Step::Wait { driver, task_id };
         }
-        if let Ok(Ok(exit)) = tokio::time::timeout(timeout, driver.wait(&task_id)).await {
-            self.push(events::terminated(&exit));
-        }
-        self.forget(&*driver, &task_id).await;
         self.report().await;
         Step::Decide(
             self.tracker
