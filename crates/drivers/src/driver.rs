@@ -109,6 +109,59 @@ pub struct ExecStream {
     pub resize: Option<Box<dyn Fn(u16, u16) + Send + Sync>>,
 }
 
+impl ExecStream {
+    /// Runs the command to its end as a non-interactive exec: stdin closed, stdout and stderr
+    /// collected (each cut at [`crate::limits::EXEC_OUTPUT_BYTES_MAX`], the rest read and
+    /// dropped so the command never blocks on a full pipe), killed with its process group past
+    /// `timeout`.
+    pub async fn run_to_completion(mut self, timeout: Duration) -> ExecResult {
+        use tokio::io::AsyncReadExt;
+        async fn collect(mut r: Pin<&mut (dyn tokio::io::AsyncRead + Send)>) -> Vec<u8> {
+            let mut kept = Vec::new();
+            let mut buf = [0u8; 8192];
+            loop {
+                match r.read(&mut buf).await {
+                    Ok(0) | Err(_) => return kept,
+                    Ok(n) => {
+                        let room = crate::limits::EXEC_OUTPUT_BYTES_MAX.saturating_sub(kept.len());
+                        kept.extend_from_slice(&buf[..n.min(room)]);
+                    }
+                }
+            }
+        }
+        drop(self.stdin.take());
+        let run = async {
+            tokio::join!(
+                collect(self.stdout.as_mut()),
+                collect(self.stderr.as_mut()),
+                self.exit.as_mut()
+            )
+        };
+        match tokio::time::timeout(timeout, run).await {
+            Ok((stdout, stderr, exit)) => ExecResult {
+                stdout,
+                stderr,
+                exit,
+            },
+            Err(_) => {
+                (self.kill)();
+                ExecResult {
+                    stdout: Vec::new(),
+                    stderr: Vec::new(),
+                    exit: ExitResult {
+                        exit_code: -1,
+                        signal: 9,
+                        oom_killed: false,
+                        err: Some(format!(
+                            "the command did not finish within {timeout:?}; killed"
+                        )),
+                    },
+                }
+            }
+        }
+    }
+}
+
 impl std::fmt::Debug for ExecStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ExecStream").finish_non_exhaustive()

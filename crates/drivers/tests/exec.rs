@@ -407,6 +407,42 @@ async fn exec_with_a_tty(driver: &ExecDriver, id: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Script checks and `change_script`s: a command run to its end inside the task, both outputs
+/// and the exit code back, killed past its timeout.
+async fn run_to_completion(driver: &ExecDriver, id: &str) -> Result<(), String> {
+    let sh = |c: &str| vec!["/bin/sh".to_string(), "-c".to_string(), c.to_string()];
+    let r = driver
+        .exec(
+            id,
+            &sh("echo out; echo err >&2; exit 4"),
+            Duration::from_secs(30),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let (out, err) = (
+        String::from_utf8_lossy(&r.stdout),
+        String::from_utf8_lossy(&r.stderr),
+    );
+    if out != "out\n" || err != "err\n" || r.exit.exit_code != 4 {
+        return Err(format!(
+            "exec: exit {} out {out:?} err {err:?}",
+            r.exit.exit_code
+        ));
+    }
+    let started = std::time::Instant::now();
+    let slow = driver
+        .exec(id, &sh("sleep 60"), Duration::from_secs(1))
+        .await
+        .map_err(|e| e.to_string())?;
+    if slow.exit.err.is_none() || started.elapsed() > Duration::from_secs(30) {
+        return Err(format!(
+            "a slow exec was not killed at its timeout: {:?}",
+            slow.exit
+        ));
+    }
+    Ok(())
+}
+
 /// `alloc exec` into an exec task: the command sees the task's PID namespace (its PID 1 is the
 /// task's shell) and the task's chroot, and its exit code comes back.
 async fn exec_inside_the_task(driver: ExecDriver) -> Result<(), String> {
@@ -449,7 +485,10 @@ async fn exec_inside_the_task(driver: ExecDriver) -> Result<(), String> {
     } else {
         let (_, code) = run("exit 3").await?;
         if code == 3 {
-            exec_with_a_tty(&driver, &id).await
+            match run_to_completion(&driver, &id).await {
+                Ok(()) => exec_with_a_tty(&driver, &id).await,
+                Err(e) => Err(e),
+            }
         } else {
             Err(format!("exit code {code}, not 3"))
         }

@@ -679,17 +679,17 @@ impl Driver for ExecDriver {
         Box::pin(async move { self.recover_task(handle) })
     }
 
+    /// Script checks and template `change_script`s: the same `nsenter` path as `alloc exec`,
+    /// run to its end.
     fn exec<'a>(
         &'a self,
         task_id: &'a str,
-        _cmd: &'a [String],
-        _timeout: Duration,
+        cmd: &'a [String],
+        timeout: Duration,
     ) -> DriverFuture<'a, ExecResult> {
         Box::pin(async move {
-            self.tasks.get(task_id)?;
-            Err(DriverError::NotSupported(
-                "exec driver: run-to-completion exec is not supported yet; use alloc exec".into(),
-            ))
+            let stream = self.exec_in_task(task_id, cmd, false).await?;
+            Ok(stream.run_to_completion(timeout).await)
         })
     }
 
