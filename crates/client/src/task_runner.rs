@@ -459,6 +459,7 @@ impl TaskRunner {
         let req = model::wire::AllocSignIdentitiesRequest {
             node_id: node.id.clone(),
             secret_id: node.secret_id.clone(),
+            min_index: alloc.alloc_modify_index,
             identities: wanted
                 .iter()
                 .map(|i| model::wire::WorkloadIdentityRequest {

@@ -458,6 +458,10 @@ pub struct AllocSignIdentitiesRequest {
     pub secret_id: String,
     #[serde(rename = "Identities")]
     pub identities: Vec<WorkloadIdentityRequest>,
+    /// The answer reflects at least this index (the allocations' modify index as the client
+    /// got them): a server that is further behind waits for it, briefly.
+    #[serde(rename = "MinQueryIndex")]
+    pub min_index: u64,
 }
 
 /// One signed identity: the JWT, and when it expires (unix seconds; 0: never).

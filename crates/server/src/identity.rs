@@ -27,6 +27,8 @@ use state::StateSnapshot;
 pub const ALGORITHM: &str = "EdDSA";
 /// The longest token read (a JWT of these claims is well under 2 KiB).
 const JWT_BYTES_MAX: usize = 16 << 10;
+/// How long a server behind the client's view of its allocations waits to catch up.
+const SIGN_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(5);
 /// Identities one request may ask for.
 const IDENTITIES_PER_REQUEST_MAX: usize = 1024;
 
@@ -206,7 +208,12 @@ impl Server {
                 None => self.active_key().await?,
             },
         };
-        let snap = self.state().snapshot();
+        // A follower that has not applied the allocations yet waits for them, briefly.
+        let deadline = tokio::time::Instant::now() + SIGN_CATCH_UP;
+        let snap = self
+            .state()
+            .wait_for(&[], req.min_index.saturating_sub(1), deadline)
+            .await;
         let region = self.config().region.clone();
         let now = now_secs();
         let mut out = AllocSignIdentitiesResponse::default();
