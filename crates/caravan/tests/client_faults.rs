@@ -267,3 +267,56 @@ fn job_stop_ends_the_whole_process_tree_within_kill_timeout() {
         "{kinds:?}"
     );
 }
+
+/// A reattached task's identity is signed again: its templates still read the servers, so a
+/// service that goes after the restart leaves its rendered file.
+#[test]
+fn a_reattached_tasks_templates_still_read_the_servers() {
+    let dir = temp_dir("reattach-identity");
+    let agent = start_dev(&dir);
+    let sleeper = |id: &str, extra: serde_json::Value| {
+        let mut j = json!({"Job": {"ID": id, "Type": "service", "TaskGroups": [{"Name": "g", "Tasks": [{
+            "Name": "t", "Driver": "raw_exec",
+            "Config": {"command": "/bin/sleep", "args": ["600"]},
+            "Resources": {"CPU": 20, "MemoryMB": 16}}]}]}});
+        for (k, v) in extra.as_object().unwrap() {
+            j["Job"]["TaskGroups"][0][k] = v.clone();
+        }
+        j
+    };
+    let db = sleeper(
+        "db",
+        json!({"Services": [{"Name": "db-svc", "Provider": "nomad"}]}),
+    );
+    let (status, body) = agent.put("/v1/jobs", &db);
+    assert_eq!(status, 200, "{body}");
+    let mut app = sleeper("app", json!({}));
+    app["Job"]["TaskGroups"][0]["Tasks"][0]["Templates"] = json!([{
+        "EmbeddedTmpl": "[{{ range nomadService \"db-svc\" }}{{ .Name }}{{ end }}]",
+        "DestPath": "local/out", "ChangeMode": "noop"}]);
+    let (status, body) = agent.put("/v1/jobs", &app);
+    assert_eq!(status, 200, "{body}");
+    let out = |agent: &Agent| -> Option<String> {
+        let id = alloc_of(agent, "app")?["ID"].as_str()?.to_string();
+        let (s, b) = agent.raw(
+            "GET",
+            &format!("/v1/client/fs/cat/{id}?path=t/local/out"),
+            None,
+        );
+        (s == 200).then_some(b)
+    };
+    agent.wait_until("the template rendered the service", || {
+        out(&agent).as_deref() == Some("[db-svc]")
+    });
+
+    agent.kill();
+    let agent = start_dev(&dir);
+    agent.wait_until("the app runs again after the restart", || {
+        alloc_of(&agent, "app").is_some_and(|a| a["ClientStatus"] == "running")
+    });
+    let (status, body) = agent.raw("DELETE", "/v1/job/db", None);
+    assert_eq!(status, 200, "{body}");
+    agent.wait_until("the template re-rendered without the service", || {
+        out(&agent).as_deref() == Some("[]")
+    });
+}

@@ -252,6 +252,7 @@ impl TaskRunner {
                 tracing::info!(task = %self.name, task_id = %handle.task_id, pid = ?handle.pid, "reattached to task");
                 let alloc = self.alloc.borrow().clone();
                 self.supervise(&alloc, &*driver);
+                self.resign_reattached(&alloc, &*driver).await;
                 self.watch_reattached_templates(&alloc, &*driver);
                 Step::Wait {
                     driver,
@@ -265,6 +266,24 @@ impl TaskRunner {
     /// After a client restart, a reattached task's templates are watched again from what their
     /// files hold now; one whose render differs (it changed while the client was away) acts on
     /// its `change_mode` at the first pass, as Nomad's template hook does on restore.
+    /// A reattached task's identities were not kept: they are signed again (files rewritten,
+    /// templates' access and `ttl` renewal back). While the servers are away it is tried again
+    /// as a renewal would be.
+    async fn resign_reattached(&mut self, alloc: &Allocation, driver: &dyn Driver) {
+        let Some((_, _, task)) = find_task(alloc, &self.name) else {
+            return;
+        };
+        let task = task.clone();
+        let signed = match self.task_env(alloc, driver) {
+            Ok((_, dir)) => self.identities(alloc, &task, &dir).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = signed {
+            tracing::warn!(task = %self.name, error = %e, "signing the reattached task's identities failed; trying again in 10s");
+            self.identity_renew_at = Some(tokio::time::Instant::now() + IDENTITY_RENEW_RETRY);
+        }
+    }
+
     fn watch_reattached_templates(&mut self, alloc: &Allocation, driver: &dyn Driver) {
         let Some((_, _, task)) = find_task(alloc, &self.name) else {
             return;
@@ -277,9 +296,8 @@ impl TaskRunner {
             Ok((env, dir)) => {
                 let rendered = task_hooks::rendered_on_disk(&task, &env, &dir);
                 let rng = Rng::new(self.rng.next_u64());
-                // A reattached task's identity was not kept: its templates re-render without
-                // the servers (nomadService/nomadVar fail and the old files stay).
-                self.templates = TemplateWatch::new(task, env, dir, rendered, rng, None);
+                let nomad = self.nomad_api.clone();
+                self.templates = TemplateWatch::new(task, env, dir, rendered, rng, nomad);
             }
             Err(e) => {
                 tracing::warn!(task = %self.name, error = %e, "cannot watch the reattached task's templates");
