@@ -533,13 +533,7 @@ impl AllocRunner {
         if alloc.server_terminal() || all_dead || self.checks.is_some() {
             return;
         }
-        let node = self.ctx.node.get();
-        let node_addr = node
-            .attributes
-            .get("unique.network.ip-address")
-            .cloned()
-            .unwrap_or_default();
-        let specs = crate::checks::specs_of(&alloc, &node_addr);
+        let specs = crate::checks::specs_of(&alloc, &self.node_addr());
         if specs.is_empty() {
             return;
         }
@@ -565,6 +559,17 @@ impl AllocRunner {
             self.ctx.drivers.clone(),
             self.checks_changed_tx.clone(),
         ));
+    }
+
+    /// The node's address, as services and their checks use it.
+    fn node_addr(&self) -> String {
+        self.ctx
+            .node
+            .get()
+            .attributes
+            .get("unique.network.ip-address")
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Nanoseconds on the runner's monotonic clock.
@@ -653,16 +658,8 @@ impl AllocRunner {
     /// `check_restart`): they start again from the new job (Nomad's checks hook `Update`).
     fn update_checks(&mut self) {
         let alloc = self.alloc.borrow().clone();
-        let node_addr = self
-            .ctx
-            .node
-            .get()
-            .attributes
-            .get("unique.network.ip-address")
-            .cloned()
-            .unwrap_or_default();
         let wanted: Vec<(String, Option<model::service::CheckRestart>)> =
-            crate::checks::specs_of(&alloc, &node_addr)
+            crate::checks::specs_of(&alloc, &self.node_addr())
                 .into_iter()
                 .map(|s| (s.id, s.restart))
                 .collect();

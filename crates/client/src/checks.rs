@@ -179,7 +179,6 @@ impl Checks {
         drivers: BTreeMap<String, Arc<dyn drivers::Driver>>,
         changed: mpsc::Sender<()>,
     ) -> Checks {
-        let http = http_client();
         let runs = CheckRuns::default();
         let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let fingerprint = specs
@@ -202,6 +201,7 @@ impl Checks {
         for spec in specs {
             let observer = Observer {
                 counter: StatusCounter::new(&spec.check),
+                http: http_client(spec.check.tls_skip_verify),
                 spec,
                 results: Arc::clone(&results),
                 runs: Arc::clone(&runs),
@@ -209,7 +209,6 @@ impl Checks {
                 tasks: Arc::clone(&tasks),
                 drivers: drivers.clone(),
                 changed: changed.clone(),
-                http: http.clone(),
             };
             observers.push(tokio::spawn(observer.run()));
         }
@@ -259,20 +258,14 @@ impl Drop for Checks {
     }
 }
 
-fn http_client() -> Result<reqwest::Client, String> {
+/// The HTTP client of one check: no redirects followed; `skip_verify` (`tls_skip_verify`)
+/// accepts any certificate. Built once per check, not per run.
+fn http_client(skip_verify: bool) -> Result<reqwest::Client, String> {
     // reqwest's rustls needs a process-wide crypto provider before any client is built.
     rpc::tls::install_default_provider();
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|e| format!("nomad: cannot build an HTTP client: {e}"))
-}
-
-fn http_client_insecure() -> Result<reqwest::Client, String> {
-    rpc::tls::install_default_provider();
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .danger_accept_invalid_certs(true)
+        .danger_accept_invalid_certs(skip_verify)
         .build()
         .map_err(|e| format!("nomad: cannot build an HTTP client: {e}"))
 }
@@ -405,12 +398,7 @@ impl Observer {
         let Ok(method) = reqwest::Method::from_bytes(method.as_bytes()) else {
             return Outcome::failed(format!("nomad: {method:?} is not an HTTP method"));
         };
-        let client = if c.tls_skip_verify {
-            http_client_insecure()
-        } else {
-            self.http.clone()
-        };
-        let client = match client {
+        let client = match self.http.clone() {
             Ok(c) => c,
             Err(e) => return Outcome::failed(e),
         };
@@ -682,7 +670,7 @@ mod tests {
             tasks: SharedTasks::default(),
             drivers: BTreeMap::new(),
             changed: mpsc::channel(1).0,
-            http: http_client(),
+            http: http_client(false),
         };
         let ok = observer("/ok").http(&addr).await;
         assert!(ok.success && ok.status_code == 200, "{}", ok.output);
