@@ -15,6 +15,7 @@ use crate::csi::hook::{self, Volumes};
 use crate::events;
 use crate::health::{HealthTracker, TaskView};
 use crate::limits::{RUNNER_QUEUE_CAPACITY, SHUTDOWN_GRACE, STATE_VERSION};
+use crate::network::{self, NetworkRecord};
 use crate::state_db::{AllocRecord, TaskRecord};
 use crate::task_runner::{AllocView, TaskCommand, TaskReport, TaskRunner, TaskRunnerHandle};
 use crate::time::now_unix_ns;
@@ -160,6 +161,10 @@ pub(crate) struct AllocRunner {
     /// The allocation's CSI volumes as the task runners mount them.
     volumes: watch::Sender<Arc<Volumes>>,
     volume_phase: VolumePhase,
+    /// The group's network namespace as made so far; `None`: the host's network (or torn down).
+    network: Option<NetworkRecord>,
+    /// The namespace the task runners join, once ready.
+    network_spec: watch::Sender<Option<drivers::NetworkIsolation>>,
     /// The running observers of the nomad services' checks, until the allocation stops.
     checks: Option<Checks>,
     check_results: CheckResults,
@@ -249,6 +254,7 @@ impl AllocRunner {
             client_description: String::new(),
             tasks,
             csi_volumes: BTreeMap::new(),
+            network: None,
         };
         Self::spawn(ctx, record, false)
     }
@@ -290,6 +296,13 @@ impl AllocRunner {
                 .map(|d| std::time::Duration::from_nanos(u64::try_from(d.0).unwrap_or(0)))
         });
         let (volumes, _) = watch::channel(Arc::new(record.csi_volumes));
+        let network = record.network;
+        let (network_spec, _) = watch::channel(
+            network
+                .as_ref()
+                .filter(|n| n.ready())
+                .and_then(|n| n.spec.clone()),
+        );
         let labels = Arc::new(AllocLabels {
             job: record.alloc.job_id.clone(),
             task_group: record.alloc.task_group.clone(),
@@ -333,6 +346,8 @@ impl AllocRunner {
             tasks: Arc::clone(&tasks),
             volumes,
             volume_phase: VolumePhase::Ready,
+            network,
+            network_spec,
             checks: None,
             check_results: Arc::clone(&check_results),
             checks_changed,
@@ -504,6 +519,7 @@ impl AllocRunner {
             AllocView {
                 alloc: self.alloc.subscribe(),
                 volumes: self.volumes.subscribe(),
+                network: self.network_spec.subscribe(),
             },
             self.dir.clone(),
             slot.record.clone(),
@@ -734,6 +750,7 @@ impl AllocRunner {
         if self.killing {
             self.bury_unstarted();
         } else {
+            self.prepare_network().await;
             self.start_ready_tasks();
         }
         let others_dead = self
@@ -745,7 +762,85 @@ impl AllocRunner {
             self.start_where(|s| s.role == Role::Poststop);
         }
         self.release_volumes().await;
+        self.release_network().await;
         self.publish().await;
+    }
+
+    /// Before a task starts: the group's network namespace, made or finished (after a crash
+    /// mid-setup). A failure fails every task that was to start, as a failed pre-run hook.
+    async fn prepare_network(&mut self) {
+        let waiting = self.slots.values().any(Slot::can_start);
+        if !waiting || self.network.as_ref().is_some_and(NetworkRecord::ready) {
+            return;
+        }
+        if let Err(msg) = self.ensure_network().await {
+            let msg = format!("pre-run hook \"network\" failed: {msg}");
+            tracing::warn!(alloc_id = %self.alloc_id(), "{msg}");
+            for slot in self.slots.values_mut().filter(|s| s.can_start()) {
+                events::push(&mut slot.record.state, events::setup_failure(&msg));
+                events::transition(&mut slot.record.state, TaskStatus::Dead);
+            }
+            self.persist().await;
+        }
+    }
+
+    /// Each step is recorded before it is taken, so a crash at any point leaves a record that
+    /// [`network::teardown`] (or the next call here) finishes from.
+    async fn ensure_network(&mut self) -> Result<(), String> {
+        let alloc = self.alloc.borrow().clone();
+        let mut rec = match self.network.clone() {
+            Some(rec) => rec,
+            None => match network::plan(&self.ctx, &alloc)? {
+                Some(rec) => rec,
+                None => return Ok(()),
+            },
+        };
+        if rec.spec.is_none() {
+            self.network = Some(rec.clone());
+            self.persist().await;
+            let spec = network::create_namespace(&self.ctx, &alloc.id, &rec).await?;
+            rec.spec = Some(spec);
+        }
+        if rec.cni_list.is_some() {
+            // An ADD that a crash may have cut short: undone before it runs again.
+            if let Err(e) = network::teardown_cni(&self.ctx, &alloc, &rec).await {
+                tracing::warn!(alloc_id = %alloc.id, error = %e, "undoing an interrupted CNI ADD");
+            }
+        }
+        let list = network::cni_list(&self.ctx, &rec.mode)?;
+        rec.cni_list = Some(list.to_json());
+        rec.cni_result = None;
+        self.network = Some(rec.clone());
+        self.persist().await;
+        let (result, status) = network::configure(&self.ctx, &alloc, &rec, &list).await?;
+        rec.cni_result = Some(result);
+        rec.status = Some(status);
+        self.network_spec.send_replace(rec.spec.clone());
+        self.network = Some(rec);
+        self.persist().await;
+        Ok(())
+    }
+
+    /// Once every task is dead: the namespace is removed (CNI DEL first). A failure keeps the
+    /// record, so the next state change, or the allocation's destroy, tries again.
+    async fn release_network(&mut self) {
+        let Some(rec) = self.network.clone() else {
+            return;
+        };
+        if !self.slots.values().all(Slot::is_dead) {
+            return;
+        }
+        self.network_spec.send_replace(None);
+        let alloc = self.alloc.borrow().clone();
+        match network::teardown(&self.ctx, &alloc, &rec).await {
+            Ok(()) => {
+                self.network = None;
+                self.persist().await;
+            }
+            Err(e) => {
+                tracing::warn!(alloc_id = %alloc.id, error = %e, "cannot remove the group's network namespace; will retry");
+            }
+        }
     }
 
     /// A failed task or a dead leader stops the others; dead main tasks stop the sidecars.
@@ -889,6 +984,7 @@ impl AllocRunner {
                 .map(|(n, s)| (n.clone(), s.record.state.clone()))
                 .collect(),
             deployment_status: self.deployment_status.clone(),
+            network_status: self.network.as_ref().and_then(|n| n.status.clone()),
             modify_time: now_unix_ns(),
         };
         let changed = {
@@ -896,7 +992,8 @@ impl AllocRunner {
             let changed = last.client_status != update.client_status
                 || last.client_description != update.client_description
                 || last.task_states != update.task_states
-                || last.deployment_status != update.deployment_status;
+                || last.deployment_status != update.deployment_status
+                || last.network_status != update.network_status;
             if changed {
                 *last = update.clone();
             }
@@ -937,6 +1034,7 @@ impl AllocRunner {
                 .map(|(n, s)| (n.clone(), s.record.clone()))
                 .collect(),
             csi_volumes: (**self.volumes.borrow()).clone(),
+            network: self.network.clone(),
         }
     }
 
@@ -989,6 +1087,12 @@ impl AllocRunner {
 
     /// The allocation is gone from the servers and its tasks are dead: remove every trace.
     async fn cleanup(self) {
+        if let Some(rec) = &self.network {
+            let alloc = self.alloc.borrow().clone();
+            if let Err(e) = network::teardown(&self.ctx, &alloc, rec).await {
+                tracing::warn!(alloc_id = %alloc.id, error = %e, "removing the group's network namespace");
+            }
+        }
         let id = self.alloc_id();
         let dir = self.dir.clone();
         let db = self.ctx.state.clone();

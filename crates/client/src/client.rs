@@ -109,6 +109,7 @@ impl Client {
             shutdown: shutdown_rx.clone(),
             csi: Arc::clone(&csi),
             conn: Arc::clone(&conn),
+            network: cfg.network.clone(),
         });
         let runners = Arc::new(Runners::new(Arc::clone(&ctx), &cfg.gc));
         recover(&state, &ctx, &runners).await?;

@@ -73,6 +73,8 @@ pub struct ClientConfig {
     pub network_interface: Option<String>,
     /// The agent's advertised HTTP address (`HTTPAddr` of the node).
     pub http_addr: String,
+    /// Group networks: CNI plugins and configs, the bridge's name and subnet.
+    pub network: crate::network::NetworkConfig,
     pub timing: ClientTiming,
     /// The garbage collector of terminal allocations (Nomad's `gc_*` client keys).
     pub gc: GcConfig,
@@ -189,6 +191,7 @@ impl ClientConfig {
             memory_total_mb: None,
             network_interface: None,
             http_addr: String::new(),
+            network: crate::network::NetworkConfig::default(),
             timing: ClientTiming::default(),
             gc: GcConfig::default(),
         }
@@ -197,6 +200,9 @@ impl ClientConfig {
     /// Refuses a config no client can run with.
     pub fn validate(&self) -> Result<(), ClientError> {
         let bad = |m: String| Err(ClientError::Config(m));
+        if let Err(m) = self.network.validate() {
+            return bad(m);
+        }
         if self.data_dir.as_os_str().is_empty() {
             return bad("data_dir is required".into());
         }

@@ -31,6 +31,8 @@ pub(crate) struct RunnerContext {
     pub csi: Arc<crate::csi::CsiManager>,
     /// The servers (CSI claims; node calls stay with the client's loops).
     pub conn: Arc<dyn crate::conn::ServerConn>,
+    /// Group networks (bridge, CNI).
+    pub network: crate::network::NetworkConfig,
 }
 
 /// The node as fingerprinted now. Readers take a snapshot; never held across `.await`.

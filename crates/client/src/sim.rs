@@ -444,6 +444,7 @@ impl SimAlloc {
                 timestamp: Some(now_rfc3339()),
                 ..AllocDeploymentStatus::default()
             }),
+            network_status: None,
             modify_time: now_unix_ns(),
         }
     }

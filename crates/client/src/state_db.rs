@@ -23,6 +23,10 @@ pub struct AllocRecord {
     /// client keeps what is still mounted. (Records written before this field read as none.)
     #[serde(default)]
     pub csi_volumes: BTreeMap<String, crate::csi::hook::MountedVolume>,
+    /// The group's network namespace as made so far (bridge and CNI modes), so a restarted
+    /// client keeps it or removes what a crash left. (Older records read as none.)
+    #[serde(default)]
+    pub network: Option<crate::network::NetworkRecord>,
 }
 
 /// One task as the client keeps it.
@@ -128,6 +132,7 @@ mod tests {
             client_status: "running".into(),
             client_description: String::new(),
             csi_volumes: BTreeMap::new(),
+            network: None,
             tasks: [(
                 "web".to_string(),
                 TaskRecord {

@@ -81,6 +81,8 @@ pub(crate) struct TaskReport {
 pub(crate) struct AllocView {
     pub alloc: watch::Receiver<Arc<Allocation>>,
     pub volumes: watch::Receiver<Arc<crate::csi::hook::Volumes>>,
+    /// The group's network namespace, once made; `None`: the host's network.
+    pub network: watch::Receiver<Option<drivers::NetworkIsolation>>,
 }
 
 pub(crate) struct TaskRunnerHandle {
@@ -95,6 +97,8 @@ pub(crate) struct TaskRunner {
     alloc: watch::Receiver<Arc<Allocation>>,
     /// The allocation's mounted CSI volumes, for the task's `volume_mount`s.
     volumes: watch::Receiver<Arc<crate::csi::hook::Volumes>>,
+    /// The group's network namespace the task joins.
+    network: watch::Receiver<Option<drivers::NetworkIsolation>>,
     dir: AllocDir,
     record: TaskRecord,
     tracker: RestartTracker,
@@ -180,6 +184,7 @@ impl TaskRunner {
             name,
             alloc: alloc.alloc,
             volumes: alloc.volumes,
+            network: alloc.network,
             dir,
             record,
             tracker,
@@ -723,6 +728,7 @@ impl TaskRunner {
             kill_signal: task.kill_signal.clone(),
             kill_timeout: kill_timeout(task),
             mounts,
+            network_isolation: self.network.borrow().clone(),
         })
     }
 

@@ -74,6 +74,34 @@ pub trait Driver: Send + Sync + 'static {
         timeout: Duration,
     ) -> DriverFuture<'a, ExecResult>;
 
+    /// Makes the network namespace of allocation `alloc_id`'s group, for drivers that
+    /// [`Capabilities::must_initiate_network`]. Idempotent: a namespace this driver already made
+    /// for the allocation (before a client restart, say) is returned again.
+    fn create_network<'a>(&'a self, alloc_id: &'a str) -> DriverFuture<'a, NetworkIsolation> {
+        let _ = alloc_id;
+        let name = self.name();
+        Box::pin(async move {
+            Err(DriverError::NotSupported(format!(
+                "{name} driver: making a group network namespace is not supported"
+            )))
+        })
+    }
+
+    /// Removes what [`Driver::create_network`] made; harmless when it is already gone.
+    fn destroy_network<'a>(
+        &'a self,
+        alloc_id: &'a str,
+        spec: &'a NetworkIsolation,
+    ) -> DriverFuture<'a, ()> {
+        let _ = (alloc_id, spec);
+        let name = self.name();
+        Box::pin(async move {
+            Err(DriverError::NotSupported(format!(
+                "{name} driver: group network namespaces are not supported"
+            )))
+        })
+    }
+
     /// Starts a command inside the task's environment with its stdin, stdout and stderr piped
     /// to the caller (`alloc exec`). It runs until it exits or the [`ExecStream`] is dropped,
     /// which kills it. `tty`: the caller asked for a terminal (raw_exec gives it a pty: output
@@ -183,6 +211,12 @@ pub struct Capabilities {
     /// The driver honours [`TaskConfig::mounts`] (Nomad's `MountConfigs`); without it a task
     /// with mounts fails to start.
     pub mounts: bool,
+    /// The driver's tasks can join a group's network namespace
+    /// ([`TaskConfig::network_isolation`]); without it a bridge-mode group refuses the task.
+    pub network_isolation: bool,
+    /// The driver must make the group's network namespace itself
+    /// ([`Driver::create_network`]; docker, whose containers can only join another container's).
+    pub must_initiate_network: bool,
 }
 
 /// How a driver isolates the task's file system; tells the client whether to build a chroot.
@@ -281,7 +315,25 @@ pub struct TaskConfig {
     /// (Handles persisted before this field existed read as none.)
     #[serde(default)]
     pub mounts: Vec<MountConfig>,
+    /// The group's network namespace the task joins (`network { mode = "bridge" }`, `none`,
+    /// `cni/<name>`); `None`: the host's network. (Handles persisted before this field existed
+    /// read as `None`.)
+    #[serde(default)]
+    pub network_isolation: Option<NetworkIsolation>,
 }
+
+/// A group's shared network namespace (Nomad's `NetworkIsolationSpec` in mode `group`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkIsolation {
+    /// The namespace's file (a bind-mounted `/proc/<pid>/ns/net`).
+    pub path: PathBuf,
+    /// What the driver that made it needs to find it again ([`LABEL_SANDBOX_CONTAINER`]).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The label naming the docker container that holds a group's network namespace (Nomad's).
+pub const LABEL_SANDBOX_CONTAINER: &str = "docker_sandbox_container_id";
 
 /// One host path made visible inside the task (Nomad's `drivers.MountConfig`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -32,6 +32,7 @@ pub mod signal;
 pub mod testing;
 
 mod exit_cell;
+mod netns;
 mod output;
 mod process_group;
 mod pty;
@@ -40,8 +41,8 @@ mod table;
 pub use docker::{config::DockerConfig, DockerDriver};
 pub use driver::{
     Capabilities, Driver, DriverFuture, ExecResult, ExecStream, ExitResult, Fingerprint,
-    FsIsolation, MountConfig, TaskConfig, TaskDir, TaskHandle, TaskLogConfig, TaskResources,
-    TaskState, TaskStats, TaskStatus, TASK_HANDLE_VERSION,
+    FsIsolation, MountConfig, NetworkIsolation, TaskConfig, TaskDir, TaskHandle, TaskLogConfig,
+    TaskResources, TaskState, TaskStats, TaskStatus, LABEL_SANDBOX_CONTAINER, TASK_HANDLE_VERSION,
 };
 pub use error::DriverError;
 pub use exec::{ExecConfig, ExecDriver};

@@ -72,6 +72,7 @@ pub fn task_config(root: &Path, id: &str, driver_config: serde_json::Value) -> T
         kill_signal: String::new(),
         kill_timeout: Duration::from_secs(5),
         mounts: Vec::new(),
+        network_isolation: None,
     }
 }
 

@@ -284,7 +284,9 @@ fn network(r: &mut Reader) -> NetworkResource {
             n.dynamic_ports.push(port);
         }
     }
-    r.unsupported("cni", "CNI networking is not built");
+    n.cni = sub(r, "cni", |r| model::resources::CniConfig {
+        args: r.string_map("args"),
+    });
     n
 }
 

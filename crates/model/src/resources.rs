@@ -128,6 +128,17 @@ pub struct NetworkResource {
     pub reserved_ports: Vec<Port>,
     #[serde(rename = "DynamicPorts")]
     pub dynamic_ports: Vec<Port>,
+    /// `cni { args = {…} }`: `CNI_ARGS` for a `cni/<name>` network.
+    #[serde(rename = "CNI")]
+    pub cni: Option<CniConfig>,
+}
+
+/// `network { cni { args } }` (Nomad's `CNIConfig`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CniConfig {
+    #[serde(rename = "Args")]
+    pub args: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

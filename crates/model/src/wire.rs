@@ -289,6 +289,9 @@ pub struct AllocClientUpdate {
     pub task_states: BTreeMap<String, crate::alloc::TaskState>,
     #[serde(rename = "DeploymentStatus")]
     pub deployment_status: Option<crate::alloc::AllocDeploymentStatus>,
+    /// The address of the group's network namespace, once made (bridge and CNI modes).
+    #[serde(rename = "NetworkStatus", skip_serializing_if = "Option::is_none")]
+    pub network_status: Option<crate::alloc::AllocNetworkStatus>,
     /// Unix nanoseconds when the client made this update.
     #[serde(rename = "ModifyTime")]
     pub modify_time: i64,

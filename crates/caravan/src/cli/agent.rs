@@ -952,6 +952,24 @@ async fn start_client(
     };
     ccfg.cpu_total_compute_mhz = block.cpu_total_compute;
     ccfg.memory_total_mb = block.memory_total_mb;
+    let net = &mut ccfg.network;
+    if let Some(p) = block.cni_path.clone().filter(|p| !p.is_empty()) {
+        net.cni_path = p;
+    }
+    if let Some(d) = block.cni_config_dir.clone().filter(|d| !d.is_empty()) {
+        net.cni_config_dir = d.into();
+    }
+    if let Some(n) = block.bridge_network_name.clone().filter(|n| !n.is_empty()) {
+        net.bridge_name = n;
+    }
+    if let Some(s) = block
+        .bridge_network_subnet
+        .clone()
+        .filter(|s| !s.is_empty())
+    {
+        net.bridge_subnet = s;
+    }
+    net.hairpin_mode = block.bridge_network_hairpin_mode.unwrap_or(false);
     // Nomad's `-dev` puts the node on the loopback, so a dev job's ports answer on 127.0.0.1.
     ccfg.network_interface = block
         .network_interface

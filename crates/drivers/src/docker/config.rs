@@ -59,6 +59,10 @@ pub struct DockerConfig {
     pub dangling_creation_grace: Duration,
     /// A pull that reports no progress for this long is cancelled (default 2m).
     pub pull_activity_timeout: Duration,
+    /// The image of the container that holds a bridge-mode group's network namespace
+    /// (`infra_image`). The default, [`super::network::DEFAULT_INFRA_IMAGE`], is built locally
+    /// on first use; any other is pulled when missing.
+    pub infra_image: String,
 }
 
 impl Default for DockerConfig {
@@ -75,6 +79,7 @@ impl Default for DockerConfig {
             dangling_period: Duration::from_secs(300),
             dangling_creation_grace: Duration::from_secs(300),
             pull_activity_timeout: Duration::from_secs(120),
+            infra_image: super::network::DEFAULT_INFRA_IMAGE.to_string(),
         }
     }
 }
@@ -90,6 +95,7 @@ struct RawPluginConfig {
     #[serde(deserialize_with = "block")]
     gc: RawGc,
     pull_activity_timeout: Option<String>,
+    infra_image: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -118,7 +124,7 @@ struct RawDangling {
 
 impl DockerConfig {
     /// Reads `plugin "docker" { config { … } }`. Options of Nomad's driver that Caravan does
-    /// not act on (`infra_image`, `extra_labels`, …) are accepted and ignored.
+    /// not act on (`extra_labels`, …) are accepted and ignored.
     pub fn from_plugin_config(value: &Value) -> Result<DockerConfig, DriverError> {
         let raw: RawPluginConfig = match value {
             Value::Null => RawPluginConfig::default(),
@@ -158,6 +164,10 @@ impl DockerConfig {
                 &raw.pull_activity_timeout,
                 d.pull_activity_timeout,
             )?,
+            infra_image: raw
+                .infra_image
+                .filter(|i| !i.trim().is_empty())
+                .unwrap_or(d.infra_image),
         };
         cfg.socket_path()?;
         Ok(cfg)
@@ -500,10 +510,11 @@ mod tests {
             "volumes": [{"enabled": true}],
             "gc": {"image_delay": "10s", "container": false},
             "pull_activity_timeout": "1m",
-            "infra_image": "ignored",
+            "infra_image": "pause:9",
         }))
         .unwrap();
         assert!(cfg.allow_privileged && cfg.volumes_enabled && !cfg.gc_container);
+        assert_eq!(cfg.infra_image, "pause:9");
         assert_eq!(cfg.allow_caps, ["net_admin", "chown"]);
         assert_eq!(cfg.gc_image_delay, Duration::from_secs(10));
         assert_eq!(cfg.pull_activity_timeout, Duration::from_secs(60));

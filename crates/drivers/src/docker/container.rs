@@ -56,7 +56,12 @@ pub fn create_body(
              allow_privileged = true in plugin \"docker\" { config { … } } to allow them",
         ));
     }
-    let (exposed, bindings) = port_bindings(cfg, task)?;
+    // In a group namespace the client maps the group's ports (CNI portmap); docker publishes none.
+    let (exposed, bindings) = if cfg.network_isolation.is_some() {
+        (Vec::new(), PortMap::new())
+    } else {
+        port_bindings(cfg, task)?
+    };
     let mut labels: HashMap<String, String> = task.labels.clone().into_iter().collect();
     labels.insert(LABEL_TASK_ID.to_string(), cfg.id.clone());
     labels.insert(LABEL_ALLOC_ID.to_string(), cfg.alloc_id.clone());
@@ -77,7 +82,11 @@ pub fn create_body(
         working_dir: task.work_dir.clone(),
         env: Some(cfg.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
         user: cfg.user.clone(),
-        hostname: task.hostname.clone(),
+        hostname: if cfg.network_isolation.is_some() {
+            None
+        } else {
+            task.hostname.clone()
+        },
         labels: Some(labels),
         exposed_ports: (!exposed.is_empty()).then_some(exposed),
         tty: Some(task.tty),
@@ -112,7 +121,7 @@ fn host_config(
         binds: Some(binds),
         mounts: (!mounts.is_empty()).then_some(mounts),
         port_bindings: (!bindings.is_empty()).then_some(bindings),
-        network_mode: task.network_mode.clone(),
+        network_mode: network_mode(cfg, task)?,
         extra_hosts: non_empty(&task.extra_hosts),
         dns: non_empty(&task.dns_servers),
         dns_search: non_empty(&task.dns_search_domains),
@@ -159,6 +168,36 @@ fn host_config(
             .then(|| task.storage_opt.clone().into_iter().collect()),
         ..Default::default()
     })
+}
+
+/// `container:<pause container>` in a group namespace (the task may not pick its own), else
+/// the task's `network_mode`.
+fn network_mode(cfg: &TaskConfig, task: &DockerTaskConfig) -> Result<Option<String>, DriverError> {
+    let Some(net) = &cfg.network_isolation else {
+        return Ok(task.network_mode.clone());
+    };
+    if task.network_mode.as_deref().is_some_and(|m| !m.is_empty()) {
+        return Err(invalid(
+            "config.network_mode cannot be set in a group with network mode bridge, none or \
+             cni/<name>: the group's tasks share its namespace; remove it",
+        ));
+    }
+    if !task.dns_servers.is_empty()
+        || !task.dns_search_domains.is_empty()
+        || !task.dns_options.is_empty()
+    {
+        return Err(invalid(
+            "config.dns_*: a task in a group network namespace cannot set its own DNS; use the \
+             group's network { dns { … } } block",
+        ));
+    }
+    let id = net
+        .labels
+        .get(crate::driver::LABEL_SANDBOX_CONTAINER)
+        .ok_or_else(|| {
+            invalid("the group's network namespace was not made by the docker driver; docker tasks can only join a pause container's")
+        })?;
+    Ok(Some(format!("container:{id}")))
 }
 
 fn non_empty(list: &[String]) -> Option<Vec<String>> {

@@ -16,6 +16,7 @@ pub mod config;
 pub mod container;
 mod fingerprint;
 mod image;
+pub mod network;
 mod task;
 
 use crate::driver::{
@@ -683,6 +684,8 @@ impl Driver for DockerDriver {
             exec: true,
             fs_isolation: FsIsolation::Image,
             mounts: true,
+            network_isolation: true,
+            must_initiate_network: true,
         }
     }
 
@@ -712,6 +715,21 @@ impl Driver for DockerDriver {
 
     fn destroy<'a>(&'a self, task_id: &'a str, force: bool) -> DriverFuture<'a, ()> {
         Box::pin(self.destroy_task(task_id, force))
+    }
+
+    fn create_network<'a>(
+        &'a self,
+        alloc_id: &'a str,
+    ) -> DriverFuture<'a, crate::driver::NetworkIsolation> {
+        Box::pin(self.create_sandbox(alloc_id))
+    }
+
+    fn destroy_network<'a>(
+        &'a self,
+        alloc_id: &'a str,
+        spec: &'a crate::driver::NetworkIsolation,
+    ) -> DriverFuture<'a, ()> {
+        Box::pin(self.destroy_sandbox(alloc_id, spec))
     }
 
     fn signal<'a>(&'a self, task_id: &'a str, signal: &'a str) -> DriverFuture<'a, ()> {

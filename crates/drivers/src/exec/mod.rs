@@ -247,7 +247,8 @@ impl ExecDriver {
             mounts: cfg.mounts.clone(),
             caps,
         };
-        let started = self.spawn_helper(&cfg.id, &spec).await;
+        let netns = cfg.network_isolation.as_ref().map(|n| n.path.clone());
+        let started = self.spawn_helper(&cfg.id, &spec, netns.as_deref()).await;
         // The executor has opened the fifos (or failed): the driver's write ends close here,
         // so the log helper ends with the task.
         let logmon = logmon.map(|(logmon, _outputs)| logmon);
@@ -297,6 +298,7 @@ impl ExecDriver {
         &self,
         task_id: &str,
         spec: &ExecutorSpec,
+        netns: Option<&std::path::Path>,
     ) -> Result<(tokio::process::Child, ExecutorReport), DriverError> {
         let helper = self.helper_path(task_id)?;
         let spec_path = std::env::temp_dir().join(format!(
@@ -317,7 +319,15 @@ impl ExecDriver {
             file.write_all(&text)
                 .map_err(|e| DriverError::io(task_id, "writing the executor spec", e))?;
         }
-        let mut child = tokio::process::Command::new(&helper)
+        let mut helper_cmd = tokio::process::Command::new(&helper);
+        if let Some(netns) = netns {
+            // The executor enters the group's namespace first; the task inherits it.
+            if let Err(e) = crate::netns::join_in_child(&mut helper_cmd, task_id, netns) {
+                let _ = std::fs::remove_file(&spec_path);
+                return Err(e);
+            }
+        }
+        let mut child = helper_cmd
             .arg(EXECUTOR_SUBCOMMAND)
             .arg(&spec_path)
             .env_clear()
@@ -622,6 +632,8 @@ impl Driver for ExecDriver {
             exec: false,
             fs_isolation: FsIsolation::Chroot,
             mounts: true,
+            network_isolation: true,
+            must_initiate_network: false,
         }
     }
 
@@ -730,6 +742,9 @@ impl ExecDriver {
             .arg("--target")
             .arg(task.state.task_pid.to_string())
             .args(["--mount", "--uts", "--ipc", "--pid", "--root", "--wd"]);
+        if task.config.network_isolation.is_some() {
+            command.arg("--net");
+        }
         // The task's user (`nobody` when unset, as the task itself runs).
         let user = task_user(&task.config);
         let found = nix::unistd::User::from_name(user)

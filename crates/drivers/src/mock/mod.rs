@@ -271,6 +271,8 @@ impl Driver for MockDriver {
             exec: true,
             fs_isolation: FsIsolation::None,
             mounts: true,
+            network_isolation: false,
+            must_initiate_network: false,
         }
     }
 

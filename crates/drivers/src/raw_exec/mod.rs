@@ -405,6 +405,8 @@ impl Driver for RawExecDriver {
             exec: true,
             fs_isolation: FsIsolation::None,
             mounts: false,
+            network_isolation: true,
+            must_initiate_network: false,
         }
     }
 

@@ -187,6 +187,9 @@ pub(crate) fn build_command(
         cmd.uid(uid).gid(gid);
     }
     new_session(&mut cmd);
+    if let Some(net) = &cfg.network_isolation {
+        crate::netns::join_in_child(&mut cmd, &cfg.id, &net.path)?;
+    }
     Ok(cmd)
 }
 

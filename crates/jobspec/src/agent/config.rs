@@ -322,6 +322,16 @@ section! {
         alloc_dir: String => Kind::Str,
         /// The interface whose address is fingerprinted.
         network_interface: String => Kind::Str,
+        /// Directories of CNI plugins, colon-separated.
+        cni_path: String => Kind::Str,
+        /// Where `cni/<name>` network configurations are.
+        cni_config_dir: String => Kind::Str,
+        /// The bridge of `network { mode = "bridge" }` groups (`nomad`).
+        bridge_network_name: String => Kind::Str,
+        /// The bridge's subnet (`172.26.64.0/20`).
+        bridge_network_subnet: String => Kind::Str,
+        /// Lets a bridge-mode task reach itself through its mapped host port.
+        bridge_network_hairpin_mode: bool => Kind::Bool,
         /// Overrides fingerprinted CPU MHz.
         cpu_total_compute: u64 => Kind::Uint(u64::MAX),
         /// Overrides fingerprinted memory.

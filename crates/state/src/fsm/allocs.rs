@@ -127,6 +127,9 @@ pub(super) fn client_update(
             status.modify_index = index;
             alloc.deployment_status = Some(status);
         }
+        if update.network_status.is_some() {
+            alloc.network_status.clone_from(&update.network_status);
+        }
         alloc.modify_time = update.modify_time;
         alloc.modify_index = index;
         update_deployment_with_alloc(tx, &mut alloc, Some(&existing));

@@ -1,0 +1,336 @@
+//! A group's network (Nomad's network hook): `network { mode = "bridge" | "none" | "cni/<name>" }`
+//! gives the allocation a network namespace that every task of the group joins, made before the
+//! first task starts and removed once the last one has stopped.
+//!
+//! Who makes the namespace: the client itself (a named namespace in `/var/run/netns`), or, when
+//! the group has a docker task, the docker driver (a pause container whose namespace docker tasks
+//! join with `container:<id>`; [`drivers::Driver::create_network`]). CNI then configures it:
+//! Nomad's bridge list ([`bridge`]) for `bridge`, the user's list for `cni/<name>`, only the
+//! loopback for `none`.
+//!
+//! Crash safety: each step is recorded in the allocation's [`NetworkRecord`] (persisted by the
+//! alloc runner) before it is taken, and [`teardown`] undoes every step idempotently, so a client
+//! killed at any point removes what it left once it runs again.
+
+pub mod bridge;
+pub mod cni;
+pub mod netns;
+
+use crate::context::RunnerContext;
+use drivers::NetworkIsolation;
+use model::alloc::{AllocNetworkStatus, Allocation};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The client's network settings (Nomad's `cni_path`, `cni_config_dir`, `bridge_network_*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkConfig {
+    /// Directories of CNI plugins, colon-separated.
+    pub cni_path: String,
+    /// Where `cni/<name>` networks are configured.
+    pub cni_config_dir: PathBuf,
+    pub bridge_name: String,
+    pub bridge_subnet: String,
+    pub hairpin_mode: bool,
+    /// Where the client's named namespaces are mounted.
+    pub netns_dir: PathBuf,
+}
+
+impl Default for NetworkConfig {
+    fn default() -> Self {
+        NetworkConfig {
+            // Nomad's default, then where Debian's containernetworking-plugins puts them.
+            cni_path: "/opt/cni/bin:/usr/lib/cni".into(),
+            cni_config_dir: "/opt/cni/config".into(),
+            bridge_name: "nomad".into(),
+            bridge_subnet: "172.26.64.0/20".into(),
+            hairpin_mode: false,
+            netns_dir: "/var/run/netns".into(),
+        }
+    }
+}
+
+impl NetworkConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        let ok_subnet = self
+            .bridge_subnet
+            .split_once('/')
+            .is_some_and(|(ip, bits)| {
+                ip.parse::<std::net::Ipv4Addr>().is_ok()
+                    && bits.parse::<u8>().is_ok_and(|b| (8..=30).contains(&b))
+            });
+        if !ok_subnet {
+            return Err(format!(
+                "client.bridge_network_subnet = {:?}: expected an IPv4 CIDR such as 172.26.64.0/20",
+                self.bridge_subnet
+            ));
+        }
+        if self.bridge_name.is_empty()
+            || self.bridge_name.len() > 15
+            || !self
+                .bridge_name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return Err(format!(
+                "client.bridge_network_name = {:?}: an interface name of 1-15 letters, digits, '-', '_' or '.'",
+                self.bridge_name
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What the client made, or is about to make, for one allocation's network; kept in the
+/// allocation's record so that a restarted client can finish or undo it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NetworkRecord {
+    /// `bridge`, `none` or `cni/<name>`.
+    pub mode: String,
+    /// The driver that makes the namespace; empty: the client.
+    pub initiator: String,
+    /// The namespace, once made.
+    pub spec: Option<NetworkIsolation>,
+    /// The CNI list ADD was (or is being) run with; DEL runs the same one.
+    pub cni_list: Option<serde_json::Value>,
+    /// ADD's result, given to DEL as `prevResult`.
+    pub cni_result: Option<serde_json::Value>,
+    /// The namespace's address; set once the network is ready.
+    pub status: Option<AllocNetworkStatus>,
+}
+
+impl NetworkRecord {
+    pub fn ready(&self) -> bool {
+        self.spec.is_some() && self.status.is_some()
+    }
+}
+
+/// The group's network mode, and who makes its namespace: `Ok(None)` for the host's network.
+/// Refuses a group one of whose drivers cannot join a namespace, or with two drivers that each
+/// must make it.
+pub(crate) fn plan(
+    ctx: &RunnerContext,
+    alloc: &Allocation,
+) -> Result<Option<NetworkRecord>, String> {
+    let Some(group) = alloc
+        .job
+        .as_ref()
+        .and_then(|j| j.task_groups.iter().find(|g| g.name == alloc.task_group))
+    else {
+        return Ok(None);
+    };
+    let mode = group
+        .networks
+        .first()
+        .map(|n| n.mode.as_str())
+        .filter(|m| !m.is_empty())
+        .unwrap_or("host");
+    if mode == "host" {
+        return Ok(None);
+    }
+    if mode != "bridge" && mode != "none" && !mode.starts_with("cni/") {
+        return Err(format!("network mode {mode:?} is not supported"));
+    }
+    let mut initiator = String::new();
+    for task in &group.tasks {
+        let Some(driver) = ctx.drivers.get(&task.driver) else {
+            continue; // the task fails on its own with "unknown driver"
+        };
+        let caps = driver.capabilities();
+        if !caps.network_isolation {
+            return Err(format!(
+                "task {:?}: the {} driver cannot join a group network namespace (network mode {mode:?})",
+                task.name, task.driver
+            ));
+        }
+        if caps.must_initiate_network && initiator != task.driver {
+            if !initiator.is_empty() {
+                return Err(format!(
+                    "the {initiator} and {} drivers both want to make the group's network namespace",
+                    task.driver
+                ));
+            }
+            initiator.clone_from(&task.driver);
+        }
+    }
+    Ok(Some(NetworkRecord {
+        mode: mode.to_string(),
+        initiator,
+        ..NetworkRecord::default()
+    }))
+}
+
+/// Makes the namespace (step one of setup).
+pub(crate) async fn create_namespace(
+    ctx: &RunnerContext,
+    alloc_id: &str,
+    rec: &NetworkRecord,
+) -> Result<NetworkIsolation, String> {
+    if rec.initiator.is_empty() {
+        let path = netns::create(&ctx.network.netns_dir, alloc_id).await?;
+        return Ok(NetworkIsolation {
+            path,
+            labels: Default::default(),
+        });
+    }
+    let driver = ctx
+        .drivers
+        .get(&rec.initiator)
+        .ok_or_else(|| format!("driver {:?} is not loaded", rec.initiator))?;
+    driver
+        .create_network(alloc_id)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// The CNI list for the record's mode (step two of setup).
+pub(crate) fn cni_list(ctx: &RunnerContext, mode: &str) -> Result<cni::ConfList, String> {
+    if let Some(name) = mode.strip_prefix("cni/") {
+        return cni::ConfList::find(&ctx.network.cni_config_dir, name);
+    }
+    if mode == "bridge" {
+        return Ok(bridge::conflist(&ctx.network));
+    }
+    // `none`: only the loopback, so the group's tasks reach each other on localhost.
+    cni::ConfList::parse(
+        r#"{"cniVersion":"0.4.0","name":"nomad-none","plugins":[{"type":"loopback"}]}"#,
+        "none",
+    )
+}
+
+/// What ADD and DEL are told about this allocation.
+fn runtime(alloc: &Allocation, rec: &NetworkRecord) -> cni::Runtime {
+    let mut port_mappings = Vec::new();
+    if rec.mode != "none" {
+        let shared = alloc.allocated_resources.as_ref().map(|r| &r.shared);
+        for p in shared.map(|s| s.ports.as_slice()).unwrap_or_default() {
+            let (Ok(host), to) = (u16::try_from(p.value), p.to) else {
+                continue;
+            };
+            let container = if to < 1 {
+                host
+            } else {
+                u16::try_from(to).unwrap_or(host)
+            };
+            for protocol in ["tcp", "udp"] {
+                port_mappings.push(cni::PortMapping {
+                    host_port: host,
+                    container_port: container,
+                    protocol,
+                    host_ip: p.host_ip.clone(),
+                });
+            }
+        }
+    }
+    let args = group_cni_args(alloc);
+    cni::Runtime {
+        container_id: alloc.id.clone(),
+        netns: rec
+            .spec
+            .as_ref()
+            .map(|s| s.path.clone())
+            .unwrap_or_default(),
+        ifname: "eth0".into(),
+        args,
+        port_mappings,
+    }
+}
+
+/// `network { cni { args = {…} } }`, plus Nomad's `IgnoreUnknown`.
+fn group_cni_args(alloc: &Allocation) -> Vec<(String, String)> {
+    let mut args = vec![("IgnoreUnknown".to_string(), "true".to_string())];
+    let group = alloc
+        .job
+        .as_ref()
+        .and_then(|j| j.task_groups.iter().find(|g| g.name == alloc.task_group));
+    if let Some(cni) = group
+        .and_then(|g| g.networks.first())
+        .and_then(|n| n.cni.as_ref())
+    {
+        args.extend(cni.args.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    args
+}
+
+/// Runs ADD (step two): the namespace's address on success. On a failure DEL has already
+/// undone what ADD made.
+pub(crate) async fn configure(
+    ctx: &RunnerContext,
+    alloc: &Allocation,
+    rec: &NetworkRecord,
+    list: &cni::ConfList,
+) -> Result<(serde_json::Value, AllocNetworkStatus), String> {
+    if rec.mode == "bridge" {
+        bridge::ensure_forwarding(&ctx.network).await?;
+    }
+    let rt = runtime(alloc, rec);
+    let result = match cni::add(list, &rt, &ctx.network.cni_path).await {
+        Ok(r) => r,
+        Err(e) => {
+            if let Err(d) = cni::del(list, &rt, &ctx.network.cni_path, None).await {
+                tracing::warn!(alloc_id = %alloc.id, error = %d, "undoing a failed CNI ADD");
+            }
+            return Err(e);
+        }
+    };
+    let status = match cni::sandbox_address(&result) {
+        Some((ifname, v4, v6)) => AllocNetworkStatus {
+            interface_name: ifname,
+            address: if v4.is_empty() { v6.clone() } else { v4 },
+            address_ipv6: v6,
+            dns: None,
+        },
+        // `none`: no address but the loopback.
+        None if rec.mode == "none" => AllocNetworkStatus::default(),
+        None => {
+            let _ = cni::del(list, &rt, &ctx.network.cni_path, Some(&result)).await;
+            return Err(format!(
+                "the CNI network {:?} gave the namespace no address",
+                list.name
+            ));
+        }
+    };
+    Ok((result, status))
+}
+
+/// CNI DEL for what `rec` says ADD was (or may have been) run with; harmless when done before.
+pub(crate) async fn teardown_cni(
+    ctx: &RunnerContext,
+    alloc: &Allocation,
+    rec: &NetworkRecord,
+) -> Result<(), String> {
+    let Some(list) = &rec.cni_list else {
+        return Ok(());
+    };
+    let list = cni::ConfList::parse(&list.to_string(), "the recorded CNI list")?;
+    let rt = runtime(alloc, rec);
+    cni::del(&list, &rt, &ctx.network.cni_path, rec.cni_result.as_ref()).await
+}
+
+/// Undoes everything `rec` says was (or may have been) made: CNI DEL while the namespace still
+/// exists (plugins find the interfaces to remove inside it), then the namespace. Every step is
+/// harmless when already done. An error leaves the record for a later try.
+pub(crate) async fn teardown(
+    ctx: &RunnerContext,
+    alloc: &Allocation,
+    rec: &NetworkRecord,
+) -> Result<(), String> {
+    let cni = teardown_cni(ctx, alloc, rec).await;
+    let removed = if rec.initiator.is_empty() {
+        let path = rec
+            .spec
+            .as_ref()
+            .map_or_else(|| ctx.network.netns_dir.join(&alloc.id), |s| s.path.clone());
+        netns::remove(&path)
+    } else {
+        match ctx.drivers.get(&rec.initiator) {
+            Some(driver) => driver
+                .destroy_network(&alloc.id, &rec.spec.clone().unwrap_or_default())
+                .await
+                .map_err(|e| e.to_string()),
+            None => Err(format!("driver {:?} is not loaded", rec.initiator)),
+        }
+    };
+    cni.and(removed)
+}
