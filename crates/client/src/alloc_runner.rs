@@ -1090,7 +1090,12 @@ impl AllocRunner {
         if let Some(rec) = &self.network {
             let alloc = self.alloc.borrow().clone();
             if let Err(e) = network::teardown(&self.ctx, &alloc, rec).await {
-                tracing::warn!(alloc_id = %alloc.id, error = %e, "removing the group's network namespace");
+                // The record is all that says what to remove: it stays, and the next start of
+                // the client recovers the allocation and tries again.
+                tracing::warn!(alloc_id = %alloc.id, error = %e,
+                    "cannot remove the group's network namespace; keeping the allocation's record to retry");
+                self.persist().await;
+                return;
             }
         }
         let id = self.alloc_id();

@@ -393,10 +393,12 @@ async fn fingerprint(
 ) -> Node {
     let data_dir = cfg.data_dir.clone();
     let interface = cfg.network_interface.clone();
-    let facts =
-        tokio::task::spawn_blocking(move || HostFacts::read(&data_dir, interface.as_deref()))
-            .await
-            .expect("fingerprinting the host panicked");
+    let network = cfg.network.clone();
+    let facts = tokio::task::spawn_blocking(move || {
+        HostFacts::read(&data_dir, interface.as_deref(), &network)
+    })
+    .await
+    .expect("fingerprinting the host panicked");
     let fps: Vec<(String, drivers::Fingerprint)> = drivers
         .iter()
         .map(|d| (d.name().to_string(), d.fingerprint()))

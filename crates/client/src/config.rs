@@ -75,6 +75,9 @@ pub struct ClientConfig {
     pub http_addr: String,
     /// Group networks: CNI plugins and configs, the bridge's name and subnet.
     pub network: crate::network::NetworkConfig,
+    /// Named host networks (`host_network "public" { cidr interface reserved_ports }`) that
+    /// ports can ask for with `host_network = "public"`.
+    pub host_networks: BTreeMap<String, HostNetworkConfig>,
     pub timing: ClientTiming,
     /// The garbage collector of terminal allocations (Nomad's `gc_*` client keys).
     pub gc: GcConfig,
@@ -142,6 +145,16 @@ impl GcConfig {
     }
 }
 
+/// One `host_network` block: the addresses it names are those of `interface` (if set) within
+/// `cidr` (if set).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostNetworkConfig {
+    pub cidr: String,
+    pub interface: String,
+    /// Ports no job may take on these addresses (`"22,80,8000-8100"`).
+    pub reserved_ports: String,
+}
+
 /// What the operator keeps back from scheduling (Nomad's `reserved { … }`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReservedResources {
@@ -192,6 +205,7 @@ impl ClientConfig {
             network_interface: None,
             http_addr: String::new(),
             network: crate::network::NetworkConfig::default(),
+            host_networks: BTreeMap::new(),
             timing: ClientTiming::default(),
             gc: GcConfig::default(),
         }
@@ -202,6 +216,22 @@ impl ClientConfig {
         let bad = |m: String| Err(ClientError::Config(m));
         if let Err(m) = self.network.validate() {
             return bad(m);
+        }
+        for (name, hn) in &self.host_networks {
+            if hn.cidr.is_empty() && hn.interface.is_empty() {
+                return bad(format!(
+                    "client.host_network \"{name}\": set cidr, interface or both"
+                ));
+            }
+            if !hn.cidr.is_empty() && !crate::network::cidr_valid(&hn.cidr) {
+                return bad(format!(
+                    "client.host_network \"{name}\".cidr = {:?}: not a CIDR such as 10.0.0.0/8",
+                    hn.cidr
+                ));
+            }
+            if name == "default" {
+                return bad("client.host_network \"default\": the name is the node's own address; pick another".into());
+            }
         }
         if self.data_dir.as_os_str().is_empty() {
             return bad("data_dir is required".into());

@@ -38,6 +38,13 @@ pub fn setup() -> TaskEvent {
     e
 }
 
+/// A setting the task's driver cannot apply, said once when the task is set up.
+pub fn setup_note(message: &str) -> TaskEvent {
+    let mut e = event(TASK_EVENT_SETUP, message);
+    e.message = message.to_string();
+    e
+}
+
 pub fn setup_failure(error: &str) -> TaskEvent {
     let mut e = event(TASK_EVENT_SETUP_FAILURE, error);
     e.setup_error = error.to_string();

@@ -65,13 +65,22 @@ pub struct HostFacts {
     /// `/etc/os-release` `ID` and `VERSION_ID`.
     pub os_name: String,
     pub os_version: String,
+    /// Every address of every interface that is up: where `host_network` blocks find theirs.
+    pub interfaces: Vec<(String, IpAddr)>,
+    /// The group network modes this node can make besides `host` and `none`: `bridge` when the
+    /// CNI bridge plugin is installed, `cni/<name>` per configured CNI network.
+    pub network_modes: Vec<String>,
 }
 
 impl HostFacts {
     /// Reads the host. Blocking (small files and two system calls); missing facts fall back to
     /// safe values rather than failing the client.
     /// `interface`: the one whose address the node has (Nomad's `network_interface`).
-    pub fn read(data_dir: &Path, interface: Option<&str>) -> HostFacts {
+    pub fn read(
+        data_dir: &Path,
+        interface: Option<&str>,
+        network: &crate::network::NetworkConfig,
+    ) -> HostFacts {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let mut cpu = parse_cpuinfo(&cpuinfo);
         if cpu.cores == 0 {
@@ -95,6 +104,8 @@ impl HostFacts {
             kernel_arch: kernel_arch(),
             os_name,
             os_version,
+            interfaces: interface_addresses(),
+            network_modes: crate::network::available_modes(network),
         }
     }
 }
@@ -428,15 +439,20 @@ fn node_resources(cfg: &ClientConfig, facts: &HostFacts) -> NodeResources {
                 .disk
                 .map_or(0, |d| i64::try_from(d.free_bytes >> 20).unwrap_or(i64::MAX)),
         },
-        networks: vec![NetworkResource {
+        networks: std::iter::once(NetworkResource {
             mode: "host".into(),
             device: facts.net.device.clone(),
             cidr: format!("{ip}/{prefix}"),
             ip: ip.clone(),
             mbits: Some(NETWORK_MBITS_DEFAULT),
             ..NetworkResource::default()
-        }],
-        node_networks: vec![NodeNetworkResource {
+        })
+        .chain(facts.network_modes.iter().map(|mode| NetworkResource {
+            mode: mode.clone(),
+            ..NetworkResource::default()
+        }))
+        .collect(),
+        node_networks: std::iter::once(NodeNetworkResource {
             mode: "host".into(),
             device: facts.net.device.clone(),
             speed: i64::from(NETWORK_MBITS_DEFAULT),
@@ -447,11 +463,59 @@ fn node_resources(cfg: &ClientConfig, facts: &HostFacts) -> NodeResources {
                 ..NodeNetworkAddress::default()
             }],
             ..NodeNetworkResource::default()
-        }],
+        })
+        .chain(host_networks(cfg, facts))
+        .chain(facts.network_modes.iter().map(|mode| NodeNetworkResource {
+            mode: mode.clone(),
+            device: if mode == "bridge" {
+                cfg.network.bridge_name.clone()
+            } else {
+                String::new()
+            },
+            ..NodeNetworkResource::default()
+        }))
+        .collect(),
         devices: Vec::new(),
         min_dynamic_port: MIN_DYNAMIC_PORT,
         max_dynamic_port: MAX_DYNAMIC_PORT,
     }
+}
+
+/// The addresses of the client's `host_network` blocks: each address of an interface that is
+/// up and matches the block's `interface` and `cidr` (both, when both are set), with the block's
+/// name as its alias. A block nothing matches gives no address (and a warning), so the
+/// scheduler never places a port on it here.
+fn host_networks(cfg: &ClientConfig, facts: &HostFacts) -> Vec<NodeNetworkResource> {
+    let mut out = Vec::new();
+    for (name, hn) in &cfg.host_networks {
+        let mut found = false;
+        for (device, ip) in &facts.interfaces {
+            let iface_ok = hn.interface.is_empty() || &hn.interface == device;
+            let cidr_ok = hn.cidr.is_empty() || crate::network::cidr_contains(&hn.cidr, *ip);
+            if !iface_ok || !cidr_ok {
+                continue;
+            }
+            found = true;
+            out.push(NodeNetworkResource {
+                mode: "host".into(),
+                device: device.clone(),
+                speed: i64::from(NETWORK_MBITS_DEFAULT),
+                addresses: vec![NodeNetworkAddress {
+                    family: if ip.is_ipv4() { "ipv4" } else { "ipv6" }.into(),
+                    alias: name.clone(),
+                    address: ip.to_string(),
+                    reserved_ports: hn.reserved_ports.clone(),
+                    ..NodeNetworkAddress::default()
+                }],
+                ..NodeNetworkResource::default()
+            });
+        }
+        if !found {
+            tracing::warn!(host_network = %name, cidr = %hn.cidr, interface = %hn.interface,
+                "no address of this host matches the host_network; ports asking for it cannot be placed here");
+        }
+    }
+    out
 }
 
 fn reserved_resources(cfg: &ClientConfig) -> NodeReservedResources {
@@ -563,6 +627,8 @@ processor\t: 1\nmodel name\t: Intel(R) Xeon(R) CPU\ncpu MHz\t\t: 2400.100\n";
             kernel_arch: "x86_64".into(),
             os_name: "debian".into(),
             os_version: "12".into(),
+            interfaces: vec![("eth0".into(), "10.0.0.5".parse().unwrap())],
+            network_modes: Vec::new(),
         }
     }
 
@@ -654,7 +720,7 @@ processor\t: 1\nmodel name\t: Intel(R) Xeon(R) CPU\ncpu MHz\t\t: 2400.100\n";
     #[test]
     fn this_host_reads_sanely() {
         let dir = drivers::testing::TestDir::new("client-fp");
-        let f = HostFacts::read(dir.path(), None);
+        let f = HostFacts::read(dir.path(), None, &crate::network::NetworkConfig::default());
         assert!(f.cpu.cores >= 1);
         assert!(f.cpu.mhz >= 1);
         assert!(f.memory_bytes > 64 << 20, "{}", f.memory_bytes);
@@ -668,7 +734,11 @@ processor\t: 1\nmodel name\t: Intel(R) Xeon(R) CPU\ncpu MHz\t\t: 2400.100\n";
             assert!(!f.net.ip.is_loopback());
         }
         // `network_interface = "lo"`, as dev agents set it.
-        let lo = HostFacts::read(dir.path(), Some("lo"));
+        let lo = HostFacts::read(
+            dir.path(),
+            Some("lo"),
+            &crate::network::NetworkConfig::default(),
+        );
         assert_eq!(lo.net.device, "lo");
         assert_eq!(lo.net.ip, IpAddr::V4(Ipv4Addr::LOCALHOST));
         assert!(address_of_interface("no-such-interface0").is_none());

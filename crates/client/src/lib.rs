@@ -65,8 +65,8 @@ pub use actions::AllocActionError;
 pub use allocdir::AllocDir;
 pub use client::Client;
 pub use config::{
-    ClientConfig, ClientTiming, GcConfig, ReservedResources, UserPolicy, DEFAULT_ENV_DENYLIST,
-    DEFAULT_USER_CHECKED_DRIVERS, DEFAULT_USER_DENYLIST, OPTION_ENV_DENYLIST,
+    ClientConfig, ClientTiming, GcConfig, HostNetworkConfig, ReservedResources, UserPolicy,
+    DEFAULT_ENV_DENYLIST, DEFAULT_USER_CHECKED_DRIVERS, DEFAULT_USER_DENYLIST, OPTION_ENV_DENYLIST,
     OPTION_USER_CHECKED_DRIVERS, OPTION_USER_DENYLIST,
 };
 pub use conn::{ConnFuture, RpcServerConn, ServerConn};

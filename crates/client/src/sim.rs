@@ -514,6 +514,8 @@ impl SimNode {
             kernel_arch: "x86_64".into(),
             os_name: "debian".into(),
             os_version: "12".into(),
+            interfaces: Vec::new(),
+            network_modes: Vec::new(),
         };
         let fp = drivers::Fingerprint::healthy(SIM_DRIVER, BTreeMap::new());
         build_node(

@@ -345,6 +345,15 @@ impl TaskRunner {
         };
         if !self.set_up {
             self.push(events::setup());
+            let dns = group_of(&alloc)
+                .and_then(|g| g.networks.first())
+                .and_then(|n| n.dns.as_ref());
+            if dns.is_some() && driver.capabilities().fs_isolation == FsIsolation::None {
+                self.push(events::setup_note(&format!(
+                    "network dns is not applied: the {} driver has no file system isolation, so the task reads the host's /etc/resolv.conf",
+                    task.driver
+                )));
+            }
             self.report().await;
             self.set_up = true;
         }
@@ -692,6 +701,9 @@ impl TaskRunner {
             &self.ctx.node.get(),
             alloc.index(),
         )?);
+        if let Some(m) = dns_mount(group, &task_dir, driver)? {
+            mounts.push(m);
+        }
         if let Some(plugin) = self.plugin_setup(alloc, driver) {
             plugin.create_dirs()?;
             env.extend([("CSI_ENDPOINT".to_string(), plugin.endpoint.clone())]);
@@ -1079,6 +1091,55 @@ fn task_logs(task: &Task, dir: std::path::PathBuf) -> Option<drivers::TaskLogCon
     })
 }
 
+/// The group's `network { dns { servers searches options } }` as the task's /etc/resolv.conf
+/// (Nomad's `GenerateDNSMount`): written into the task directory and mounted read-only, for
+/// drivers that isolate the file system. raw_exec tasks see the host's file (the alloc runner
+/// records an event saying so).
+fn dns_mount(
+    group: &model::group::TaskGroup,
+    task_dir: &drivers::TaskDir,
+    driver: &dyn Driver,
+) -> Result<Option<drivers::MountConfig>, String> {
+    let Some(dns) = group.networks.first().and_then(|n| n.dns.as_ref()) else {
+        return Ok(None);
+    };
+    if driver.capabilities().fs_isolation == FsIsolation::None {
+        return Ok(None);
+    }
+    let path = task_dir.dir.join("resolv.conf");
+    std::fs::write(&path, resolv_conf(dns))
+        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    Ok(Some(drivers::MountConfig {
+        host_path: path,
+        task_path: "/etc/resolv.conf".into(),
+        readonly: true,
+    }))
+}
+
+fn group_of(alloc: &Allocation) -> Option<&model::group::TaskGroup> {
+    alloc
+        .job
+        .as_ref()?
+        .task_groups
+        .iter()
+        .find(|g| g.name == alloc.task_group)
+}
+
+/// resolv.conf text for a `dns` block.
+pub(crate) fn resolv_conf(dns: &model::resources::DnsConfig) -> String {
+    let mut out = String::new();
+    for s in &dns.servers {
+        out.push_str(&format!("nameserver {s}\n"));
+    }
+    if !dns.searches.is_empty() {
+        out.push_str(&format!("search {}\n", dns.searches.join(" ")));
+    }
+    if !dns.options.is_empty() {
+        out.push_str(&format!("options {}\n", dns.options.join(" ")));
+    }
+    out
+}
+
 /// The driver mounts of a task's `volume_mount` blocks for the group's host volumes (static
 /// ones from the client's configuration and dynamic ones alike, both in the node's
 /// `HostVolumes`); read-only when the mount, the request or the volume says so. A volume the
@@ -1112,4 +1173,20 @@ fn host_volume_mounts(
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod dns_tests {
+    #[test]
+    fn resolv_conf_lists_servers_then_searches_and_options() {
+        let dns = model::resources::DnsConfig {
+            servers: vec!["1.1.1.1".into(), "8.8.8.8".into()],
+            searches: vec!["svc.local".into(), "local".into()],
+            options: vec!["ndots:2".into()],
+        };
+        assert_eq!(
+            super::resolv_conf(&dns),
+            "nameserver 1.1.1.1\nnameserver 8.8.8.8\nsearch svc.local local\noptions ndots:2\n"
+        );
+    }
 }

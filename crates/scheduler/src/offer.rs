@@ -182,11 +182,20 @@ impl<'a> PortPicker<'a> {
             p.value = i32::from(port);
         }
         for p in net.reserved_ports.iter().chain(&net.dynamic_ports) {
+            let host_ip = match p.host_network.as_str() {
+                "" | "default" => net.ip.clone(),
+                name => self.cap.host_networks.get(name).cloned().ok_or_else(|| {
+                    format!(
+                        "network: missing host network {name:?} for port {:?}",
+                        p.label
+                    )
+                })?,
+            };
             mappings.push(AllocatedPortMapping {
                 label: p.label.clone(),
                 value: p.value,
                 to: if p.to == -1 { p.value } else { p.to },
-                host_ip: net.ip.clone(),
+                host_ip,
             });
         }
         Ok(net)
@@ -267,6 +276,7 @@ mod tests {
             port_min: 20_000,
             port_max: 20_002,
             ip: "10.0.0.9".into(),
+            host_networks: [("public".to_string(), "192.0.2.7".to_string())].into(),
         }
     }
 
@@ -366,6 +376,36 @@ mod tests {
         let o = offer(&ask(task(1, 1), vec![net(shared)]), &used, &[]).expect("ignores collisions");
         assert!(o.usage.ports.is_empty());
         assert_eq!(o.resources.shared.ports[0].host_ip, "10.0.0.9");
+    }
+
+    #[test]
+    fn ports_on_a_host_network_bind_its_address() {
+        let mut public = port("web", 8443);
+        public.host_network = "public".into();
+        let net = NetworkResource {
+            reserved_ports: vec![public, port("admin", 9000)],
+            ..NetworkResource::default()
+        };
+        let o = offer(&ask(task(1, 1), vec![net]), &Used::default(), &[]).expect("fits");
+        let ips: Vec<(&str, &str)> = o
+            .resources
+            .shared
+            .ports
+            .iter()
+            .map(|p| (p.label.as_str(), p.host_ip.as_str()))
+            .collect();
+        assert_eq!(ips, [("web", "192.0.2.7"), ("admin", "10.0.0.9")]);
+        let mut lost = port("x", 7000);
+        lost.host_network = "nowhere".into();
+        let net = NetworkResource {
+            reserved_ports: vec![lost],
+            ..NetworkResource::default()
+        };
+        let err = offer(&ask(task(1, 1), vec![net]), &Used::default(), &[]).err();
+        assert_eq!(
+            err.as_deref(),
+            Some("network: missing host network \"nowhere\" for port \"x\"")
+        );
     }
 
     #[test]

@@ -26,6 +26,8 @@ pub(crate) struct Capacity {
     pub(crate) port_max: u16,
     /// The address given ports are bound on.
     pub(crate) ip: String,
+    /// Host network name (`host_network` blocks of the client) → its first address.
+    pub(crate) host_networks: BTreeMap<String, String>,
 }
 
 impl Capacity {
@@ -66,8 +68,23 @@ impl Capacity {
             port_min,
             port_max,
             ip: node_ip(node),
+            host_networks: host_network_addresses(node),
         }
     }
+}
+
+/// Each host network alias of the node with its first address (`default` is [`node_ip`]).
+pub(crate) fn host_network_addresses(node: &Node) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for net in node.node_resources.iter().flat_map(|r| &r.node_networks) {
+        for a in &net.addresses {
+            if !a.alias.is_empty() && a.alias != "default" {
+                out.entry(a.alias.clone())
+                    .or_insert_with(|| a.address.clone());
+            }
+        }
+    }
+    out
 }
 
 /// The node's address: its first network's IP, else a default-alias address, else the attribute.

@@ -952,6 +952,20 @@ async fn start_client(
     };
     ccfg.cpu_total_compute_mhz = block.cpu_total_compute;
     ccfg.memory_total_mb = block.memory_total_mb;
+    ccfg.host_networks = block
+        .host_network
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, n)| {
+            let cfg = client::HostNetworkConfig {
+                cidr: n.cidr.unwrap_or_default(),
+                interface: n.interface.unwrap_or_default(),
+                reserved_ports: n.reserved_ports.unwrap_or_default(),
+            };
+            (name, cfg)
+        })
+        .collect();
     let net = &mut ccfg.network;
     if let Some(p) = block.cni_path.clone().filter(|p| !p.is_empty()) {
         net.cni_path = p;

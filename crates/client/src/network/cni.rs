@@ -121,6 +121,37 @@ impl ConfList {
     }
 }
 
+/// Whether plugin `name` is on the CNI path.
+pub fn plugin_available(name: &str, cni_path: &str) -> bool {
+    find_plugin(name, cni_path).is_ok()
+}
+
+impl ConfList {
+    /// The names of the valid CNI networks configured in `dir` (none when it is missing).
+    pub fn names_in(dir: &Path) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                matches!(
+                    p.extension().and_then(|e| e.to_str()),
+                    Some("conflist" | "conf" | "json")
+                )
+            })
+            .filter_map(|p| {
+                let text = std::fs::read_to_string(&p).ok()?;
+                ConfList::parse(&text, &p.display().to_string()).ok()
+            })
+            .map(|l| l.name)
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
 /// Runs ADD through every plugin; returns the last plugin's result. On a failure the caller
 /// runs [`del`] (CNI plugins undo a partial ADD on DEL).
 pub async fn add(list: &ConfList, rt: &Runtime, cni_path: &str) -> Result<Value, String> {

@@ -81,6 +81,55 @@ impl NetworkConfig {
     }
 }
 
+/// The group network modes this node can make: `bridge` when the CNI bridge plugins are
+/// installed, `cni/<name>` for each network configured in `cni_config_dir`.
+pub fn available_modes(cfg: &NetworkConfig) -> Vec<String> {
+    let mut modes = Vec::new();
+    let bridge_plugins = ["bridge", "host-local", "portmap", "firewall", "loopback"];
+    if bridge_plugins
+        .iter()
+        .all(|p| cni::plugin_available(p, &cfg.cni_path))
+    {
+        modes.push("bridge".to_string());
+    }
+    modes.extend(
+        cni::ConfList::names_in(&cfg.cni_config_dir)
+            .into_iter()
+            .map(|n| format!("cni/{n}")),
+    );
+    modes
+}
+
+fn parse_cidr(cidr: &str) -> Option<(std::net::IpAddr, u8)> {
+    let (ip, bits) = cidr.split_once('/')?;
+    let ip: std::net::IpAddr = ip.parse().ok()?;
+    let bits: u8 = bits.parse().ok()?;
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    (bits <= max).then_some((ip, bits))
+}
+
+pub fn cidr_valid(cidr: &str) -> bool {
+    parse_cidr(cidr).is_some()
+}
+
+/// `ip` is inside `cidr` (same family; a malformed CIDR contains nothing).
+pub fn cidr_contains(cidr: &str, ip: std::net::IpAddr) -> bool {
+    use std::net::IpAddr;
+    let Some((net, bits)) = parse_cidr(cidr) else {
+        return false;
+    };
+    let (a, b, width) = match (net, ip) {
+        (IpAddr::V4(n), IpAddr::V4(i)) => (u128::from(u32::from(n)), u128::from(u32::from(i)), 32),
+        (IpAddr::V6(n), IpAddr::V6(i)) => (u128::from(n), u128::from(i), 128),
+        _ => return false,
+    };
+    if bits == 0 {
+        return true;
+    }
+    let shift = width - u32::from(bits);
+    (a >> shift) == (b >> shift)
+}
+
 /// What the client made, or is about to make, for one allocation's network; kept in the
 /// allocation's record so that a restarted client can finish or undo it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -126,6 +175,13 @@ pub(crate) fn plan(
         .map(|n| n.mode.as_str())
         .filter(|m| !m.is_empty())
         .unwrap_or("host");
+    if group
+        .networks
+        .first()
+        .is_some_and(|n| !n.hostname.is_empty())
+    {
+        return Err("network.hostname is not supported yet; remove it".into());
+    }
     if mode == "host" {
         return Ok(None);
     }
@@ -333,4 +389,38 @@ pub(crate) async fn teardown(
         }
     };
     cni.and(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cidrs_contain_their_addresses_only() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        assert!(cidr_contains("10.0.0.0/8", ip("10.2.3.4")));
+        assert!(!cidr_contains("10.0.0.0/8", ip("11.0.0.1")));
+        assert!(cidr_contains("192.168.1.7/32", ip("192.168.1.7")));
+        assert!(cidr_contains("0.0.0.0/0", ip("8.8.8.8")));
+        assert!(!cidr_contains("10.0.0.0/8", ip("::1")));
+        assert!(cidr_contains("fd00::/8", ip("fd12::1")));
+        assert!(!cidr_contains("10.0.0.0/33", ip("10.0.0.1")));
+        assert!(!cidr_valid("10.0.0.0") && !cidr_valid("x/8") && cidr_valid("::/0"));
+    }
+
+    #[test]
+    fn bad_bridge_settings_name_the_key() {
+        let mut cfg = NetworkConfig::default();
+        assert!(cfg.validate().is_ok());
+        cfg.bridge_subnet = "172.26.64.0".into();
+        assert!(cfg
+            .validate()
+            .unwrap_err()
+            .contains("bridge_network_subnet"));
+        cfg = NetworkConfig {
+            bridge_name: "a-name-longer-than-15".into(),
+            ..NetworkConfig::default()
+        };
+        assert!(cfg.validate().unwrap_err().contains("bridge_network_name"));
+    }
 }

@@ -271,6 +271,10 @@ fn make_mount_point(source: &Path, target: &Path) -> Result<(), IsolationError> 
     if source.is_dir() {
         return std::fs::create_dir_all(target).map_err(fail);
     }
+    // A file already there (`/etc/resolv.conf` of a read-only `/etc`) is mounted over as it is.
+    if target.is_file() {
+        return Ok(());
+    }
     if let Some(parent) = target.parent() {
         std::fs::create_dir_all(parent).map_err(fail)?;
     }

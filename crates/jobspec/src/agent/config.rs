@@ -78,6 +78,15 @@ impl MergeField for Option<IndexMap<String, HostVolume>> {
     }
 }
 
+/// `host_network "name"`: a later network with the same name replaces the earlier one.
+impl MergeField for Option<IndexMap<String, HostNetwork>> {
+    fn merge_field(&mut self, later: Self) {
+        if let Some(later) = later {
+            self.get_or_insert_with(IndexMap::new).extend(later);
+        }
+    }
+}
+
 /// `plugin "name"`: by name; a later `config` replaces the earlier one whole, as do later `args`.
 impl MergeField for Option<IndexMap<String, PluginConfig>> {
     fn merge_field(&mut self, later: Self) {
@@ -360,10 +369,24 @@ section! {
         host_volume_plugin_dir: String => Kind::Str,
         /// Host volumes by name.
         host_volume: IndexMap<String, HostVolume> => Kind::Labeled(HostVolume::FIELDS, &["path"]),
+        /// Named host networks that ports can ask for (`host_network = "public"`).
+        host_network: IndexMap<String, HostNetwork> => Kind::Labeled(HostNetwork::FIELDS, &[]),
         /// Resources held back from scheduling.
         reserved: Reserved => Kind::Block(Reserved::FIELDS),
         /// How to find the servers.
         server_join: ServerJoin => Kind::Block(ServerJoin::FIELDS),
+    }
+}
+
+section! {
+    /// `host_network "name" { cidr interface reserved_ports }`.
+    pub struct HostNetwork {
+        /// The addresses within this CIDR.
+        cidr: String => Kind::Str,
+        /// The addresses of this interface.
+        interface: String => Kind::Str,
+        /// Ports no job may take on these addresses.
+        reserved_ports: String => Kind::Str,
     }
 }
 

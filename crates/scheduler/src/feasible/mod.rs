@@ -28,6 +28,7 @@ pub(crate) const FILTER_DRIVERS: &str = "missing drivers";
 pub(crate) const FILTER_HOST_VOLUMES: &str = "missing compatible host volumes";
 /// … lacking a device the group asks for (`FilterConstraintDevices`).
 pub(crate) const FILTER_DEVICES: &str = "missing devices";
+pub(crate) const FILTER_NETWORK: &str = "missing network";
 
 /// Whether the node is ready for new work: status ready, eligible, not draining.
 pub(crate) fn is_ready(node: &Node) -> bool {
@@ -84,6 +85,10 @@ pub(crate) struct GroupChecks {
     /// Per plugin the group uses: node ID → volumes of that plugin claimed there now.
     csi_used: HashMap<String, HashMap<String, i64>>,
     devices: Vec<DeviceAsk>,
+    /// The group's network mode (`host` when unset).
+    network_mode: String,
+    /// `(port label, host network)` of the ports that ask for a named host network.
+    host_networks: Vec<(String, String)>,
     /// Some rule looks at a value unique to a node (`EscapedComputedClass`).
     pub(crate) escaped: bool,
 }
@@ -111,6 +116,19 @@ impl GroupChecks {
             .any(Rule::escapes_class);
         let (host, csi): (Vec<_>, Vec<_>) =
             tg.volumes.values().partition(|v| v.volume_type != "csi");
+        let network_mode = tg
+            .networks
+            .first()
+            .map(|n| n.mode.clone())
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| "host".into());
+        let host_networks = tg
+            .networks
+            .iter()
+            .flat_map(|n| n.reserved_ports.iter().chain(&n.dynamic_ports))
+            .filter(|p| !p.host_network.is_empty() && p.host_network != "default")
+            .map(|p| (p.label.clone(), p.host_network.clone()))
+            .collect();
         GroupChecks {
             job_rules,
             drivers,
@@ -128,6 +146,8 @@ impl GroupChecks {
                 .filter_map(|t| t.resources.as_ref())
                 .flat_map(|r| r.devices.iter().map(DeviceAsk::of))
                 .collect(),
+            network_mode,
+            host_networks,
             escaped,
         }
     }
@@ -159,6 +179,7 @@ impl GroupChecks {
         {
             return Err(FILTER_DEVICES.into());
         }
+        self.network_feasible(node)?;
         match &self.csi {
             Some(asks) => {
                 csi_volumes_feasible(node, asks)?;
@@ -265,6 +286,34 @@ impl GroupChecks {
                 }
             }
             self.csi_used.insert(plugin, per_node);
+        }
+    }
+
+    /// Nomad's `NetworkChecker`: a bridge or CNI group needs a node that fingerprinted that mode
+    /// (`host` and `none` need nothing), and a port on a named host network needs a node with
+    /// an address of that name.
+    fn network_feasible(&self, node: &Node) -> Result<(), String> {
+        let mode = self.network_mode.as_str();
+        if mode != "host" && mode != "none" {
+            let has = node
+                .node_resources
+                .as_ref()
+                .is_some_and(|r| r.networks.iter().any(|n| n.mode == mode));
+            if !has {
+                return Err(FILTER_NETWORK.into());
+            }
+        }
+        if self.host_networks.is_empty() {
+            return Ok(());
+        }
+        let names = crate::resources::host_network_addresses(node);
+        match self
+            .host_networks
+            .iter()
+            .find(|(_, name)| !names.contains_key(name))
+        {
+            Some((label, name)) => Err(format!("missing host network {name:?} for port {label:?}")),
+            None => Ok(()),
         }
     }
 
@@ -433,6 +482,52 @@ mod tests {
         ] {
             assert_eq!(GroupChecks::new(&job, &group(driver)).check(&n), want);
         }
+    }
+
+    #[test]
+    fn bridge_groups_need_a_bridge_node_and_ports_their_host_network() {
+        use model::node::{NodeNetworkAddress, NodeNetworkResource, NodeResources};
+        use model::resources::{NetworkResource, Port};
+        let job = Job::default();
+        let mut g = group("docker");
+        g.networks = vec![NetworkResource {
+            mode: "bridge".into(),
+            dynamic_ports: vec![Port {
+                label: "http".into(),
+                host_network: "public".into(),
+                ..Port::default()
+            }],
+            ..NetworkResource::default()
+        }];
+        let mut n = node();
+        let checks = GroupChecks::new(&job, &g);
+        assert_eq!(checks.check(&n).unwrap_err(), FILTER_NETWORK);
+        n.node_resources = Some(NodeResources {
+            networks: vec![NetworkResource {
+                mode: "bridge".into(),
+                ..NetworkResource::default()
+            }],
+            ..NodeResources::default()
+        });
+        assert_eq!(
+            checks.check(&n).unwrap_err(),
+            "missing host network \"public\" for port \"http\""
+        );
+        if let Some(r) = n.node_resources.as_mut() {
+            r.node_networks.push(NodeNetworkResource {
+                addresses: vec![NodeNetworkAddress {
+                    alias: "public".into(),
+                    address: "192.0.2.7".into(),
+                    ..NodeNetworkAddress::default()
+                }],
+                ..NodeNetworkResource::default()
+            });
+        }
+        assert_eq!(checks.check(&n), Ok(()));
+        // host and none need nothing fingerprinted.
+        g.networks[0].mode = "none".into();
+        g.networks[0].dynamic_ports.clear();
+        assert_eq!(GroupChecks::new(&job, &g).check(&node()), Ok(()));
     }
 
     #[test]
