@@ -395,3 +395,84 @@ fn peer_indexes_are_read_from_ip_link_lines() {
     );
     assert_eq!(peer_index("1: lo: <LOOPBACK>"), None);
 }
+
+/// As after a reboot: the client and every task are killed and the namespace is gone (its
+/// rules and lease are not). The client that comes back makes the namespace again, with no
+/// rule of the old one left, and the restarted tasks answer on the mapped port.
+#[test]
+fn a_namespace_lost_while_the_client_was_down_is_made_again() {
+    if let Some(why) = missing_prerequisite() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let dir = temp_dir("bridge-reboot");
+    let leftovers = Leftovers::new(&dir);
+    let data = dir.join("data").display().to_string();
+    let agent = Agent::start(&dir, &["-dev", "-data-dir", &data]);
+    let job = dir.join("bridged.nomad");
+    std::fs::write(&job, RAW_JOB).unwrap();
+    let (code, out, err) = agent.run(&["job", "run", "-detach", &job.display().to_string()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let alloc = running_alloc(&agent, "bridged");
+    let alloc_id = alloc["ID"].as_str().unwrap().to_string();
+    let addr = host_port(&alloc);
+    agent.wait_until("the mapped host port answers", || {
+        http_get(&addr).is_some_and(|b| b.contains("hello-raw"))
+    });
+    let old_address = alloc_network_address(&agent, &alloc_id);
+
+    // The "reboot": client and tasks gone, the namespace unmounted; iptables rules and the
+    // lease of the old address stay behind.
+    agent.kill();
+    leftovers.kill_processes();
+    let status = Command::new("ip")
+        .args(["netns", "delete", &alloc_id])
+        .status()
+        .expect("ip runs");
+    assert!(status.success());
+    assert!(!leftovers_of(&alloc_id, None).is_empty());
+
+    let agent = Agent::start(&dir, &["-dev", "-data-dir", &data]);
+    agent.wait_until("the task runs again and the port answers", || {
+        http_get(&addr).is_some_and(|b| b.contains("hello-raw"))
+    });
+    let netns = std::path::Path::new("/var/run/netns").join(&alloc_id);
+    assert!(netns.exists(), "made again");
+    // One set of rules: the old namespace's are gone (portmap's per-allocation chain is
+    // jumped to once per protocol).
+    let nat = sh("iptables-save -t nat 2>/dev/null");
+    let jumps = nat
+        .lines()
+        .filter(|l| l.starts_with("-A CNI-HOSTPORT-DNAT") && l.contains(&alloc_id))
+        .count();
+    assert_eq!(jumps, 2, "{nat}");
+    if let Some(old) = old_address {
+        let new = alloc_network_address(&agent, &alloc_id);
+        if new.as_deref() != Some(old.as_str()) {
+            assert!(
+                !nat.contains(&format!("{old}/32")),
+                "the old address's rules stay: {nat}"
+            );
+        }
+    }
+    let (code, out, err) = agent.run(&["job", "stop", "bridged"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let mut left = Vec::new();
+    agent.wait_until("nothing of the network is left", || {
+        left = leftovers_of(&alloc_id, None);
+        left.is_empty()
+    });
+}
+
+fn alloc_network_address(agent: &Agent, alloc_id: &str) -> Option<String> {
+    let mut address = None;
+    agent.wait_until("the allocation reports its address", || {
+        address = agent
+            .get(&format!("/v1/allocation/{alloc_id}"))
+            .ok()
+            .and_then(|a| a["NetworkStatus"]["Address"].as_str().map(str::to_string))
+            .filter(|a| !a.is_empty());
+        address.is_some()
+    });
+    address
+}

@@ -379,6 +379,7 @@ impl AllocRunner {
             tracing::warn!(alloc_id = %self.alloc_id(), error = %e, "cannot build the alloc dir");
         }
         if recovered {
+            self.verify_network().await;
             self.reattach_tasks();
         }
         self.begin_volumes();
@@ -790,6 +791,15 @@ impl AllocRunner {
         let alloc = self.alloc.borrow().clone();
         let mut rec = match self.network.clone() {
             Some(rec) => rec,
+            // Tasks that run without one (started before this client made group networks)
+            // keep the host's network: a namespace now would take their ports away.
+            None if self
+                .slots
+                .values()
+                .any(|s| s.record.handle.is_some() || *s.state() == TaskStatus::Running) =>
+            {
+                return Ok(())
+            }
             None => match network::plan(&self.ctx, &alloc)? {
                 Some(rec) => rec,
                 None => return Ok(()),
@@ -810,6 +820,8 @@ impl AllocRunner {
         let list = network::cni_list(&self.ctx, &rec.mode)?;
         rec.cni_list = Some(list.to_json());
         rec.cni_result = None;
+        rec.cni_runtime = None;
+        rec.cni_runtime = Some(network::runtime(&alloc, &rec));
         self.network = Some(rec.clone());
         self.persist().await;
         let (result, status) = network::configure(&self.ctx, &alloc, &rec, &list).await?;
@@ -819,6 +831,41 @@ impl AllocRunner {
         self.network = Some(rec);
         self.persist().await;
         Ok(())
+    }
+
+    /// After a client restart: a namespace the record calls ready must still be there (a host
+    /// reboot empties /var/run/netns; a docker daemon restart gives the pause container a new,
+    /// unconfigured one). A stale one is torn down and made again before any task reattaches or
+    /// restarts, so the group's tasks never end up in different namespaces.
+    async fn verify_network(&mut self) {
+        let Some(rec) = self.network.clone().filter(NetworkRecord::ready) else {
+            return;
+        };
+        let alloc = self.alloc.borrow().clone();
+        if network::still_there(&self.ctx, &alloc.id, &rec).await {
+            return;
+        }
+        tracing::warn!(alloc_id = %alloc.id, "the group's network namespace is gone or changed; making it again");
+        self.network_spec.send_replace(None);
+        if let Err(e) = network::teardown(&self.ctx, &alloc, &rec).await {
+            tracing::warn!(alloc_id = %alloc.id, error = %e, "removing the stale network namespace");
+        }
+        self.network = Some(NetworkRecord {
+            mode: rec.mode.clone(),
+            initiator: rec.initiator.clone(),
+            ..NetworkRecord::default()
+        });
+        self.persist().await;
+        if self.slots.values().all(Slot::is_dead) || alloc.server_terminal() {
+            return;
+        }
+        if let Err(msg) = self.ensure_network().await {
+            let msg = format!("pre-run hook \"network\" failed: {msg}");
+            tracing::warn!(alloc_id = %alloc.id, "{msg}");
+            for slot in self.slots.values_mut().filter(|s| !s.is_dead()) {
+                events::push(&mut slot.record.state, events::setup_failure(&msg));
+            }
+        }
     }
 
     /// Once every task is dead: the namespace is removed (CNI DEL first). A failure keeps the

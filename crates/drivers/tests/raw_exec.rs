@@ -556,3 +556,54 @@ async fn a_streaming_exec_with_a_tty_gets_a_terminal_that_can_be_resized() {
     d.stop("t", Duration::from_secs(1), "").await.unwrap();
     d.destroy("t", true).await.unwrap();
 }
+
+/// A task of a bridge-mode group joins the group's namespace, also when it runs as another
+/// user (the namespace is entered before privileges are dropped).
+#[tokio::test]
+async fn a_task_joins_the_group_namespace_even_as_another_user() {
+    if !nix::unistd::Uid::effective().is_root() {
+        println!("skipped: joining a network namespace needs root");
+        return;
+    }
+    // A process in a namespace of its own holds it while the test runs.
+    let mut holder = std::process::Command::new("unshare")
+        .args(["-n", "sleep", "60"])
+        .spawn()
+        .expect("util-linux unshare");
+    let ns_path = format!("/proc/{}/ns/net", holder.id());
+    let want = eventually("the holder's namespace", LIMIT, || {
+        let link = std::fs::read_link(&ns_path).ok()?;
+        let own = std::fs::read_link("/proc/self/ns/net").ok()?;
+        (link != own).then(|| link.display().to_string())
+    })
+    .await;
+    let dir = TestDir::new("raw-netns");
+    let d = driver();
+    for (id, user) in [("n1", None), ("n2", Some("nobody"))] {
+        let mut cfg = sh(
+            dir.path(),
+            id,
+            "readlink /proc/self/ns/net; id -u; echo done",
+        );
+        cfg.user = user.map(str::to_string);
+        cfg.network_isolation = Some(drivers::NetworkIsolation {
+            path: ns_path.clone().into(),
+            labels: Default::default(),
+        });
+        d.start(cfg.clone()).await.unwrap();
+        let exit = wait(&d, id).await;
+        assert!(
+            exit.successful(),
+            "{user:?}: {exit:?} {}",
+            read(&cfg.stderr_path)
+        );
+        let out = read(&cfg.stdout_path);
+        let mut lines = out.lines();
+        assert_eq!(lines.next(), Some(want.as_str()), "{user:?}");
+        let uid = lines.next().unwrap_or_default().to_string();
+        assert_eq!(uid == "0", user.is_none(), "{user:?}: uid {uid}");
+        let _ = std::fs::remove_file(&cfg.stdout_path);
+    }
+    let _ = holder.kill();
+    let _ = holder.wait();
+}

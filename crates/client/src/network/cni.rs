@@ -24,17 +24,17 @@ pub struct ConfList {
 }
 
 /// One host port forwarded into the namespace (the `portMappings` capability).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PortMapping {
     pub host_port: u16,
     pub container_port: u16,
-    pub protocol: &'static str,
+    pub protocol: String,
     /// Empty: every host address.
     pub host_ip: String,
 }
 
-/// What one ADD or DEL is about.
-#[derive(Debug, Clone)]
+/// What one ADD or DEL is about; kept with the allocation's record so DEL is told what ADD was.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Runtime {
     /// The allocation id.
     pub container_id: String,
@@ -152,16 +152,60 @@ impl ConfList {
     }
 }
 
-/// Runs ADD through every plugin; returns the last plugin's result. On a failure the caller
-/// runs [`del`] (CNI plugins undo a partial ADD on DEL).
-pub async fn add(list: &ConfList, rt: &Runtime, cni_path: &str) -> Result<Value, String> {
+/// Runs ADD through every plugin; returns the last plugin's result. On a failure, the error
+/// and the result of the last plugin that succeeded (what DEL must be given to undo it).
+pub async fn add(
+    list: &ConfList,
+    rt: &Runtime,
+    cni_path: &str,
+) -> Result<Value, (String, Option<Value>)> {
     let mut prev: Option<Value> = None;
     for plugin in &list.plugins {
         let conf = plugin_conf(list, plugin, rt, prev.as_ref());
-        let out = call(plugin, "ADD", &conf, rt, cni_path).await?;
-        prev = Some(out);
+        match call(plugin, "ADD", &conf, rt, cni_path).await {
+            Ok(out) => prev = Some(out),
+            Err(e) => return Err((e, prev)),
+        }
     }
-    prev.ok_or_else(|| "the CNI list has no plugins".to_string())
+    prev.ok_or_else(|| ("the CNI list has no plugins".to_string(), None))
+}
+
+/// A stand-in for a lost ADD result (a client killed during ADD), rebuilt from the host-local
+/// lease the allocation holds: the plugins that key their DEL on the address (firewall,
+/// masquerading) can then find what to remove.
+pub fn result_from_lease(list: &ConfList, rt: &Runtime) -> Option<Value> {
+    for plugin in &list.plugins {
+        let Some(ipam) = plugin.get("ipam").filter(|i| i["type"] == "host-local") else {
+            continue;
+        };
+        let data_dir = ipam
+            .get("dataDir")
+            .and_then(Value::as_str)
+            .unwrap_or("/var/lib/cni/networks");
+        let dir = Path::new(data_dir).join(&list.name);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let Ok(text) = std::fs::read_to_string(e.path()) else {
+                continue;
+            };
+            if text.lines().next().map(str::trim) != Some(rt.container_id.as_str()) {
+                continue;
+            }
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Ok(ip) = name.parse::<std::net::IpAddr>() else {
+                continue;
+            };
+            let (version, bits) = if ip.is_ipv4() { ("4", 32) } else { ("6", 128) };
+            return Some(json!({
+                "cniVersion": list.cni_version,
+                "interfaces": [{"name": rt.ifname, "sandbox": rt.netns}],
+                "ips": [{"version": version, "address": format!("{ip}/{bits}"), "interface": 0}],
+            }));
+        }
+    }
+    None
 }
 
 /// Runs DEL through every plugin in reverse order; goes on past a failing plugin (so one
@@ -416,7 +460,7 @@ mod tests {
             port_mappings: vec![PortMapping {
                 host_port: 20000,
                 container_port: 8080,
-                protocol: "tcp",
+                protocol: "tcp".into(),
                 host_ip: "127.0.0.1".into(),
             }],
         };
@@ -430,6 +474,38 @@ mod tests {
             pm["runtimeConfig"]["portMappings"][0],
             json!({"hostPort": 20000, "containerPort": 8080, "protocol": "tcp", "hostIP": "127.0.0.1"})
         );
+    }
+
+    #[test]
+    fn a_lost_result_is_rebuilt_from_the_allocations_lease() {
+        let dir = std::env::temp_dir().join(format!("caravan-lease-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("nomad")).unwrap();
+        std::fs::write(dir.join("nomad/172.26.64.9"), "alloc-1\r\neth0").unwrap();
+        std::fs::write(dir.join("nomad/172.26.64.8"), "alloc-2\r\neth0").unwrap();
+        std::fs::write(dir.join("nomad/last_reserved_ip.0"), "172.26.64.9").unwrap();
+        let list = ConfList::parse(
+            &json!({"name": "nomad", "cniVersion": "0.4.0", "plugins": [
+                {"type": "bridge", "ipam": {"type": "host-local", "dataDir": dir}}
+            ]})
+            .to_string(),
+            "x",
+        )
+        .unwrap();
+        let rt = Runtime {
+            container_id: "alloc-1".into(),
+            netns: "/n".into(),
+            ifname: "eth0".into(),
+            args: vec![],
+            port_mappings: vec![],
+        };
+        let r = result_from_lease(&list, &rt).unwrap();
+        assert_eq!(r["ips"][0]["address"], "172.26.64.9/32");
+        let other = Runtime {
+            container_id: "alloc-3".into(),
+            ..rt
+        };
+        assert_eq!(result_from_lease(&list, &other), None);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

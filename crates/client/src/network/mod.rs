@@ -145,6 +145,8 @@ pub struct NetworkRecord {
     pub cni_list: Option<serde_json::Value>,
     /// ADD's result, given to DEL as `prevResult`.
     pub cni_result: Option<serde_json::Value>,
+    /// What ADD was told (ports, args), so DEL is told the same whatever the allocation says now.
+    pub cni_runtime: Option<cni::Runtime>,
     /// The namespace's address; set once the network is ready.
     pub status: Option<AllocNetworkStatus>,
 }
@@ -217,6 +219,28 @@ pub(crate) fn plan(
     }))
 }
 
+/// The recorded namespace is still the live one: the client's file is still a mounted
+/// namespace, or the driver's (docker's pause container) still has the same path.
+pub(crate) async fn still_there(ctx: &RunnerContext, alloc_id: &str, rec: &NetworkRecord) -> bool {
+    let Some(spec) = &rec.spec else {
+        return false;
+    };
+    if rec.initiator.is_empty() {
+        return netns::is_namespace(&spec.path);
+    }
+    let Some(driver) = ctx.drivers.get(&rec.initiator) else {
+        return false;
+    };
+    // Idempotent: the running pause container's namespace, or a new one if it is gone.
+    match driver.create_network(alloc_id).await {
+        Ok(now) => now.path == spec.path && now.labels == spec.labels,
+        Err(e) => {
+            tracing::warn!(alloc_id, error = %e, "cannot check the group's network namespace");
+            true
+        }
+    }
+}
+
 /// Makes the namespace (step one of setup).
 pub(crate) async fn create_namespace(
     ctx: &RunnerContext,
@@ -255,8 +279,22 @@ pub(crate) fn cni_list(ctx: &RunnerContext, mode: &str) -> Result<cni::ConfList,
     )
 }
 
-/// What ADD and DEL are told about this allocation.
-fn runtime(alloc: &Allocation, rec: &NetworkRecord) -> cni::Runtime {
+/// What ADD and DEL are told about this allocation: as recorded when ADD ran, else from the
+/// allocation now.
+pub(crate) fn runtime(alloc: &Allocation, rec: &NetworkRecord) -> cni::Runtime {
+    let mut rt = rec
+        .cni_runtime
+        .clone()
+        .unwrap_or_else(|| runtime_of(alloc, rec));
+    rt.netns = rec
+        .spec
+        .as_ref()
+        .map(|s| s.path.clone())
+        .unwrap_or_default();
+    rt
+}
+
+fn runtime_of(alloc: &Allocation, rec: &NetworkRecord) -> cni::Runtime {
     let mut port_mappings = Vec::new();
     if rec.mode != "none" {
         let shared = alloc.allocated_resources.as_ref().map(|r| &r.shared);
@@ -273,7 +311,7 @@ fn runtime(alloc: &Allocation, rec: &NetworkRecord) -> cni::Runtime {
                 port_mappings.push(cni::PortMapping {
                     host_port: host,
                     container_port: container,
-                    protocol,
+                    protocol: protocol.to_string(),
                     host_ip: p.host_ip.clone(),
                 });
             }
@@ -309,8 +347,12 @@ fn group_cni_args(alloc: &Allocation) -> Vec<(String, String)> {
     args
 }
 
-/// Runs ADD (step two): the namespace's address on success. On a failure DEL has already
-/// undone what ADD made.
+/// How many times ADD is tried (two allocations setting up on a fresh node race to make the
+/// bridge; Nomad tries three times too).
+const ADD_ATTEMPTS: u32 = 3;
+
+/// Runs ADD (step two): the namespace's address on success. A failed ADD is undone with DEL
+/// (given what the plugins that succeeded returned) and tried again, up to [`ADD_ATTEMPTS`].
 pub(crate) async fn configure(
     ctx: &RunnerContext,
     alloc: &Allocation,
@@ -321,13 +363,22 @@ pub(crate) async fn configure(
         bridge::ensure_forwarding(&ctx.network).await?;
     }
     let rt = runtime(alloc, rec);
-    let result = match cni::add(list, &rt, &ctx.network.cni_path).await {
-        Ok(r) => r,
-        Err(e) => {
-            if let Err(d) = cni::del(list, &rt, &ctx.network.cni_path, None).await {
-                tracing::warn!(alloc_id = %alloc.id, error = %d, "undoing a failed CNI ADD");
+    let mut attempt = 0;
+    let result = loop {
+        attempt += 1;
+        match cni::add(list, &rt, &ctx.network.cni_path).await {
+            Ok(r) => break r,
+            Err((e, partial)) => {
+                if let Err(d) = cni::del(list, &rt, &ctx.network.cni_path, partial.as_ref()).await {
+                    tracing::warn!(alloc_id = %alloc.id, error = %d, "undoing a failed CNI ADD");
+                }
+                if attempt >= ADD_ATTEMPTS {
+                    return Err(e);
+                }
+                tracing::info!(alloc_id = %alloc.id, error = %e, attempt, "CNI ADD failed; trying again");
+                let jitter = u64::from(rand_millis(alloc, attempt));
+                tokio::time::sleep(std::time::Duration::from_millis(1000 + jitter)).await;
             }
-            return Err(e);
         }
     };
     let status = match cni::sandbox_address(&result) {
@@ -350,6 +401,15 @@ pub(crate) async fn configure(
     Ok((result, status))
 }
 
+/// 0-999 ms, different per allocation and attempt (spreads racing retries apart).
+fn rand_millis(alloc: &Allocation, attempt: u32) -> u32 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    alloc.id.hash(&mut h);
+    attempt.hash(&mut h);
+    (h.finish() % 1000) as u32
+}
+
 /// CNI DEL for what `rec` says ADD was (or may have been) run with; harmless when done before.
 pub(crate) async fn teardown_cni(
     ctx: &RunnerContext,
@@ -361,7 +421,15 @@ pub(crate) async fn teardown_cni(
     };
     let list = cni::ConfList::parse(&list.to_string(), "the recorded CNI list")?;
     let rt = runtime(alloc, rec);
-    cni::del(&list, &rt, &ctx.network.cni_path, rec.cni_result.as_ref()).await
+    // ADD's result is lost when the client died during ADD: rebuilt from the address lease.
+    let prev = rec
+        .cni_result
+        .clone()
+        .or_else(|| cni::result_from_lease(&list, &rt));
+    let deleted = cni::del(&list, &rt, &ctx.network.cni_path, prev.as_ref()).await;
+    // What DEL could not find (its namespace already gone) is found by the allocation's id.
+    let swept = bridge::force_cleanup(&alloc.id).await;
+    deleted.and(swept)
 }
 
 /// Undoes everything `rec` says was (or may have been) made: CNI DEL while the namespace still

@@ -182,15 +182,42 @@ pub(crate) fn build_command(
         .stdout(stdout)
         .stderr(stderr)
         .kill_on_drop(false);
-    if let Some(user) = cfg.user.as_deref().filter(|u| !u.is_empty()) {
-        let (uid, gid) = lookup_user(cfg, user)?;
-        cmd.uid(uid).gid(gid);
-    }
+    let ids = match cfg.user.as_deref().filter(|u| !u.is_empty()) {
+        Some(user) => Some(lookup_user(cfg, user)?),
+        None => None,
+    };
     new_session(&mut cmd);
-    if let Some(net) = &cfg.network_isolation {
-        crate::netns::join_in_child(&mut cmd, &cfg.id, &net.path)?;
+    match (&cfg.network_isolation, ids) {
+        (None, Some((uid, gid))) => {
+            cmd.uid(uid).gid(gid);
+        }
+        (None, None) => {}
+        (Some(net), ids) => {
+            // std drops to the user before any pre_exec hook runs, and entering a namespace
+            // needs CAP_SYS_ADMIN: join first, then drop privileges in a later hook.
+            crate::netns::join_in_child(&mut cmd, &cfg.id, &net.path)?;
+            if let Some((uid, gid)) = ids {
+                drop_to_user(&mut cmd, uid, gid);
+            }
+        }
     }
     Ok(cmd)
+}
+
+/// Makes the child switch to `uid`/`gid` (with only that group) between fork and exec, after
+/// the hooks registered before this one.
+fn drop_to_user(cmd: &mut Command, uid: u32, gid: u32) {
+    // SAFETY: runs in the forked child before exec; three system calls on plain integers, no
+    // allocation.
+    unsafe {
+        cmd.pre_exec(move || {
+            let gid = nix::unistd::Gid::from_raw(gid);
+            nix::unistd::setgroups(&[gid])?;
+            nix::unistd::setgid(gid)?;
+            nix::unistd::setuid(nix::unistd::Uid::from_raw(uid))?;
+            Ok(())
+        });
+    }
 }
 
 /// Makes the child call `setsid` between fork and exec.
