@@ -11,7 +11,7 @@ use common::{call, json_of, Agent};
 use serde_json::{json, Value};
 
 fn start(name: &str) -> (Agent, String) {
-    let dir = common::temp_dir(name);
+    let dir = common::short_temp_dir(name);
     let data = dir.join("data");
     let agent = Agent::start(
         &dir,
@@ -364,4 +364,134 @@ fn an_identity_with_a_ttl_expires_and_is_renewed_in_its_file() {
     agent.wait_until("the token was renewed before it expired", || {
         token().is_some_and(|t| t != first && claims_of(&t)["exp"].as_i64() > Some(exp))
     });
+}
+
+/// `GET path` over the Task API socket at `sock`, with `token` (empty: none): the status and body.
+fn over_socket(sock: &str, path: &str, token: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(sock).expect("the Task API socket");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let auth = if token.is_empty() {
+        String::new()
+    } else {
+        format!("X-Nomad-Token: {token}\r\n")
+    };
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n{auth}\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
+    (status, body)
+}
+
+/// The task's socket path (from `NOMAD_UNIX_ADDR`) and token, once the task wrote them.
+fn task_api_of(agent: &Agent, root: &str, job: &str) -> (String, String, String) {
+    let mut found = (String::new(), String::new(), String::new());
+    agent.wait_until("the task wrote its Task API address and token", || {
+        let Some(alloc) = first_alloc(agent, root, job) else {
+            return false;
+        };
+        let id = alloc["ID"].as_str().unwrap_or_default().to_string();
+        let cat = |file: &str| {
+            let path = format!("/v1/client/fs/cat/{id}?path=t/local/{file}");
+            let (s, b) = call(agent, "GET", &path, root, None);
+            (s == 200 && !b.trim().is_empty()).then(|| b.trim().to_string())
+        };
+        match (cat("addr"), cat("token")) {
+            (Some(addr), Some(token)) => {
+                let sock = addr.strip_prefix("unix://").unwrap_or(&addr).to_string();
+                found = (id, sock, token);
+                std::path::Path::new(&found.1).exists()
+            }
+            _ => false,
+        }
+    });
+    found
+}
+
+fn task_api_job(id: &str) -> Value {
+    sleeper(
+        id,
+        json!({}),
+        json!({
+            "Config": {"command": "/bin/sh", "args": ["-c",
+                "echo \"$NOMAD_UNIX_ADDR\" > local/addr; printf %s \"$NOMAD_TOKEN\" > local/token; exec sleep 600"]},
+            "Identity": {"Env": true},
+        }),
+    )
+}
+
+/// The Task API (`secrets/api.sock`) serves the agent's API to a caller with the task's
+/// identity (or an ACL token), as far as that credential goes, and to no one without one.
+#[test]
+fn the_task_api_socket_serves_the_api_to_the_tasks_identity_only() {
+    let (agent, root) = start("task-api");
+    for id in ["tapi", "other"] {
+        let (s, b) = call(&agent, "PUT", "/v1/jobs", &root, Some(&task_api_job(id)));
+        assert_eq!(s, 200, "{b}");
+    }
+    for path in ["nomad/jobs/tapi", "nomad/jobs/other"] {
+        let body = json!({"Items": {"k": path}});
+        let (s, b) = call(
+            &agent,
+            "PUT",
+            &format!("/v1/var/{path}"),
+            &root,
+            Some(&body),
+        );
+        assert_eq!(s, 200, "{b}");
+    }
+    let (alloc_id, sock, token) = task_api_of(&agent, &root, "tapi");
+    assert!(sock.ends_with("/t/secrets/api.sock"), "{sock}");
+
+    let (s, b) = over_socket(&sock, "/v1/var/nomad/jobs/tapi", &token);
+    assert_eq!(s, 200, "{b}");
+    assert!(b.contains("nomad/jobs/tapi"), "{b}");
+    let (s, b) = over_socket(&sock, "/v1/var/nomad/jobs/other", &token);
+    assert_eq!(s, 403, "another job's variable: {b}");
+    let (s, b) = over_socket(&sock, "/v1/var/nomad/jobs/tapi", "");
+    assert_eq!(s, 403, "no credential: {b}");
+    assert!(b.contains("workload identity"), "{b}");
+    let (s, _) = over_socket(&sock, "/v1/var/nomad/jobs/tapi", "not-a-token");
+    assert_eq!(s, 403);
+    // An ACL token is a credential too, with its own rights.
+    let (s, b) = over_socket(&sock, "/v1/var/nomad/jobs/other", &root);
+    assert_eq!(s, 200, "{b}");
+
+    // The socket goes with the task.
+    let (s, b) = call(&agent, "DELETE", "/v1/job/tapi", &root, None);
+    assert_eq!(s, 200, "{b}");
+    agent.wait_until("the socket is removed once the task stops", || {
+        !std::path::Path::new(&sock).exists()
+    });
+    let _ = alloc_id;
+}
+
+/// With ACLs off a credential is still needed: the task's identity.
+#[test]
+fn the_task_api_needs_a_credential_even_without_acls() {
+    // Short: the test connects by the socket's host path, which must fit a socket address.
+    let dir = common::short_temp_dir("tao");
+    let _leftovers = common::Leftovers::new(&dir);
+    let data = dir.join("data").display().to_string();
+    let agent = Agent::start(&dir, &["-dev", "-data-dir", &data]);
+    agent.wait_until("the dev node is ready", || {
+        let (s, b) = call(&agent, "GET", "/v1/nodes", "", None);
+        s == 200 && b.contains("\"ready\"")
+    });
+    let (s, b) = call(&agent, "PUT", "/v1/jobs", "", Some(&task_api_job("open")));
+    assert_eq!(s, 200, "{b}");
+    let (_, sock, token) = task_api_of(&agent, "", "open");
+    let (s, b) = over_socket(&sock, "/v1/job/open", &token);
+    assert_eq!(s, 200, "{b}");
+    assert!(b.contains("\"ID\":\"open\""), "{b}");
+    let (s, _) = over_socket(&sock, "/v1/job/open", "");
+    assert_eq!(s, 403);
+    let (s, _) = over_socket(&sock, "/v1/job/open", "made-up");
+    assert_eq!(s, 403);
 }

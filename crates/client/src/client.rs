@@ -45,6 +45,8 @@ pub struct Client {
     /// Sent `true` once, on shutdown or drop.
     shutdown: watch::Sender<bool>,
     loops: Vec<JoinHandle<()>>,
+    /// The agent's server for the tasks' API sockets ([`Client::set_task_api`]).
+    task_api: watch::Sender<Option<Arc<dyn crate::task_api::TaskApiServer>>>,
 }
 
 impl Client {
@@ -97,6 +99,7 @@ impl Client {
             node.clone(),
             Arc::clone(&reregister),
         ));
+        let (task_api, task_api_rx) = watch::channel(None);
         let ctx = Arc::new(RunnerContext {
             drivers: by_name,
             node: node.clone(),
@@ -110,6 +113,7 @@ impl Client {
             csi: Arc::clone(&csi),
             conn: Arc::clone(&conn),
             network: cfg.network.clone(),
+            task_api: task_api_rx,
         });
         let runners = Arc::new(Runners::new(Arc::clone(&ctx), &cfg.gc));
         recover(&state, &ctx, &runners).await?;
@@ -177,7 +181,14 @@ impl Client {
             host_volumes,
             shutdown,
             loops,
+            task_api,
         })
+    }
+
+    /// Gives the tasks' API sockets (`secrets/api.sock`) the agent's HTTP API to serve; tasks
+    /// started before this get theirs served from now on.
+    pub fn set_task_api(&self, server: Arc<dyn crate::task_api::TaskApiServer>) {
+        self.task_api.send_replace(Some(server));
     }
 
     /// The node's ID (kept in `<data_dir>/client/node-id.json`).

@@ -33,6 +33,8 @@ pub(crate) struct RunnerContext {
     pub conn: Arc<dyn crate::conn::ServerConn>,
     /// Group networks (bridge, CNI).
     pub network: crate::network::NetworkConfig,
+    /// The agent's server for the tasks' API sockets, once it has one.
+    pub task_api: crate::task_api::TaskApiSlot,
 }
 
 /// The node as fingerprinted now. Readers take a snapshot; never held across `.await`.

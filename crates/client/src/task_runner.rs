@@ -99,6 +99,9 @@ pub(crate) struct TaskRunner {
     volumes: watch::Receiver<Arc<crate::csi::hook::Volumes>>,
     /// The group's network namespace the task joins.
     network: watch::Receiver<Option<drivers::NetworkIsolation>>,
+    /// The task's `secrets/api.sock`, served from before the task first starts until the runner
+    /// ends.
+    api_socket: Option<crate::task_api::ApiSocket>,
     dir: AllocDir,
     record: TaskRecord,
     tracker: RestartTracker,
@@ -185,6 +188,7 @@ impl TaskRunner {
             alloc: alloc.alloc,
             volumes: alloc.volumes,
             network: alloc.network,
+            api_socket: None,
             dir,
             record,
             tracker,
@@ -255,6 +259,11 @@ impl TaskRunner {
         match driver.recover(&handle).await {
             Ok(()) => {
                 tracing::info!(task = %self.name, task_id = %handle.task_id, pid = ?handle.pid, "reattached to task");
+                self.api_socket = crate::task_api::ApiSocket::start(
+                    &self.ctx.task_api,
+                    &self.dir.task_dir(&self.name).secrets_dir,
+                    &self.name,
+                );
                 let alloc = self.alloc.borrow().clone();
                 self.supervise(&alloc, &*driver);
                 self.resign_reattached(&alloc, &*driver).await;
@@ -364,6 +373,13 @@ impl TaskRunner {
             Ok(cfg) => cfg,
             Err(msg) => return self.setup_failed(&msg).await,
         };
+        if self.api_socket.is_none() {
+            self.api_socket = crate::task_api::ApiSocket::start(
+                &self.ctx.task_api,
+                &self.dir.task_dir(&self.name).secrets_dir,
+                &self.name,
+            );
+        }
         let task_id = cfg.id.clone();
         match driver.start(cfg).await {
             Ok(handle) => {
@@ -647,6 +663,7 @@ impl TaskRunner {
                 secrets_dir: "/secrets".into(),
             },
         };
+        let secrets_dir = paths.secrets_dir.clone();
         let no_host_env = Default::default();
         let node = self.ctx.node.get();
         let mut env = TaskEnv::build(&EnvInputs {
@@ -665,6 +682,17 @@ impl TaskRunner {
         });
         env.extend(self.hook_env.clone());
         env.extend(self.identity_env.clone());
+        if self
+            .identity_env
+            .keys()
+            .any(|k| k.starts_with("NOMAD_TOKEN"))
+        {
+            // Nomad sets it alongside a workload identity in the environment.
+            env.extend([(
+                "NOMAD_UNIX_ADDR".to_string(),
+                format!("unix://{secrets_dir}/{}", crate::task_api::SOCKET_NAME),
+            )]);
+        }
         Ok((env, task_dir))
     }
 

@@ -461,6 +461,16 @@ pub async fn authorize(
     }
 }
 
+/// `GET /v1/acl/authenticate`: 200 when the request carries a live ACL token or a valid
+/// workload identity, whether or not ACLs are on; the refusal otherwise. The Task API asks it
+/// before serving a task's request.
+pub async fn authenticate(State(st): State<ApiState>, headers: HeaderMap) -> Response {
+    match st.server.authenticate(&request_token(&headers)) {
+        Ok(()) => axum::http::StatusCode::OK.into_response(),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
 /// Exec into `task` of `alloc`: `alloc-exec`, and `alloc-node-exec` too for a driver without
 /// filesystem isolation (Nomad's rule).
 fn exec_allowed(acl: &Acl, ns: &str, alloc: &model::alloc::Allocation, task: &str) -> bool {

@@ -19,6 +19,7 @@ mod evals;
 mod events;
 mod exec_relay;
 pub mod forward;
+pub use axum::Router;
 pub use csi::HttpCsiTransport;
 mod fs;
 mod host_volumes;
@@ -40,7 +41,6 @@ pub mod tls;
 mod variables;
 
 use axum::routing::{any, get};
-use axum::Router;
 use serde::Serialize;
 use server::Server;
 use std::collections::BTreeMap;
@@ -337,6 +337,7 @@ pub fn router(state: ApiState) -> Router {
     Router::new()
         .route("/v1/acl/bootstrap", any(acl_endpoints::bootstrap))
         .route("/v1/acl/authorize", get(acl::authorize))
+        .route("/v1/acl/authenticate", get(acl::authenticate))
         .route("/v1/acl/policies", get(acl_endpoints::policies))
         .route("/v1/acl/policy/{name}", any(acl_endpoints::policy))
         .route("/v1/acl/tokens", get(acl_endpoints::tokens))
@@ -520,6 +521,40 @@ async fn serve_app(
         Some(cfg) => serve_connections(tls::TlsListener::new(listener, cfg)?, app, shutdown).await,
         None => serve_connections(listener, app, shutdown).await,
     }
+}
+
+/// The Task API: `app` (the agent's router) for requests that carry a workload identity or an
+/// ACL token, checked with `/v1/acl/authenticate` through `app` itself (a client-only agent
+/// forwards that to the servers); everything else gets the refusal (403).
+pub fn task_api_router(app: Router) -> Router {
+    async fn require_credential(
+        axum::extract::State(app): axum::extract::State<Router>,
+        req: axum::extract::Request,
+        next: axum::middleware::Next,
+    ) -> axum::response::Response {
+        use tower::ServiceExt;
+        let mut check = axum::extract::Request::new(axum::body::Body::empty());
+        *check.uri_mut() = axum::http::Uri::from_static("/v1/acl/authenticate");
+        for name in ["x-nomad-token", "authorization"] {
+            if let Some(v) = req.headers().get(name) {
+                check.headers_mut().insert(name, v.clone());
+            }
+        }
+        match app.oneshot(check).await {
+            Ok(answer) if answer.status() == axum::http::StatusCode::OK => next.run(req).await,
+            Ok(answer) => answer,
+            Err(never) => match never {},
+        }
+    }
+    app.clone().layer(axum::middleware::from_fn_with_state(
+        app,
+        require_credential,
+    ))
+}
+
+/// Serves the Task API ([`task_api_router`]) on one task's socket until aborted.
+pub async fn serve_task_api(listener: tokio::net::UnixListener, app: Router) {
+    let _ = serve_connections(listener, app, std::future::pending()).await;
 }
 
 /// A client gets this long to send a request's headers (a slow or silent one is dropped).

@@ -1331,3 +1331,31 @@ fn without_replace_a_disconnected_allocation_is_only_marked_unknown() {
         ),
     );
 }
+
+/// Nomad's `filterOldTerminalAllocs`: a batch job's finished allocations count for their own
+/// version only. The same version does not run again; a new version, or the job registered
+/// again after a purge (a newer create index), runs again.
+#[test]
+fn finished_batch_allocations_count_for_their_own_job_version_only() {
+    let mut v = cluster(1);
+    let first = run_and_apply(&mut v, job("etl", "batch", 1));
+    for a in live(&v) {
+        v.update_alloc(&a.id, |a| a.client_status = "complete".into());
+    }
+    check(&v, &eval(&first), "eval complete");
+    // Purged and registered again: the stored job is new (a later create index).
+    let mut again = job("etl", "batch", 1);
+    again.create_index = Some(first.create_index.unwrap_or(0) + 100);
+    again.version = Some(0);
+    let again = v.upsert_job(again);
+    let outcome = check(&v, &eval(&again), "place etl.web[0] on n1\neval complete");
+    assert_eq!(
+        outcome
+            .plan
+            .node_allocation
+            .values()
+            .map(Vec::len)
+            .sum::<usize>(),
+        1
+    );
+}

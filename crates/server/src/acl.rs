@@ -197,6 +197,22 @@ impl Server {
         self.config().acl_enabled
     }
 
+    /// Whether `secret` is a live ACL token or a valid workload identity, ACLs on or off (the
+    /// Task API's rule: a task reaches the agent only with a credential).
+    pub fn authenticate(&self, secret: &str) -> Result<(), ServerError> {
+        if secret.is_empty() {
+            return Err(ServerError::new(
+                ErrorCode::PermissionDenied,
+                "the Task API needs a workload identity (NOMAD_TOKEN from the task's identity block) or an ACL token",
+            ));
+        }
+        let snap = self.state().snapshot();
+        if crate::identity::looks_like_jwt(secret) {
+            return resolve_identity(&snap, secret).map(drop);
+        }
+        resolve_in(&snap, secret, now_nanos()).map(drop)
+    }
+
     /// What the request with `secret` (empty: none) may do.
     pub fn resolve_token(&self, secret: &str) -> Result<Arc<Authz>, ServerError> {
         if !self.acl_enabled() {

@@ -269,6 +269,9 @@ async fn run_client_agent(cfg: AgentConfig, dev: bool, tls: TlsSetup) -> Result<
         acl_enabled: cfg.acl.as_ref().and_then(|a| a.enabled).unwrap_or(false),
         enable_debug: cfg.enable_debug.unwrap_or(false),
     };
+    node_client.set_task_api(Arc::new(TaskApi(httpapi::task_api_router(
+        httpapi::forward::client_agent_router(state.clone()),
+    ))));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let http_tls = tls.http_server.clone();
     let http = tokio::spawn(httpapi::serve_client_agent(
@@ -310,6 +313,15 @@ fn data_dir(cfg: &AgentConfig, dev: bool) -> Result<(PathBuf, Option<TempDir>)> 
         None => {
             bail!("an agent needs a data directory: set data_dir in the config or pass -data-dir")
         }
+    }
+}
+
+/// The agent's HTTP API on the tasks' `secrets/api.sock` sockets, for callers with a credential.
+struct TaskApi(httpapi::Router);
+
+impl client::TaskApiServer for TaskApi {
+    fn serve(&self, listener: tokio::net::UnixListener) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(httpapi::serve_task_api(listener, self.0.clone()))
     }
 }
 
@@ -534,6 +546,11 @@ async fn run_agent(
             .clone()
             .map(|(c, conn)| Arc::new(LocalClientHandle(c, conn)) as Arc<dyn httpapi::LocalClient>),
     };
+    if let Some((c, _)) = &node_client {
+        c.set_task_api(Arc::new(TaskApi(httpapi::task_api_router(
+            httpapi::router(state.clone()),
+        ))));
+    }
     let http_tls = tls.http_server.clone();
     let http = tokio::spawn(httpapi::serve(listener, state, http_tls, async move {
         let _ = stop_rx.await;

@@ -127,6 +127,25 @@ impl Reconciler<'_> {
         ids: &mut Rng,
     ) {
         self.desired(&tg.name);
+        // Nomad's filterOldTerminalAllocs: a batch job's finished allocations of an older
+        // version, or of the job as it was before a purge and register, are history, not work
+        // done for this version.
+        let current: Vec<Arc<Allocation>> = if self.input.batch {
+            let (version, created) = (job.version.unwrap_or(0), job.create_index.unwrap_or(0));
+            allocs
+                .iter()
+                .filter(|a| {
+                    let older = a.job.as_ref().is_some_and(|j| {
+                        j.version.unwrap_or(0) < version || j.create_index.unwrap_or(0) < created
+                    });
+                    !(older && (a.server_terminal() || a.client_terminal()))
+                })
+                .cloned()
+                .collect()
+        } else {
+            allocs.to_vec()
+        };
+        let allocs = current.as_slice();
         let mut sets = self.classify(tg, allocs);
         for a in std::mem::take(&mut sets.lost_replaced) {
             self.stop(&a, DESC_LOST, true);
