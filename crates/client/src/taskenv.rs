@@ -278,9 +278,8 @@ fn port_vars(inp: &EnvInputs<'_>, env: &mut BTreeMap<String, String>) {
     for nw in res.shared.networks.iter().chain(task_networks) {
         network_ports(nw, env);
     }
-    let bridge = res.shared.networks.iter().any(|n| n.mode == "bridge");
     for p in &res.shared.ports {
-        mapped_port(p, bridge, env);
+        mapped_port(p, env);
     }
 }
 
@@ -301,10 +300,13 @@ fn network_ports(nw: &NetworkResource, env: &mut BTreeMap<String, String>) {
     }
 }
 
-fn mapped_port(p: &AllocatedPortMapping, bridge: bool, env: &mut BTreeMap<String, String>) {
+/// Nomad's `addPorts`: `NOMAD_PORT_` and `NOMAD_ALLOC_PORT_` are the port the task listens on
+/// (`to` when set: inside the group's namespace or the container), the address and host
+/// variables the host's side.
+fn mapped_port(p: &AllocatedPortMapping, env: &mut BTreeMap<String, String>) {
     let host_port = p.value.to_string();
     let host_addr = join_host_port(&p.host_ip, &host_port);
-    let port = if bridge && p.to > 0 {
+    let port = if p.to > 0 {
         p.to.to_string()
     } else {
         host_port.clone()
@@ -319,9 +321,7 @@ fn mapped_port(p: &AllocatedPortMapping, bridge: bool, env: &mut BTreeMap<String
     ] {
         env.insert(format!("{prefix}{}", p.label), value.clone());
     }
-    if p.to > 0 {
-        env.insert(format!("NOMAD_ALLOC_PORT_{}", p.label), p.to.to_string());
-    }
+    env.insert(format!("NOMAD_ALLOC_PORT_{}", p.label), port);
 }
 
 /// Go's `net.JoinHostPort`: IPv6 addresses in brackets.
@@ -473,7 +473,7 @@ mod tests {
             ("NOMAD_SECRETS_DIR", "/d/alloc/a1/web/secrets"),
             ("NOMAD_CPU_LIMIT", "250"),
             ("NOMAD_MEMORY_LIMIT", "128"),
-            ("NOMAD_PORT_http", "23456"),
+            ("NOMAD_PORT_http", "8080"),
             ("NOMAD_IP_http", "10.0.0.5"),
             ("NOMAD_ADDR_http", "10.0.0.5:23456"),
             ("NOMAD_HOST_PORT_http", "23456"),
