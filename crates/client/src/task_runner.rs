@@ -354,9 +354,13 @@ impl TaskRunner {
         };
         if !self.set_up {
             self.push(events::setup());
-            let dns = group_of(&alloc)
-                .and_then(|g| g.networks.first())
-                .and_then(|n| n.dns.as_ref());
+            let network = group_of(&alloc).and_then(|g| g.networks.first());
+            if network.is_some_and(|n| !n.hostname.is_empty()) {
+                self.push(events::setup_note(
+                    "network hostname is not supported yet and is not applied: the task keeps the node's host name",
+                ));
+            }
+            let dns = network.and_then(|n| n.dns.as_ref());
             if dns.is_some() && driver.capabilities().fs_isolation == FsIsolation::None {
                 self.push(events::setup_note(&format!(
                     "network dns is not applied: the {} driver has no file system isolation, so the task reads the host's /etc/resolv.conf",

@@ -195,11 +195,6 @@ impl NetworkResource {
                 self.mode
             ),
         );
-        errs.check(
-            self.hostname.is_empty(),
-            &path.field("hostname"),
-            "hostname is not supported yet; remove it",
-        );
         let mut labels = std::collections::BTreeSet::new();
         let mut statics = std::collections::BTreeSet::new();
         for p in self.reserved_ports.iter().chain(&self.dynamic_ports) {

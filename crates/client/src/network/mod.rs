@@ -177,13 +177,6 @@ pub(crate) fn plan(
         .map(|n| n.mode.as_str())
         .filter(|m| !m.is_empty())
         .unwrap_or("host");
-    if group
-        .networks
-        .first()
-        .is_some_and(|n| !n.hostname.is_empty())
-    {
-        return Err("network.hostname is not supported yet; remove it".into());
-    }
     if mode == "host" {
         return Ok(None);
     }
