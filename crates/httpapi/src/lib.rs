@@ -498,7 +498,12 @@ pub async fn serve(
     }));
     // Controller calls reach client agents over their HTTP APIs.
     server.set_csi_transport(Arc::new(HttpCsiTransport::default()));
-    serve_app(listener, app, tls, shutdown).await
+    serve_app(listener, with_ui(app), tls, shutdown).await
+}
+
+/// The API plus the web UI (`/ui/`, `/` redirecting there), which reads through the API.
+pub fn with_ui(api: Router) -> Router {
+    api.clone().merge(ui::routes(api))
 }
 
 /// Serves a client-only agent's API ([`forward::client_agent_router`]) until `shutdown` resolves.
@@ -508,7 +513,13 @@ pub async fn serve_client_agent(
     tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_app(listener, forward::client_agent_router(state), tls, shutdown).await
+    serve_app(
+        listener,
+        with_ui(forward::client_agent_router(state)),
+        tls,
+        shutdown,
+    )
+    .await
 }
 
 async fn serve_app(

@@ -1,0 +1,174 @@
+// Caravan UI: loads each page's server-rendered fragment with the ACL token from session
+// storage, follows links without reloading, and keeps a page live with blocking queries.
+"use strict";
+
+const TOKEN_KEY = "caravan.acl.token";
+const view = () => document.getElementById("view");
+const token = () => sessionStorage.getItem(TOKEN_KEY) || "";
+let current = null; // the AbortController of the page being shown
+const sortState = {}; // table label -> [column, ascending]
+const filterState = {}; // filter name -> text
+
+function fragmentUrl(path) {
+  return "/ui/_" + path.replace(/^\/ui/, "");
+}
+
+async function load(path) {
+  if (current) current.abort();
+  const ctrl = new AbortController();
+  current = ctrl;
+  markSection(path);
+  let index = 0;
+  let first = true;
+  while (!ctrl.signal.aborted) {
+    let url = fragmentUrl(path);
+    if (index) url += (url.includes("?") ? "&" : "?") + "index=" + index + "&wait=30s";
+    let resp;
+    try {
+      const headers = token() ? { "X-Nomad-Token": token() } : {};
+      resp = await fetch(url, { headers, signal: ctrl.signal });
+    } catch (e) {
+      if (ctrl.signal.aborted) return;
+      if (first) view().innerHTML = '<p class="notice">Cannot reach the agent; retrying…</p>';
+      await sleep(3000);
+      continue;
+    }
+    const html = await resp.text();
+    if (ctrl.signal.aborted) return;
+    show(html);
+    document.title = resp.headers.get("X-Caravan-Title") || "Caravan";
+    if (first) {
+      first = false;
+      if (path.endsWith("/settings/tokens")) wireSignin();
+    }
+    const next = Number(resp.headers.get("X-Nomad-Index") || 0);
+    if (!resp.ok || !next) return;
+    // An index that did not move means the wait timed out: ask again from the same one.
+    if (next < index) index = 0; else index = next;
+    if (document.hidden) await visible();
+  }
+}
+
+function show(html) {
+  const v = view();
+  const focused = document.activeElement && document.activeElement.id;
+  const caret = focused === "filter" ? document.activeElement.selectionStart : null;
+  v.innerHTML = html;
+  relativeTimes(v);
+  for (const t of v.querySelectorAll("table.sortable")) wireSort(t);
+  const f = v.querySelector("input[data-filter]");
+  if (f) {
+    f.value = filterState[f.dataset.filter] || "";
+    f.addEventListener("input", () => { filterState[f.dataset.filter] = f.value; applyFilter(f); });
+    applyFilter(f);
+    if (focused === "filter") { f.focus(); if (caret !== null) f.setSelectionRange(caret, caret); }
+  }
+  if (focused === "secret") wireSignin();
+}
+
+function applyFilter(input) {
+  const words = input.value.toLowerCase().split(/\s+/).filter(Boolean);
+  const table = view().querySelector("table.sortable");
+  if (!table) return;
+  for (const row of table.tBodies[0].rows) {
+    const text = row.textContent.toLowerCase();
+    row.hidden = !words.every((w) => text.includes(w));
+  }
+}
+
+function cellValue(row, i) {
+  const cell = row.cells[i];
+  if (!cell) return "";
+  const time = cell.querySelector("time");
+  if (time) return time.getAttribute("datetime");
+  return cell.dataset.value || cell.textContent.trim();
+}
+
+function sortBy(table, col, asc) {
+  const body = table.tBodies[0];
+  const rows = Array.from(body.rows);
+  const num = rows.every((r) => cellValue(r, col) === "" || !isNaN(Number(cellValue(r, col))));
+  rows.sort((a, b) => {
+    const x = cellValue(a, col), y = cellValue(b, col);
+    const c = num ? Number(x) - Number(y) : x.localeCompare(y, undefined, { numeric: true });
+    return asc ? c : -c;
+  });
+  for (const r of rows) body.appendChild(r);
+  table.querySelectorAll("th").forEach((th, i) => {
+    if (i === col) th.setAttribute("aria-sort", asc ? "ascending" : "descending");
+    else th.removeAttribute("aria-sort");
+  });
+}
+
+function wireSort(table) {
+  const key = table.getAttribute("aria-label") || "";
+  table.querySelectorAll("th").forEach((th, i) => {
+    const go = () => {
+      const [col, asc] = sortState[key] || [-1, true];
+      const next = col === i ? !asc : true;
+      sortState[key] = [i, next];
+      sortBy(table, i, next);
+    };
+    th.addEventListener("click", go);
+    th.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); go(); } });
+  });
+  if (sortState[key]) sortBy(table, sortState[key][0], sortState[key][1]);
+}
+
+function relativeTimes(root) {
+  const now = Date.now();
+  for (const t of root.querySelectorAll("time[datetime]")) {
+    const at = Date.parse(t.getAttribute("datetime"));
+    if (isNaN(at)) continue;
+    const s = Math.round((now - at) / 1000);
+    const abs = Math.abs(s);
+    const text = abs < 60 ? abs + "s" : abs < 3600 ? Math.round(abs / 60) + "m"
+      : abs < 86400 ? Math.round(abs / 3600) + "h" : Math.round(abs / 86400) + "d";
+    t.textContent = s >= 0 ? text + " ago" : "in " + text;
+  }
+}
+
+function markSection(path) {
+  const section = path.replace(/^\/ui\//, "").split(/[/?]/)[0];
+  for (const a of document.querySelectorAll("header.top a[data-section]")) {
+    if (a.dataset.section === section) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+}
+
+function wireSignin() {
+  const form = document.getElementById("signin");
+  if (!form || form.dataset.wired) return;
+  form.dataset.wired = "1";
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const secret = document.getElementById("secret").value.trim();
+    if (secret) sessionStorage.setItem(TOKEN_KEY, secret);
+    load(location.pathname);
+  });
+  document.getElementById("signout").addEventListener("click", () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    load(location.pathname);
+  });
+}
+
+function sleep(ms) { return new Promise((r) => setTimeout(r, ms)); }
+function visible() {
+  return new Promise((r) => {
+    const on = () => { if (!document.hidden) { document.removeEventListener("visibilitychange", on); r(); } };
+    document.addEventListener("visibilitychange", on);
+  });
+}
+
+document.addEventListener("click", (e) => {
+  const a = e.target.closest("a");
+  if (!a || a.origin !== location.origin || !a.pathname.startsWith("/ui/") || a.target
+      || a.hasAttribute("download") || e.ctrlKey || e.metaKey || e.shiftKey || e.button !== 0) return;
+  e.preventDefault();
+  history.pushState({}, "", a.pathname + a.search);
+  load(a.pathname + a.search);
+  view().focus();
+});
+window.addEventListener("popstate", () => load(location.pathname + location.search));
+document.addEventListener("DOMContentLoaded", () => load(location.pathname + location.search));
+setInterval(() => relativeTimes(view()), 15000);

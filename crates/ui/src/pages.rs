@@ -1,0 +1,678 @@
+//! The pages: each reads the API as the caller and renders a fragment of HTML.
+
+use crate::api::{enc, Api, Reply};
+use crate::view::{
+    badge, empty, facts, json_block, n, raw, refused, s, short, summary_bar, summed, table, time,
+    title,
+};
+use axum::http::StatusCode;
+use maud::{html, Markup};
+use serde_json::Value;
+
+/// A rendered page.
+pub struct Page {
+    pub status: StatusCode,
+    pub body: Markup,
+    /// Set on live pages: the script asks again with it as a blocking query.
+    pub index: Option<u64>,
+    pub title: String,
+}
+
+impl Page {
+    fn new(title: impl Into<String>, body: Markup, index: Option<u64>) -> Page {
+        Page {
+            status: StatusCode::OK,
+            body,
+            index,
+            title: format!("{} - Caravan", title.into()),
+        }
+    }
+
+    fn failed(r: &Reply) -> Page {
+        Page {
+            status: r.status,
+            body: refused(r.status.as_u16(), &r.error),
+            index: None,
+            title: "Caravan".into(),
+        }
+    }
+}
+
+fn param<'a>(query: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    query
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+        .filter(|v| !v.is_empty())
+}
+
+/// `&index=N&wait=W` for a live page's main read, when the script sent an index.
+fn blocking(query: &[(String, String)]) -> String {
+    match param(query, "index").and_then(|i| i.parse::<u64>().ok()) {
+        Some(i) => format!("&index={i}&wait={}", param(query, "wait").unwrap_or("30s")),
+        None => String::new(),
+    }
+}
+
+/// Renders the page at `rest` (the path after `/ui/_/`).
+pub async fn render(api: &Api, token: &str, rest: &str, query: &[(String, String)]) -> Page {
+    let parts: Vec<&str> = rest.trim_matches('/').split('/').collect();
+    match parts.as_slice() {
+        ["jobs"] => jobs(api, token, query).await,
+        ["jobs", id] => job(api, token, id, query).await,
+        ["allocations", id] => allocation(api, token, id, query).await,
+        ["allocations", id, "logs", task] => logs(api, token, id, task, query).await,
+        ["clients"] => clients(api, token, query).await,
+        ["clients", id] => client(api, token, id, query).await,
+        ["servers"] => servers(api, token).await,
+        ["topology"] => topology(api, token, query).await,
+        ["settings", "tokens"] => tokens(api, token).await,
+        _ => Page {
+            status: StatusCode::NOT_FOUND,
+            body: refused(404, &format!("There is no page at /ui/{rest}.")),
+            index: None,
+            title: "Not found - Caravan".into(),
+        },
+    }
+}
+
+async fn jobs(api: &Api, token: &str, query: &[(String, String)]) -> Page {
+    let r = api
+        .get(token, &format!("/v1/jobs?namespace=*{}", blocking(query)))
+        .await;
+    if !r.ok() {
+        return Page::failed(&r);
+    }
+    let list = r.body.as_array().cloned().unwrap_or_default();
+    let body = html! {
+        div.title { h1 { "Jobs" } span.count { (list.len()) } }
+        @if list.is_empty() && token.is_empty() {
+            (signed_out_empty("jobs"))
+        } @else if list.is_empty() {
+            (empty("No jobs yet", html! {
+                "Write one with " code { "caravan job init" } " and run it with "
+                code { "caravan job run example.nomad.hcl" } "."
+            }))
+        } @else {
+            div.toolbar {
+                label for="filter" { "Filter" }
+                input #filter type="search" data-filter="jobs" placeholder="name, namespace, type, status" autocomplete="off";
+            }
+            (table("Jobs", &["Name", "Namespace", "Type", "Priority", "Status", "Allocations"], html! {
+                @for j in &list {
+                    @let id = s(j, "ID");
+                    @let ns = s(j, "Namespace");
+                    tr {
+                        td { a href=(format!("/ui/jobs/{}?namespace={}", enc(id), enc(ns))) { (s(j, "Name")) } }
+                        td { (ns) }
+                        td { (s(j, "Type")) }
+                        td.num { (n(j, "Priority")) }
+                        td data-value=(s(j, "Status")) { (badge(s(j, "Status"))) }
+                        td { (summary_bar(&summed(&j["JobSummary"]["Summary"]))) }
+                    }
+                }
+            }))
+        }
+    };
+    Page::new("Jobs", body, r.index)
+}
+
+async fn job(api: &Api, token: &str, id: &str, query: &[(String, String)]) -> Page {
+    let ns = param(query, "namespace").unwrap_or("default");
+    let nsq = format!("namespace={}", enc(ns));
+    let allocs = api
+        .get(
+            token,
+            &format!("/v1/job/{}/allocations?{nsq}{}", enc(id), blocking(query)),
+        )
+        .await;
+    let j = api.get(token, &format!("/v1/job/{}?{nsq}", enc(id))).await;
+    if !j.ok() {
+        return Page::failed(&j);
+    }
+    let summary = api
+        .get(token, &format!("/v1/job/{}/summary?{nsq}", enc(id)))
+        .await;
+    let deployment = api
+        .get(token, &format!("/v1/job/{}/deployment?{nsq}", enc(id)))
+        .await;
+    let job = &j.body;
+    let groups = job["TaskGroups"].as_array().cloned().unwrap_or_default();
+    let mut allocs_list = allocs.body.as_array().cloned().unwrap_or_default();
+    allocs_list.sort_by_key(|a| std::cmp::Reverse(n(a, "CreateIndex")));
+    let body = html! {
+        (title("Job", s(job, "Name"), Some(s(job, "Status"))))
+        (facts(&[
+            ("Namespace", html! { (ns) }),
+            ("Type", html! { (s(job, "Type")) }),
+            ("Version", html! { (n(job, "Version")) }),
+            ("Priority", html! { (n(job, "Priority")) }),
+            ("Datacenters", html! { (job["Datacenters"].as_array().map(|d| d.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", ")).unwrap_or_default()) }),
+            ("Node pool", html! { (s(job, "NodePool")) }),
+            ("Submitted", time(&job["SubmitTime"])),
+        ]))
+        @if deployment.ok() && deployment.body.is_object() {
+            @let d = &deployment.body;
+            section {
+                h2 { "Latest deployment" }
+                p { (badge(s(d, "Status"))) " " span.muted { (s(d, "StatusDescription")) }
+                    " · version " (n(d, "JobVersion")) " · " code { (short(s(d, "ID"))) } }
+            }
+        }
+        section {
+            h2 { "Task groups" }
+            (table("Task groups", &["Group", "Count", "Tasks", "Allocations"], html! {
+                @for g in &groups {
+                    @let name = s(g, "Name");
+                    tr {
+                        td { (name) }
+                        td.num { (n(g, "Count")) }
+                        td { (g["Tasks"].as_array().map(|t| t.iter().map(|t| format!("{} ({})", s(t, "Name"), s(t, "Driver"))).collect::<Vec<_>>().join(", ")).unwrap_or_default()) }
+                        td { (summary_bar(&summed(&serde_json::json!({ name: summary.body["Summary"][name] })))) }
+                    }
+                }
+            }))
+        }
+        section {
+            h2 { "Allocations" }
+            @if allocs_list.is_empty() {
+                (empty("No allocations", html! { "None has been placed; the job's evaluations say why (" code { "caravan job status " (s(job, "ID")) } ")." }))
+            } @else {
+                (alloc_table(&allocs_list, true))
+            }
+        }
+        (json_block("Definition (JSON)", job))
+    };
+    Page::new(format!("Job {}", s(job, "Name")), body, allocs.index)
+}
+
+/// An empty list seen without a token: with ACLs on, the anonymous policy may simply read
+/// nothing.
+fn signed_out_empty(what: &str) -> Markup {
+    empty(
+        &format!("No {what} to show"),
+        html! {
+            "If this cluster has ACLs on, "
+            a href="/ui/settings/tokens" { "sign in with a token" }
+            " to see its " (what) "."
+        },
+    )
+}
+
+fn alloc_table(list: &[Value], with_node: bool) -> Markup {
+    let cols: &[&str] = if with_node {
+        &[
+            "ID", "Group", "Node", "Status", "Desired", "Version", "Created", "Modified",
+        ]
+    } else {
+        &[
+            "ID", "Job", "Group", "Status", "Desired", "Version", "Created", "Modified",
+        ]
+    };
+    table(
+        "Allocations",
+        cols,
+        html! {
+            @for a in list {
+                tr {
+                    td { a href=(format!("/ui/allocations/{}", enc(s(a, "ID")))) { code { (short(s(a, "ID"))) } } }
+                    @if !with_node {
+                        td { a href=(format!("/ui/jobs/{}?namespace={}", enc(s(a, "JobID")), enc(s(a, "Namespace")))) { (s(a, "JobID")) } }
+                    }
+                    td { (s(a, "TaskGroup")) }
+                    @if with_node {
+                        td { a href=(format!("/ui/clients/{}", enc(s(a, "NodeID")))) { (if s(a, "NodeName").is_empty() { short(s(a, "NodeID")) } else { s(a, "NodeName") }) } }
+                    }
+                    td data-value=(s(a, "ClientStatus")) { (badge(s(a, "ClientStatus"))) }
+                    td { (s(a, "DesiredStatus")) }
+                    td.num { (n(a, "JobVersion")) }
+                    td { (time(&a["CreateTime"])) }
+                    td { (time(&a["ModifyTime"])) }
+                }
+            }
+        },
+    )
+}
+
+async fn allocation(api: &Api, token: &str, id: &str, query: &[(String, String)]) -> Page {
+    let r = api
+        .get(
+            token,
+            &format!("/v1/allocation/{}?x=1{}", enc(id), blocking(query)),
+        )
+        .await;
+    if !r.ok() {
+        return Page::failed(&r);
+    }
+    let a = &r.body;
+    let mut tasks: Vec<(String, Value)> = a["TaskStates"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
+    tasks.sort_by(|x, y| x.0.cmp(&y.0));
+    let alloc_id = s(a, "ID");
+    let body = html! {
+        (title("Allocation", short(alloc_id), Some(s(a, "ClientStatus"))))
+        (facts(&[
+            ("ID", html! { code { (alloc_id) } }),
+            ("Job", html! { a href=(format!("/ui/jobs/{}?namespace={}", enc(s(a, "JobID")), enc(s(a, "Namespace")))) { (s(a, "JobID")) } " · version " (n(a, "JobVersion")) }),
+            ("Group", html! { (s(a, "TaskGroup")) }),
+            ("Node", html! { a href=(format!("/ui/clients/{}", enc(s(a, "NodeID")))) { (if s(a, "NodeName").is_empty() { short(s(a, "NodeID")) } else { s(a, "NodeName") }) } }),
+            ("Desired", html! { (s(a, "DesiredStatus")) " " span.muted { (s(a, "DesiredDescription")) } }),
+            ("Client", html! { (s(a, "ClientStatus")) " " span.muted { (s(a, "ClientDescription")) } }),
+            ("Address", html! { (s(&a["NetworkStatus"], "Address")) }),
+            ("Created", time(&a["CreateTime"])),
+        ]))
+        @if tasks.is_empty() {
+            (empty("No task has a state yet", html! { "The client has not reported on this allocation." }))
+        }
+        @for (name, t) in &tasks {
+            section.task {
+                h2 { "Task " (name) " " (badge(s(t, "State"))) @if t["Failed"] == true { " " span.badge.bad { "failed" } } }
+                p.muted { "Restarts: " (n(t, "Restarts")) " · started " (time(&t["StartedAt"])) " · finished " (time(&t["FinishedAt"])) }
+                p.links {
+                    a href=(format!("/ui/allocations/{}/logs/{}?type=stdout", enc(alloc_id), enc(name))) { "stdout" } " · "
+                    a href=(format!("/ui/allocations/{}/logs/{}?type=stderr", enc(alloc_id), enc(name))) { "stderr" }
+                }
+                @let events: Vec<Value> = t["Events"].as_array().map(|e| e.iter().rev().cloned().collect()).unwrap_or_default();
+                (table(&format!("Events of {name}"), &["Time", "Type", "Description"], html! {
+                    @for e in &events {
+                        tr {
+                            td { (time(&e["Time"])) }
+                            td { (s(e, "Type")) }
+                            td { (if s(e, "DisplayMessage").is_empty() { s(e, "Message") } else { s(e, "DisplayMessage") }) }
+                        }
+                    }
+                }))
+            }
+        }
+    };
+    Page::new(format!("Allocation {}", short(alloc_id)), body, r.index)
+}
+
+/// The last 64 KiB of a task's stdout or stderr.
+async fn logs(api: &Api, token: &str, id: &str, task: &str, query: &[(String, String)]) -> Page {
+    let kind = match param(query, "type") {
+        Some("stderr") => "stderr",
+        _ => "stdout",
+    };
+    let r = api
+        .get(
+            token,
+            &format!(
+                "/v1/client/fs/logs/{}?task={}&type={kind}&origin=end&offset=65536&plain=true",
+                enc(id),
+                enc(task)
+            ),
+        )
+        .await;
+    if !r.ok() {
+        return Page::failed(&r);
+    }
+    let text = match &r.body {
+        Value::Null => r.text.clone(),
+        Value::String(t) => t.clone(),
+        other => other.to_string(),
+    };
+    let body = html! {
+        (title(&format!("{kind} of"), task, None))
+        p.links {
+            a href=(format!("/ui/allocations/{}", enc(id))) { "← allocation " code { (short(id)) } } " · "
+            a href=(format!("/ui/allocations/{}/logs/{}?type={}", enc(id), enc(task), if kind == "stdout" { "stderr" } else { "stdout" })) {
+                (if kind == "stdout" { "stderr" } else { "stdout" })
+            }
+        }
+        @if text.is_empty() {
+            (empty("Nothing written yet", html! { "The task has written nothing to " (kind) "." }))
+        } @else {
+            pre.logs { (text) }
+        }
+    };
+    Page::new(format!("{task} {kind}"), body, None)
+}
+
+async fn clients(api: &Api, token: &str, query: &[(String, String)]) -> Page {
+    let r = api
+        .get(
+            token,
+            &format!("/v1/nodes?resources=true{}", blocking(query)),
+        )
+        .await;
+    if !r.ok() {
+        return Page::failed(&r);
+    }
+    let list = r.body.as_array().cloned().unwrap_or_default();
+    let body = html! {
+        div.title { h1 { "Clients" } span.count { (list.len()) } }
+        @if list.is_empty() && token.is_empty() {
+            (signed_out_empty("clients"))
+        } @else if list.is_empty() {
+            (empty("No clients", html! { "Start one with " code { "caravan agent -client -servers <server>" } ", or run " code { "caravan agent -dev" } "." }))
+        } @else {
+            div.toolbar {
+                label for="filter" { "Filter" }
+                input #filter type="search" data-filter="clients" placeholder="name, datacenter, pool, class, status" autocomplete="off";
+            }
+            (table("Clients", &["Name", "ID", "Datacenter", "Pool", "Class", "Status", "Eligibility", "Drain", "Address"], html! {
+                @for c in &list {
+                    tr {
+                        td { a href=(format!("/ui/clients/{}", enc(s(c, "ID")))) { (s(c, "Name")) } }
+                        td { code { (short(s(c, "ID"))) } }
+                        td { (s(c, "Datacenter")) }
+                        td { (s(c, "NodePool")) }
+                        td { (s(c, "NodeClass")) }
+                        td data-value=(s(c, "Status")) { (badge(s(c, "Status"))) }
+                        td { (s(c, "SchedulingEligibility")) }
+                        td { (if c["Drain"] == true { "draining" } else { "no" }) }
+                        td { (s(c, "Address")) }
+                    }
+                }
+            }))
+        }
+    };
+    Page::new("Clients", body, r.index)
+}
+
+async fn client(api: &Api, token: &str, id: &str, query: &[(String, String)]) -> Page {
+    let r = api
+        .get(
+            token,
+            &format!("/v1/node/{}?x=1{}", enc(id), blocking(query)),
+        )
+        .await;
+    if !r.ok() {
+        return Page::failed(&r);
+    }
+    let node = &r.body;
+    let allocs = api
+        .get(token, &format!("/v1/node/{}/allocations", enc(id)))
+        .await;
+    let mut allocs_list = allocs.body.as_array().cloned().unwrap_or_default();
+    allocs_list.retain(|a| s(a, "ClientStatus") != "complete" || s(a, "DesiredStatus") == "run");
+    allocs_list.sort_by_key(|a| std::cmp::Reverse(n(a, "CreateIndex")));
+    let mut drivers: Vec<(String, Value)> = node["Drivers"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
+    drivers.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut attrs: Vec<(String, String)> = node["Attributes"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    attrs.sort();
+    let res = &node["NodeResources"];
+    let body = html! {
+        (title("Client", s(node, "Name"), Some(s(node, "Status"))))
+        (facts(&[
+            ("ID", html! { code { (s(node, "ID")) } }),
+            ("Datacenter", html! { (s(node, "Datacenter")) }),
+            ("Pool", html! { (s(node, "NodePool")) }),
+            ("Class", html! { (s(node, "NodeClass")) }),
+            ("Eligibility", html! { (s(node, "SchedulingEligibility")) }),
+            ("Drain", html! { (if node["DrainStrategy"].is_object() { "draining" } else { "no" }) }),
+            ("Address", html! { (s(node, "HTTPAddr")) }),
+            ("CPU", html! { (n(&res["Cpu"], "CpuShares")) " MHz" }),
+            ("Memory", html! { (n(&res["Memory"], "MemoryMB")) " MiB" }),
+        ]))
+        section {
+            h2 { "Drivers" }
+            (table("Drivers", &["Driver", "Detected", "Healthy", "Description"], html! {
+                @for (name, d) in &drivers {
+                    tr {
+                        td { (name) }
+                        td { (if d["Detected"] == true { "yes" } else { "no" }) }
+                        td data-value=(if d["Healthy"] == true { "healthy" } else { "unhealthy" }) {
+                            (badge(if d["Healthy"] == true { "healthy" } else { "unhealthy" }))
+                        }
+                        td { (s(d, "HealthDescription")) }
+                    }
+                }
+            }))
+        }
+        section {
+            h2 { "Allocations" }
+            @if allocs_list.is_empty() {
+                (empty("Nothing runs here", html! { "No allocation is placed on this client." }))
+            } @else {
+                (alloc_table(&allocs_list, false))
+            }
+        }
+        details.definition {
+            summary { "Attributes (" (attrs.len()) ")" }
+            (table("Attributes", &["Attribute", "Value"], html! {
+                @for (k, v) in &attrs { tr { td { code { (k) } } td { (v) } } }
+            }))
+        }
+    };
+    Page::new(format!("Client {}", s(node, "Name")), body, r.index)
+}
+
+async fn servers(api: &Api, token: &str) -> Page {
+    let r = api.get(token, "/v1/agent/members").await;
+    if !r.ok() {
+        return Page::failed(&r);
+    }
+    let members = r.body["Members"].as_array().cloned().unwrap_or_default();
+    let body = html! {
+        div.title { h1 { "Servers" } span.count { (members.len()) } }
+        (table("Servers", &["Name", "Address", "Status", "Leader", "Datacenter", "Region", "Build"], html! {
+            @for m in &members {
+                @let tags = &m["Tags"];
+                tr {
+                    td { (s(m, "Name")) }
+                    td { (s(m, "Addr")) ":" (n(m, "Port")) }
+                    td data-value=(s(m, "Status")) { (badge(s(m, "Status"))) }
+                    td { (if s(tags, "leader") == "true" { "★ leader" } else { "" }) }
+                    td { (s(tags, "dc")) }
+                    td { (s(tags, "region")) }
+                    td { (s(tags, "build")) }
+                }
+            }
+        }))
+    };
+    Page::new("Servers", body, None)
+}
+
+/// Each client as a box filled by what its allocations reserve, as Nomad's topology view.
+async fn topology(api: &Api, token: &str, query: &[(String, String)]) -> Page {
+    let nodes = api
+        .get(
+            token,
+            &format!("/v1/nodes?resources=true{}", blocking(query)),
+        )
+        .await;
+    if !nodes.ok() {
+        return Page::failed(&nodes);
+    }
+    let allocs = api
+        .get(token, "/v1/allocations?namespace=*&resources=true")
+        .await;
+    let mut used: std::collections::HashMap<String, (i64, i64)> = Default::default();
+    for a in allocs.body.as_array().into_iter().flatten() {
+        if s(a, "ClientStatus") != "running" && s(a, "ClientStatus") != "pending" {
+            continue;
+        }
+        let res = &a["AllocatedResources"];
+        let (mut cpu, mut mem) = (0, 0);
+        for t in res["Tasks"]
+            .as_object()
+            .into_iter()
+            .flat_map(|m| m.values())
+        {
+            cpu += n(&t["Cpu"], "CpuShares");
+            mem += n(&t["Memory"], "MemoryMB");
+        }
+        let e = used.entry(s(a, "NodeID").to_string()).or_default();
+        e.0 += cpu;
+        e.1 += mem;
+    }
+    let list = nodes.body.as_array().cloned().unwrap_or_default();
+    let pct = |u: i64, t: i64| {
+        if t > 0 {
+            (u * 100 / t).clamp(0, 100)
+        } else {
+            0
+        }
+    };
+    let body = html! {
+        div.title { h1 { "Topology" } span.count { (list.len()) " clients" } }
+        p.muted { "Each box is a client; the bars are the CPU and memory its running allocations reserve." }
+        @if list.is_empty() {
+            (empty("No clients", html! { "Clients appear here once they register." }))
+        }
+        div.topology {
+            @for c in &list {
+                @let id = s(c, "ID");
+                @let (cpu, mem) = used.get(id).copied().unwrap_or_default();
+                @let res = &c["NodeResources"];
+                @let (tc, tm) = (n(&res["Cpu"], "CpuShares"), n(&res["Memory"], "MemoryMB"));
+                a.node href=(format!("/ui/clients/{}", enc(id))) title=(format!("{}: CPU {cpu}/{tc} MHz, memory {mem}/{tm} MiB", s(c, "Name"))) {
+                    span.name { (s(c, "Name")) " " (badge(s(c, "Status"))) }
+                    span.meter { span.fill.cpu style=(format!("width:{}%", pct(cpu, tc))) {} }
+                    span.meter { span.fill.mem style=(format!("width:{}%", pct(mem, tm))) {} }
+                    span.nums { "CPU " (pct(cpu, tc)) "% · mem " (pct(mem, tm)) "%" }
+                }
+            }
+        }
+    };
+    Page::new("Topology", body, nodes.index)
+}
+
+async fn tokens(api: &Api, token: &str) -> Page {
+    let who = if token.is_empty() {
+        None
+    } else {
+        Some(api.get(token, "/v1/acl/token/self").await)
+    };
+    let body = html! {
+        div.title { h1 { "ACL token" } }
+        p { "With ACLs on, the UI shows what your token may read. The token stays in this browser tab (session storage) and is sent with each request as " code { "X-Nomad-Token" } "." }
+        form #signin.signin {
+            label for="secret" { "Secret ID" }
+            input #secret name="secret" type="password" autocomplete="off" required placeholder="00000000-0000-0000-0000-000000000000";
+            button type="submit" { "Sign in" }
+            button #signout type="button" { "Sign out" }
+        }
+        @match &who {
+            None => p.muted { "Not signed in: you browse as the anonymous policy allows." },
+            Some(r) if r.ok() => {
+                (facts(&[
+                    ("Name", html! { (s(&r.body, "Name")) }),
+                    ("Type", html! { (s(&r.body, "Type")) }),
+                    ("Policies", html! { (r.body["Policies"].as_array().map(|p| p.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", ")).unwrap_or_default()) }),
+                    ("Accessor", html! { code { (s(&r.body, "AccessorID")) } }),
+                ]))
+            },
+            Some(r) => p.notice { "This token was not accepted: " (r.error) },
+        }
+        (raw(""))
+    };
+    Page::new("ACL token", body, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::get;
+    use axum::Router;
+    use serde_json::json;
+
+    /// An API that answers like the agent's for one job and one allocation, and refuses
+    /// everything to a request without the token "good".
+    fn fake_api() -> Api {
+        async fn guard(
+            req: axum::extract::Request,
+            next: axum::middleware::Next,
+        ) -> axum::response::Response {
+            use axum::response::IntoResponse;
+            if req
+                .headers()
+                .get("x-nomad-token")
+                .and_then(|v| v.to_str().ok())
+                != Some("good")
+            {
+                return (StatusCode::FORBIDDEN, "Permission denied").into_response();
+            }
+            next.run(req).await
+        }
+        let jobs = json!([{
+            "ID": "web", "Name": "web", "Namespace": "prod", "Type": "service", "Priority": 70,
+            "Status": "running",
+            "JobSummary": {"Summary": {"g": {"Running": 2, "Failed": 1}}}
+        }]);
+        let job = json!({"ID": "web", "Name": "web<script>", "Namespace": "prod", "Type": "service",
+            "Status": "running", "Version": 3, "TaskGroups": [{"Name": "g", "Count": 3,
+            "Tasks": [{"Name": "t", "Driver": "docker"}]}]});
+        let allocs = json!([{"ID": "aaaaaaaa-1111", "TaskGroup": "g", "NodeID": "nnnnnnnn-2222",
+            "NodeName": "node-1", "ClientStatus": "failed", "DesiredStatus": "run", "JobVersion": 3,
+            "CreateTime": 1_796_428_800_000_000_000i64, "ModifyTime": 0}]);
+        let router = Router::new()
+            .route(
+                "/v1/jobs",
+                get(move || async move { ([("x-nomad-index", "42")], axum::Json(jobs)) }),
+            )
+            .route("/v1/job/{id}", get(move || async move { axum::Json(job) }))
+            .route(
+                "/v1/job/{id}/allocations",
+                get(move || async move { ([("x-nomad-index", "43")], axum::Json(allocs)) }),
+            )
+            .layer(axum::middleware::from_fn(guard));
+        Api::new(router)
+    }
+
+    #[tokio::test]
+    async fn the_jobs_page_lists_what_the_token_reads_and_is_live() {
+        let api = fake_api();
+        let page = render(&api, "good", "jobs", &[]).await;
+        assert_eq!(page.status, StatusCode::OK);
+        assert_eq!(page.index, Some(42));
+        let html = page.body.into_string();
+        assert!(
+            html.contains(r#"href="/ui/jobs/web?namespace=prod""#),
+            "{html}"
+        );
+        assert!(html.contains("2 running, 1 failed"), "{html}");
+        let refused = render(&api, "", "jobs", &[]).await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN);
+        assert!(refused.body.into_string().contains("Sign in with a token"));
+    }
+
+    #[tokio::test]
+    async fn the_job_page_escapes_and_links_allocations_and_nodes() {
+        let api = fake_api();
+        let q = vec![("namespace".to_string(), "prod".to_string())];
+        let page = render(&api, "good", "jobs/web", &q).await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.body.into_string());
+        assert_eq!(page.index, Some(43), "live on the allocations");
+        let html = page.body.into_string();
+        assert!(html.contains("web&lt;script&gt;") && !html.contains("web<script>"));
+        assert!(
+            html.contains(r#"href="/ui/allocations/aaaaaaaa-1111""#),
+            "{html}"
+        );
+        assert!(
+            html.contains(r#"href="/ui/clients/nnnnnnnn-2222""#),
+            "{html}"
+        );
+        assert!(html.contains("2026-12-05T00:00:00Z"), "{html}");
+    }
+
+    #[tokio::test]
+    async fn unknown_pages_are_404_with_a_way_back() {
+        let page = render(&fake_api(), "good", "nowhere/at/all", &[]).await;
+        assert_eq!(page.status, StatusCode::NOT_FOUND);
+        assert!(page.body.into_string().contains("/ui/jobs"));
+    }
+
+    #[test]
+    fn a_live_page_passes_its_index_as_a_blocking_query() {
+        let q = vec![("index".to_string(), "9".to_string())];
+        assert_eq!(blocking(&q), "&index=9&wait=30s");
+        assert_eq!(blocking(&[("index".into(), "x".into())]), "");
+        assert_eq!(blocking(&[]), "");
+    }
+}
