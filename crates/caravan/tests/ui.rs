@@ -131,3 +131,18 @@ fn pages_show_what_the_token_may_read_and_follow_changes() {
         "answered by the change, not by the wait running out"
     );
 }
+
+/// `ui { enabled = false }` turns the UI off, as Nomad's; the API stays.
+#[test]
+fn the_ui_can_be_turned_off() {
+    let dir = common::temp_dir("ui-off");
+    let data = dir.join("data").display().to_string();
+    let cfg = dir.join("ui.hcl");
+    std::fs::write(&cfg, "ui {\n  enabled = false\n}\n").unwrap();
+    let cfg = cfg.display().to_string();
+    let agent = Agent::start(&dir, &["-dev", "-data-dir", &data, "-config", &cfg]);
+    let (s, _) = call(&agent, "GET", "/ui/jobs", "", None);
+    assert_eq!(s, 404);
+    let (s, _) = call(&agent, "GET", "/v1/jobs", "", None);
+    assert_eq!(s, 200);
+}

@@ -261,7 +261,7 @@ impl TaskRunner {
                 tracing::info!(task = %self.name, task_id = %handle.task_id, pid = ?handle.pid, "reattached to task");
                 self.api_socket = crate::task_api::ApiSocket::start(
                     &self.ctx.task_api,
-                    &self.dir.task_dir(&self.name).secrets_dir,
+                    &self.dir.root,
                     &self.name,
                 );
                 let alloc = self.alloc.borrow().clone();
@@ -378,11 +378,8 @@ impl TaskRunner {
             Err(msg) => return self.setup_failed(&msg).await,
         };
         if self.api_socket.is_none() {
-            self.api_socket = crate::task_api::ApiSocket::start(
-                &self.ctx.task_api,
-                &self.dir.task_dir(&self.name).secrets_dir,
-                &self.name,
-            );
+            self.api_socket =
+                crate::task_api::ApiSocket::start(&self.ctx.task_api, &self.dir.root, &self.name);
         }
         let task_id = cfg.id.clone();
         match driver.start(cfg).await {

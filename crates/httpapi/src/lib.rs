@@ -489,6 +489,7 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     state: ApiState,
     tls: Option<Arc<rustls::ServerConfig>>,
+    ui: bool,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let server = state.server.clone();
@@ -498,7 +499,8 @@ pub async fn serve(
     }));
     // Controller calls reach client agents over their HTTP APIs.
     server.set_csi_transport(Arc::new(HttpCsiTransport::default()));
-    serve_app(listener, with_ui(app), tls, shutdown).await
+    let app = if ui { with_ui(app) } else { app };
+    serve_app(listener, app, tls, shutdown).await
 }
 
 /// The API plus the web UI (`/ui/`, `/` redirecting there), which reads through the API.
@@ -511,15 +513,12 @@ pub async fn serve_client_agent(
     listener: tokio::net::TcpListener,
     state: forward::ClientAgentState,
     tls: Option<Arc<rustls::ServerConfig>>,
+    ui: bool,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_app(
-        listener,
-        with_ui(forward::client_agent_router(state)),
-        tls,
-        shutdown,
-    )
-    .await
+    let app = forward::client_agent_router(state);
+    let app = if ui { with_ui(app) } else { app };
+    serve_app(listener, app, tls, shutdown).await
 }
 
 async fn serve_app(
@@ -540,15 +539,20 @@ async fn serve_app(
 pub fn task_api_router(app: Router) -> Router {
     async fn require_credential(
         axum::extract::State(app): axum::extract::State<Router>,
-        req: axum::extract::Request,
+        mut req: axum::extract::Request,
         next: axum::middleware::Next,
     ) -> axum::response::Response {
         use tower::ServiceExt;
+        // One token, worked out once: the check and the request carry exactly the same one.
+        let token = acl::request_token(req.headers());
+        req.headers_mut().remove("x-nomad-token");
+        req.headers_mut().remove("authorization");
         let mut check = axum::extract::Request::new(axum::body::Body::empty());
         *check.uri_mut() = axum::http::Uri::from_static("/v1/acl/authenticate");
-        for name in ["x-nomad-token", "authorization"] {
-            if let Some(v) = req.headers().get(name) {
-                check.headers_mut().insert(name, v.clone());
+        if let Ok(v) = axum::http::HeaderValue::from_str(&token) {
+            if !token.is_empty() {
+                req.headers_mut().insert("x-nomad-token", v.clone());
+                check.headers_mut().insert("x-nomad-token", v);
             }
         }
         match app.oneshot(check).await {

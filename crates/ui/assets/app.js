@@ -9,8 +9,13 @@ let current = null; // the AbortController of the page being shown
 const sortState = {}; // table label -> [column, ascending]
 const filterState = {}; // filter name -> text
 
+// The page's fragment, without any index or wait the page's own URL carried (the script
+// adds its own).
 function fragmentUrl(path) {
-  return "/ui/_" + path.replace(/^\/ui/, "");
+  const u = new URL(path, location.origin);
+  u.searchParams.delete("index");
+  u.searchParams.delete("wait");
+  return "/ui/_" + u.pathname.replace(/^\/ui/, "") + u.search;
 }
 
 async function load(path) {
@@ -35,6 +40,13 @@ async function load(path) {
     }
     const html = await resp.text();
     if (ctrl.signal.aborted) return;
+    if (!first && resp.status >= 500) {
+      // Keep what is shown; say the live updates are paused, and try again.
+      banner("Live updates paused: the agent answered " + resp.status + "; retrying…");
+      index = 0;
+      await sleep(5000);
+      continue;
+    }
     show(html);
     document.title = resp.headers.get("X-Caravan-Title") || "Caravan";
     if (first) {
@@ -64,6 +76,18 @@ function show(html) {
     if (focused === "filter") { f.focus(); if (caret !== null) f.setSelectionRange(caret, caret); }
   }
   if (focused === "secret") wireSignin();
+}
+
+function banner(text) {
+  let b = document.getElementById("banner");
+  if (!b) {
+    b = document.createElement("p");
+    b.id = "banner";
+    b.className = "notice";
+    b.setAttribute("role", "status");
+    view().prepend(b);
+  }
+  b.textContent = text;
 }
 
 function applyFilter(input) {

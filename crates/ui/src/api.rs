@@ -43,7 +43,10 @@ pub fn token_of(headers: &HeaderMap) -> String {
     headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
         .map(|t| t.trim().to_string())
         .unwrap_or_default()
 }
@@ -83,18 +86,26 @@ impl Api {
             .get("x-nomad-index")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok());
-        let bytes = axum::body::to_bytes(resp.into_body(), ANSWER_MAX)
-            .await
-            .unwrap_or_default();
+        let bytes = match axum::body::to_bytes(resp.into_body(), ANSWER_MAX).await {
+            Ok(b) => b,
+            Err(e) => {
+                return Reply {
+                    status: StatusCode::BAD_GATEWAY,
+                    body: Value::Null,
+                    error: format!(
+                    "the API's answer could not be read ({e}); answers over {} MiB are not shown",
+                    ANSWER_MAX >> 20
+                ),
+                    index: None,
+                    text: String::new(),
+                }
+            }
+        };
         if status.is_success() {
             let body: Option<Value> = serde_json::from_slice(&bytes).ok();
             Reply {
                 status,
-                text: if body.is_none() {
-                    String::from_utf8_lossy(&bytes).into_owned()
-                } else {
-                    String::new()
-                },
+                text: String::from_utf8_lossy(&bytes).into_owned(),
                 body: body.unwrap_or(Value::Null),
                 error: String::new(),
                 index,
@@ -111,7 +122,42 @@ impl Api {
     }
 }
 
-/// Percent-encodes one path segment or query value.
+/// What a path segment or query value may hold as it is: RFC 3986's unreserved characters.
+const UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// Percent-encodes one path segment or query value (`/`, `?`, `%`, spaces… all encoded).
 pub fn enc(s: &str) -> String {
-    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+    percent_encoding::utf8_percent_encode(s, UNRESERVED).to_string()
+}
+
+/// The segments of a raw path, each decoded; `None` when one is not UTF-8 or is `.` or `..`.
+pub fn segments(raw: &str) -> Option<Vec<String>> {
+    raw.split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            let d = percent_encoding::percent_decode_str(s).decode_utf8().ok()?;
+            (d != "." && d != "..").then(|| d.into_owned())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_with_slashes_survive_a_round_trip_and_dot_segments_are_refused() {
+        let id = "nightly/periodic-1796428800";
+        let path = format!("/jobs/{}", enc(id));
+        assert_eq!(path, "/jobs/nightly%2Fperiodic-1796428800");
+        assert_eq!(segments(&path).unwrap(), ["jobs", id]);
+        assert_eq!(enc("a b+c?d"), "a%20b%2Bc%3Fd");
+        assert!(segments("/jobs/..").is_none());
+        assert!(segments("/jobs/%2E%2E").is_none());
+        assert!(segments("/jobs/%FF").is_none());
+    }
 }

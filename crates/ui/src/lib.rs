@@ -14,7 +14,7 @@ mod api;
 mod pages;
 mod view;
 
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
@@ -69,10 +69,11 @@ async fn shell() -> Response {
     html(StatusCode::OK, view::shell().into_string(), None, "Caravan")
 }
 
-/// One page's content, for the caller's token.
+/// One page's content, for the caller's token. The path is split before its segments are
+/// decoded, so an id holding `/` (a periodic or dispatched job's) stays one segment.
 async fn fragment(
     State(api): State<Api>,
-    Path(rest): Path<String>,
+    uri: axum::http::Uri,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
@@ -81,7 +82,11 @@ async fn fragment(
         .as_deref()
         .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
         .unwrap_or_default();
-    let page = pages::render(&api, &token, &rest, &query).await;
+    let rest = uri.path().strip_prefix("/ui/_").unwrap_or_default();
+    let page = match api::segments(rest) {
+        Some(segments) => pages::render(&api, &token, &segments, &query).await,
+        None => pages::not_found(rest),
+    };
     html(
         page.status,
         page.body.into_string(),
@@ -98,6 +103,10 @@ fn html(status: StatusCode, body: String, index: Option<u64>, title: &str) -> Re
         HeaderValue::from_static("text/html; charset=utf-8"),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
     // The page may not be framed by another site, nor run scripts from elsewhere.
     h.insert(
         header::CONTENT_SECURITY_POLICY,

@@ -46,17 +46,57 @@ fn param<'a>(query: &'a [(String, String)], key: &str) -> Option<&'a str> {
         .filter(|v| !v.is_empty())
 }
 
-/// `&index=N&wait=W` for a live page's main read, when the script sent an index.
+/// `&index=N&wait=W` for a live page's main read, when the script sent an index (the last
+/// one given: the script's own). `wait` is a number of seconds or minutes (at most three
+/// digits), else 30s.
 fn blocking(query: &[(String, String)]) -> String {
-    match param(query, "index").and_then(|i| i.parse::<u64>().ok()) {
-        Some(i) => format!("&index={i}&wait={}", param(query, "wait").unwrap_or("30s")),
-        None => String::new(),
+    let last = |key: &str| {
+        query
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    };
+    let Some(index) = last("index").and_then(|i| i.parse::<u64>().ok()) else {
+        return String::new();
+    };
+    let wait = last("wait")
+        .filter(|w| {
+            let (num, unit) = w.split_at(w.trim_end_matches(char::is_alphabetic).len());
+            !num.is_empty()
+                && num.len() <= 3
+                && num.bytes().all(|b| b.is_ascii_digit())
+                && matches!(unit, "s" | "m")
+        })
+        .unwrap_or("30s");
+    format!("&index={index}&wait={wait}")
+}
+
+/// The answer for a path that names no page.
+pub fn not_found(rest: &str) -> Page {
+    Page {
+        status: StatusCode::NOT_FOUND,
+        body: refused(404, &format!("There is no page at /ui{rest}.")),
+        index: None,
+        title: "Not found - Caravan".into(),
     }
 }
 
-/// Renders the page at `rest` (the path after `/ui/_/`).
-pub async fn render(api: &Api, token: &str, rest: &str, query: &[(String, String)]) -> Page {
-    let parts: Vec<&str> = rest.trim_matches('/').split('/').collect();
+/// A secondary read that failed, said where its content would be.
+fn failed_part(r: &Reply, what: &str) -> Option<Markup> {
+    (!r.ok()).then(|| {
+        html! { p.notice { "Cannot show " (what) " (" (r.status.as_u16()) "): " (r.error) } }
+    })
+}
+
+/// Renders the page named by `segments` (the decoded path after `/ui/_/`).
+pub async fn render(
+    api: &Api,
+    token: &str,
+    segments: &[String],
+    query: &[(String, String)],
+) -> Page {
+    let parts: Vec<&str> = segments.iter().map(String::as_str).collect();
     match parts.as_slice() {
         ["jobs"] => jobs(api, token, query).await,
         ["jobs", id] => job(api, token, id, query).await,
@@ -67,12 +107,7 @@ pub async fn render(api: &Api, token: &str, rest: &str, query: &[(String, String
         ["servers"] => servers(api, token).await,
         ["topology"] => topology(api, token, query).await,
         ["settings", "tokens"] => tokens(api, token).await,
-        _ => Page {
-            status: StatusCode::NOT_FOUND,
-            body: refused(404, &format!("There is no page at /ui/{rest}.")),
-            index: None,
-            title: "Not found - Caravan".into(),
-        },
+        _ => not_found(&format!("/{}", segments.join("/"))),
     }
 }
 
@@ -175,7 +210,9 @@ async fn job(api: &Api, token: &str, id: &str, query: &[(String, String)]) -> Pa
         }
         section {
             h2 { "Allocations" }
-            @if allocs_list.is_empty() {
+            @if let Some(e) = failed_part(&allocs, "the allocations") {
+                (e)
+            } @else if allocs_list.is_empty() {
                 (empty("No allocations", html! { "None has been placed; the job's evaluations say why (" code { "caravan job status " (s(job, "ID")) } ")." }))
             } @else {
                 (alloc_table(&allocs_list, true))
@@ -309,11 +346,7 @@ async fn logs(api: &Api, token: &str, id: &str, task: &str, query: &[(String, St
     if !r.ok() {
         return Page::failed(&r);
     }
-    let text = match &r.body {
-        Value::Null => r.text.clone(),
-        Value::String(t) => t.clone(),
-        other => other.to_string(),
-    };
+    let text = r.text.clone();
     let body = html! {
         (title(&format!("{kind} of"), task, None))
         p.links {
@@ -435,7 +468,9 @@ async fn client(api: &Api, token: &str, id: &str, query: &[(String, String)]) ->
         }
         section {
             h2 { "Allocations" }
-            @if allocs_list.is_empty() {
+            @if let Some(e) = failed_part(&allocs, "the allocations") {
+                (e)
+            } @else if allocs_list.is_empty() {
                 (empty("Nothing runs here", html! { "No allocation is placed on this client." }))
             } @else {
                 (alloc_table(&allocs_list, false))
@@ -510,6 +545,7 @@ async fn topology(api: &Api, token: &str, query: &[(String, String)]) -> Page {
         e.0 += cpu;
         e.1 += mem;
     }
+    let partial = failed_part(&allocs, "what the allocations reserve");
     let list = nodes.body.as_array().cloned().unwrap_or_default();
     let pct = |u: i64, t: i64| {
         if t > 0 {
@@ -521,6 +557,7 @@ async fn topology(api: &Api, token: &str, query: &[(String, String)]) -> Page {
     let body = html! {
         div.title { h1 { "Topology" } span.count { (list.len()) " clients" } }
         p.muted { "Each box is a client; the bars are the CPU and memory its running allocations reserve." }
+        @if let Some(e) = &partial { (e) }
         @if list.is_empty() {
             (empty("No clients", html! { "Clients appear here once they register." }))
         }
@@ -627,7 +664,7 @@ mod tests {
     #[tokio::test]
     async fn the_jobs_page_lists_what_the_token_reads_and_is_live() {
         let api = fake_api();
-        let page = render(&api, "good", "jobs", &[]).await;
+        let page = render(&api, "good", &["jobs".to_string()], &[]).await;
         assert_eq!(page.status, StatusCode::OK);
         assert_eq!(page.index, Some(42));
         let html = page.body.into_string();
@@ -636,7 +673,7 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("2 running, 1 failed"), "{html}");
-        let refused = render(&api, "", "jobs", &[]).await;
+        let refused = render(&api, "", &["jobs".to_string()], &[]).await;
         assert_eq!(refused.status, StatusCode::FORBIDDEN);
         assert!(refused.body.into_string().contains("Sign in with a token"));
     }
@@ -645,7 +682,7 @@ mod tests {
     async fn the_job_page_escapes_and_links_allocations_and_nodes() {
         let api = fake_api();
         let q = vec![("namespace".to_string(), "prod".to_string())];
-        let page = render(&api, "good", "jobs/web", &q).await;
+        let page = render(&api, "good", &["jobs".to_string(), "web".to_string()], &q).await;
         assert_eq!(page.status, StatusCode::OK, "{}", page.body.into_string());
         assert_eq!(page.index, Some(43), "live on the allocations");
         let html = page.body.into_string();
@@ -663,7 +700,7 @@ mod tests {
 
     #[tokio::test]
     async fn unknown_pages_are_404_with_a_way_back() {
-        let page = render(&fake_api(), "good", "nowhere/at/all", &[]).await;
+        let page = render(&fake_api(), "good", &["nowhere".to_string()], &[]).await;
         assert_eq!(page.status, StatusCode::NOT_FOUND);
         assert!(page.body.into_string().contains("/ui/jobs"));
     }
@@ -672,6 +709,18 @@ mod tests {
     fn a_live_page_passes_its_index_as_a_blocking_query() {
         let q = vec![("index".to_string(), "9".to_string())];
         assert_eq!(blocking(&q), "&index=9&wait=30s");
+        let sneaky = vec![
+            ("index".to_string(), "99999999".to_string()),
+            ("wait".to_string(), "1s&region=x".to_string()),
+            ("index".to_string(), "9".to_string()),
+            ("wait".to_string(), "5m".to_string()),
+        ];
+        assert_eq!(blocking(&sneaky), "&index=9&wait=5m");
+        let bad_wait = vec![
+            ("index".into(), "9".into()),
+            ("wait".into(), "1s&x=y".into()),
+        ];
+        assert_eq!(blocking(&bad_wait), "&index=9&wait=30s");
         assert_eq!(blocking(&[("index".into(), "x".into())]), "");
         assert_eq!(blocking(&[]), "");
     }

@@ -278,6 +278,7 @@ async fn run_client_agent(cfg: AgentConfig, dev: bool, tls: TlsSetup) -> Result<
         listener,
         state,
         http_tls,
+        ui_enabled(&cfg),
         async move {
             let _ = stop_rx.await;
         },
@@ -314,6 +315,28 @@ fn data_dir(cfg: &AgentConfig, dev: bool) -> Result<(PathBuf, Option<TempDir>)> 
             bail!("an agent needs a data directory: set data_dir in the config or pass -data-dir")
         }
     }
+}
+
+/// Nomad's `ui { enabled }` (on unless set false); the block's other keys (`consul`, `vault`,
+/// `label`, `content_security_policy`) are not built yet and say so in the log.
+fn ui_enabled(cfg: &jobspec::agent::AgentConfig) -> bool {
+    let Some(block) = cfg.ui.as_ref() else {
+        return true;
+    };
+    let blocks: Vec<&serde_json::Value> = match block {
+        serde_json::Value::Array(list) => list.iter().collect(),
+        other => vec![other],
+    };
+    let mut enabled = true;
+    for b in blocks {
+        for (k, v) in b.as_object().into_iter().flatten() {
+            match (k.as_str(), v.as_bool()) {
+                ("enabled", Some(on)) => enabled = on,
+                _ => eprintln!("==> Warning: ui.{k} is not supported yet and is not applied"),
+            }
+        }
+    }
+    enabled
 }
 
 /// The agent's HTTP API on the tasks' `secrets/api.sock` sockets, for callers with a credential.
@@ -552,7 +575,8 @@ async fn run_agent(
         ))));
     }
     let http_tls = tls.http_server.clone();
-    let http = tokio::spawn(httpapi::serve(listener, state, http_tls, async move {
+    let ui = ui_enabled(&cfg);
+    let http = tokio::spawn(httpapi::serve(listener, state, http_tls, ui, async move {
         let _ = stop_rx.await;
     }));
     wait_for_signal().await;
