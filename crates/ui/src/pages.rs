@@ -171,8 +171,21 @@ async fn job(api: &Api, token: &str, id: &str, query: &[(String, String)]) -> Pa
     let deployment = api
         .get(token, &format!("/v1/job/{}/deployment?{nsq}", enc(id)))
         .await;
+    let evals = api
+        .get(token, &format!("/v1/job/{}/evaluations?{nsq}", enc(id)))
+        .await;
+    let versions = api
+        .get(token, &format!("/v1/job/{}/versions?{nsq}", enc(id)))
+        .await;
     let job = &j.body;
     let groups = job["TaskGroups"].as_array().cloned().unwrap_or_default();
+    let mut evals_list = evals.body.as_array().cloned().unwrap_or_default();
+    evals_list.sort_by_key(|e| std::cmp::Reverse(n(e, "CreateIndex")));
+    evals_list.truncate(10);
+    let versions_list = versions.body["Versions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let mut allocs_list = allocs.body.as_array().cloned().unwrap_or_default();
     allocs_list.sort_by_key(|a| std::cmp::Reverse(n(a, "CreateIndex")));
     let body = html! {
@@ -196,6 +209,7 @@ async fn job(api: &Api, token: &str, id: &str, query: &[(String, String)]) -> Pa
         }
         section {
             h2 { "Task groups" }
+            @if let Some(e) = failed_part(&summary, "the allocation counts") { (e) }
             (table("Task groups", &["Group", "Count", "Tasks", "Allocations"], html! {
                 @for g in &groups {
                     @let name = s(g, "Name");
@@ -218,9 +232,75 @@ async fn job(api: &Api, token: &str, id: &str, query: &[(String, String)]) -> Pa
                 (alloc_table(&allocs_list, true))
             }
         }
+        section {
+            h2 { "Evaluations" }
+            @if let Some(e) = failed_part(&evals, "the evaluations") {
+                (e)
+            } @else {
+                (table("Evaluations", &["ID", "Triggered by", "Status", "Placement failures"], html! {
+                    @for e in &evals_list {
+                        tr {
+                            td { code { (short(s(e, "ID"))) } }
+                            td { (s(e, "TriggeredBy")) }
+                            td data-value=(s(e, "Status")) { (badge(s(e, "Status"))) " " span.muted { (s(e, "StatusDescription")) } }
+                            td { (placement_failures(&e["FailedTGAllocs"])) }
+                        }
+                    }
+                }))
+            }
+        }
+        @if !versions_list.is_empty() {
+            section {
+                h2 { "Versions" }
+                (table("Versions", &["Version", "Stable", "Submitted"], html! {
+                    @for v in &versions_list {
+                        tr {
+                            td.num { (n(v, "Version")) }
+                            td { (if v["Stable"] == true { "yes" } else { "no" }) }
+                            td { (time(&v["SubmitTime"])) }
+                        }
+                    }
+                }))
+            }
+        }
         (json_block("Definition (JSON)", job))
     };
     Page::new(format!("Job {}", s(job, "Name")), body, allocs.index)
+}
+
+/// Why an evaluation could not place a group, as `job status` explains it: nodes evaluated,
+/// the constraints and resources that filtered or exhausted them.
+fn placement_failures(failed: &Value) -> Markup {
+    let Some(groups) = failed.as_object().filter(|g| !g.is_empty()) else {
+        return html! { span.muted { "none" } };
+    };
+    let reasons = |m: &Value| -> Vec<String> {
+        m.as_object()
+            .map(|o| {
+                o.iter()
+                    .map(|(k, v)| format!("{k}: {}", v.as_i64().unwrap_or(0)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    html! {
+        ul.failures {
+            @for (group, m) in groups {
+                li {
+                    strong { (group) } ": "
+                    (n(m, "NodesEvaluated")) " nodes evaluated, "
+                    (n(m, "NodesFiltered")) " filtered, "
+                    (n(m, "NodesExhausted")) " exhausted"
+                    @for r in reasons(&m["ConstraintFiltered"]).iter().chain(reasons(&m["ClassFiltered"]).iter()) {
+                        br; span.muted { "filtered by " (r) }
+                    }
+                    @for r in reasons(&m["DimensionExhausted"]) {
+                        br; span.muted { "short of " (r) }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// An empty list seen without a token: with ACLs on, the anonymous policy may simply read
@@ -654,6 +734,17 @@ mod tests {
             )
             .route("/v1/job/{id}", get(move || async move { axum::Json(job) }))
             .route(
+                "/v1/job/{id}/evaluations",
+                get(|| async {
+                    axum::Json(json!([{"ID": "eeeeeeee-1", "TriggeredBy": "job-register",
+                        "Status": "blocked", "CreateIndex": 9,
+                        "FailedTGAllocs": {"g": {"NodesEvaluated": 4, "NodesFiltered": 1,
+                            "NodesExhausted": 3,
+                            "ConstraintFiltered": {"${attr.kernel.name} = windows": 1},
+                            "DimensionExhausted": {"memory": 3}}}}]))
+                }),
+            )
+            .route(
                 "/v1/job/{id}/allocations",
                 get(move || async move { ([("x-nomad-index", "43")], axum::Json(allocs)) }),
             )
@@ -696,6 +787,18 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("2026-12-05T00:00:00Z"), "{html}");
+        // Why the evaluation could not place the group, as `job status` says it.
+        assert!(
+            html.contains("4 nodes evaluated, 1 filtered, 3 exhausted"),
+            "{html}"
+        );
+        assert!(html.contains("short of memory: 3"), "{html}");
+        assert!(
+            html.contains("filtered by ${attr.kernel.name} = windows: 1"),
+            "{html}"
+        );
+        // A part the API would not give is said, not shown empty.
+        assert!(html.contains("Cannot show"), "{html}");
     }
 
     #[tokio::test]
