@@ -52,6 +52,7 @@ async function load(path) {
     if (first) {
       first = false;
       if (path.endsWith("/settings/tokens")) wireSignin();
+      if (path.split("?")[0].endsWith("/jobs/run")) wireRunJob();
     }
     const next = Number(resp.headers.get("X-Nomad-Index") || 0);
     if (!resp.ok || !next) return;
@@ -175,6 +176,101 @@ function wireSignin() {
     load(location.pathname);
   });
 }
+
+// Calls the /v1 API with the signed-in token; the JSON answer, or throws its error text.
+async function callApi(method, path, body) {
+  const headers = { "Content-Type": "application/json" };
+  if (token()) headers["X-Nomad-Token"] = token();
+  const resp = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await resp.text();
+  if (!resp.ok) throw new Error(text || resp.status + " " + resp.statusText);
+  try { return JSON.parse(text); } catch (e) { return text; }
+}
+
+// Adds an element with text (never HTML) to `parent`.
+function add(parent, tag, text, cls) {
+  const el = document.createElement(tag);
+  if (text !== undefined) el.textContent = text;
+  if (cls) el.className = cls;
+  parent.appendChild(el);
+  return el;
+}
+
+function wireRunJob() {
+  const form = document.getElementById("runjob");
+  if (!form || form.dataset.wired) return;
+  form.dataset.wired = "1";
+  const out = document.getElementById("planresult");
+  const run = document.getElementById("runbutton");
+  let planned = null;
+  document.getElementById("jobspec").addEventListener("input", () => { planned = null; run.disabled = true; });
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    out.textContent = "Planning…";
+    run.disabled = true;
+    try {
+      const hcl = document.getElementById("jobspec").value;
+      const job = await callApi("POST", "/v1/jobs/parse", { JobHCL: hcl, Canonicalize: true });
+      const ns = encodeURIComponent(job.Namespace || "default");
+      const plan = await callApi("POST", "/v1/job/" + encodeURIComponent(job.ID) + "/plan?namespace=" + ns,
+        { Job: job, Diff: true });
+      out.textContent = "";
+      const box = add(out, "div", undefined, "plan");
+      add(box, "h2", "Plan for " + job.ID + " (" + ((plan.Diff && plan.Diff.Type) || "None").toLowerCase() + ")");
+      const list = add(box, "ul");
+      const updates = (plan.Annotations && plan.Annotations.DesiredTGUpdates) || {};
+      for (const [group, u] of Object.entries(updates)) {
+        const parts = [];
+        for (const k of ["Place", "Stop", "Migrate", "InPlaceUpdate", "DestructiveUpdate", "Canary", "Ignore"]) {
+          if (u[k]) parts.push(u[k] + " " + k.replace(/([a-z])([A-Z])/g, "$1 $2").toLowerCase());
+        }
+        add(list, "li", group + ": " + (parts.join(", ") || "no change"));
+      }
+      for (const [group, m] of Object.entries(plan.FailedTGAllocs || {})) {
+        add(list, "li", group + ": cannot be placed (" + (m.NodesEvaluated || 0) + " nodes evaluated, "
+          + (m.NodesExhausted || 0) + " exhausted)", "error");
+      }
+      for (const w of (plan.Warnings ? [plan.Warnings] : [])) add(box, "p", w, "notice");
+      planned = job;
+      run.disabled = false;
+    } catch (err) {
+      out.textContent = "";
+      add(out, "p", err.message, "error");
+    }
+  });
+  run.addEventListener("click", async () => {
+    if (!planned) return;
+    run.disabled = true;
+    try {
+      await callApi("POST", "/v1/jobs", { Job: planned });
+      const dest = "/ui/jobs/" + encodeURIComponent(planned.ID) + "?namespace=" + encodeURIComponent(planned.Namespace || "default");
+      history.pushState({}, "", dest);
+      load(dest);
+    } catch (err) {
+      add(out, "p", err.message, "error");
+      run.disabled = false;
+    }
+  });
+}
+
+// Buttons that act through the API (`data-action`), asked once more before anything is stopped.
+document.addEventListener("click", async (e) => {
+  const b = e.target.closest("button[data-action]");
+  if (!b) return;
+  if (b.dataset.action === "stop-job") {
+    const id = b.dataset.job, ns = b.dataset.namespace || "default";
+    if (!confirm("Stop job " + id + "? Its allocations are stopped.")) return;
+    const status = b.parentElement.querySelector(".actionresult");
+    b.disabled = true;
+    try {
+      await callApi("DELETE", "/v1/job/" + encodeURIComponent(id) + "?namespace=" + encodeURIComponent(ns));
+      if (status) status.textContent = "Stop requested.";
+    } catch (err) {
+      if (status) { status.textContent = err.message; status.className = "actionresult error"; }
+      b.disabled = false;
+    }
+  }
+});
 
 function sleep(ms) { return new Promise((r) => setTimeout(r, ms)); }
 function visible() {

@@ -99,6 +99,7 @@ pub async fn render(
     let parts: Vec<&str> = segments.iter().map(String::as_str).collect();
     match parts.as_slice() {
         ["jobs"] => jobs(api, token, query).await,
+        ["jobs", "run"] => Page::new("Run a job", run_job(), None),
         ["jobs", id] => job(api, token, id, query).await,
         ["allocations", id] => allocation(api, token, id, query).await,
         ["allocations", id, "logs", task] => logs(api, token, id, task, query).await,
@@ -119,9 +120,13 @@ async fn jobs(api: &Api, token: &str, query: &[(String, String)]) -> Page {
         return Page::failed(&r);
     }
     let list = r.body.as_array().cloned().unwrap_or_default();
+    let acls_off = list.is_empty() && token.is_empty() && acls_disabled(api).await;
     let body = html! {
-        div.title { h1 { "Jobs" } span.count { (list.len()) } }
-        @if list.is_empty() && token.is_empty() {
+        div.title {
+            h1 { "Jobs" } span.count { (list.len()) }
+            a.button href="/ui/jobs/run" { "Run a job" }
+        }
+        @if list.is_empty() && token.is_empty() && !acls_off {
             (signed_out_empty("jobs"))
         } @else if list.is_empty() {
             (empty("No jobs yet", html! {
@@ -190,6 +195,14 @@ async fn job(api: &Api, token: &str, id: &str, query: &[(String, String)]) -> Pa
     allocs_list.sort_by_key(|a| std::cmp::Reverse(n(a, "CreateIndex")));
     let body = html! {
         (title("Job", s(job, "Name"), Some(s(job, "Status"))))
+        @if job["Stop"] != true {
+            p.actions {
+                button.danger type="button" data-action="stop-job" data-job=(s(job, "ID")) data-namespace=(ns) {
+                    "Stop job"
+                }
+                span.actionresult role="status" {}
+            }
+        }
         (facts(&[
             ("Namespace", html! { (ns) }),
             ("Type", html! { (s(job, "Type")) }),
@@ -268,6 +281,25 @@ async fn job(api: &Api, token: &str, id: &str, query: &[(String, String)]) -> Pa
     Page::new(format!("Job {}", s(job, "Name")), body, allocs.index)
 }
 
+/// Run a job from the browser: paste HCL, plan it (the script parses it and asks the API for
+/// a plan with its diff), then run it; every step is the API's, with the caller's token.
+fn run_job() -> Markup {
+    html! {
+        div.title { h1 { "Run a job" } }
+        p.muted { "Paste a job file (HCL2, as for " code { "caravan job run" } "). Plan shows what would change; Run submits it." }
+        form #runjob.runjob {
+            label for="jobspec" { "Job file" }
+            textarea #jobspec name="jobspec" rows="18" spellcheck="false" required
+                placeholder="job \"example\" {\n  group \"web\" {\n    task \"server\" { … }\n  }\n}" {}
+            div.buttons {
+                button type="submit" { "Plan" }
+                button #runbutton type="button" disabled { "Run" }
+            }
+        }
+        div #planresult role="status" {}
+    }
+}
+
 /// Why an evaluation could not place a group, as `job status` explains it: nodes evaluated,
 /// the constraints and resources that filtered or exhausted them.
 fn placement_failures(failed: &Value) -> Markup {
@@ -301,6 +333,12 @@ fn placement_failures(failed: &Value) -> Markup {
             }
         }
     }
+}
+
+/// The cluster runs without ACLs (the API says so to a token lookup).
+async fn acls_disabled(api: &Api) -> bool {
+    let r = api.get("", "/v1/acl/token/self").await;
+    r.status == StatusCode::BAD_REQUEST && r.error.contains("ACL support disabled")
 }
 
 /// An empty list seen without a token: with ACLs on, the anonymous policy may simply read
@@ -455,9 +493,10 @@ async fn clients(api: &Api, token: &str, query: &[(String, String)]) -> Page {
         return Page::failed(&r);
     }
     let list = r.body.as_array().cloned().unwrap_or_default();
+    let acls_off = list.is_empty() && token.is_empty() && acls_disabled(api).await;
     let body = html! {
         div.title { h1 { "Clients" } span.count { (list.len()) } }
-        @if list.is_empty() && token.is_empty() {
+        @if list.is_empty() && token.is_empty() && !acls_off {
             (signed_out_empty("clients"))
         } @else if list.is_empty() {
             (empty("No clients", html! { "Start one with " code { "caravan agent -client -servers <server>" } ", or run " code { "caravan agent -dev" } "." }))

@@ -1,0 +1,130 @@
+"""The web UI in headless Chromium against a dev agent (see scripts/ui-browser)."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+BIN, OUT = sys.argv[1], sys.argv[2]
+os.makedirs(OUT, exist_ok=True)
+JOB = """job "browser" {
+  datacenters = ["dc1"]
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo hello-from-the-browser-job; exec sleep 600"]
+      }
+      kill_timeout = "1s"
+    }
+  }
+}
+"""
+
+
+def start_agent(work):
+    cfg = os.path.join(work, "agent.hcl")
+    with open(cfg, "w") as f:
+        f.write('bind_addr = "127.0.0.1"\nports {\n  http = 0\n  rpc = 0\n}\n')
+    proc = subprocess.Popen(
+        [BIN, "agent", "-dev", "-config", cfg, "-data-dir", os.path.join(work, "data")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    found = {}
+
+    def read():
+        for line in proc.stdout:
+            m = re.search(r"HTTP: \[([^\]]+)\]", line)
+            if m and "addr" not in found:
+                found["addr"] = m.group(1)
+    threading.Thread(target=read, daemon=True).start()
+    deadline = time.time() + 60
+    while "addr" not in found:
+        if time.time() > deadline or proc.poll() is not None:
+            raise SystemExit("the dev agent did not start")
+        time.sleep(0.1)
+    return proc, "http://" + found["addr"]
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="caravan-ui-browser-")
+    proc, base = start_agent(work)
+    opts = Options()
+    for a in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--window-size=1280,1000"]:
+        opts.add_argument(a)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+    step = "start"
+
+    def wait_for(what, cond, limit=60):
+        nonlocal step
+        step = what
+        end = time.time() + limit
+        while time.time() < end:
+            try:
+                if cond():
+                    return
+            except Exception:  # the page is being replaced; look again
+                pass
+            time.sleep(0.1)
+        raise AssertionError("timed out waiting for " + what)
+
+    view = lambda: driver.find_element(By.ID, "view").text
+    try:
+        driver.get(base + "/")
+        wait_for("/ to lead to the jobs page", lambda: driver.current_url.endswith("/ui/jobs")
+                 and "No jobs yet" in view())
+        driver.find_element(By.LINK_TEXT, "Run a job").click()
+        wait_for("the run page", lambda: driver.find_element(By.ID, "jobspec").is_displayed())
+        driver.find_element(By.ID, "jobspec").send_keys(JOB)
+        driver.find_element(By.CSS_SELECTOR, "#runjob button[type=submit]").click()
+        wait_for("the plan", lambda: "g: 1 place" in driver.find_element(By.ID, "planresult").text)
+        driver.find_element(By.ID, "runbutton").click()
+        wait_for("the job page with its running allocation",
+                 lambda: "/ui/jobs/browser" in driver.current_url
+                 and "1 running" in view())
+        driver.find_element(By.CSS_SELECTOR, "a[href^='/ui/allocations/']").click()
+        wait_for("the allocation page with the task's events",
+                 lambda: "Task started by client" in view())
+        driver.find_element(By.LINK_TEXT, "stdout").click()
+        wait_for("the task's stdout", lambda: "hello-from-the-browser-job" in view())
+        driver.find_element(By.LINK_TEXT, "Clients").click()
+        wait_for("the clients page", lambda: "ready" in view())
+        driver.find_element(By.LINK_TEXT, "Jobs").click()
+        wait_for("the jobs page", lambda: "browser" in view())
+        driver.find_element(By.LINK_TEXT, "browser").click()
+        wait_for("the stop button", lambda: driver.find_element(
+            By.CSS_SELECTOR, "button[data-action=stop-job]").is_displayed())
+        driver.find_element(By.CSS_SELECTOR, "button[data-action=stop-job]").click()
+        driver.switch_to.alert.accept()
+        wait_for("the job to stop, shown live", lambda: "1 complete" in view()
+                 or "dead" in view(), 90)
+        errors = [e for e in driver.get_log("browser")
+                  if e.get("level") == "SEVERE" and "favicon" not in e.get("message", "")]
+        assert not errors, "the browser reported errors: %r" % errors
+        print("ui-browser: every step passed")
+    except Exception as e:
+        shot = os.path.join(OUT, "failure.png")
+        driver.save_screenshot(shot)
+        print("ui-browser: FAILED at %s: %s (screenshot: %s)" % (step, e, shot))
+        print(driver.find_element(By.TAG_NAME, "body").text[:2000])
+        sys.exit(1)
+    finally:
+        driver.quit()
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+main()
