@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{temp_dir, Agent, Leftovers};
+use common::{http_get, temp_dir, Agent, Leftovers};
 use serde_json::Value;
 use std::process::Command;
 
@@ -114,22 +114,6 @@ fn running_alloc(agent: &Agent, job: &str) -> Value {
     });
     let id = found["ID"].as_str().unwrap().to_string();
     agent.get(&format!("/v1/allocation/{id}")).unwrap()
-}
-
-/// `GET /` on `addr`: the body, or `None` while nothing answers.
-fn http_get(addr: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(
-        &addr.parse().ok()?,
-        std::time::Duration::from_secs(2),
-    )
-    .ok()?;
-    s.set_read_timeout(Some(std::time::Duration::from_secs(2)))
-        .ok()?;
-    s.write_all(b"GET / HTTP/1.0\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    Some(out)
 }
 
 fn host_port(alloc: &Value) -> String {

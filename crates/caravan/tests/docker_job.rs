@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{temp_dir, Agent};
+use common::{http_get, temp_dir, Agent};
 use serde_json::json;
 use std::process::Command;
 
@@ -108,22 +108,6 @@ fn running_alloc(agent: &Agent, job: &str) -> String {
         running.is_some()
     });
     alloc_id
-}
-
-/// `GET /` on `addr`: the body, or `None` while nothing answers.
-fn http_get(addr: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(
-        &addr.parse().ok()?,
-        std::time::Duration::from_secs(2),
-    )
-    .ok()?;
-    s.set_read_timeout(Some(std::time::Duration::from_secs(2)))
-        .ok()?;
-    s.write_all(b"GET / HTTP/1.0\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    Some(out)
 }
 
 struct RemoveContainers(String);

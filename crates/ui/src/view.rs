@@ -131,30 +131,12 @@ pub fn time(v: &Value) -> Markup {
     html! { time datetime=(text) title=(text) { (text) } }
 }
 
-/// Unix nanoseconds as RFC 3339 (UTC, seconds).
+/// Unix nanoseconds as RFC 3339 (UTC); empty for none.
 pub fn rfc3339_of_nanos(nanos: i64) -> String {
     if nanos <= 0 {
         return String::new();
     }
-    let secs = nanos / 1_000_000_000;
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
+    model::time::format_unix_nanos(nanos)
 }
 
 /// A page's heading with its status.

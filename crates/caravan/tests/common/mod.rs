@@ -475,3 +475,16 @@ pub fn serve(body: Vec<u8>) -> String {
     });
     format!("http://{addr}")
 }
+
+/// `GET /` on `addr` (`host:port`): the whole answer, or `None` while nothing answers there.
+#[allow(dead_code)]
+pub fn http_get(addr: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s =
+        std::net::TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
