@@ -26,8 +26,31 @@ pub async fn create(dir: &Path, name: &str) -> Result<PathBuf, String> {
     made.map(|()| path)
 }
 
+/// Makes `dir` a shared mount of itself, as `ip netns add` does before its first namespace.
+/// Without it, a later `ip netns` command (which does it then) stacks a bind mount over the
+/// directory and hides the namespaces already bound there: they could no longer be unmounted.
+fn share_dir(dir: &Path) -> Result<(), String> {
+    let shared = MsFlags::MS_SHARED | MsFlags::MS_REC;
+    match mount(None::<&str>, dir, None::<&str>, shared, None::<&str>) {
+        Ok(()) => return Ok(()),
+        Err(nix::Error::EINVAL) => {} // not a mount point yet
+        Err(e) => return Err(format!("making {} shared: {e}", dir.display())),
+    }
+    mount(
+        Some(dir),
+        dir,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(|e| format!("bind-mounting {} on itself: {e}", dir.display()))?;
+    mount(None::<&str>, dir, None::<&str>, shared, None::<&str>)
+        .map_err(|e| format!("making {} shared: {e}", dir.display()))
+}
+
 fn make(dir: &Path, path: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    share_dir(dir)?;
     // The file is only a mount point; it must exist first.
     std::fs::OpenOptions::new()
         .write(true)
@@ -104,6 +127,14 @@ mod tests {
         remove(&path).unwrap();
         assert!(!path.exists());
         remove(&path).unwrap();
+        // The directory was made a shared mount of itself, as `ip netns add` makes /run/netns.
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(
+            mounts.lines().any(|l| l.split(' ').nth(4) == dir.to_str()),
+            "{} is a mount point",
+            dir.display()
+        );
+        let _ = umount2(&dir, MntFlags::MNT_DETACH);
         let _ = std::fs::remove_dir(&dir);
     }
 }
