@@ -18,6 +18,9 @@ use std::collections::BTreeSet;
 pub(crate) struct Offer {
     pub(crate) resources: AllocatedResources,
     pub(crate) usage: Usage,
+    /// The node's `devices` score: matched device affinity weights over their total, when the
+    /// group's device requests carry affinities.
+    pub(crate) device_affinity: Option<f64>,
 }
 
 /// Offers `ask` on a node with `cap`, of which `used` is taken. `Err` is the exhausted dimension.
@@ -33,6 +36,7 @@ pub(crate) fn make_offer(
     let mut cores = free_cores(cap, used, ask.cores())?.into_iter();
     let mut ports = PortPicker::new(cap, used);
     let mut taken_devices = BTreeSet::new();
+    let (mut affinity_weight, mut affinity_matched) = (0.0, 0.0);
     let mut usage = Usage {
         cpu,
         memory_mb: ask.memory_mb(),
@@ -54,8 +58,10 @@ pub(crate) fn make_offer(
         }
         let mut task_devices = Vec::new();
         for d in &task.devices {
-            let given = pick_devices(d, devices, used, &mut taken_devices)?;
+            let (given, matched) = pick_devices(d, devices, used, &mut taken_devices)?;
             task_devices.push(given);
+            affinity_weight += d.affinity_weight();
+            affinity_matched += matched;
         }
         usage.cores.extend(&reserved_cores);
         let allocated = AllocatedTaskResources {
@@ -81,7 +87,11 @@ pub(crate) fn make_offer(
     }
     usage.ports = ports.picked.into_iter().collect();
     usage.devices = taken_devices.into_iter().collect();
-    Ok(Offer { resources, usage })
+    Ok(Offer {
+        resources,
+        usage,
+        device_affinity: (affinity_weight > 0.0).then(|| affinity_matched / affinity_weight),
+    })
 }
 
 /// Whether `ask` fits by its sums alone, and what it would hold — enough to rank a node when the
@@ -218,13 +228,16 @@ impl<'a> PortPicker<'a> {
     }
 }
 
-/// Takes `ask.count` healthy, free instances from the first matching device group that has them.
+/// Takes `ask.count` healthy, free instances (that pass the `${device.ids}` constraints) from the
+/// matching device group with the best affinity score that has them, the first such on a tie.
+/// Returns the matched affinity weights with them (Nomad's `createOffer`).
 fn pick_devices(
     ask: &DeviceAsk,
     devices: &[NodeDeviceResource],
     used: &Used,
     taken: &mut BTreeSet<String>,
-) -> Result<AllocatedDeviceResource, String> {
+) -> Result<(AllocatedDeviceResource, f64), String> {
+    let mut best: Option<(f64, f64, &NodeDeviceResource, Vec<&str>)> = None;
     for group in devices.iter().filter(|d| ask.matches(d)) {
         let free: Vec<&str> = group
             .instances
@@ -235,26 +248,37 @@ fn pick_devices(
                 let key = device_key(&group.vendor, &group.device_type, &group.name, id);
                 !used.devices.contains_key(&key) && !taken.contains(&key)
             })
+            .filter(|id| ask.instance_allowed(id, group))
             .take(ask.count as usize)
             .collect();
-        if free.len() as u64 == ask.count {
-            for id in &free {
-                taken.insert(device_key(
-                    &group.vendor,
-                    &group.device_type,
-                    &group.name,
-                    id,
-                ));
-            }
-            return Ok(AllocatedDeviceResource {
-                vendor: group.vendor.clone(),
-                device_type: group.device_type.clone(),
-                name: group.name.clone(),
-                device_ids: free.into_iter().map(str::to_string).collect(),
-            });
+        if free.len() as u64 != ask.count {
+            continue;
+        }
+        let (choice, matched) = ask.affinity_score(group);
+        if best.as_ref().is_none_or(|(b, ..)| choice > *b) {
+            best = Some((choice, matched, group, free));
         }
     }
-    Err("devices: no devices match request".into())
+    let Some((_, matched, group, free)) = best else {
+        return Err("devices: no devices match request".into());
+    };
+    for id in &free {
+        taken.insert(device_key(
+            &group.vendor,
+            &group.device_type,
+            &group.name,
+            id,
+        ));
+    }
+    Ok((
+        AllocatedDeviceResource {
+            vendor: group.vendor.clone(),
+            device_type: group.device_type.clone(),
+            name: group.name.clone(),
+            device_ids: free.into_iter().map(str::to_string).collect(),
+        },
+        matched,
+    ))
 }
 
 #[cfg(test)]
@@ -439,6 +463,7 @@ mod tests {
             name: None,
             count: 1,
             constraints: Vec::new(),
+            affinities: Vec::new(),
         }];
         let gpus = NodeDeviceResource {
             vendor: "nvidia".into(),
@@ -470,5 +495,122 @@ mod tests {
         };
         let err = offer(&ask(t, vec![]), &taken, &[gpus]).err();
         assert_eq!(err.as_deref(), Some("devices: no devices match request"));
+    }
+
+    fn gpu_group(name: &str, ids: &[&str], memory_gib: i64) -> NodeDeviceResource {
+        NodeDeviceResource {
+            vendor: "nvidia".into(),
+            device_type: "gpu".into(),
+            name: name.into(),
+            instances: ids
+                .iter()
+                .map(|id| NodeDevice {
+                    id: (*id).into(),
+                    healthy: true,
+                    ..NodeDevice::default()
+                })
+                .collect(),
+            attributes: [(
+                "memory".to_string(),
+                serde_json::json!({"Int": memory_gib, "Unit": "GiB"}),
+            )]
+            .into(),
+        }
+    }
+
+    #[test]
+    fn device_affinity_picks_the_preferred_group_and_scores_the_node() {
+        let groups = [
+            gpu_group("small", &["s0", "s1"], 8),
+            gpu_group("big", &["b0"], 80),
+        ];
+        let mut t = task(1, 1);
+        t.devices = vec![DeviceAsk {
+            vendor: Some("nvidia".into()),
+            device_type: "gpu".into(),
+            name: None,
+            count: 1,
+            constraints: Vec::new(),
+            affinities: vec![(
+                "${device.attr.memory}".into(),
+                ">=".into(),
+                "40 GiB".into(),
+                50,
+            )],
+        }];
+        let o = offer(&ask(t.clone(), vec![]), &Used::default(), &groups).expect("fits");
+        assert_eq!(o.resources.tasks["t"].devices[0].name, "big");
+        assert_eq!(o.device_affinity, Some(1.0));
+        // With the preferred group taken, the other still fits, and scores nothing.
+        let used = Used {
+            devices: [("nvidia/gpu/big/b0".to_string(), 1)].into(),
+            ..Used::default()
+        };
+        let o = offer(&ask(t.clone(), vec![]), &used, &groups).expect("fits");
+        assert_eq!(o.resources.tasks["t"].devices[0].name, "small");
+        assert_eq!(o.device_affinity, Some(0.0));
+        // A negative weight steers away.
+        t.devices[0].affinities[0].3 = -50;
+        let o = offer(&ask(t, vec![]), &Used::default(), &groups).expect("fits");
+        assert_eq!(o.resources.tasks["t"].devices[0].name, "small");
+        assert_eq!(o.device_affinity, Some(0.0));
+    }
+
+    #[test]
+    fn device_id_constraints_choose_instances() {
+        let groups = [gpu_group("any", &["g0", "g1", "g2"], 8)];
+        let mut t = task(1, 1);
+        t.devices = vec![DeviceAsk {
+            vendor: None,
+            device_type: "gpu".into(),
+            name: None,
+            count: 2,
+            constraints: vec![(
+                "${device.ids}".into(),
+                "set_contains_any".into(),
+                "g2,g0".into(),
+            )],
+            affinities: Vec::new(),
+        }];
+        let o = offer(&ask(t.clone(), vec![]), &Used::default(), &groups).expect("fits");
+        assert_eq!(o.resources.tasks["t"].devices[0].device_ids, ["g0", "g2"]);
+        assert_eq!(o.device_affinity, None);
+        let used = Used {
+            devices: [("nvidia/gpu/any/g0".to_string(), 1)].into(),
+            ..Used::default()
+        };
+        let err = offer(&ask(t, vec![]), &used, &groups).err();
+        assert_eq!(err.as_deref(), Some("devices: no devices match request"));
+    }
+
+    #[test]
+    fn two_tasks_never_share_an_instance() {
+        let groups = [gpu_group("any", &["g0", "g1", "g2"], 8)];
+        let mut a = task(1, 1);
+        a.devices = vec![DeviceAsk {
+            vendor: None,
+            device_type: "gpu".into(),
+            name: None,
+            count: 2,
+            constraints: Vec::new(),
+            affinities: Vec::new(),
+        }];
+        let mut b = a.clone();
+        b.name = "u".into();
+        let mut g = ask(a, vec![]);
+        g.tasks.push(b.clone());
+        let err = offer(&g, &Used::default(), &groups).err();
+        assert_eq!(err.as_deref(), Some("devices: no devices match request"));
+        b.devices[0].count = 1;
+        g.tasks[1] = b;
+        let o = offer(&g, &Used::default(), &groups).expect("fits");
+        let mut ids: Vec<_> = o
+            .resources
+            .tasks
+            .values()
+            .flat_map(|t| t.devices[0].device_ids.clone())
+            .collect();
+        ids.sort();
+        assert_eq!(ids, ["g0", "g1", "g2"]);
     }
 }

@@ -281,8 +281,12 @@ pub(crate) struct DeviceAsk {
     pub(crate) device_type: String,
     pub(crate) name: Option<String>,
     pub(crate) count: u64,
-    /// The request's `constraint` blocks as (attribute, operator, value), checked per device group.
+    /// The request's `constraint` blocks as (attribute, operator, value), checked per device group
+    /// (and, for those naming `${device.ids}`, per instance).
     pub(crate) constraints: Vec<(String, String, String)>,
+    /// The request's `affinity` blocks as (attribute, operator, value, weight): they choose among
+    /// the groups that fit, and score the node (`devices`).
+    pub(crate) affinities: Vec<(String, String, String, i8)>,
 }
 
 impl DeviceAsk {
@@ -304,7 +308,61 @@ impl DeviceAsk {
                 .iter()
                 .map(|c| (c.l_target.clone(), c.operand.clone(), c.r_target.clone()))
                 .collect(),
+            affinities: d
+                .affinities
+                .iter()
+                .map(|a| {
+                    (
+                        a.l_target.clone(),
+                        a.operand.clone(),
+                        a.r_target.clone(),
+                        a.weight.unwrap_or(50),
+                    )
+                })
+                .collect(),
         }
+    }
+
+    /// Whether instance `id` of a matching group passes the `${device.ids}` constraints: the
+    /// other side is a list the instance's ID is checked against (Nomad's
+    /// `deviceIDMatchesConstraint`).
+    pub(crate) fn instance_allowed(&self, id: &str, d: &NodeDeviceResource) -> bool {
+        const IDS: &str = "${device.ids}";
+        self.constraints.iter().all(|(l, op, r)| {
+            let other = if l == IDS {
+                r
+            } else if r == IDS {
+                l
+            } else {
+                return true;
+            };
+            crate::feasible::device::holds_for_id(other, op, id, d)
+        })
+    }
+
+    /// Nomad's device choice score for group `d`: the matched affinity weights over the sum of
+    /// their magnitudes, and the matched weights alone (what the node's `devices` score sums).
+    pub(crate) fn affinity_score(&self, d: &NodeDeviceResource) -> (f64, f64) {
+        if self.affinities.is_empty() {
+            return (0.0, 0.0);
+        }
+        let mut total = 0.0;
+        let mut matched = 0.0;
+        for (l, op, r, w) in &self.affinities {
+            total += f64::from(w.unsigned_abs());
+            if crate::feasible::device::holds(l, op, r, d) {
+                matched += f64::from(*w);
+            }
+        }
+        (if total > 0.0 { matched / total } else { 0.0 }, matched)
+    }
+
+    /// The sum of the affinities' weight magnitudes (the node score's denominator).
+    pub(crate) fn affinity_weight(&self) -> f64 {
+        self.affinities
+            .iter()
+            .map(|a| f64::from(a.3.unsigned_abs()))
+            .sum()
     }
 
     pub(crate) fn matches(&self, d: &NodeDeviceResource) -> bool {
@@ -322,7 +380,12 @@ impl DeviceAsk {
         devices
             .iter()
             .filter(|d| self.matches(d))
-            .map(|d| d.instances.iter().filter(|i| i.healthy).count() as u64)
+            .map(|d| {
+                d.instances
+                    .iter()
+                    .filter(|i| i.healthy && self.instance_allowed(&i.id, d))
+                    .count() as u64
+            })
             .max()
             .unwrap_or(0)
     }

@@ -423,6 +423,9 @@ impl<'v> Stack<'v> {
         let node = &self.slots[slot];
         let state = self.states[slot].as_ref()?;
         let mut scores = score_node(self.algorithm, g, node, state, &usage, opts);
+        if let Some(s) = offer.as_ref().and_then(|o| o.device_affinity) {
+            scores.push(("devices", s));
+        }
         if !preempted.is_empty() {
             scores.push(("preemption", -1.0));
         }

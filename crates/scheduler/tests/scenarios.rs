@@ -1021,6 +1021,142 @@ fn device_constraints_pick_the_device_groups_whose_attributes_match() {
     );
 }
 
+fn ask_gpus(j: &mut Job, count: u64, affinities: Vec<Affinity>) {
+    let task = &mut j.task_groups[0].tasks[0];
+    task.resources.get_or_insert_with(Default::default).devices =
+        vec![model::resources::RequestedDevice {
+            name: "nvidia/gpu".into(),
+            count: Some(count),
+            affinities,
+            ..Default::default()
+        }];
+}
+
+fn given_devices(v: &MemView, job_id: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = live(v)
+        .iter()
+        .filter(|a| a.job_id == job_id)
+        .flat_map(|a| {
+            let r = a.allocated_resources.as_ref().expect("allocated");
+            r.tasks
+                .values()
+                .flat_map(|t| t.devices.iter())
+                .flat_map(|d| {
+                    d.device_ids
+                        .iter()
+                        .map(|id| (a.node_id.clone(), id.clone()))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn device_affinity_steers_placement_to_the_preferred_gpu_and_scores_it() {
+    let mut v = cluster(2);
+    v.update_node("n1", |n| {
+        n.node_resources
+            .get_or_insert_with(Default::default)
+            .devices = vec![gpus("T4", 16, &["t4"])];
+    });
+    v.update_node("n2", |n| {
+        n.node_resources
+            .get_or_insert_with(Default::default)
+            .devices = vec![gpus("A100", 80, &["a100"])];
+    });
+    let mut j = job("train", "service", 1);
+    ask_gpus(
+        &mut j,
+        1,
+        vec![Affinity {
+            l_target: "${device.attr.memory}".into(),
+            operand: ">=".into(),
+            r_target: "40 GiB".into(),
+            weight: Some(100),
+        }],
+    );
+    run_and_apply(&mut v, j);
+    assert_eq!(
+        given_devices(&v, "train"),
+        [("n2".to_string(), "a100".to_string())]
+    );
+    let a = &live(&v)[0];
+    let best = &a.metrics.as_ref().expect("metrics").score_meta_data[0];
+    assert_eq!(best.node_id, "n2");
+    assert_eq!(best.scores.get("devices"), Some(&1.0));
+    // A negative affinity sends the next job to the T4.
+    let mut k = job("infer", "service", 1);
+    ask_gpus(
+        &mut k,
+        1,
+        vec![Affinity {
+            l_target: "${device.model}".into(),
+            operand: "=".into(),
+            r_target: "A100".into(),
+            weight: Some(-100),
+        }],
+    );
+    run_and_apply(&mut v, k);
+    assert_eq!(
+        given_devices(&v, "infer"),
+        [("n1".to_string(), "t4".to_string())]
+    );
+}
+
+#[test]
+fn device_instances_are_never_shared_and_never_preempted() {
+    let mut v = cluster(1);
+    v.update_node("n1", |n| {
+        n.node_resources
+            .get_or_insert_with(Default::default)
+            .devices = vec![gpus("T4", 16, &["g0", "g1", "g2"])];
+    });
+    let mut a = job("a", "service", 2);
+    ask_gpus(&mut a, 1, Vec::new());
+    run_and_apply(&mut v, a);
+    let mut b = job("b", "service", 1);
+    b.priority = Some(100);
+    ask_gpus(&mut b, 1, Vec::new());
+    run_and_apply(&mut v, b);
+    let mut all: Vec<String> = given_devices(&v, "a")
+        .into_iter()
+        .chain(given_devices(&v, "b"))
+        .map(|(_, id)| id)
+        .collect();
+    all.sort();
+    assert_eq!(
+        all,
+        ["g0", "g1", "g2"],
+        "three allocations, three instances"
+    );
+    // Every instance is held: a fourth, even of a higher priority, waits (service preemption
+    // is off by default) and says why.
+    let mut c = job("c", "service", 1);
+    c.priority = Some(100);
+    ask_gpus(&mut c, 1, Vec::new());
+    let c = v.upsert_job(c);
+    let outcome = schedule(&v, &eval(&c), NOW, SEED).expect("schedules");
+    assert!(outcome
+        .plan
+        .node_allocation
+        .values()
+        .flatten()
+        .next()
+        .is_none());
+    assert!(
+        outcome.plan.node_update.values().flatten().next().is_none(),
+        "nothing preempted"
+    );
+    let m = &outcome.eval.failed_tg_allocs["web"];
+    assert!(
+        m.dimension_exhausted
+            .contains_key("devices: no devices match request"),
+        "{m:?}"
+    );
+}
+
 #[test]
 fn rolling_back_from_a_failed_canary_stops_it_and_places_no_new_canary() {
     let mut v = cluster(2);

@@ -150,8 +150,17 @@ fn resolve(target: &str, d: &NodeDeviceResource) -> Option<Attr> {
 
 /// Whether device group `d` satisfies `l operand r`.
 pub(crate) fn holds(l: &str, operand: &str, r: &str, d: &NodeDeviceResource) -> bool {
-    let lv = resolve(l, d);
-    let rv = resolve(r, d);
+    check(resolve(l, d), operand, resolve(r, d))
+}
+
+/// Whether instance `id` satisfies a `${device.ids}` constraint whose other side is `other`
+/// (Nomad compares the other side, resolved on the group, with the ID: `"a,b" set_contains_any
+/// <id>` keeps instances a and b).
+pub(crate) fn holds_for_id(other: &str, operand: &str, id: &str, d: &NodeDeviceResource) -> bool {
+    check(resolve(other, d), operand, Some(Attr::Text(id.to_string())))
+}
+
+fn check(lv: Option<Attr>, operand: &str, rv: Option<Attr>) -> bool {
     let Some(op) = Operand::parse(operand) else {
         return false;
     };
@@ -244,6 +253,28 @@ mod tests {
         assert!(holds("${device.attr.ecc}", "is_not_set", "", &d));
         assert!(!holds("${device.attr.ecc}", "=", "true", &d));
         assert!(holds("${device.attr.ecc}", "!=", "true", &d));
+    }
+
+    #[test]
+    fn instance_ids_check_against_the_other_side() {
+        let mut d = gpu();
+        d.instances = ["GPU-a", "GPU-b", "GPU-c"]
+            .iter()
+            .map(|id| model::node::NodeDevice {
+                id: id.to_string(),
+                healthy: true,
+                ..Default::default()
+            })
+            .collect();
+        assert!(holds("${device.ids}", "set_contains", "GPU-b", &d));
+        assert!(!holds("${device.ids}", "set_contains", "GPU-z", &d));
+        assert!(holds_for_id("GPU-a,GPU-c", "set_contains_any", "GPU-c", &d));
+        assert!(!holds_for_id(
+            "GPU-a,GPU-c",
+            "set_contains_any",
+            "GPU-b",
+            &d
+        ));
     }
 
     #[test]
