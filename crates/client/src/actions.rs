@@ -93,6 +93,31 @@ impl Client {
         Ok(out)
     }
 
+    /// Statistics of the device instances each task of the allocation was given (tasks
+    /// without devices are left out).
+    pub async fn alloc_device_stats(
+        &self,
+        alloc_id: &str,
+    ) -> Result<BTreeMap<String, Vec<model::device::DeviceGroupStats>>, AllocActionError> {
+        let labels = self
+            .runners
+            .labels(alloc_id)
+            .ok_or_else(|| AllocActionError::UnknownAlloc(alloc_id.to_string()))?;
+        if labels.devices.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let devices = std::sync::Arc::clone(&self.devices);
+        let per_task = labels.devices.clone();
+        Ok(tokio::task::spawn_blocking(move || {
+            per_task
+                .into_iter()
+                .map(|(task, given)| (task, devices.stats_of(&given)))
+                .collect()
+        })
+        .await
+        .unwrap_or_default())
+    }
+
     /// The latest result of each check of the allocation's nomad services.
     pub fn alloc_checks(
         &self,

@@ -78,6 +78,8 @@ pub(crate) struct AllocLabels {
     pub tasks: BTreeMap<String, (i64, i64)>,
     /// The group's ephemeral disk (MB).
     pub disk_mb: i64,
+    /// Each task's device instances (for their statistics).
+    pub devices: BTreeMap<String, Vec<model::alloc::AllocatedDeviceResource>>,
 }
 
 /// Each task's runner and running process, shared with the client's user actions.
@@ -315,6 +317,18 @@ impl AllocRunner {
                     r.tasks
                         .iter()
                         .map(|(name, t)| (name.clone(), (t.cpu.cpu_shares, t.memory.memory_mb)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            devices: record
+                .alloc
+                .allocated_resources
+                .as_ref()
+                .map(|r| {
+                    r.tasks
+                        .iter()
+                        .filter(|(_, t)| !t.devices.is_empty())
+                        .map(|(name, t)| (name.clone(), t.devices.clone()))
                         .collect()
                 })
                 .unwrap_or_default(),

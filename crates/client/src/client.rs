@@ -45,6 +45,8 @@ pub struct Client {
     /// Sent `true` once, on shutdown or drop.
     shutdown: watch::Sender<bool>,
     loops: Vec<JoinHandle<()>>,
+    /// Device plugins.
+    pub(crate) devices: Arc<crate::devices::DeviceManager>,
     /// The agent's server for the tasks' API sockets ([`Client::set_task_api`]).
     task_api: watch::Sender<Option<Arc<dyn crate::task_api::TaskApiServer>>>,
 }
@@ -59,7 +61,19 @@ impl Client {
         conn: Arc<dyn ServerConn>,
         drivers: Vec<Arc<dyn drivers::Driver>>,
     ) -> Result<Client, ClientError> {
+        Client::start_with_devices(cfg, conn, drivers, Vec::new()).await
+    }
+
+    /// [`Client::start`] with device plugins: the node's devices are what they fingerprint, and
+    /// tasks given instances get the plugins' reservations.
+    pub async fn start_with_devices(
+        cfg: ClientConfig,
+        conn: Arc<dyn ServerConn>,
+        drivers: Vec<Arc<dyn drivers::Driver>>,
+        device_plugins: Vec<Arc<dyn crate::devices::DevicePlugin>>,
+    ) -> Result<Client, ClientError> {
         cfg.validate()?;
+        let devices = Arc::new(crate::devices::DeviceManager::new(device_plugins));
         let client_dir = cfg.client_dir();
         create_dir(&client_dir)?;
         create_dir(&cfg.alloc_root())?;
@@ -74,6 +88,13 @@ impl Client {
         let volume_plugins =
             crate::host_volumes::fingerprint_plugins(&cfg.host_volume_plugin_dir).await;
         crate::host_volumes::apply_to_node(&mut fingerprinted, &held_volumes, &volume_plugins);
+        let groups = {
+            let devices = Arc::clone(&devices);
+            tokio::task::spawn_blocking(move || devices.fingerprint())
+                .await
+                .unwrap_or_default()
+        };
+        crate::devices::apply_to_node(&mut fingerprinted, groups);
         let node = SharedNode::new(fingerprinted);
         let state = StateDb::open(&client_dir)?;
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -114,6 +135,7 @@ impl Client {
             conn: Arc::clone(&conn),
             network: cfg.network.clone(),
             task_api: task_api_rx,
+            devices: Arc::clone(&devices),
         });
         let runners = Arc::new(Runners::new(Arc::clone(&ctx), &cfg.gc));
         recover(&state, &ctx, &runners).await?;
@@ -126,6 +148,7 @@ impl Client {
                     node: node.clone(),
                     identity: identity.clone(),
                     drivers,
+                    devices: Arc::clone(&devices),
                     registered: registered_tx,
                     reregister: Arc::clone(&reregister),
                     shutdown: shutdown_rx.clone(),
@@ -182,6 +205,7 @@ impl Client {
             shutdown,
             loops,
             task_api,
+            devices,
         })
     }
 

@@ -35,6 +35,8 @@ pub(crate) struct RunnerContext {
     pub network: crate::network::NetworkConfig,
     /// The agent's server for the tasks' API sockets, once it has one.
     pub task_api: crate::task_api::TaskApiSlot,
+    /// Device plugins: reservations for the instances a task was given.
+    pub devices: Arc<crate::devices::DeviceManager>,
 }
 
 /// The node as fingerprinted now. Readers take a snapshot; never held across `.await`.

@@ -36,6 +36,7 @@ mod config;
 mod conn;
 mod context;
 mod csi;
+pub mod devices;
 mod error;
 mod events;
 mod fingerprint;

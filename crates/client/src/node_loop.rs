@@ -29,6 +29,8 @@ pub(crate) struct NodeLoop {
     pub node: SharedNode,
     pub identity: NodeIdentity,
     pub drivers: Vec<Arc<dyn drivers::Driver>>,
+    /// Device plugins, fingerprinted again with the drivers.
+    pub devices: Arc<crate::devices::DeviceManager>,
     /// `true` while the servers know the node; the alloc loops wait on it.
     pub registered: watch::Sender<bool>,
     /// Another loop learned that the servers do not know the node.
@@ -107,7 +109,8 @@ impl NodeLoop {
                 () = tokio::time::sleep_until(next) => {}
                 () = reregister.notified() => return Stop::Reregister,
                 _ = fingerprint.tick() => {
-                    if self.refresh_drivers() {
+                    let drivers_changed = self.refresh_drivers();
+                    if self.refresh_devices().await || drivers_changed {
                         return Stop::Reregister;
                     }
                     continue;
@@ -155,6 +158,31 @@ impl NodeLoop {
     /// About half the TTL, moved earlier by up to [`HEARTBEAT_JITTER_PERCENT_MAX`] percent.
     fn interval(&mut self, ttl: Duration) -> Duration {
         heartbeat_interval(ttl, &mut self.rng)
+    }
+
+    /// Fingerprints the device plugins again; returns whether the node's devices changed (an
+    /// instance's health, a group appearing or going).
+    async fn refresh_devices(&self) -> bool {
+        if self.devices.is_empty() {
+            return false;
+        }
+        let devices = Arc::clone(&self.devices);
+        let Ok(groups) = tokio::task::spawn_blocking(move || devices.fingerprint()).await else {
+            return false;
+        };
+        let current = self.node.get();
+        let now = current
+            .node_resources
+            .as_ref()
+            .map(|r| r.devices.as_slice())
+            .unwrap_or_default();
+        if now == groups.as_slice() {
+            return false;
+        }
+        tracing::info!("device fingerprints changed; updating the node");
+        self.node
+            .update(|n| crate::devices::apply_to_node(n, groups));
+        true
     }
 
     /// Fingerprints the drivers again; returns whether the node changed.

@@ -738,6 +738,26 @@ impl TaskRunner {
             env.extend([("CSI_ENDPOINT".to_string(), plugin.endpoint.clone())]);
             mounts.extend(plugin.mounts);
         }
+        let mut devices = Vec::new();
+        let given = alloc
+            .allocated_resources
+            .as_ref()
+            .and_then(|r| r.tasks.get(&self.name))
+            .map(|t| t.devices.as_slice())
+            .unwrap_or_default();
+        if !given.is_empty() {
+            let r = self
+                .ctx
+                .devices
+                .reserve(given)
+                .map_err(|e| format!("reserving devices: {e}"))?;
+            env.extend(r.envs);
+            // Without isolation the task sees the host's device nodes and paths already.
+            if driver.capabilities().fs_isolation != FsIsolation::None {
+                mounts.extend(r.mounts);
+                devices = r.devices;
+            }
+        }
         let config: serde_json::Map<String, serde_json::Value> = task
             .config
             .iter()
@@ -770,6 +790,7 @@ impl TaskRunner {
             kill_timeout: kill_timeout(task),
             mounts,
             network_isolation: self.network.borrow().clone(),
+            devices,
         })
     }
 

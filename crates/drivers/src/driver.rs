@@ -320,6 +320,20 @@ pub struct TaskConfig {
     /// read as `None`.)
     #[serde(default)]
     pub network_isolation: Option<NetworkIsolation>,
+    /// Device nodes the task gets (a device plugin's reservation). Drivers with isolation make
+    /// them visible at `task_path`; without isolation the host's nodes are there already.
+    /// (Handles persisted before this field existed read as none.)
+    #[serde(default)]
+    pub devices: Vec<DeviceConfig>,
+}
+
+/// A device node made visible in the task (Nomad's `drivers.DeviceConfig`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceConfig {
+    pub host_path: PathBuf,
+    pub task_path: PathBuf,
+    /// cgroup permissions: any of `r`, `w`, `m`.
+    pub permissions: String,
 }
 
 /// A group's shared network namespace (Nomad's `NetworkIsolationSpec` in mode `group`).

@@ -40,9 +40,10 @@ mod table;
 
 pub use docker::{config::DockerConfig, DockerDriver};
 pub use driver::{
-    Capabilities, Driver, DriverFuture, ExecResult, ExecStream, ExitResult, Fingerprint,
-    FsIsolation, MountConfig, NetworkIsolation, TaskConfig, TaskDir, TaskHandle, TaskLogConfig,
-    TaskResources, TaskState, TaskStats, TaskStatus, LABEL_SANDBOX_CONTAINER, TASK_HANDLE_VERSION,
+    Capabilities, DeviceConfig, Driver, DriverFuture, ExecResult, ExecStream, ExitResult,
+    Fingerprint, FsIsolation, MountConfig, NetworkIsolation, TaskConfig, TaskDir, TaskHandle,
+    TaskLogConfig, TaskResources, TaskState, TaskStats, TaskStatus, LABEL_SANDBOX_CONTAINER,
+    TASK_HANDLE_VERSION,
 };
 pub use error::DriverError;
 pub use exec::{ExecConfig, ExecDriver};

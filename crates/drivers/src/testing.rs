@@ -73,6 +73,7 @@ pub fn task_config(root: &Path, id: &str, driver_config: serde_json::Value) -> T
         kill_timeout: Duration::from_secs(5),
         mounts: Vec::new(),
         network_isolation: None,
+        devices: Vec::new(),
     }
 }
 

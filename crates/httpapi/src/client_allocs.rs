@@ -204,6 +204,8 @@ pub struct TaskUsage {
     pub cpu_system_seconds: f64,
     pub memory_rss_bytes: u64,
     pub memory_swap_bytes: u64,
+    /// The task's device instances' statistics (Nomad's `DeviceStats`).
+    pub devices: Vec<model::device::DeviceGroupStats>,
 }
 
 fn resource_usage(u: &TaskUsage) -> serde_json::Value {
@@ -236,7 +238,7 @@ fn resource_usage(u: &TaskUsage) -> serde_json::Value {
             "Percent": u.cpu_percent,
             "Measured": ["System Mode", "User Mode", "Percent"],
         },
-        "DeviceStats": [],
+        "DeviceStats": u.devices,
     })
 }
 
@@ -250,6 +252,7 @@ fn alloc_usage(tasks: &BTreeMap<String, TaskUsage>) -> serde_json::Value {
         sum.cpu_system_seconds += u.cpu_system_seconds;
         sum.memory_rss_bytes += u.memory_rss_bytes;
         sum.memory_swap_bytes += u.memory_swap_bytes;
+        sum.devices.extend(u.devices.iter().cloned());
     }
     let per_task: serde_json::Map<String, serde_json::Value> = tasks
         .iter()
@@ -512,10 +515,24 @@ mod tests {
             cpu_system_seconds: 1.0,
             memory_rss_bytes: 100,
             memory_swap_bytes: 0,
+            devices: vec![model::device::DeviceGroupStats {
+                vendor: "nvidia".into(),
+                device_type: "gpu".into(),
+                name: "H200".into(),
+                instance_stats: Default::default(),
+            }],
         };
         let v = alloc_usage(&[("a".to_string(), t.clone()), ("b".to_string(), t)].into());
         assert_eq!(v["ResourceUsage"]["MemoryStats"]["RSS"], 200);
         assert_eq!(v["ResourceUsage"]["CpuStats"]["Percent"], 20.0);
+        assert_eq!(
+            v["Tasks"]["a"]["ResourceUsage"]["DeviceStats"][0]["Name"],
+            "H200"
+        );
+        assert_eq!(
+            v["ResourceUsage"]["DeviceStats"].as_array().map(Vec::len),
+            Some(2)
+        );
         assert_eq!(
             v["Tasks"]["a"]["ResourceUsage"]["CpuStats"]["UserMode"],
             7.5

@@ -15,6 +15,7 @@ pub mod checks;
 pub mod constraint;
 pub mod csi;
 pub mod deployment;
+pub mod device;
 pub mod diff;
 pub mod duration;
 pub mod eval;

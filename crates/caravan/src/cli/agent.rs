@@ -766,6 +766,11 @@ impl httpapi::LocalClient for LocalClientHandle {
     ) -> httpapi::LocalFuture<'a, BTreeMap<String, httpapi::TaskUsage>> {
         Box::pin(async move {
             let stats = self.0.alloc_stats(alloc_id).await.map_err(local_error)?;
+            let mut devices = self
+                .0
+                .alloc_device_stats(alloc_id)
+                .await
+                .map_err(local_error)?;
             Ok(stats
                 .into_iter()
                 .map(|(task, s)| {
@@ -776,6 +781,7 @@ impl httpapi::LocalClient for LocalClientHandle {
                         cpu_system_seconds: s.cpu_system_seconds,
                         memory_rss_bytes: s.memory_rss_bytes,
                         memory_swap_bytes: s.memory_swap_bytes,
+                        devices: devices.remove(&task).unwrap_or_default(),
                     };
                     (task, usage)
                 })
@@ -1055,9 +1061,10 @@ async fn start_client(
     if plugin_enabled(cfg, "mock_driver") {
         drivers.push(Arc::new(drivers::MockDriver::new()));
     }
+    let device_plugins = device_plugins(cfg)?;
     let rpc = rpc::Client::with_tls(rpc::limits::CALL_TIMEOUT_DEFAULT, rpc_tls);
     let conn = Arc::new(client::RpcServerConn::new(rpc, servers));
-    let client = client::Client::start(ccfg, conn.clone(), drivers)
+    let client = client::Client::start_with_devices(ccfg, conn.clone(), drivers, device_plugins)
         .await
         .map_err(|e| anyhow::anyhow!("starting the client: {e}"))?;
     Ok((client, conn))
@@ -1165,6 +1172,33 @@ fn autopilot_config(block: &serde_json::Value) -> Result<model::autopilot::Autop
         bail!("autopilot.{error}");
     }
     Ok(out)
+}
+
+/// The plugins built into Caravan, which `plugin "<name>"` blocks may configure.
+const BUILTIN_PLUGINS: [&str; 6] = [
+    "raw_exec",
+    "exec",
+    "docker",
+    "mock_driver",
+    "mock_device",
+    "nvidia",
+];
+
+/// The device plugins the agent's `plugin` blocks configure (`nvidia` unless turned off,
+/// `mock_device` when given), after refusing a block for a plugin Caravan does not have: such
+/// a block would otherwise be ignored without a word.
+fn device_plugins(cfg: &AgentConfig) -> Result<Vec<Arc<dyn client::devices::DevicePlugin>>> {
+    let mut configs = std::collections::BTreeMap::new();
+    for (name, p) in cfg.plugin.iter().flatten() {
+        if !BUILTIN_PLUGINS.contains(&name.as_str()) {
+            bail!(
+                "plugin {name:?}: Caravan has no such plugin (built in: {}); loading external plugins from plugin_dir is not supported yet",
+                BUILTIN_PLUGINS.join(", ")
+            );
+        }
+        configs.insert(name.clone(), p.config.clone().unwrap_or_default());
+    }
+    client::devices::from_plugin_configs(&configs).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// `plugin "docker" { config { … } }`, or the defaults without one.

@@ -236,7 +236,29 @@ fn task_resources(a: &Allocation, task: &str) -> String {
         format!("{disk} MiB"),
         addrs.join(", ")
     ]);
-    format!("Task Resources:\n{}", format_list(&rows))
+    let mut out = format!("Task Resources:\n{}", format_list(&rows));
+    let devices: Vec<Vec<String>> = t
+        .map(|t| {
+            t.devices
+                .iter()
+                .flat_map(|d| {
+                    d.device_ids.iter().map(move |id| {
+                        row![super::node::device_qualified_id(
+                            &d.vendor,
+                            &d.device_type,
+                            &d.name,
+                            id
+                        )]
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if !devices.is_empty() {
+        out.push_str("\n\nDevices\n");
+        out.push_str(&format_list(&devices));
+    }
+    out
 }
 
 fn task_events(state: &TaskState, verbose: bool, now: i64) -> String {

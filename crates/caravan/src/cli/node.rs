@@ -212,10 +212,86 @@ pub fn node_text(n: &Node, allocs: &[Allocation], verbose: bool) -> String {
         rows.push(row![name, d.detected, d.healthy, d.health_description]);
     }
     out.push_str(&format_list(&rows));
+    out.push_str(&device_sections(n, verbose));
     out.push_str("\n\nAllocations\n");
     let stubs: Vec<AllocListStub> = allocs.iter().map(|a| a.stub(false)).collect();
     out.push_str(&alloc_table(&stubs, verbose));
     out
+}
+
+/// `vendor/type/name[id]`, as Nomad names one device instance.
+pub(crate) fn device_qualified_id(vendor: &str, typ: &str, name: &str, id: &str) -> String {
+    format!("{vendor}/{typ}/{name}[{id}]")
+}
+
+/// The node's devices (Nomad's "Device Resource Utilization", with each instance's health in
+/// place of live statistics) and, with `-verbose`, each group's attributes.
+fn device_sections(n: &Node, verbose: bool) -> String {
+    let groups = n
+        .node_resources
+        .as_ref()
+        .map(|r| r.devices.as_slice())
+        .unwrap_or_default();
+    if groups.is_empty() {
+        return String::new();
+    }
+    let mut rows = Vec::new();
+    for g in groups {
+        for i in &g.instances {
+            let health = if i.healthy {
+                "healthy".to_string()
+            } else if i.health_description.is_empty() {
+                "unhealthy".to_string()
+            } else {
+                format!("unhealthy: {}", i.health_description)
+            };
+            rows.push(row![
+                device_qualified_id(&g.vendor, &g.device_type, &g.name, &i.id),
+                health
+            ]);
+        }
+    }
+    rows.sort_by(|a, b| a[0].cmp(&b[0]));
+    let mut out = String::from("\n\nDevice Resource Utilization\n");
+    out.push_str(&format_list(&rows));
+    if verbose {
+        out.push_str("\n\nDevice Group Attributes");
+        for (i, g) in groups.iter().enumerate() {
+            let mut attrs: Vec<(String, String)> = g
+                .attributes
+                .iter()
+                .map(|(k, v)| (k.clone(), attribute_text(v)))
+                .collect();
+            attrs.sort();
+            let mut kv = vec![(
+                "Device Group".to_string(),
+                format!("{}/{}/{}", g.vendor, g.device_type, g.name),
+            )];
+            kv.extend(attrs);
+            let kv: Vec<(&str, String)> = kv.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+            out.push_str(if i == 0 { "\n" } else { "\n\n" });
+            out.push_str(&format_kv(&kv));
+        }
+    }
+    out
+}
+
+/// A plugin's typed attribute as Nomad prints it: `16384 MiB`, `true`, the text.
+fn attribute_text(v: &serde_json::Value) -> String {
+    let get = |k: &str| v.get(k);
+    let value = get("String")
+        .and_then(|s| s.as_str().map(str::to_string))
+        .or_else(|| get("Bool").map(|b| b.to_string()))
+        .or_else(|| get("Int").map(|i| i.to_string()))
+        .or_else(|| get("Float").map(|f| f.to_string()))
+        .unwrap_or_else(|| v.to_string());
+    match get("Unit")
+        .and_then(|u| u.as_str())
+        .filter(|u| !u.is_empty())
+    {
+        Some(u) => format!("{value} {u}"),
+        None => value,
+    }
 }
 
 #[cfg(test)]

@@ -8,9 +8,9 @@ use super::NAME;
 use crate::driver::TaskConfig;
 use crate::error::DriverError;
 use bollard::models::{
-    ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountBindOptions,
-    MountBindOptionsPropagationEnum, MountTmpfsOptions, MountType, MountVolumeOptions,
-    MountVolumeOptionsDriverConfig, PortBinding, PortMap, ResourcesUlimits,
+    ContainerCreateBody, DeviceMapping, DeviceRequest, HostConfig, HostConfigLogConfig, Mount,
+    MountBindOptions, MountBindOptionsPropagationEnum, MountTmpfsOptions, MountType,
+    MountVolumeOptions, MountVolumeOptionsDriverConfig, PortBinding, PortMap, ResourcesUlimits,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Component, Path, PathBuf};
@@ -98,6 +98,45 @@ pub fn create_body(
     })
 }
 
+/// A device plugin's device nodes, as docker's `--device`.
+fn device_mappings(cfg: &TaskConfig) -> Option<Vec<DeviceMapping>> {
+    let out: Vec<DeviceMapping> = cfg
+        .devices
+        .iter()
+        .map(|d| DeviceMapping {
+            path_on_host: Some(d.host_path.display().to_string()),
+            path_in_container: Some(d.task_path.display().to_string()),
+            cgroup_permissions: Some(if d.permissions.is_empty() {
+                "rwm".to_string()
+            } else {
+                d.permissions.clone()
+            }),
+        })
+        .collect();
+    (!out.is_empty()).then_some(out)
+}
+
+/// GPUs the nvidia device plugin reserved (`NVIDIA_VISIBLE_DEVICES`), as docker's `--gpus`
+/// device request to the NVIDIA container runtime.
+fn gpu_request(cfg: &TaskConfig) -> Option<Vec<DeviceRequest>> {
+    let ids = cfg.env.get("NVIDIA_VISIBLE_DEVICES")?;
+    if matches!(ids.as_str(), "" | "none" | "void") {
+        return None;
+    }
+    let device_ids = if ids == "all" {
+        None
+    } else {
+        Some(ids.split(',').map(|s| s.trim().to_string()).collect())
+    };
+    Some(vec![DeviceRequest {
+        driver: Some("nvidia".into()),
+        count: device_ids.is_none().then_some(-1),
+        device_ids,
+        capabilities: Some(vec![vec!["gpu".into()]]),
+        options: None,
+    }])
+}
+
 fn host_config(
     cfg: &TaskConfig,
     task: &DockerTaskConfig,
@@ -157,6 +196,8 @@ fn host_config(
         userns_mode: task.userns_mode.clone(),
         oom_score_adj: task.oom_score_adj,
         runtime: task.runtime.clone(),
+        devices: device_mappings(cfg),
+        device_requests: gpu_request(cfg),
         volume_driver: task.volume_driver.clone(),
         sysctls: (!task.sysctl.is_empty()).then(|| {
             task.sysctl
@@ -540,6 +581,48 @@ mod tests {
             e.contains("config.ports") && e.contains("network block"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn reserved_devices_become_device_mappings_and_gpu_requests() {
+        let dir = std::env::temp_dir().join("caravan-docker-unit");
+        let mut cfg = task_config(&dir, "t1", json!({}));
+        let hc = create_body(
+            &cfg,
+            &parse(json!({"image": "x"})),
+            &DockerConfig::default(),
+            "i",
+        )
+        .unwrap()
+        .host_config
+        .unwrap();
+        assert!(hc.devices.is_none() && hc.device_requests.is_none());
+        cfg.devices = vec![crate::driver::DeviceConfig {
+            host_path: "/dev/zero".into(),
+            task_path: "/dev/mock0".into(),
+            permissions: "rw".into(),
+        }];
+        cfg.env
+            .insert("NVIDIA_VISIBLE_DEVICES".into(), "GPU-a,GPU-b".into());
+        let hc = create_body(
+            &cfg,
+            &parse(json!({"image": "x"})),
+            &DockerConfig::default(),
+            "i",
+        )
+        .unwrap()
+        .host_config
+        .unwrap();
+        let d = &hc.devices.unwrap()[0];
+        assert_eq!(d.path_in_container.as_deref(), Some("/dev/mock0"));
+        assert_eq!(d.cgroup_permissions.as_deref(), Some("rw"));
+        let r = &hc.device_requests.unwrap()[0];
+        assert_eq!(r.driver.as_deref(), Some("nvidia"));
+        assert_eq!(
+            r.device_ids.as_deref(),
+            Some(&["GPU-a".to_string(), "GPU-b".to_string()][..])
+        );
+        assert_eq!(r.capabilities, Some(vec![vec!["gpu".to_string()]]));
     }
 
     #[test]

@@ -244,7 +244,17 @@ impl ExecDriver {
             cgroup_parent: CGROUP_PARENT.to_string(),
             cgroup_name: name.clone(),
             resources: cfg.resources,
-            mounts: cfg.mounts.clone(),
+            // A device plugin's nodes are bound into the chroot's `/dev` like any file.
+            mounts: cfg
+                .mounts
+                .iter()
+                .cloned()
+                .chain(cfg.devices.iter().map(|d| crate::driver::MountConfig {
+                    host_path: d.host_path.clone(),
+                    task_path: d.task_path.clone(),
+                    readonly: !d.permissions.contains('w'),
+                }))
+                .collect(),
             caps,
         };
         let netns = cfg.network_isolation.as_ref().map(|n| n.path.clone());
