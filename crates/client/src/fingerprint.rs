@@ -343,16 +343,21 @@ pub fn build_node(
     node
 }
 
-/// Adds the detected drivers to `Drivers` and their attributes to the node's.
+/// Puts every driver in `Drivers` (an undetected one too, with `Detected = false` and the reason,
+/// as Nomad does) and the attributes of the detected ones in the node's; a driver that lost an
+/// attribute (or its detection) loses it from the node's too.
 pub(crate) fn apply_driver_fingerprints(
     node: &mut Node,
     drivers: &[(String, drivers::Fingerprint)],
     now_rfc3339: &str,
 ) {
     for (name, fp) in drivers {
-        if !fp.detected {
-            node.drivers.remove(name);
-            continue;
+        if let Some(old) = node.drivers.get(name) {
+            for k in old.attributes.keys() {
+                if !fp.attributes.contains_key(k) {
+                    node.attributes.remove(k);
+                }
+            }
         }
         node.attributes
             .extend(fp.attributes.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -676,7 +681,12 @@ processor\t: 1\nmodel name\t: Intel(R) Xeon(R) CPU\ncpu MHz\t\t: 2400.100\n";
         assert_eq!(attr("driver.raw_exec"), Some("1"));
         assert_eq!(attr("driver.raw_exec.version"), Some("0.1.0"));
         assert_eq!(attr("driver.exec"), None);
-        assert_eq!(node.drivers.keys().collect::<Vec<_>>(), vec!["raw_exec"]);
+        // An undetected driver is listed, as Nomad lists it, with why.
+        assert_eq!(
+            node.drivers.keys().collect::<Vec<_>>(),
+            vec!["exec", "raw_exec"]
+        );
+        assert!(!node.drivers["exec"].detected);
         assert!(node.drivers["raw_exec"].healthy);
         let res = node.node_resources.as_ref().unwrap();
         assert_eq!(res.cpu.cpu_shares, 8000);

@@ -23,10 +23,12 @@ pub mod docker;
 pub mod driver;
 pub mod error;
 pub mod exec;
+pub mod java;
 pub mod limits;
 pub mod logmon;
 pub mod mock;
 pub mod procfs;
+pub mod qemu;
 pub mod raw_exec;
 pub mod signal;
 pub mod testing;
@@ -47,7 +49,9 @@ pub use driver::{
 };
 pub use error::DriverError;
 pub use exec::{ExecConfig, ExecDriver};
+pub use java::JavaDriver;
 pub use mock::MockDriver;
+pub use qemu::{QemuConfig, QemuDriver};
 pub use raw_exec::{RawExecConfig, RawExecDriver};
 
 /// Wall-clock time as nanoseconds since the Unix epoch (task start and exit times).

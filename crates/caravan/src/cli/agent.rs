@@ -1048,9 +1048,12 @@ async fn start_client(
             drivers::RawExecDriver::new(drivers::RawExecConfig {
                 enabled: raw_exec_enabled,
             })
-            .with_logmon(logmon),
+            .with_logmon(logmon.clone()),
         ),
         Arc::new(drivers::ExecDriver::new().with_config(exec_plugin_config(cfg)?)),
+        // java and qemu: undetected, saying why, where there is no JVM or emulator.
+        Arc::new(drivers::JavaDriver::new(java_plugin_config(cfg)?)),
+        Arc::new(drivers::QemuDriver::new(qemu_plugin_config(cfg)?).with_logmon(logmon)),
     ];
     // Docker: always registered; without a daemon it fingerprints as undetected.
     let docker = Arc::new(drivers::DockerDriver::new(docker_plugin_config(cfg)?));
@@ -1175,9 +1178,11 @@ fn autopilot_config(block: &serde_json::Value) -> Result<model::autopilot::Autop
 }
 
 /// The plugins built into Caravan, which `plugin "<name>"` blocks may configure.
-const BUILTIN_PLUGINS: [&str; 6] = [
+const BUILTIN_PLUGINS: [&str; 8] = [
     "raw_exec",
     "exec",
+    "java",
+    "qemu",
     "docker",
     "mock_driver",
     "mock_device",
@@ -1221,6 +1226,64 @@ fn exec_plugin_config(cfg: &AgentConfig) -> Result<drivers::ExecConfig> {
         .and_then(|p| p.config.clone())
         .unwrap_or_default();
     drivers::ExecConfig::from_plugin_config(&config).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// The java driver's isolation: exec's (`chroot_env`, `allow_caps`), with `plugin "java" {
+/// config { allow_caps default_pid_mode default_ipc_mode } }` over it (Nomad's java options; the
+/// modes can only be `private` here).
+fn java_plugin_config(cfg: &AgentConfig) -> Result<drivers::ExecConfig> {
+    let mut exec = exec_plugin_config(cfg)?;
+    let Some(java) = cfg
+        .plugin
+        .as_ref()
+        .and_then(|plugins| plugins.get("java"))
+        .and_then(|p| p.config.clone())
+    else {
+        return Ok(exec);
+    };
+    let blocks: Vec<serde_json::Value> = match &java {
+        serde_json::Value::Array(items) => items.clone(),
+        other => vec![other.clone()],
+    };
+    let mut caps = None;
+    for block in &blocks {
+        let Some(map) = block.as_object() else {
+            bail!("plugin \"java\" config: expected a block, found {block}");
+        };
+        for (k, v) in map {
+            match k.as_str() {
+                "allow_caps" => caps = Some(v.clone()),
+                "default_pid_mode" | "default_ipc_mode" => match v.as_str() {
+                    Some("private") => {}
+                    Some("host") => bail!(
+                        "plugin \"java\" config: {k} = \"host\" is not supported yet; java tasks get private namespaces"
+                    ),
+                    _ => bail!("plugin \"java\" config: {k}: {v} is not \"private\" or \"host\""),
+                },
+                other => bail!(
+                    "plugin \"java\" config: unknown key {other:?}; expected allow_caps, default_pid_mode or default_ipc_mode"
+                ),
+            }
+        }
+    }
+    if let Some(caps) = caps {
+        let parsed =
+            drivers::ExecConfig::from_plugin_config(&serde_json::json!({ "allow_caps": caps }))
+                .map_err(|e| anyhow::anyhow!("{}", e.to_string().replace("exec", "java")))?;
+        exec.allow_caps = parsed.allow_caps;
+    }
+    Ok(exec)
+}
+
+/// `plugin "qemu" { config { image_paths args_allowlist emulators_allowlist } }`.
+fn qemu_plugin_config(cfg: &AgentConfig) -> Result<drivers::QemuConfig> {
+    let config = cfg
+        .plugin
+        .as_ref()
+        .and_then(|plugins| plugins.get("qemu"))
+        .and_then(|p| p.config.clone())
+        .unwrap_or_default();
+    drivers::QemuConfig::from_plugin_config(&config).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// `plugin "NAME" { config { enabled = true } }`.

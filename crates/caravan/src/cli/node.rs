@@ -212,6 +212,18 @@ pub fn node_text(n: &Node, allocs: &[Allocation], verbose: bool) -> String {
         rows.push(row![name, d.detected, d.healthy, d.health_description]);
     }
     out.push_str(&format_list(&rows));
+    if verbose {
+        // Nomad's `node status -verbose`: every attribute, drivers' included, sorted.
+        let attrs: Vec<(&str, String)> = n
+            .attributes
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        if !attrs.is_empty() {
+            out.push_str("\n\nAttributes\n");
+            out.push_str(&format_kv(&attrs));
+        }
+    }
     out.push_str(&device_sections(n, verbose));
     out.push_str("\n\nAllocations\n");
     let stubs: Vec<AllocListStub> = allocs.iter().map(|a| a.stub(false)).collect();

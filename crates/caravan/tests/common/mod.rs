@@ -95,9 +95,25 @@ impl Agent {
         agent
     }
 
+    /// As [`Agent::start`], with `env` set for the agent (a `PATH` without a runtime, say).
+    pub fn start_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Agent {
+        let agent = Agent::spawn_env(dir, args, env);
+        agent.wait_until("a leader", || {
+            agent
+                .get("/v1/status/leader")
+                .ok()
+                .is_some_and(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+        });
+        agent
+    }
+
     /// Starts `caravan agent <args>` and returns once it printed its addresses (a server waiting
     /// for others has no leader yet).
     pub fn spawn(dir: &Path, args: &[&str]) -> Agent {
+        Agent::spawn_env(dir, args, &[])
+    }
+
+    fn spawn_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Agent {
         let cfg = dir.join("agent.hcl");
         std::fs::write(
             &cfg,
@@ -109,6 +125,7 @@ impl Agent {
             .arg("-config")
             .arg(&cfg)
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
