@@ -27,6 +27,7 @@ pub mod java;
 pub mod limits;
 pub mod logmon;
 pub mod mock;
+pub mod podman;
 pub mod procfs;
 pub mod qemu;
 pub mod raw_exec;
@@ -51,6 +52,7 @@ pub use error::DriverError;
 pub use exec::{ExecConfig, ExecDriver};
 pub use java::JavaDriver;
 pub use mock::MockDriver;
+pub use podman::PodmanDriver;
 pub use qemu::{QemuConfig, QemuDriver};
 pub use raw_exec::{RawExecConfig, RawExecDriver};
 

@@ -1059,6 +1059,10 @@ async fn start_client(
     let docker = Arc::new(drivers::DockerDriver::new(docker_plugin_config(cfg)?));
     docker.spawn_gc();
     drivers.push(docker);
+    // Podman: its REST API on `socket_path`; without one it fingerprints as undetected.
+    drivers.push(Arc::new(drivers::PodmanDriver::new(podman_plugin_config(
+        cfg,
+    )?)));
     // The mock driver (tests, demos): tasks that only pretend to run, only when asked for with
     // `plugin "mock_driver" { config { enabled = true } }`.
     if plugin_enabled(cfg, "mock_driver") {
@@ -1178,12 +1182,13 @@ fn autopilot_config(block: &serde_json::Value) -> Result<model::autopilot::Autop
 }
 
 /// The plugins built into Caravan, which `plugin "<name>"` blocks may configure.
-const BUILTIN_PLUGINS: [&str; 8] = [
+const BUILTIN_PLUGINS: [&str; 9] = [
     "raw_exec",
     "exec",
     "java",
     "qemu",
     "docker",
+    "podman",
     "mock_driver",
     "mock_device",
     "nvidia",
@@ -1273,6 +1278,17 @@ fn java_plugin_config(cfg: &AgentConfig) -> Result<drivers::ExecConfig> {
         exec.allow_caps = parsed.allow_caps;
     }
     Ok(exec)
+}
+
+/// `plugin "podman" { config { socket_path volumes gc allow_caps } }`.
+fn podman_plugin_config(cfg: &AgentConfig) -> Result<drivers::DockerConfig> {
+    let config = cfg
+        .plugin
+        .as_ref()
+        .and_then(|plugins| plugins.get("podman"))
+        .and_then(|p| p.config.clone())
+        .unwrap_or_default();
+    drivers::podman::docker_config(&config).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// `plugin "qemu" { config { image_paths args_allowlist emulators_allowlist } }`.

@@ -56,23 +56,31 @@ pub(crate) fn fingerprint(plugin: &DockerConfig) -> Fingerprint {
 
 /// `GET /version` over the unix socket.
 pub(crate) fn daemon_version(socket: &str) -> Result<DaemonVersion, String> {
+    get_json(socket, "/version")
+}
+
+/// `GET <path>` over the unix socket (HTTP/1.0, bounded in time and size), as JSON.
+pub(crate) fn get_json<T: serde::de::DeserializeOwned>(
+    socket: &str,
+    path: &str,
+) -> Result<T, String> {
     let mut stream = UnixStream::connect(socket).map_err(|e| e.to_string())?;
     stream
         .set_read_timeout(Some(DOCKER_FINGERPRINT_TIMEOUT))
         .and_then(|_| stream.set_write_timeout(Some(DOCKER_FINGERPRINT_TIMEOUT)))
         .map_err(|e| e.to_string())?;
     stream
-        .write_all(b"GET /version HTTP/1.0\r\nHost: docker\r\n\r\n")
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n").as_bytes())
         .map_err(|e| e.to_string())?;
     let mut raw = Vec::new();
     stream
         .take(DOCKER_FINGERPRINT_BYTES_MAX)
         .read_to_end(&mut raw)
         .map_err(|e| e.to_string())?;
-    parse_response(&raw)
+    parse_response(&raw, path)
 }
 
-fn parse_response(raw: &[u8]) -> Result<DaemonVersion, String> {
+fn parse_response<T: serde::de::DeserializeOwned>(raw: &[u8], path: &str) -> Result<T, String> {
     let text = String::from_utf8_lossy(raw);
     let (head, body) = text
         .split_once("\r\n\r\n")
@@ -81,7 +89,7 @@ fn parse_response(raw: &[u8]) -> Result<DaemonVersion, String> {
     if status.split_whitespace().nth(1) != Some("200") {
         return Err(format!("the daemon answered {status:?}"));
     }
-    serde_json::from_str(body).map_err(|e| format!("the daemon's /version: {e}"))
+    serde_json::from_str(body).map_err(|e| format!("the daemon's {path}: {e}"))
 }
 
 #[cfg(test)]
@@ -91,12 +99,14 @@ mod tests {
     #[test]
     fn reads_the_version_answer() {
         let raw = b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{\"Version\":\"20.10.24\",\"ApiVersion\":\"1.41\",\"Os\":\"linux\"}";
-        let v = parse_response(raw).unwrap();
+        let v: DaemonVersion = parse_response(raw, "/version").unwrap();
         assert_eq!(
             (v.version.as_str(), v.api_version.as_str()),
             ("20.10.24", "1.41")
         );
-        assert!(parse_response(b"HTTP/1.0 500 Oops\r\n\r\n{}").is_err());
+        assert!(
+            parse_response::<DaemonVersion>(b"HTTP/1.0 500 Oops\r\n\r\n{}", "/version").is_err()
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@
 
 pub mod config;
 pub mod container;
-mod fingerprint;
+pub(crate) mod fingerprint;
 mod image;
 pub mod network;
 mod task;
