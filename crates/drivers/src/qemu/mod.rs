@@ -315,14 +315,15 @@ impl VmConfig {
             None | Some(Value::Null) => {}
             Some(v) => {
                 // `port_map { http = 80 }` arrives as an object or a list of objects.
-                let maps: Vec<&Map<String, Value>> =
-                    match v {
-                        Value::Object(m) => vec![m],
-                        Value::Array(items) => items.iter().filter_map(Value::as_object).collect(),
-                        other => return Err(invalid(format!(
+                let maps: Vec<&Map<String, Value>> = match v {
+                    Value::Object(m) => vec![m],
+                    Value::Array(items) => items.iter().filter_map(Value::as_object).collect(),
+                    other => {
+                        return Err(invalid(format!(
                             "port_map: expected a map of port labels to guest ports, got {other}"
-                        ))),
-                    };
+                        )))
+                    }
+                };
                 for m in maps {
                     for (label, port) in m {
                         let p = port
