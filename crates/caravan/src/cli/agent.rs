@@ -1060,9 +1060,10 @@ async fn start_client(
     docker.spawn_gc();
     drivers.push(docker);
     // Podman: its REST API on `socket_path`; without one it fingerprints as undetected.
-    drivers.push(Arc::new(drivers::PodmanDriver::new(podman_plugin_config(
-        cfg,
-    )?)));
+    let (podman, podman_auth) = podman_plugin_config(cfg)?;
+    drivers.push(Arc::new(
+        drivers::PodmanDriver::new(podman).with_auth_file(podman_auth),
+    ));
     // The mock driver (tests, demos): tasks that only pretend to run, only when asked for with
     // `plugin "mock_driver" { config { enabled = true } }`.
     if plugin_enabled(cfg, "mock_driver") {
@@ -1280,15 +1281,17 @@ fn java_plugin_config(cfg: &AgentConfig) -> Result<drivers::ExecConfig> {
     Ok(exec)
 }
 
-/// `plugin "podman" { config { socket_path volumes gc allow_caps } }`.
-fn podman_plugin_config(cfg: &AgentConfig) -> Result<drivers::DockerConfig> {
+/// `plugin "podman" { config { socket_path volumes gc auth allow_caps } }`.
+fn podman_plugin_config(
+    cfg: &AgentConfig,
+) -> Result<(drivers::DockerConfig, Option<std::path::PathBuf>)> {
     let config = cfg
         .plugin
         .as_ref()
         .and_then(|plugins| plugins.get("podman"))
         .and_then(|p| p.config.clone())
         .unwrap_or_default();
-    drivers::podman::docker_config(&config).map_err(|e| anyhow::anyhow!("{e}"))
+    drivers::podman::plugin_config(&config).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// `plugin "qemu" { config { image_paths args_allowlist emulators_allowlist } }`.

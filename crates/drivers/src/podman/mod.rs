@@ -135,6 +135,14 @@ fn docker_task_config(config: &Map<String, Value>) -> Result<Map<String, Value>,
 /// `plugin "podman" { config { socket_path volumes { enabled } gc { container } allow_caps } }`
 /// as the docker driver's config.
 pub fn docker_config(value: &Value) -> Result<DockerConfig, DriverError> {
+    plugin_config(value).map(|(d, _)| d)
+}
+
+/// The plugin config: the docker driver's, and the registry credentials file (`auth { config }`).
+pub fn plugin_config(
+    value: &Value,
+) -> Result<(DockerConfig, Option<std::path::PathBuf>), DriverError> {
+    let mut auth_file = None;
     let plugin_err =
         |m: String| DriverError::invalid(NAME, format!("plugin \"podman\" config: {m}"));
     let merge = |v: &Value, what: &str| -> Result<Map<String, Value>, DriverError> {
@@ -204,6 +212,23 @@ pub fn docker_config(value: &Value) -> Result<DockerConfig, DriverError> {
                     }
                 }
             }
+            "auth" => {
+                for (ak, av) in merge(v, "auth")? {
+                    match ak.as_str() {
+                        "config" => {
+                            let path = av.as_str().filter(|p| p.starts_with('/')).ok_or_else(|| {
+                                plugin_err(format!("auth.config: expected an absolute path to an auth.json, got {av}"))
+                            })?;
+                            auth_file = Some(std::path::PathBuf::from(path));
+                        }
+                        other => {
+                            return Err(plugin_err(format!(
+                                "auth.{other} is not supported yet (credential helpers); use auth.config"
+                            )))
+                        }
+                    }
+                }
+            }
             "allow_caps" => {
                 let caps: Vec<String> = serde_json::from_value(v.clone()).map_err(|_| {
                     plugin_err(format!("allow_caps: expected a list of capabilities, got {v}"))
@@ -215,12 +240,79 @@ pub fn docker_config(value: &Value) -> Result<DockerConfig, DriverError> {
             }
             other => {
                 return Err(plugin_err(format!(
-                    "{other:?} is not supported yet (Caravan's podman driver takes socket_path, volumes, gc and allow_caps)"
+                    "{other:?} is not supported yet (Caravan's podman driver takes socket_path, volumes, gc, auth and allow_caps)"
                 )))
             }
         }
     }
-    Ok(out)
+    Ok((out, auth_file))
+}
+
+/// The most an auth file may hold.
+const AUTH_FILE_BYTES_MAX: u64 = 1 << 20;
+
+/// The registry an image reference names (`docker.io` when it names none), as auth files key it.
+fn registry_of(image: &str) -> &str {
+    match image.split_once('/') {
+        Some((first, _)) if first.contains('.') || first.contains(':') || first == "localhost" => {
+            first
+        }
+        _ => "docker.io",
+    }
+}
+
+/// Credentials for `image` from a containers auth file (`{"auths": {"<registry>": {"auth":
+/// base64("user:password")}}}`, or `username`/`password`), as the task's `auth` block.
+fn auth_from_file(path: &Path, image: &str) -> Result<Option<Value>, String> {
+    use base64::Engine;
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut text = String::new();
+    file.take(AUTH_FILE_BYTES_MAX + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if text.len() as u64 > AUTH_FILE_BYTES_MAX {
+        return Err(format!(
+            "{}: larger than {AUTH_FILE_BYTES_MAX} bytes",
+            path.display()
+        ));
+    }
+    let doc: Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
+    let registry = registry_of(image);
+    let Some(entry) = doc["auths"].as_object().and_then(|a| {
+        a.get(registry)
+            .or_else(|| a.get(&format!("https://{registry}")))
+            .or_else(|| {
+                (registry == "docker.io")
+                    .then(|| a.get("https://index.docker.io/v1/"))
+                    .flatten()
+            })
+    }) else {
+        return Ok(None);
+    };
+    let (user, pass) = if let Some(encoded) = entry["auth"].as_str() {
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(encoded.trim())
+            .map_err(|e| format!("{}: auths.{registry}.auth: {e}", path.display()))?;
+        let raw = String::from_utf8(raw)
+            .map_err(|_| format!("{}: auths.{registry}.auth is not text", path.display()))?;
+        let (u, p) = raw.split_once(':').ok_or_else(|| {
+            format!(
+                "{}: auths.{registry}.auth is not user:password",
+                path.display()
+            )
+        })?;
+        (u.to_string(), p.to_string())
+    } else {
+        (
+            entry["username"].as_str().unwrap_or_default().to_string(),
+            entry["password"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    Ok(Some(
+        json!([{ "username": user, "password": pass, "server_address": registry }]),
+    ))
 }
 
 /// What `/libpod/info` says of the host.
@@ -315,6 +407,8 @@ fn fingerprint_of(config: &DockerConfig) -> Fingerprint {
 pub struct PodmanDriver {
     inner: DockerDriver,
     config: DockerConfig,
+    /// `auth { config }`: credentials for pulls whose task gives none.
+    auth_file: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for PodmanDriver {
@@ -331,7 +425,14 @@ impl PodmanDriver {
         PodmanDriver {
             inner: DockerDriver::new(config.clone()),
             config,
+            auth_file: None,
         }
+    }
+
+    /// Registry credentials from a containers auth file for tasks without an `auth` block.
+    pub fn with_auth_file(mut self, path: Option<std::path::PathBuf>) -> PodmanDriver {
+        self.auth_file = path;
+        self
     }
 }
 
@@ -375,6 +476,27 @@ impl Driver for PodmanDriver {
                 ));
             }
             cfg.driver_config = docker_task_config(&cfg.driver_config)?;
+            if let (Some(file), None) = (&self.auth_file, cfg.driver_config.get("auth")) {
+                let image = cfg
+                    .driver_config
+                    .get("image")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                match auth_from_file(file, &image) {
+                    Ok(Some(auth)) => {
+                        cfg.driver_config.insert("auth".into(), auth);
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        return Err(DriverError::Start {
+                            task_id: cfg.id.clone(),
+                            message: format!("reading the plugin's auth.config: {e}"),
+                            recoverable: false,
+                        })
+                    }
+                }
+            }
             let mut handle = self.inner.start(cfg).await.map_err(rename_error)?;
             handle.driver = NAME.to_string();
             Ok(handle)
@@ -518,6 +640,39 @@ mod tests {
             let err = docker_config(&v).unwrap_err().to_string();
             assert!(err.contains(want), "{v}: {err}");
         }
+    }
+
+    #[test]
+    fn auth_files_give_credentials_per_registry() {
+        use base64::Engine;
+        let dir = std::env::temp_dir().join(format!("caravan-podman-auth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("auth.json");
+        let token = base64::engine::general_purpose::STANDARD.encode("ci:s3cret");
+        std::fs::write(
+            &file,
+            json!({"auths": {"registry.example:5000": {"auth": token}, "docker.io": {"username": "u", "password": "p"}}}).to_string(),
+        )
+        .unwrap();
+        let got = auth_from_file(&file, "registry.example:5000/team/app:1")
+            .unwrap()
+            .unwrap();
+        assert_eq!(got[0]["username"], "ci");
+        assert_eq!(got[0]["password"], "s3cret");
+        assert_eq!(got[0]["server_address"], "registry.example:5000");
+        let hub = auth_from_file(&file, "library/busybox").unwrap().unwrap();
+        assert_eq!(hub[0]["username"], "u");
+        assert!(auth_from_file(&file, "localhost/x:1").unwrap().is_none());
+        std::fs::write(&file, "{not json").unwrap();
+        assert!(auth_from_file(&file, "x").unwrap_err().contains("not JSON"));
+        let (_, path) =
+            plugin_config(&json!({"auth": {"config": file.display().to_string()}})).unwrap();
+        assert_eq!(path.as_deref(), Some(file.as_path()));
+        let err = plugin_config(&json!({"auth": {"helper": "ecr"}}))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("auth.helper is not supported yet"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
