@@ -357,19 +357,54 @@ impl VmConfig {
     }
 }
 
-/// Whether `image` (relative: to the task directory) lies inside the allocation directory or
-/// one of the allowed directories, lexically (no `..` escapes).
-fn image_allowed(image: &Path, cfg: &TaskConfig, allowed: &[PathBuf]) -> bool {
+/// The image's real path, when `image` (relative: to the task directory) lies inside the
+/// allocation directory or one of the allowed directories: lexically (no `..`), and again after
+/// following every symlink, so a link another task of the group planted in the shared `alloc/`
+/// cannot point QEMU (which runs as the client's user) at a host file or device. (A link swapped
+/// in between this check and QEMU's open is not caught; the path QEMU gets is the resolved one.)
+fn image_allowed(image: &Path, cfg: &TaskConfig, allowed: &[PathBuf]) -> Result<PathBuf, String> {
     let full = if image.is_absolute() {
         image.to_path_buf()
     } else {
         cfg.task_dir.dir.join(image)
     };
+    let outside = || {
+        format!(
+            "image_path {} is not in the allocation directory or the plugin's image_paths",
+            image.display()
+        )
+    };
     if full.components().any(|c| matches!(c, Component::ParentDir)) {
-        return false;
+        return Err(outside());
     }
     let alloc_root = cfg.alloc_dir.parent().unwrap_or(&cfg.alloc_dir);
-    full.starts_with(alloc_root) || allowed.iter().any(|a| full.starts_with(a))
+    let roots: Vec<&Path> = std::iter::once(alloc_root)
+        .chain(allowed.iter().map(PathBuf::as_path))
+        .collect();
+    if !roots.iter().any(|r| full.starts_with(r)) {
+        return Err(outside());
+    }
+    let real =
+        std::fs::canonicalize(&full).map_err(|e| format!("image_path {}: {e}", image.display()))?;
+    let inside = roots
+        .iter()
+        .any(|r| std::fs::canonicalize(r).is_ok_and(|root| real.starts_with(root)));
+    if !inside {
+        return Err(format!(
+            "image_path {} resolves to {}, outside the allocation directory and the plugin's image_paths",
+            image.display(),
+            real.display()
+        ));
+    }
+    if !real.is_file() && !is_block_device(&real) {
+        return Err(format!("image_path {} is not a file", image.display()));
+    }
+    Ok(real)
+}
+
+fn is_block_device(p: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(p).is_ok_and(|m| m.file_type().is_block_device())
 }
 
 impl QemuDriver {
@@ -427,12 +462,8 @@ impl QemuDriver {
                 return Err(invalid(format!("{a:?} is not in args_allowlist")));
             }
         }
-        if !image_allowed(Path::new(&vm.image_path), cfg, &self.config.image_paths) {
-            return Err(invalid(format!(
-                "image_path {} is not in the allocation directory or the plugin's image_paths",
-                vm.image_path
-            )));
-        }
+        let image = image_allowed(Path::new(&vm.image_path), cfg, &self.config.image_paths)
+            .map_err(invalid)?;
         let mb = cfg.resources.memory_max_mb.max(cfg.resources.memory_mb);
         if !(MEMORY_MB_MIN..=MEMORY_MB_MAX).contains(&mb) {
             return Err(invalid(format!(
@@ -458,7 +489,11 @@ impl QemuDriver {
             "-m".into(),
             format!("{mb}M"),
             "-drive".into(),
-            format!("file={},if={},id=image0", vm.image_path, vm.drive_interface),
+            format!(
+                "file={},if={},id=image0",
+                image.display(),
+                vm.drive_interface
+            ),
             "-nographic".into(),
         ];
         let monitor = if vm.graceful_shutdown {
@@ -709,6 +744,9 @@ mod tests {
 
     fn task(dir: &Path, config: Value) -> TaskConfig {
         let mut cfg = crate::testing::task_config(dir, "vm1", config);
+        std::fs::create_dir_all(cfg.task_dir.dir.join("local")).unwrap();
+        std::fs::write(cfg.task_dir.dir.join("local/disk.img"), b"").unwrap();
+        std::fs::write(cfg.task_dir.dir.join("local/d.img"), b"").unwrap();
         cfg.resources.memory_mb = 256;
         cfg.env.insert("NOMAD_HOST_PORT_ssh".into(), "22022".into());
         cfg
@@ -731,7 +769,9 @@ mod tests {
             return;
         };
         let line = args.join(" ");
-        assert!(line.starts_with("-machine type=pc,accel=tcg -name disk.img -m 256M -drive file=local/disk.img,if=ide,id=image0 -nographic -monitor unix:qemu-monitor.sock,server=on,wait=off -snapshot"), "{line}");
+        let real = std::fs::canonicalize(cfg.task_dir.dir.join("local/disk.img")).unwrap();
+        let want = format!("-machine type=pc,accel=tcg -name disk.img -m 256M -drive file={},if=ide,id=image0 -nographic -monitor unix:qemu-monitor.sock,server=on,wait=off -snapshot", real.display());
+        assert!(line.starts_with(&want), "{line}");
         assert!(line.contains("-snapshot -netdev user,id=user.0,hostfwd=udp::22022-:22,hostfwd=tcp::22022-:22 -device virtio-net,netdev=user.0"), "{line}");
         assert_eq!(monitor.unwrap(), cfg.task_dir.dir.join(MONITOR_SOCKET));
     }
@@ -790,6 +830,18 @@ mod tests {
             let err = d.command(&vm, &cfg).unwrap_err().to_string();
             assert!(err.contains(want), "{v}: {err}");
         }
+        // A link planted inside the allocation pointing at a host file is refused.
+        let link = cfg.task_dir.dir.join("local/evil.img");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink("/etc/hostname", &link).unwrap();
+        let vm =
+            VmConfig::parse(json!({"image_path": "local/evil.img"}).as_object().unwrap()).unwrap();
+        let err = d.command(&vm, &cfg).unwrap_err().to_string();
+        assert!(err.contains("resolves to /etc/hostname"), "{err}");
+        let vm =
+            VmConfig::parse(json!({"image_path": "local/none.img"}).as_object().unwrap()).unwrap();
+        let err = d.command(&vm, &cfg).unwrap_err().to_string();
+        assert!(err.contains("local/none.img"), "{err}");
         let mut small = cfg.clone();
         small.resources.memory_mb = 64;
         let vm =
