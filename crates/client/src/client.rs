@@ -434,10 +434,7 @@ async fn fingerprint(
     })
     .await
     .expect("fingerprinting the host panicked");
-    let fps: Vec<(String, drivers::Fingerprint)> = drivers
-        .iter()
-        .map(|d| (d.name().to_string(), d.fingerprint()))
-        .collect();
+    let fps = crate::node_loop::fingerprint_drivers(drivers).await;
     build_node(identity, cfg, &facts, &fps, &now_rfc3339())
 }
 

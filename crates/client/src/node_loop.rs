@@ -109,7 +109,7 @@ impl NodeLoop {
                 () = tokio::time::sleep_until(next) => {}
                 () = reregister.notified() => return Stop::Reregister,
                 _ = fingerprint.tick() => {
-                    let drivers_changed = self.refresh_drivers();
+                    let drivers_changed = self.refresh_drivers().await;
                     if self.refresh_devices().await || drivers_changed {
                         return Stop::Reregister;
                     }
@@ -186,12 +186,8 @@ impl NodeLoop {
     }
 
     /// Fingerprints the drivers again; returns whether the node changed.
-    fn refresh_drivers(&self) -> bool {
-        let fps: Vec<(String, drivers::Fingerprint)> = self
-            .drivers
-            .iter()
-            .map(|d| (d.name().to_string(), d.fingerprint()))
-            .collect();
+    async fn refresh_drivers(&self) -> bool {
+        let fps = fingerprint_drivers(&self.drivers).await;
         let current = self.node.get();
         let changed = fps
             .iter()
@@ -211,6 +207,34 @@ impl NodeLoop {
         }
         changed
     }
+}
+
+/// Every driver's fingerprint, taken off the async threads: probes are blocking (a socket
+/// request to a daemon, `java -version`, `qemu --version`).
+pub(crate) async fn fingerprint_drivers(
+    drivers: &[Arc<dyn drivers::Driver>],
+) -> Vec<(String, drivers::Fingerprint)> {
+    let drivers = drivers.to_vec();
+    let names: Vec<String> = drivers.iter().map(|d| d.name().to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        drivers
+            .iter()
+            .map(|d| (d.name().to_string(), d.fingerprint()))
+            .collect()
+    })
+    .await
+    .unwrap_or_else(|_| {
+        // A probe panicked: report every driver as unable to run tasks, never crash the client.
+        names
+            .into_iter()
+            .map(|n| {
+                (
+                    n,
+                    drivers::Fingerprint::unhealthy("the driver's fingerprint panicked"),
+                )
+            })
+            .collect()
+    })
 }
 
 pub(crate) fn heartbeat_interval(ttl: Duration, rng: &mut Rng) -> Duration {
