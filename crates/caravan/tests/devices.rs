@@ -239,6 +239,11 @@ fn unknown_plugins_and_bad_device_configs_are_refused_at_start() {
             "unknown field `colour`",
         ),
         (
+            "args",
+            "plugin \"raw_exec\" {\n  args = [\"-x\"]\n}\n",
+            "args are for external plugins",
+        ),
+        (
             "nvidia",
             "plugin \"nvidia\" {\n  config {\n    fingerprint_period = \"soon\"\n  }\n}\n",
             "fingerprint_period",

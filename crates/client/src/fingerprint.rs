@@ -372,6 +372,9 @@ pub(crate) fn apply_driver_fingerprints(
             },
         );
     }
+    // A driver detected or lost changes the attributes: the class follows, so evaluations
+    // blocked on this class wake.
+    node.computed_class = computed_class(node);
 }
 
 fn host_attributes(cfg: &ClientConfig, facts: &HostFacts) -> BTreeMap<String, String> {
@@ -543,9 +546,26 @@ fn reserved_resources(cfg: &ClientConfig) -> NodeReservedResources {
 }
 
 /// Nomad's `ComputeClass`: a hash of what makes nodes alike for scheduling (datacenter, pool,
-/// class, attributes and meta other than `unique.*`), so the scheduler checks alike nodes once.
+/// class, attributes and meta other than `unique.*`, device groups with their attributes), so the
+/// scheduler checks alike nodes once. Beyond Nomad, each group's count of healthy instances is
+/// in it too: a GPU turning healthy changes the class, which wakes the evaluations blocked on it.
 pub fn computed_class(node: &Node) -> String {
     let mut hash = Fnv64::new();
+    for d in node.node_resources.iter().flat_map(|r| &r.devices) {
+        hash.write(b"d");
+        for part in [&d.vendor, &d.device_type, &d.name] {
+            hash.write(part.as_bytes());
+            hash.write(&[0]);
+        }
+        for (k, v) in &d.attributes {
+            hash.write(k.as_bytes());
+            hash.write(&[0]);
+            hash.write(v.to_string().as_bytes());
+            hash.write(&[0]);
+        }
+        let healthy = d.instances.iter().filter(|i| i.healthy).count();
+        hash.write(&(healthy as u64).to_le_bytes());
+    }
     for part in [&node.datacenter, &node.node_pool, &node.node_class] {
         hash.write(part.as_bytes());
         hash.write(&[0]);

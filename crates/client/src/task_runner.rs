@@ -739,6 +739,7 @@ impl TaskRunner {
             mounts.extend(plugin.mounts);
         }
         let mut devices = Vec::new();
+        let mut gpu_ids = Vec::new();
         let given = alloc
             .allocated_resources
             .as_ref()
@@ -756,6 +757,7 @@ impl TaskRunner {
             if driver.capabilities().fs_isolation != FsIsolation::None {
                 mounts.extend(r.mounts);
                 devices = r.devices;
+                gpu_ids = r.gpu_ids;
             }
         }
         let config: serde_json::Map<String, serde_json::Value> = task
@@ -791,6 +793,7 @@ impl TaskRunner {
             mounts,
             network_isolation: self.network.borrow().clone(),
             devices,
+            gpu_ids,
         })
     }
 

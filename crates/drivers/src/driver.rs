@@ -325,6 +325,11 @@ pub struct TaskConfig {
     /// (Handles persisted before this field existed read as none.)
     #[serde(default)]
     pub devices: Vec<DeviceConfig>,
+    /// NVIDIA GPUs (UUIDs) the `nvidia` device plugin reserved for the task: container drivers
+    /// ask the NVIDIA runtime for exactly these. Never taken from the task's environment, which
+    /// the job controls. (Handles persisted before this field existed read as none.)
+    #[serde(default)]
+    pub gpu_ids: Vec<String>,
 }
 
 /// A device node made visible in the task (Nomad's `drivers.DeviceConfig`).

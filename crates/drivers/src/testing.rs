@@ -74,6 +74,7 @@ pub fn task_config(root: &Path, id: &str, driver_config: serde_json::Value) -> T
         mounts: Vec::new(),
         network_isolation: None,
         devices: Vec::new(),
+        gpu_ids: Vec::new(),
     }
 }
 

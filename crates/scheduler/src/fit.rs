@@ -1,7 +1,7 @@
 //! Whether a set of allocations fits on a node: the check the plan applier repeats against the
 //! newest state before it commits a plan.
 
-use crate::resources::{device_key, Capacity, Usage};
+use crate::resources::{Capacity, Usage};
 use model::alloc::Allocation;
 use model::node::Node;
 use std::collections::BTreeSet;
@@ -38,7 +38,7 @@ pub fn allocs_fit(node: &Node, allocs: &[&Allocation]) -> Result<(), FitError> {
     check_sums(&cap, &usages)?;
     check_cores(&cap, &usages)?;
     check_ports(&cap, &usages)?;
-    check_devices(node, &usages)
+    check_devices(&usages)
 }
 
 fn check_sums(cap: &Capacity, usages: &[Usage]) -> Result<(), FitError> {
@@ -94,26 +94,12 @@ fn check_ports(cap: &Capacity, usages: &[Usage]) -> Result<(), FitError> {
     Ok(())
 }
 
-fn check_devices(node: &Node, usages: &[Usage]) -> Result<(), FitError> {
-    let healthy: BTreeSet<String> = node
-        .node_resources
-        .iter()
-        .flat_map(|r| &r.devices)
-        .flat_map(|d| {
-            d.instances
-                .iter()
-                .filter(|i| i.healthy)
-                .map(move |i| device_key(&d.vendor, &d.device_type, &d.name, &i.id))
-        })
-        .collect();
+/// No device instance held twice (Nomad's `DeviceAccounter`). An instance that went unhealthy or
+/// missing while held does not fail the node: that would refuse every plan for it, placements
+/// of jobs without devices included; the scheduler only offers healthy instances.
+fn check_devices(usages: &[Usage]) -> Result<(), FitError> {
     let mut seen = BTreeSet::new();
     for key in usages.iter().flat_map(|u| &u.devices) {
-        if !healthy.contains(key) {
-            return Err(FitError::new(
-                "devices",
-                format!("device {key} is not a healthy device of the node"),
-            ));
-        }
         if !seen.insert(key.as_str()) {
             return Err(FitError::new(
                 "devices",
@@ -194,6 +180,44 @@ mod tests {
         let err = allocs_fit(&n, &[&alloc(1, 1, 8080), &alloc(1, 1, 8080)]).expect_err("port");
         assert_eq!(err.dimension, "network");
         assert_eq!(err.to_string(), "network: port 8080 already in use");
+    }
+
+    #[test]
+    fn a_held_device_gone_unhealthy_blocks_nothing_but_sharing_does() {
+        let mut n = node();
+        n.node_resources.as_mut().unwrap().devices = vec![model::node::NodeDeviceResource {
+            vendor: "nvidia".into(),
+            device_type: "gpu".into(),
+            name: "t4".into(),
+            instances: vec![model::node::NodeDevice {
+                id: "g0".into(),
+                healthy: false,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }];
+        let mut gpu = alloc(10, 10, 0);
+        let task = gpu
+            .allocated_resources
+            .as_mut()
+            .unwrap()
+            .tasks
+            .get_mut("t")
+            .unwrap();
+        task.devices = vec![model::alloc::AllocatedDeviceResource {
+            vendor: "nvidia".into(),
+            device_type: "gpu".into(),
+            name: "t4".into(),
+            device_ids: vec!["g0".into()],
+        }];
+        // The GPU went unhealthy after it was given: a plan for another job still fits.
+        assert_eq!(allocs_fit(&n, &[&gpu, &alloc(10, 10, 0)]), Ok(()));
+        let err = allocs_fit(&n, &[&gpu, &gpu.clone()]).expect_err("shared");
+        assert_eq!(err.dimension, "devices");
+        assert!(
+            err.message.contains("nvidia/gpu/t4/g0 given twice"),
+            "{err}"
+        );
     }
 
     #[test]

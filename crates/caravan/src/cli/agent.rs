@@ -367,6 +367,13 @@ async fn run_agent(
     client_enabled: bool,
     tls: TlsSetup,
 ) -> Result<i32> {
+    check_plugin_blocks(&cfg)?;
+    if cfg.plugin_dir.as_deref().is_some_and(|d| !d.is_empty()) {
+        eprintln!(
+            "==> Warning: plugin_dir {:?} is not used: Caravan loads no external plugins yet (its drivers and device plugins are built in)",
+            cfg.plugin_dir.as_deref().unwrap_or_default()
+        );
+    }
     let (data_dir, _temp) = data_dir(&cfg, dev)?;
     let ports = cfg.ports.clone().unwrap_or_default();
     let addresses = cfg.addresses.clone().unwrap_or_default();
@@ -1200,6 +1207,16 @@ const BUILTIN_PLUGINS: [&str; 9] = [
 /// a block would otherwise be ignored without a word.
 fn device_plugins(cfg: &AgentConfig) -> Result<Vec<Arc<dyn client::devices::DevicePlugin>>> {
     let mut configs = std::collections::BTreeMap::new();
+    check_plugin_blocks(cfg)?;
+    for (name, p) in cfg.plugin.iter().flatten() {
+        configs.insert(name.clone(), p.config.clone().unwrap_or_default());
+    }
+    client::devices::from_plugin_configs(&configs).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Every agent (a server-only one too) refuses `plugin` blocks it would ignore: a plugin Caravan
+/// does not have, or `args` (which only external plugins take).
+fn check_plugin_blocks(cfg: &AgentConfig) -> Result<()> {
     for (name, p) in cfg.plugin.iter().flatten() {
         if !BUILTIN_PLUGINS.contains(&name.as_str()) {
             bail!(
@@ -1207,9 +1224,11 @@ fn device_plugins(cfg: &AgentConfig) -> Result<Vec<Arc<dyn client::devices::Devi
                 BUILTIN_PLUGINS.join(", ")
             );
         }
-        configs.insert(name.clone(), p.config.clone().unwrap_or_default());
+        if p.args.as_ref().is_some_and(|a| !a.is_empty()) {
+            bail!("plugin {name:?}: args are for external plugins; {name} is built in and takes only config");
+        }
     }
-    client::devices::from_plugin_configs(&configs).map_err(|e| anyhow::anyhow!("{e}"))
+    Ok(())
 }
 
 /// `plugin "docker" { config { … } }`, or the defaults without one.

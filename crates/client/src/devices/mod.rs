@@ -47,6 +47,8 @@ pub struct Reservation {
     pub envs: BTreeMap<String, String>,
     pub mounts: Vec<MountConfig>,
     pub devices: Vec<DeviceSpec>,
+    /// NVIDIA GPU UUIDs, for container drivers' GPU requests.
+    pub gpu_ids: Vec<String>,
 }
 
 impl Reservation {
@@ -66,6 +68,7 @@ impl Reservation {
         }
         self.mounts.extend(other.mounts);
         self.devices.extend(other.devices);
+        self.gpu_ids.extend(other.gpu_ids);
     }
 }
 
@@ -238,6 +241,7 @@ pub(crate) fn apply_to_node(node: &mut model::node::Node, groups: Vec<NodeDevice
     node.node_resources
         .get_or_insert_with(Default::default)
         .devices = groups;
+    node.computed_class = crate::fingerprint::computed_class(node);
 }
 
 /// Builds the device plugins the agent's `plugin "<name>"` blocks enable. `nvidia` is on by

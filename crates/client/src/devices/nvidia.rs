@@ -286,6 +286,7 @@ impl DevicePlugin for NvidiaPlugin {
     ) -> Result<Reservation, DeviceError> {
         let mut r = Reservation::default();
         r.envs.insert(VISIBLE_DEVICES_ENV.into(), ids.join(","));
+        r.gpu_ids = ids.to_vec();
         Ok(r)
     }
 
@@ -403,5 +404,6 @@ mod tests {
             )
             .unwrap();
         assert_eq!(r.envs[VISIBLE_DEVICES_ENV], "GPU-a,GPU-b");
+        assert_eq!(r.gpu_ids, ["GPU-a", "GPU-b"]);
     }
 }

@@ -116,22 +116,17 @@ fn device_mappings(cfg: &TaskConfig) -> Option<Vec<DeviceMapping>> {
     (!out.is_empty()).then_some(out)
 }
 
-/// GPUs the nvidia device plugin reserved (`NVIDIA_VISIBLE_DEVICES`), as docker's `--gpus`
-/// device request to the NVIDIA container runtime.
+/// GPUs the nvidia device plugin reserved ([`TaskConfig::gpu_ids`]), as docker's `--gpus`
+/// device request to the NVIDIA container runtime: exactly those, never what the task's own
+/// environment names.
 fn gpu_request(cfg: &TaskConfig) -> Option<Vec<DeviceRequest>> {
-    let ids = cfg.env.get("NVIDIA_VISIBLE_DEVICES")?;
-    if matches!(ids.as_str(), "" | "none" | "void") {
+    if cfg.gpu_ids.is_empty() {
         return None;
     }
-    let device_ids = if ids == "all" {
-        None
-    } else {
-        Some(ids.split(',').map(|s| s.trim().to_string()).collect())
-    };
     Some(vec![DeviceRequest {
         driver: Some("nvidia".into()),
-        count: device_ids.is_none().then_some(-1),
-        device_ids,
+        count: None,
+        device_ids: Some(cfg.gpu_ids.clone()),
         capabilities: Some(vec![vec!["gpu".into()]]),
         options: None,
     }])
@@ -602,8 +597,20 @@ mod tests {
             task_path: "/dev/mock0".into(),
             permissions: "rw".into(),
         }];
+        // The task's own environment asks for nothing: only reserved GPUs are requested.
         cfg.env
-            .insert("NVIDIA_VISIBLE_DEVICES".into(), "GPU-a,GPU-b".into());
+            .insert("NVIDIA_VISIBLE_DEVICES".into(), "all".into());
+        let none = create_body(
+            &cfg,
+            &parse(json!({"image": "x"})),
+            &DockerConfig::default(),
+            "i",
+        )
+        .unwrap()
+        .host_config
+        .unwrap();
+        assert!(none.device_requests.is_none());
+        cfg.gpu_ids = vec!["GPU-a".into(), "GPU-b".into()];
         let hc = create_body(
             &cfg,
             &parse(json!({"image": "x"})),

@@ -38,7 +38,7 @@ enum Probe {
 
 pub struct JavaDriver {
     inner: ExecDriver,
-    probe: Mutex<Option<(Instant, Probe)>>,
+    probe: std::sync::Arc<Mutex<Option<(Instant, Probe)>>>,
 }
 
 impl std::fmt::Debug for JavaDriver {
@@ -53,7 +53,7 @@ impl JavaDriver {
     pub fn new(config: ExecConfig) -> JavaDriver {
         JavaDriver {
             inner: ExecDriver::new().with_config(config),
-            probe: Mutex::new(None),
+            probe: std::sync::Arc::new(Mutex::new(None)),
         }
     }
 
@@ -61,21 +61,26 @@ impl JavaDriver {
     pub fn new_with_helper(helper: impl Into<PathBuf>, config: ExecConfig) -> JavaDriver {
         JavaDriver {
             inner: ExecDriver::new_with_helper(helper).with_config(config),
-            probe: Mutex::new(None),
+            probe: std::sync::Arc::new(Mutex::new(None)),
         }
     }
 
     fn probe(&self) -> Probe {
-        let mut cached = self.probe.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((at, p)) = &*cached {
-            if at.elapsed() < PROBE_TTL {
-                return p.clone();
-            }
-        }
-        let p = probe_java();
-        *cached = Some((Instant::now(), p.clone()));
-        p
+        probe_cached(&self.probe)
     }
+}
+
+/// The cached probe, or a fresh one when it is older than [`PROBE_TTL`].
+fn probe_cached(cache: &Mutex<Option<(Instant, Probe)>>) -> Probe {
+    let mut cached = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((at, p)) = &*cached {
+        if at.elapsed() < PROBE_TTL {
+            return p.clone();
+        }
+    }
+    let p = probe_java();
+    *cached = Some((Instant::now(), p.clone()));
+    p
 }
 
 /// `java` on the `PATH`, resolved through its symlinks (Debian's alternatives) to the JVM's own
@@ -229,7 +234,12 @@ fn exec_config(
         args.extend(["-cp".to_string(), cp]);
     }
     match (jar, class) {
-        (Some(jar), _) => args.extend(["-jar".to_string(), jar]),
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "give jar_path or class, not both (java -jar ignores the class)".to_string(),
+            ))
+        }
+        (Some(jar), None) => args.extend(["-jar".to_string(), jar]),
         (None, Some(class)) => args.push(class),
         (None, None) => return Err(invalid("jar_path or class must be specified".to_string())),
     }
@@ -280,7 +290,12 @@ impl Driver for JavaDriver {
 
     fn start(&self, mut cfg: TaskConfig) -> DriverFuture<'_, TaskHandle> {
         Box::pin(async move {
-            let java = match self.probe() {
+            // The probe may run `java -version` (a JVM start): off the async threads.
+            let probe = std::sync::Arc::clone(&self.probe);
+            let found = tokio::task::spawn_blocking(move || probe_cached(&probe))
+                .await
+                .unwrap_or_else(|_| Probe::Missing("the java probe panicked".into()));
+            let java = match found {
                 Probe::Found { java, .. } => java,
                 Probe::Missing(why) => {
                     return Err(DriverError::Start {
@@ -410,6 +425,7 @@ mod tests {
                 json!({"class": "A", "jvm_options": "-Xmx1g"}),
                 "jvm_options: expected a list",
             ),
+            (json!({"class": "A", "jar_path": "a.jar"}), "not both"),
             (
                 json!({"class": "A", "pid_mode": "host"}),
                 "not supported yet",

@@ -96,12 +96,22 @@ fn docker_task_config(config: &Map<String, Value>) -> Result<Map<String, Value>,
             };
             out.insert("entrypoint".into(), list);
         } else if k == "logging" {
+            let not_block = |x: &Value| invalid(format!("logging: expected a block, got {x}"));
             let blocks: Vec<&Map<String, Value>> = match v {
                 Value::Object(m) => vec![m],
-                Value::Array(items) => items.iter().filter_map(Value::as_object).collect(),
-                _ => Vec::new(),
+                Value::Array(items) => items
+                    .iter()
+                    .map(|i| i.as_object().ok_or_else(|| not_block(i)))
+                    .collect::<Result<_, _>>()?,
+                Value::Null => Vec::new(),
+                other => return Err(not_block(other)),
             };
             for b in blocks {
+                if let Some(k) = b.keys().find(|k| *k != "driver" && *k != "options") {
+                    return Err(invalid(format!(
+                        "logging.{k}: unknown key; logging takes driver and options"
+                    )));
+                }
                 match b.get("driver").and_then(Value::as_str) {
                     None | Some("nomad") | Some("") => {}
                     Some(other) => {
@@ -291,6 +301,12 @@ fn auth_from_file(path: &Path, image: &str) -> Result<Option<Value>, String> {
     }) else {
         return Ok(None);
     };
+    if entry.get("identitytoken").is_some_and(|t| !t.is_null()) {
+        return Err(format!(
+            "{}: auths.{registry} uses an identity token, which is not supported yet",
+            path.display()
+        ));
+    }
     let (user, pass) = if let Some(encoded) = entry["auth"].as_str() {
         let raw = base64::engine::general_purpose::STANDARD
             .decode(encoded.trim())
@@ -609,6 +625,14 @@ mod tests {
                 "unknown key \"load\"",
             ),
             (json!({"image": "x", "entrypoint": 3}), "entrypoint"),
+            (
+                json!({"image": "x", "logging": {"driver": "nomad", "type": "x"}}),
+                "logging.type",
+            ),
+            (
+                json!({"image": "x", "logging": "nomad"}),
+                "logging: expected a block",
+            ),
         ] {
             let err = docker_task_config(&cfg(v.clone())).unwrap_err().to_string();
             assert!(err.contains(want) && err.contains("podman"), "{v}: {err}");
@@ -663,6 +687,13 @@ mod tests {
         let hub = auth_from_file(&file, "library/busybox").unwrap().unwrap();
         assert_eq!(hub[0]["username"], "u");
         assert!(auth_from_file(&file, "localhost/x:1").unwrap().is_none());
+        std::fs::write(
+            &file,
+            json!({"auths": {"docker.io": {"identitytoken": "t"}}}).to_string(),
+        )
+        .unwrap();
+        let err = auth_from_file(&file, "busybox").unwrap_err();
+        assert!(err.contains("identity token"), "{err}");
         std::fs::write(&file, "{not json").unwrap();
         assert!(auth_from_file(&file, "x").unwrap_err().contains("not JSON"));
         let (_, path) =

@@ -287,6 +287,13 @@ impl VmConfig {
         if image_path.is_empty() {
             return Err(invalid("image_path must be set"));
         }
+        // These go inside QEMU's comma-separated option strings, where a comma starts another
+        // option (a second `file=`, a `kernel=`): refused rather than escaped.
+        for key in ["image_path", "machine_type", "emulator"] {
+            if text(key, "")?.contains(',') {
+                return Err(invalid(format!("{key} must not contain a comma")));
+            }
+        }
         if flag("guest_agent")? {
             return Err(invalid(
                 "guest_agent is not supported yet; remove it (graceful_shutdown uses the monitor socket)",
@@ -317,7 +324,16 @@ impl VmConfig {
                 // `port_map { http = 80 }` arrives as an object or a list of objects.
                 let maps: Vec<&Map<String, Value>> = match v {
                     Value::Object(m) => vec![m],
-                    Value::Array(items) => items.iter().filter_map(Value::as_object).collect(),
+                    Value::Array(items) => items
+                        .iter()
+                        .map(|i| {
+                            i.as_object().ok_or_else(|| {
+                                invalid(format!(
+                                    "port_map: {i} is not a map of port labels to guest ports"
+                                ))
+                            })
+                        })
+                        .collect::<Result<_, _>>()?,
                     other => {
                         return Err(invalid(format!(
                             "port_map: expected a map of port labels to guest ports, got {other}"
@@ -396,10 +412,26 @@ fn image_allowed(image: &Path, cfg: &TaskConfig, allowed: &[PathBuf]) -> Result<
             real.display()
         ));
     }
-    if !real.is_file() && !is_block_device(&real) {
-        return Err(format!("image_path {} is not a file", image.display()));
+    if real.is_file() {
+        return Ok(real);
     }
-    Ok(real)
+    // A block device only from the operator's image_paths: inside the allocation, a task that
+    // can mknod (an exec task as root) could make one for a host disk.
+    let operator = allowed
+        .iter()
+        .any(|r| std::fs::canonicalize(r).is_ok_and(|root| real.starts_with(root)));
+    if is_block_device(&real) && operator {
+        return Ok(real);
+    }
+    Err(format!(
+        "image_path {} is not a regular file{}",
+        image.display(),
+        if is_block_device(&real) {
+            " (block devices only from the plugin's image_paths)"
+        } else {
+            ""
+        }
+    ))
 }
 
 fn is_block_device(p: &Path) -> bool {
@@ -800,6 +832,15 @@ mod tests {
                 json!({"image_path": "x", "disk": "y"}),
                 "unknown key \"disk\"",
             ),
+            (
+                json!({"image_path": "a,file=/dev/sda"}),
+                "image_path must not contain a comma",
+            ),
+            (
+                json!({"image_path": "x", "machine_type": "pc,kernel=/etc/shadow"}),
+                "machine_type must not contain a comma",
+            ),
+            (json!({"image_path": "x", "port_map": ["ssh"]}), "port_map"),
         ] {
             let err = VmConfig::parse(v.as_object().unwrap())
                 .unwrap_err()
