@@ -63,6 +63,10 @@ pub struct DockerConfig {
     /// (`infra_image`). The default, [`super::network::DEFAULT_INFRA_IMAGE`], is built locally
     /// on first use; any other is pulled when missing.
     pub infra_image: String,
+    /// The driver whose containers these are (label [`super::container::LABEL_DRIVER`]):
+    /// `docker`, or `podman` for the podman driver. The dangling-container pass only removes its
+    /// own, so two drivers on one daemon (podman's docker shim) never reap each other's.
+    pub driver_label: String,
 }
 
 impl Default for DockerConfig {
@@ -80,6 +84,7 @@ impl Default for DockerConfig {
             dangling_creation_grace: Duration::from_secs(300),
             pull_activity_timeout: Duration::from_secs(120),
             infra_image: super::network::DEFAULT_INFRA_IMAGE.to_string(),
+            driver_label: super::NAME.to_string(),
         }
     }
 }
@@ -168,6 +173,7 @@ impl DockerConfig {
                 .infra_image
                 .filter(|i| !i.trim().is_empty())
                 .unwrap_or(d.infra_image),
+            driver_label: d.driver_label,
         };
         cfg.socket_path()?;
         Ok(cfg)

@@ -17,6 +17,8 @@ use std::path::{Component, Path, PathBuf};
 
 /// The label that marks a container as Caravan's, holding the task id.
 pub const LABEL_TASK_ID: &str = "com.caravan.task_id";
+/// Which of Caravan's drivers made the container ([`DockerConfig::driver_label`]).
+pub const LABEL_DRIVER: &str = "com.caravan.driver";
 /// Nomad's labels, so tools that look for them find Caravan's containers too.
 pub const LABEL_ALLOC_ID: &str = "com.hashicorp.nomad.alloc_id";
 pub const LABEL_TASK_NAME: &str = "com.hashicorp.nomad.task_name";
@@ -64,6 +66,7 @@ pub fn create_body(
     };
     let mut labels: HashMap<String, String> = task.labels.clone().into_iter().collect();
     labels.insert(LABEL_TASK_ID.to_string(), cfg.id.clone());
+    labels.insert(LABEL_DRIVER.to_string(), plugin.driver_label.clone());
     labels.insert(LABEL_ALLOC_ID.to_string(), cfg.alloc_id.clone());
     labels.insert(LABEL_TASK_NAME.to_string(), cfg.name.clone());
     let cmd = match (&task.command, task.args.is_empty()) {
@@ -686,7 +689,9 @@ mod tests {
             assert!(binds.iter().any(|b| b.ends_with(target)), "{binds:?}");
         }
         assert_eq!(hc.cap_drop.unwrap(), ["net_raw"]);
-        assert_eq!(body.labels.unwrap()[LABEL_TASK_ID], "t1");
+        let labels = body.labels.unwrap();
+        assert_eq!(labels[LABEL_TASK_ID], "t1");
+        assert_eq!(labels[LABEL_DRIVER], "docker");
     }
 
     #[test]

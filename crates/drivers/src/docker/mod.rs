@@ -621,6 +621,14 @@ impl DockerDriver {
             let (Some(id), Some(labels)) = (c.id, c.labels) else {
                 continue;
             };
+            // Another driver's container on the same daemon (podman through its docker shim)
+            // is not ours to reap; containers from before the label are docker's.
+            if labels
+                .get(container::LABEL_DRIVER)
+                .is_some_and(|d| *d != self.config.driver_label)
+            {
+                continue;
+            }
             let owner = labels
                 .get(container::LABEL_TASK_ID)
                 .cloned()

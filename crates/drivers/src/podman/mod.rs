@@ -186,6 +186,7 @@ pub fn plugin_config(
         gc_image: false,
         dangling_enabled: false,
         allow_caps: DEFAULT_ALLOW_CAPS.iter().map(|c| c.to_string()).collect(),
+        driver_label: NAME.to_string(),
         ..DockerConfig::default()
     };
     let flag = |v: &Value, what: &str| -> Result<bool, DriverError> {
@@ -644,6 +645,7 @@ mod tests {
         let d = docker_config(&Value::Null).unwrap();
         assert_eq!(d.endpoint, DEFAULT_SOCKET);
         assert!(d.volumes_enabled && !d.gc_image && !d.dangling_enabled);
+        assert_eq!(d.driver_label, "podman");
         let d = docker_config(&json!([{"socket_path": "unix:///tmp/p.sock", "volumes": [{"enabled": false}], "gc": {"container": false}}])).unwrap();
         assert_eq!(d.socket_path().unwrap(), "/tmp/p.sock");
         assert!(!d.volumes_enabled && !d.gc_container);
