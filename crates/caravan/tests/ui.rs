@@ -104,7 +104,14 @@ fn pages_show_what_the_token_may_read_and_follow_changes() {
         body.contains("Task server") && body.contains("Task started by client"),
         "{body}"
     );
-    for page in ["clients", "servers", "topology", "settings/tokens"] {
+    for page in [
+        "clients",
+        "servers",
+        "topology",
+        "settings/tokens",
+        "storage/volumes",
+        "storage/plugins",
+    ] {
         let (s, body) = call(&agent, "GET", &format!("/ui/_/{page}"), &root, None);
         assert_eq!(s, 200, "{page}: {body}");
     }

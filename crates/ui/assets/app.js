@@ -257,6 +257,33 @@ function wireRunJob() {
 document.addEventListener("click", async (e) => {
   const b = e.target.closest("button[data-action]");
   if (!b) return;
+  if (b.dataset.action === "drain" || b.dataset.action === "eligibility") {
+    const node = b.dataset.node;
+    const status = b.parentElement.querySelector(".actionresult");
+    let path, body, question;
+    if (b.dataset.action === "drain") {
+      const on = b.dataset.enable === "true";
+      question = on ? "Drain this client? Its allocations move elsewhere within an hour." : null;
+      path = "/v1/node/" + encodeURIComponent(node) + "/drain";
+      body = on ? { DrainSpec: { Deadline: 3600e9, IgnoreSystemJobs: false }, MarkEligible: false }
+                : { DrainSpec: null, MarkEligible: true };
+    } else {
+      const value = b.dataset.value;
+      question = value === "ineligible" ? "Mark this client ineligible? Nothing new is placed on it." : null;
+      path = "/v1/node/" + encodeURIComponent(node) + "/eligibility";
+      body = { Eligibility: value };
+    }
+    if (question && !confirm(question)) return;
+    b.disabled = true;
+    try {
+      await callApi("PUT", path, body);
+      if (status) { status.textContent = "Done."; status.className = "actionresult"; }
+    } catch (err) {
+      if (status) { status.textContent = err.message; status.className = "actionresult error"; }
+      b.disabled = false;
+    }
+    return;
+  }
   if (b.dataset.action === "stop-job") {
     const id = b.dataset.job, ns = b.dataset.namespace || "default";
     if (!confirm("Stop job " + id + "? Its allocations are stopped.")) return;

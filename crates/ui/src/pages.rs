@@ -107,6 +107,9 @@ pub async fn render(
         ["clients", id] => client(api, token, id, query).await,
         ["servers"] => servers(api, token).await,
         ["topology"] => topology(api, token, query).await,
+        ["storage"] | ["storage", "volumes"] => volumes(api, token, query).await,
+        ["storage", "volumes", id] => volume(api, token, id, query).await,
+        ["storage", "plugins"] => plugins(api, token, query).await,
         ["settings", "tokens"] => tokens(api, token).await,
         _ => not_found(&format!("/{}", segments.join("/"))),
     }
@@ -425,6 +428,10 @@ async fn allocation(api: &Api, token: &str, id: &str, query: &[(String, String)]
             section.task {
                 h2 { "Task " (name) " " (badge(s(t, "State"))) @if t["Failed"] == true { " " span.badge.bad { "failed" } } }
                 p.muted { "Restarts: " (n(t, "Restarts")) " · started " (time(&t["StartedAt"])) " · finished " (time(&t["FinishedAt"])) }
+                @let devices = task_devices(a, name);
+                @if !devices.is_empty() {
+                    p { "Devices: " @for (i, d) in devices.iter().enumerate() { @if i > 0 { ", " } code { (d) } } }
+                }
                 p.links {
                     a href=(format!("/ui/allocations/{}/logs/{}?type=stdout", enc(alloc_id), enc(name))) { "stdout" } " · "
                     a href=(format!("/ui/allocations/{}/logs/{}?type=stderr", enc(alloc_id), enc(name))) { "stderr" }
@@ -570,6 +577,40 @@ async fn client(api: &Api, token: &str, id: &str, query: &[(String, String)]) ->
             ("CPU", html! { (n(&res["Cpu"], "CpuShares")) " MHz" }),
             ("Memory", html! { (n(&res["Memory"], "MemoryMB")) " MiB" }),
         ]))
+        div.actions {
+            @let node_id = s(node, "ID");
+            @if node["DrainStrategy"].is_object() {
+                button type="button" data-action="drain" data-node=(node_id) data-enable="false" { "Stop draining" }
+            } @else {
+                button.danger type="button" data-action="drain" data-node=(node_id) data-enable="true" { "Drain" }
+            }
+            @if s(node, "SchedulingEligibility") == "eligible" {
+                button type="button" data-action="eligibility" data-node=(node_id) data-value="ineligible" { "Mark ineligible" }
+            } @else {
+                button type="button" data-action="eligibility" data-node=(node_id) data-value="eligible" { "Mark eligible" }
+            }
+            span.actionresult role="status" {}
+        }
+        @let groups = res["Devices"].as_array().cloned().unwrap_or_default();
+        @if !groups.is_empty() {
+            section {
+                h2 { "Devices" }
+                (table("Devices", &["Device", "Instance", "Health", "Description"], html! {
+                    @for g in &groups {
+                        @for i in g["Instances"].as_array().into_iter().flatten() {
+                            tr {
+                                td { code { (s(g, "Vendor")) "/" (s(g, "Type")) "/" (s(g, "Name")) } }
+                                td { code { (s(i, "ID")) } }
+                                td data-value=(if i["Healthy"] == true { "healthy" } else { "unhealthy" }) {
+                                    (badge(if i["Healthy"] == true { "healthy" } else { "unhealthy" }))
+                                }
+                                td { (s(i, "HealthDescription")) }
+                            }
+                        }
+                    }
+                }))
+            }
+        }
         section {
             h2 { "Drivers" }
             (table("Drivers", &["Driver", "Detected", "Healthy", "Description"], html! {
@@ -603,6 +644,215 @@ async fn client(api: &Api, token: &str, id: &str, query: &[(String, String)]) ->
         }
     };
     Page::new(format!("Client {}", s(node, "Name")), body, r.index)
+}
+
+/// `vendor/type/name[id]` of each device instance a task was given.
+fn task_devices(a: &Value, task: &str) -> Vec<String> {
+    a["AllocatedResources"]["Tasks"][task]["Devices"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|d| {
+            d["DeviceIDs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(move |id| {
+                    format!(
+                        "{}/{}/{}[{}]",
+                        s(d, "Vendor"),
+                        s(d, "Type"),
+                        s(d, "Name"),
+                        id.as_str().unwrap_or_default()
+                    )
+                })
+        })
+        .collect()
+}
+
+/// The storage section's tabs.
+fn storage_tabs(current: &str) -> Markup {
+    html! {
+        nav.tabs aria-label="Storage" {
+            @for (path, label) in [("volumes", "CSI volumes"), ("plugins", "CSI plugins")] {
+                a href=(format!("/ui/storage/{path}")) aria-current=[(path == current).then_some("page")] { (label) }
+            }
+        }
+    }
+}
+
+async fn volumes(api: &Api, token: &str, query: &[(String, String)]) -> Page {
+    let r = api
+        .get(
+            token,
+            &format!("/v1/volumes?type=csi&namespace=*{}", blocking(query)),
+        )
+        .await;
+    if !r.ok() {
+        return Page::failed(&r);
+    }
+    let mut list = r.body.as_array().cloned().unwrap_or_default();
+    list.sort_by(|a, b| s(a, "ID").cmp(s(b, "ID")));
+    let body = html! {
+        div.title { h1 { "Storage" } span.count { (list.len()) } }
+        (storage_tabs("volumes"))
+        @if list.is_empty() {
+            (empty("No CSI volumes", html! {
+                "Register one with " code { "caravan volume register" } " or create one with "
+                code { "caravan volume create" } " once a CSI plugin runs."
+            }))
+        } @else {
+            (table("CSI volumes", &["ID", "Name", "Namespace", "Plugin", "Schedulable", "Access mode", "Claims"], html! {
+                @for v in &list {
+                    tr {
+                        td { a href=(format!("/ui/storage/volumes/{}?namespace={}", enc(s(v, "ID")), enc(s(v, "Namespace")))) { code { (s(v, "ID")) } } }
+                        td { (s(v, "Name")) }
+                        td { (s(v, "Namespace")) }
+                        td { (s(v, "PluginID")) }
+                        td data-value=(if v["Schedulable"] == true { "yes" } else { "no" }) {
+                            (badge(if v["Schedulable"] == true { "schedulable" } else { "unschedulable" }))
+                        }
+                        td { (s(v, "AccessMode")) }
+                        td data-value=(n(v, "CurrentReaders") + n(v, "CurrentWriters")) {
+                            (n(v, "CurrentReaders")) " readers · " (n(v, "CurrentWriters")) " writers"
+                        }
+                    }
+                }
+            }))
+        }
+    };
+    Page::new("Storage", body, r.index)
+}
+
+async fn volume(api: &Api, token: &str, id: &str, query: &[(String, String)]) -> Page {
+    let ns = param(query, "namespace").unwrap_or("default");
+    let r = api
+        .get(
+            token,
+            &format!(
+                "/v1/volume/csi/{}?namespace={}{}",
+                enc(id),
+                enc(ns),
+                blocking(query)
+            ),
+        )
+        .await;
+    if !r.ok() {
+        return Page::failed(&r);
+    }
+    let v = &r.body;
+    // Live claims: the volume's allocations, read or write by the claim maps they are in.
+    let writers: Vec<&str> = v["WriteAllocs"]
+        .as_object()
+        .map(|m| m.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    let claims: Vec<(&str, Value)> = v["Allocations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| {
+            let mode = if writers.contains(&s(a, "ID")) {
+                "write"
+            } else {
+                "read"
+            };
+            (mode, a.clone())
+        })
+        .collect();
+    let past: Vec<Value> = v["PastClaims"]
+        .as_object()
+        .map(|m| m.values().cloned().collect())
+        .unwrap_or_default();
+    let body = html! {
+        (title("CSI volume", s(v, "Name"), Some(if v["Schedulable"] == true { "schedulable" } else { "unschedulable" })))
+        (storage_tabs("volumes"))
+        (facts(&[
+            ("ID", html! { code { (s(v, "ID")) } }),
+            ("Namespace", html! { (s(v, "Namespace")) }),
+            ("Plugin", html! { (s(v, "PluginID")) " · " (s(v, "Provider")) " " (s(v, "ProviderVersion")) }),
+            ("External ID", html! { code { (s(v, "ExternalID")) } }),
+            ("Access mode", html! { (s(v, "AccessMode")) }),
+            ("Attachment mode", html! { (s(v, "AttachmentMode")) }),
+            ("Controllers", html! { (n(v, "ControllersHealthy")) " healthy of " (n(v, "ControllersExpected")) }),
+            ("Nodes", html! { (n(v, "NodesHealthy")) " healthy of " (n(v, "NodesExpected")) }),
+        ]))
+        section {
+            h2 { "Claims" }
+            @if claims.is_empty() {
+                (empty("No allocation claims this volume", html! { "A job with a " code { "volume" } " block of type " code { "csi" } " claims it when placed." }))
+            } @else {
+                (table("Claims", &["Allocation", "Mode", "Node", "Status"], html! {
+                    @for (mode, a) in &claims {
+                        tr {
+                            td { a href=(format!("/ui/allocations/{}", enc(s(a, "ID")))) { code { (short(s(a, "ID"))) } } }
+                            td { (mode) }
+                            td { (short(s(a, "NodeID"))) }
+                            td { (badge(if s(a, "ClientStatus").is_empty() { "claimed" } else { s(a, "ClientStatus") })) }
+                        }
+                    }
+                }))
+            }
+        }
+        @if !past.is_empty() {
+            section {
+                h2 { "Claims being released" }
+                (table("Claims being released", &["Allocation", "Node", "Mode", "Step"], html! {
+                    @for c in &past {
+                        tr {
+                            td { code { (short(s(c, "AllocationID"))) } }
+                            td { (short(s(c, "NodeID"))) }
+                            td { (match n(c, "Mode") { 0 => "read", 1 => "write", _ => "detach" }) }
+                            td { (match n(c, "State") {
+                                0 => "taken",
+                                4 => "unpublishing",
+                                1 => "node detached",
+                                2 => "controller detached",
+                                _ => "ready to free",
+                            }) }
+                        }
+                    }
+                }))
+            }
+        }
+        (json_block("Definition (JSON)", v))
+    };
+    Page::new(format!("Volume {}", s(v, "Name")), body, r.index)
+}
+
+async fn plugins(api: &Api, token: &str, query: &[(String, String)]) -> Page {
+    let r = api
+        .get(token, &format!("/v1/plugins?type=csi{}", blocking(query)))
+        .await;
+    if !r.ok() {
+        return Page::failed(&r);
+    }
+    let mut list = r.body.as_array().cloned().unwrap_or_default();
+    list.sort_by(|a, b| s(a, "ID").cmp(s(b, "ID")));
+    let body = html! {
+        div.title { h1 { "Storage" } span.count { (list.len()) } }
+        (storage_tabs("plugins"))
+        @if list.is_empty() {
+            (empty("No CSI plugins", html! {
+                "Run a plugin as a job whose task has a " code { "csi_plugin" } " block "
+                "(try " code { "examples/csi-hostpath.nomad.hcl" } ")."
+            }))
+        } @else {
+            (table("CSI plugins", &["ID", "Provider", "Controllers healthy", "Nodes healthy"], html! {
+                @for p in &list {
+                    @let ok = n(p, "ControllersHealthy") >= n(p, "ControllersExpected") && n(p, "NodesHealthy") >= n(p, "NodesExpected");
+                    tr {
+                        td { code { (s(p, "ID")) } }
+                        td { (s(p, "Provider")) }
+                        td data-value=(n(p, "ControllersHealthy")) { (n(p, "ControllersHealthy")) " / " (n(p, "ControllersExpected")) }
+                        td data-value=(n(p, "NodesHealthy")) {
+                            (n(p, "NodesHealthy")) " / " (n(p, "NodesExpected")) " " (badge(if ok { "healthy" } else { "unhealthy" }))
+                        }
+                    }
+                }
+            }))
+        }
+    };
+    Page::new("Storage", body, r.index)
 }
 
 async fn servers(api: &Api, token: &str) -> Page {

@@ -25,6 +25,7 @@ pub fn shell() -> Markup {
                         a href="/ui/clients" data-section="clients" { "Clients" }
                         a href="/ui/servers" data-section="servers" { "Servers" }
                         a href="/ui/topology" data-section="topology" { "Topology" }
+                        a href="/ui/storage/volumes" data-section="storage" { "Storage" }
                     }
                     a.token href="/ui/settings/tokens" data-section="settings" { "ACL token" }
                 }
