@@ -33,6 +33,7 @@ pub mod qemu;
 pub mod raw_exec;
 pub mod signal;
 pub mod testing;
+mod wrapped;
 
 mod exit_cell;
 mod netns;

@@ -8,10 +8,7 @@
 //! the `PATH`, with the reason; otherwise `driver.java.version`, `.runtime` and `.vm` from
 //! `java -version`. The probe is cached for [`PROBE_TTL`] (a JVM start is not free).
 
-use crate::driver::{
-    Capabilities, Driver, DriverFuture, ExecStream, ExitResult, Fingerprint, TaskConfig,
-    TaskHandle, TaskStats, TaskStatus,
-};
+use crate::driver::{Capabilities, Driver, DriverFuture, Fingerprint, TaskConfig, TaskHandle};
 use crate::error::DriverError;
 use crate::exec::{ExecConfig, ExecDriver};
 use serde_json::{json, Map, Value};
@@ -86,47 +83,16 @@ fn probe_cached(cache: &Mutex<Option<(Instant, Probe)>>) -> Probe {
 /// `java` on the `PATH`, resolved through its symlinks (Debian's alternatives) to the JVM's own
 /// binary, which the chroot's `/usr` holds.
 fn find_java() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join("java"))
-        .find(|p| is_executable(p))
-        .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    crate::wrapped::which("java").map(|p| std::fs::canonicalize(&p).unwrap_or(p))
 }
 
 fn probe_java() -> Probe {
     let Some(java) = find_java() else {
         return Probe::Missing("java not found on the PATH".into());
     };
-    let child = std::process::Command::new(&java)
-        .arg("-version")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn();
-    let mut child = match child {
-        Ok(c) => c,
-        Err(e) => return Probe::Missing(format!("{}: {e}", java.display())),
-    };
-    let deadline = Instant::now() + PROBE_TIMEOUT;
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Probe::Missing(format!("{} -version did not answer", java.display()));
-            }
-        }
-    }
-    let out = match child.wait_with_output() {
+    let out = match crate::wrapped::run_probe(&java, &["-version"], PROBE_TIMEOUT) {
         Ok(o) => o,
-        Err(e) => return Probe::Missing(format!("{} -version: {e}", java.display())),
+        Err(e) => return Probe::Missing(e),
     };
     // The JVM prints its version on stderr (some builds on stdout).
     let text = format!(
@@ -255,19 +221,6 @@ fn exec_config(
     Ok(out)
 }
 
-/// The handle as the inner exec driver knows it.
-fn inner_handle(handle: &TaskHandle) -> Result<TaskHandle, DriverError> {
-    if handle.driver != NAME {
-        return Err(DriverError::Recover {
-            task_id: handle.task_id.clone(),
-            message: format!("the handle belongs to driver {:?}, not java", handle.driver),
-        });
-    }
-    let mut h = handle.clone();
-    h.driver = crate::exec::NAME.to_string();
-    Ok(h)
-}
-
 impl Driver for JavaDriver {
     fn name(&self) -> &'static str {
         NAME
@@ -287,6 +240,17 @@ impl Driver for JavaDriver {
             Probe::Missing(why) => Fingerprint::undetected(why),
         }
     }
+
+    crate::wrapped::delegate_to_inner!(
+        wait,
+        stop,
+        destroy,
+        signal,
+        inspect,
+        stats,
+        exec,
+        exec_streaming
+    );
 
     fn start(&self, mut cfg: TaskConfig) -> DriverFuture<'_, TaskHandle> {
         Box::pin(async move {
@@ -312,58 +276,11 @@ impl Driver for JavaDriver {
         })
     }
 
-    fn wait<'a>(&'a self, task_id: &'a str) -> DriverFuture<'a, ExitResult> {
-        self.inner.wait(task_id)
-    }
-
-    fn stop<'a>(
-        &'a self,
-        task_id: &'a str,
-        timeout: Duration,
-        signal: &'a str,
-    ) -> DriverFuture<'a, ()> {
-        self.inner.stop(task_id, timeout, signal)
-    }
-
-    fn destroy<'a>(&'a self, task_id: &'a str, force: bool) -> DriverFuture<'a, ()> {
-        self.inner.destroy(task_id, force)
-    }
-
-    fn signal<'a>(&'a self, task_id: &'a str, signal: &'a str) -> DriverFuture<'a, ()> {
-        self.inner.signal(task_id, signal)
-    }
-
-    fn inspect<'a>(&'a self, task_id: &'a str) -> DriverFuture<'a, TaskStatus> {
-        self.inner.inspect(task_id)
-    }
-
-    fn stats<'a>(&'a self, task_id: &'a str) -> DriverFuture<'a, TaskStats> {
-        self.inner.stats(task_id)
-    }
-
     fn recover<'a>(&'a self, handle: &'a TaskHandle) -> DriverFuture<'a, ()> {
         Box::pin(async move {
-            let h = inner_handle(handle)?;
+            let h = crate::wrapped::inner_handle(handle, NAME, crate::exec::NAME)?;
             self.inner.recover(&h).await
         })
-    }
-
-    fn exec<'a>(
-        &'a self,
-        task_id: &'a str,
-        cmd: &'a [String],
-        timeout: Duration,
-    ) -> DriverFuture<'a, crate::driver::ExecResult> {
-        self.inner.exec(task_id, cmd, timeout)
-    }
-
-    fn exec_streaming<'a>(
-        &'a self,
-        task_id: &'a str,
-        cmd: &'a [String],
-        tty: bool,
-    ) -> DriverFuture<'a, ExecStream> {
-        self.inner.exec_streaming(task_id, cmd, tty)
     }
 }
 
@@ -435,22 +352,5 @@ mod tests {
             assert!(err.contains(want), "{v}: {err}");
             assert!(err.contains("java"), "{err}");
         }
-    }
-
-    #[test]
-    fn handles_of_other_drivers_are_refused() {
-        let h = TaskHandle {
-            version: crate::driver::TASK_HANDLE_VERSION,
-            task_id: "t".into(),
-            driver: "exec".into(),
-            config: crate::testing::task_config(Path::new("/tmp"), "t", json!({})),
-            pid: None,
-            started_at_unix_ns: 0,
-            state: Value::Null,
-        };
-        assert!(inner_handle(&h).is_err());
-        let mut ours = h.clone();
-        ours.driver = NAME.into();
-        assert_eq!(inner_handle(&ours).unwrap().driver, "exec");
     }
 }

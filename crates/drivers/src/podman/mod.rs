@@ -11,16 +11,12 @@
 
 use crate::docker::config::{DockerConfig, DEFAULT_ALLOW_CAPS};
 use crate::docker::DockerDriver;
-use crate::driver::{
-    Capabilities, Driver, DriverFuture, ExecResult, ExecStream, ExitResult, Fingerprint,
-    TaskConfig, TaskHandle, TaskStats, TaskStatus,
-};
+use crate::driver::{Capabilities, Driver, DriverFuture, Fingerprint, TaskConfig, TaskHandle};
 use crate::error::DriverError;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Duration;
 
 pub const NAME: &str = "podman";
 /// Podman's rootful socket (the podman driver's default `socket_path`).
@@ -453,21 +449,6 @@ impl PodmanDriver {
     }
 }
 
-fn inner_handle(handle: &TaskHandle) -> Result<TaskHandle, DriverError> {
-    if handle.driver != NAME {
-        return Err(DriverError::Recover {
-            task_id: handle.task_id.clone(),
-            message: format!(
-                "the handle belongs to driver {:?}, not podman",
-                handle.driver
-            ),
-        });
-    }
-    let mut h = handle.clone();
-    h.driver = crate::docker::NAME.to_string();
-    Ok(h)
-}
-
 impl Driver for PodmanDriver {
     fn name(&self) -> &'static str {
         NAME
@@ -484,6 +465,17 @@ impl Driver for PodmanDriver {
     fn fingerprint(&self) -> Fingerprint {
         fingerprint_of(&self.config)
     }
+
+    crate::wrapped::delegate_to_inner!(
+        wait,
+        stop,
+        destroy,
+        signal,
+        inspect,
+        stats,
+        exec,
+        exec_streaming
+    );
 
     fn start(&self, mut cfg: TaskConfig) -> DriverFuture<'_, TaskHandle> {
         Box::pin(async move {
@@ -520,58 +512,11 @@ impl Driver for PodmanDriver {
         })
     }
 
-    fn wait<'a>(&'a self, task_id: &'a str) -> DriverFuture<'a, ExitResult> {
-        self.inner.wait(task_id)
-    }
-
-    fn stop<'a>(
-        &'a self,
-        task_id: &'a str,
-        timeout: Duration,
-        signal: &'a str,
-    ) -> DriverFuture<'a, ()> {
-        self.inner.stop(task_id, timeout, signal)
-    }
-
-    fn destroy<'a>(&'a self, task_id: &'a str, force: bool) -> DriverFuture<'a, ()> {
-        self.inner.destroy(task_id, force)
-    }
-
-    fn signal<'a>(&'a self, task_id: &'a str, signal: &'a str) -> DriverFuture<'a, ()> {
-        self.inner.signal(task_id, signal)
-    }
-
-    fn inspect<'a>(&'a self, task_id: &'a str) -> DriverFuture<'a, TaskStatus> {
-        self.inner.inspect(task_id)
-    }
-
-    fn stats<'a>(&'a self, task_id: &'a str) -> DriverFuture<'a, TaskStats> {
-        self.inner.stats(task_id)
-    }
-
     fn recover<'a>(&'a self, handle: &'a TaskHandle) -> DriverFuture<'a, ()> {
         Box::pin(async move {
-            let h = inner_handle(handle)?;
+            let h = crate::wrapped::inner_handle(handle, NAME, crate::docker::NAME)?;
             self.inner.recover(&h).await
         })
-    }
-
-    fn exec<'a>(
-        &'a self,
-        task_id: &'a str,
-        cmd: &'a [String],
-        timeout: Duration,
-    ) -> DriverFuture<'a, ExecResult> {
-        self.inner.exec(task_id, cmd, timeout)
-    }
-
-    fn exec_streaming<'a>(
-        &'a self,
-        task_id: &'a str,
-        cmd: &'a [String],
-        tty: bool,
-    ) -> DriverFuture<'a, ExecStream> {
-        self.inner.exec_streaming(task_id, cmd, tty)
     }
 }
 
@@ -719,21 +664,5 @@ mod tests {
             fp.health_description.contains("/nonexistent/podman.sock"),
             "{fp:?}"
         );
-    }
-
-    #[test]
-    fn handles_of_other_drivers_are_refused() {
-        let mut h = TaskHandle {
-            version: crate::driver::TASK_HANDLE_VERSION,
-            task_id: "t".into(),
-            driver: "docker".into(),
-            config: crate::testing::task_config(Path::new("/tmp"), "t", json!({})),
-            pid: None,
-            started_at_unix_ns: 0,
-            state: Value::Null,
-        };
-        assert!(inner_handle(&h).is_err());
-        h.driver = NAME.into();
-        assert_eq!(inner_handle(&h).unwrap().driver, "docker");
     }
 }

@@ -16,8 +16,7 @@
 //! `driver.qemu.version` (from `--version`, cached for [`PROBE_TTL`]) and `driver.qemu.emulators`.
 
 use crate::driver::{
-    Capabilities, Driver, DriverFuture, ExecResult, ExecStream, ExitResult, Fingerprint,
-    TaskConfig, TaskHandle, TaskStats, TaskStatus,
+    Capabilities, Driver, DriverFuture, ExecResult, ExecStream, Fingerprint, TaskConfig, TaskHandle,
 };
 use crate::error::DriverError;
 use crate::raw_exec::{RawExecConfig, RawExecDriver};
@@ -176,16 +175,6 @@ fn find_emulators(allow: &[String]) -> Vec<String> {
     out.into_iter().collect()
 }
 
-fn which(name: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| {
-            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-}
-
 /// `QEMU emulator version 7.2.15 (…)` → `7.2.15`.
 fn parse_version(text: &str) -> Option<String> {
     let rest = text.split("QEMU emulator version ").nth(1)?;
@@ -201,32 +190,10 @@ fn probe(config: &QemuConfig) -> Probe {
     let Some(first) = emulators.first() else {
         return Probe::Missing("no qemu-system-* emulator found on the PATH".into());
     };
-    let Some(bin) = which(&format!("qemu-system-{first}")) else {
+    let Some(bin) = crate::wrapped::which(&format!("qemu-system-{first}")) else {
         return Probe::Missing(format!("qemu-system-{first} is not executable"));
     };
-    let child = std::process::Command::new(&bin)
-        .arg("--version")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn();
-    let mut child = match child {
-        Ok(c) => c,
-        Err(e) => return Probe::Missing(format!("Failed to execute qemu binary: {e}")),
-    };
-    let deadline = Instant::now() + PROBE_TIMEOUT;
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Probe::Missing(format!("{} --version did not answer", bin.display()));
-            }
-        }
-    }
-    let out = match child.wait_with_output() {
+    let out = match crate::wrapped::run_probe(&bin, &["--version"], PROBE_TIMEOUT) {
         Ok(o) => o,
         Err(e) => return Probe::Missing(format!("Failed to execute qemu binary: {e}")),
     };
@@ -502,7 +469,7 @@ impl QemuDriver {
                 "QEMU memory assignment out of bounds: {mb} MB (between {MEMORY_MB_MIN} and {MEMORY_MB_MAX})"
             )));
         }
-        let emulator = which(&format!("qemu-system-{}", vm.emulator))
+        let emulator = crate::wrapped::which(&format!("qemu-system-{}", vm.emulator))
             .ok_or_else(|| invalid(format!("qemu-system-{} is not on the PATH", vm.emulator)))?;
         if vm.accelerator == "kvm" && !Path::new("/dev/kvm").exists() {
             return Err(invalid(
@@ -607,18 +574,6 @@ impl QemuDriver {
     }
 }
 
-fn inner_handle(handle: &TaskHandle) -> Result<TaskHandle, DriverError> {
-    if handle.driver != NAME {
-        return Err(DriverError::Recover {
-            task_id: handle.task_id.clone(),
-            message: format!("the handle belongs to driver {:?}, not qemu", handle.driver),
-        });
-    }
-    let mut h = handle.clone();
-    h.driver = crate::raw_exec::NAME.to_string();
-    Ok(h)
-}
-
 impl Driver for QemuDriver {
     fn name(&self) -> &'static str {
         NAME
@@ -636,6 +591,8 @@ impl Driver for QemuDriver {
             Probe::Missing(why) => Fingerprint::undetected(why),
         }
     }
+
+    crate::wrapped::delegate_to_inner!(wait, signal, inspect, stats);
 
     fn start(&self, mut cfg: TaskConfig) -> DriverFuture<'_, TaskHandle> {
         Box::pin(async move {
@@ -660,10 +617,6 @@ impl Driver for QemuDriver {
             }
             Ok(handle)
         })
-    }
-
-    fn wait<'a>(&'a self, task_id: &'a str) -> DriverFuture<'a, ExitResult> {
-        self.inner.wait(task_id)
     }
 
     fn stop<'a>(
@@ -699,21 +652,9 @@ impl Driver for QemuDriver {
         })
     }
 
-    fn signal<'a>(&'a self, task_id: &'a str, signal: &'a str) -> DriverFuture<'a, ()> {
-        self.inner.signal(task_id, signal)
-    }
-
-    fn inspect<'a>(&'a self, task_id: &'a str) -> DriverFuture<'a, TaskStatus> {
-        self.inner.inspect(task_id)
-    }
-
-    fn stats<'a>(&'a self, task_id: &'a str) -> DriverFuture<'a, TaskStats> {
-        self.inner.stats(task_id)
-    }
-
     fn recover<'a>(&'a self, handle: &'a TaskHandle) -> DriverFuture<'a, ()> {
         Box::pin(async move {
-            let h = inner_handle(handle)?;
+            let h = crate::wrapped::inner_handle(handle, NAME, crate::raw_exec::NAME)?;
             self.inner.recover(&h).await?;
             let graceful = handle
                 .config
@@ -797,7 +738,7 @@ mod tests {
         let d = QemuDriver::new(QemuConfig::default());
         let Ok((_, args, monitor)) = d.command(&vm, &cfg) else {
             // No qemu on this machine: nothing more to check here.
-            assert!(which("qemu-system-x86_64").is_none());
+            assert!(crate::wrapped::which("qemu-system-x86_64").is_none());
             return;
         };
         let line = args.join(" ");
