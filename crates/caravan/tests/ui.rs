@@ -111,10 +111,39 @@ fn pages_show_what_the_token_may_read_and_follow_changes() {
         "settings/tokens",
         "storage/volumes",
         "storage/plugins",
+        "variables",
     ] {
         let (s, body) = call(&agent, "GET", &format!("/ui/_/{page}"), &root, None);
         assert_eq!(s, 200, "{page}: {body}");
     }
+    // A variable: its keys listed, its values only behind "Show values".
+    let (s, b) = call(
+        &agent,
+        "PUT",
+        "/v1/var/app/config",
+        &root,
+        Some(&json!({"Items": {"db_host": "10.0.0.9"}})),
+    );
+    assert_eq!(s, 200, "{b}");
+    let (s, body) = call(&agent, "GET", "/ui/_/variables", &root, None);
+    assert_eq!(s, 200, "{body}");
+    assert!(
+        body.contains("/ui/variables/app/config?namespace=default"),
+        "{body}"
+    );
+    let (s, body) = call(
+        &agent,
+        "GET",
+        "/ui/_/variables/app/config?namespace=default",
+        &root,
+        None,
+    );
+    assert_eq!(s, 200, "{body}");
+    let shown = body
+        .find("Show values")
+        .expect("a disclosure for the values");
+    assert!(body.contains("db_host"), "{body}");
+    assert!(body.find("10.0.0.9").is_some_and(|at| at > shown), "{body}");
     let (s, _) = call(&agent, "GET", "/ui/_/no/such/page", &root, None);
     assert_eq!(s, 404);
 

@@ -110,6 +110,8 @@ pub async fn render(
         ["storage"] | ["storage", "volumes"] => volumes(api, token, query).await,
         ["storage", "volumes", id] => volume(api, token, id, query).await,
         ["storage", "plugins"] => plugins(api, token, query).await,
+        ["variables"] => variables(api, token, query).await,
+        ["variables", path @ ..] => variable(api, token, &path.join("/"), query).await,
         ["settings", "tokens"] => tokens(api, token).await,
         _ => not_found(&format!("/{}", segments.join("/"))),
     }
@@ -861,6 +863,7 @@ async fn servers(api: &Api, token: &str) -> Page {
         return Page::failed(&r);
     }
     let members = r.body["Members"].as_array().cloned().unwrap_or_default();
+    let namespaces = api.get(token, "/v1/namespaces").await;
     let body = html! {
         div.title { h1 { "Servers" } span.count { (members.len()) } }
         (table("Servers", &["Name", "Address", "Status", "Leader", "Datacenter", "Region", "Build"], html! {
@@ -877,8 +880,103 @@ async fn servers(api: &Api, token: &str) -> Page {
                 }
             }
         }))
+        section {
+            h2 { "Namespaces" }
+            @if let Some(e) = failed_part(&namespaces, "the namespaces") {
+                (e)
+            } @else {
+                (table("Namespaces", &["Name", "Description"], html! {
+                    @for ns in namespaces.body.as_array().into_iter().flatten() {
+                        tr { td { (s(ns, "Name")) } td { (s(ns, "Description")) } }
+                    }
+                }))
+            }
+        }
     };
     Page::new("Servers", body, None)
+}
+
+async fn variables(api: &Api, token: &str, query: &[(String, String)]) -> Page {
+    let r = api
+        .get(token, &format!("/v1/vars?namespace=*{}", blocking(query)))
+        .await;
+    if !r.ok() {
+        return Page::failed(&r);
+    }
+    let mut list = r.body.as_array().cloned().unwrap_or_default();
+    list.sort_by(|a, b| (s(a, "Namespace"), s(a, "Path")).cmp(&(s(b, "Namespace"), s(b, "Path"))));
+    let body = html! {
+        div.title { h1 { "Variables" } span.count { (list.len()) } }
+        @if list.is_empty() {
+            (empty("No variables", html! {
+                "Write one with " code { "caravan var put app/config key=value" }
+                "; tasks read theirs under " code { "nomad/jobs/<job>" } "."
+            }))
+        } @else {
+            (table("Variables", &["Path", "Namespace", "Modified"], html! {
+                @for v in &list {
+                    tr {
+                        td { a href=(format!("/ui/variables/{}?namespace={}", s(v, "Path").split('/').map(enc).collect::<Vec<_>>().join("/"), enc(s(v, "Namespace")))) { code { (s(v, "Path")) } } }
+                        td { (s(v, "Namespace")) }
+                        td { (time(&v["ModifyTime"])) }
+                    }
+                }
+            }))
+        }
+    };
+    Page::new("Variables", body, r.index)
+}
+
+/// One variable: its items' keys, with the values behind a disclosure (shown only when asked).
+async fn variable(api: &Api, token: &str, path: &str, query: &[(String, String)]) -> Page {
+    let ns = param(query, "namespace").unwrap_or("default");
+    let encoded: Vec<String> = path.split('/').map(|p| enc(p).to_string()).collect();
+    let r = api
+        .get(
+            token,
+            &format!(
+                "/v1/var/{}?namespace={}{}",
+                encoded.join("/"),
+                enc(ns),
+                blocking(query)
+            ),
+        )
+        .await;
+    if !r.ok() {
+        return Page::failed(&r);
+    }
+    let v = &r.body;
+    let mut items: Vec<(String, String)> = v["Items"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, x)| (k.clone(), x.as_str().unwrap_or_default().to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    items.sort();
+    let body = html! {
+        (title("Variable", s(v, "Path"), None))
+        (facts(&[
+            ("Namespace", html! { (s(v, "Namespace")) }),
+            ("Modify index", html! { (n(v, "ModifyIndex")) }),
+            ("Modified", time(&v["ModifyTime"])),
+            ("Lock", html! { (if v["Lock"].is_object() { "held" } else { "none" }) }),
+        ]))
+        section {
+            h2 { "Items (" (items.len()) ")" }
+            (table("Items", &["Key"], html! {
+                @for (k, _) in &items { tr { td { code { (k) } } } }
+            }))
+            details.definition {
+                summary { "Show values" }
+                (table("Values", &["Key", "Value"], html! {
+                    @for (k, x) in &items { tr { td { code { (k) } } td { code { (x) } } } }
+                }))
+            }
+        }
+    };
+    Page::new(format!("Variable {}", s(v, "Path")), body, r.index)
 }
 
 /// Each client as a box filled by what its allocations reserve, as Nomad's topology view.

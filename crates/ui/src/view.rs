@@ -26,6 +26,7 @@ pub fn shell() -> Markup {
                         a href="/ui/servers" data-section="servers" { "Servers" }
                         a href="/ui/topology" data-section="topology" { "Topology" }
                         a href="/ui/storage/volumes" data-section="storage" { "Storage" }
+                        a href="/ui/variables" data-section="variables" { "Variables" }
                     }
                     a.token href="/ui/settings/tokens" data-section="settings" { "ACL token" }
                 }
