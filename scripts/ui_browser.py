@@ -7,6 +7,8 @@ import sys
 import tempfile
 import threading
 import time
+import json
+import urllib.request
 
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
@@ -31,10 +33,10 @@ JOB = """job "browser" {
 """
 
 
-def start_agent(work):
+def start_agent(work, extra=""):
     cfg = os.path.join(work, "agent.hcl")
     with open(cfg, "w") as f:
-        f.write('bind_addr = "127.0.0.1"\nports {\n  http = 0\n  rpc = 0\n}\n')
+        f.write('bind_addr = "127.0.0.1"\nports {\n  http = 0\n  rpc = 0\n}\n' + extra)
     proc = subprocess.Popen(
         [BIN, "agent", "-dev", "-config", cfg, "-data-dir", os.path.join(work, "data")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -52,6 +54,22 @@ def start_agent(work):
             raise SystemExit("the dev agent did not start")
         time.sleep(0.1)
     return proc, "http://" + found["addr"]
+
+
+def api(base, method, path, body=None, token=None, attempts=100):
+    """A /v1 call; retried while the agent is still electing itself (ACL bootstrap needs a leader)."""
+    data = None if body is None else json.dumps(body).encode()
+    for i in range(attempts):
+        req = urllib.request.Request(base + path, data=data, method=method)
+        if token:
+            req.add_header("X-Nomad-Token", token)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return json.loads(r.read() or b"null")
+        except Exception:
+            if i == attempts - 1:
+                raise
+            time.sleep(0.2)
 
 
 def main():
@@ -140,6 +158,46 @@ def main():
         driver.switch_to.alert.accept()
         wait_for("the job to stop, shown live", lambda: "1 complete" in view()
                  or "dead" in view(), 90)
+        # Sign in: an agent with ACLs on shows nothing to the anonymous browser, then a
+        # management token's jobs once signed in, and nothing again once signed out.
+        step = "starting an agent with ACLs on"
+        acl_work = os.path.join(work, "acl")
+        os.makedirs(acl_work)
+        acl_proc, acl_base = start_agent(acl_work, "acl {\n  enabled = true\n}\n")
+        try:
+            root = api(acl_base, "POST", "/v1/acl/bootstrap")["SecretID"]
+            api(acl_base, "PUT", "/v1/jobs", {"Job": {
+                "ID": "behind-acls", "Type": "batch", "Datacenters": ["dc1"], "ParameterizedJob": {},
+                "TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Driver": "raw_exec",
+                                                        "Config": {"command": "/bin/true"}}]}]}},
+                token=root)
+            driver.get(acl_base + "/ui/jobs")
+            wait_for("the anonymous jobs page offers to sign in",
+                     lambda: "sign in with a token" in view().lower() and "behind-acls" not in view())
+            shot("signed-out")
+            driver.find_element(By.LINK_TEXT, "ACL token").click()
+            wait_for("the sign-in form", lambda: driver.find_element(By.ID, "secret").is_displayed())
+            driver.find_element(By.ID, "secret").send_keys(root)
+            driver.find_element(By.CSS_SELECTOR, "#signin button[type=submit]").click()
+            wait_for("the token's details", lambda: "management" in view())
+            shot("signed-in")
+            driver.find_element(By.LINK_TEXT, "Jobs").click()
+            wait_for("the job the token may see", lambda: "behind-acls" in view())
+            driver.find_element(By.LINK_TEXT, "ACL token").click()
+            wait_for("the sign-out button", lambda: driver.find_element(By.ID, "signout").is_displayed())
+            driver.find_element(By.ID, "signout").click()
+            wait_for("signed out", lambda: "Not signed in" in view())
+            driver.find_element(By.LINK_TEXT, "Jobs").click()
+            wait_for("the job hidden again", lambda: "sign in with a token" in view().lower()
+                     and "behind-acls" not in view())
+        finally:
+            # Leave the page first: its pending blocking query would end in a reset.
+            driver.get("about:blank")
+            acl_proc.terminate()
+            try:
+                acl_proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                acl_proc.kill()
         errors = [e for e in driver.get_log("browser")
                   if e.get("level") == "SEVERE" and "favicon" not in e.get("message", "")]
         assert not errors, "the browser reported errors: %r" % errors
