@@ -37,7 +37,7 @@ fn main() {
         .filter(|a| a != "--bench")
         .collect();
     let Some(which) = args.first().cloned() else {
-        eprintln!("usage: e2e placements|heartbeats|registrations|churn [-flag value]...");
+        eprintln!("usage: e2e placements|heartbeats|registrations|churn|ui [-flag value]...");
         std::process::exit(2);
     };
     let flags = Flags::parse(&args[1..]);
@@ -52,6 +52,7 @@ fn main() {
             "heartbeats" => heartbeats(&flags).await,
             "registrations" => registrations(&flags).await,
             "churn" => churn(&flags).await,
+            "ui" => ui(&flags).await,
             other => Err(format!("unknown benchmark {other:?}")),
         }
     });
@@ -380,6 +381,81 @@ async fn placements(f: &Flags) -> Res<()> {
         rss0 / 1024
     );
     submit_and_follow(&c, &server.http, jobs, count, clients, server.proc.0.id()).await
+}
+
+/// #20: the web UI's pages on a big cluster — placements as `placements`, then each page's
+/// fragment (`/ui/_/<page>`, what the browser fetches) timed on the server, `-rounds` times.
+async fn ui(f: &Flags) -> Res<()> {
+    let (nodes, jobs, count, clients, rounds) = (
+        f.get("nodes", 5000),
+        f.get("jobs", 100),
+        f.get("count", 1000),
+        f.get("clients", 8),
+        f.get("rounds", 5),
+    );
+    println!("== ui: {nodes} nodes, {jobs} jobs x {count}, then page renders x {rounds}");
+    let server = start_server("ui")?;
+    let c = api(&server.http)?;
+    let log = server._dir.join("nodesim.log");
+    let _sim = nodesim(&server.rpc, nodes, 1, "sim-", &log)?;
+    wait_ready(&c, nodes, Duration::from_secs(900)).await?;
+    submit_and_follow(&c, &server.http, jobs, count, clients, server.proc.0.id()).await?;
+    let (list, _) = c
+        .list_nodes(&QueryOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let node = list.first().map(|n| n.id.clone()).unwrap_or_default();
+    let addr = server.http.trim_start_matches("http://").to_string();
+    let pages = [
+        "/ui/_/jobs".to_string(),
+        "/ui/_/jobs/bench-0000?namespace=default".to_string(),
+        "/ui/_/clients".to_string(),
+        format!("/ui/_/clients/{node}"),
+        "/ui/_/topology".to_string(),
+    ];
+    for page in &pages {
+        let mut times = Vec::new();
+        let mut bytes = 0;
+        for _ in 0..rounds {
+            let addr = addr.clone();
+            let path = page.clone();
+            let t = Instant::now();
+            let (status, len) = tokio::task::spawn_blocking(move || http_get_len(&addr, &path))
+                .await
+                .map_err(|e| e.to_string())??;
+            times.push(t.elapsed().as_secs_f64() * 1000.0);
+            if status != 200 {
+                return Err(format!("{page}: status {status}"));
+            }
+            bytes = len;
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "ui: {page}: p50 {:.1} ms, max {:.1} ms, {} KiB",
+            times[times.len() / 2],
+            times[times.len() - 1],
+            bytes / 1024
+        );
+    }
+    Ok(())
+}
+
+/// `GET path` over HTTP/1.0: the status and the body's length.
+fn http_get_len(addr: &str, path: &str) -> Res<(u16, usize)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out);
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or(0, |(_, b)| b.len());
+    Ok((status, body))
 }
 
 async fn heartbeats(f: &Flags) -> Res<()> {
