@@ -105,8 +105,18 @@ async fn start_in(dir: &TempDir, ttl: Duration) -> Server {
     cfg.min_heartbeat_ttl = ttl;
     cfg.heartbeat_grace = Duration::from_millis(400);
     cfg.failover_heartbeat_ttl = Duration::from_secs(2);
-    let server = Server::start(cfg).await.expect("server starts");
     let deadline = Instant::now() + DEADLINE;
+    // A server shut down on the same data dir may still be releasing its raft log (tasks that
+    // held the store finish after `shutdown` returns): wait for the lock, not fail on it.
+    let server = loop {
+        match Server::start(cfg.clone()).await {
+            Ok(s) => break s,
+            Err(e) if e.message.contains("already open") && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("server starts: {e:?}"),
+        }
+    };
     while !server.schedulers_running() {
         assert!(Instant::now() < deadline, "the leader loops never started");
         tokio::time::sleep(Duration::from_millis(10)).await;

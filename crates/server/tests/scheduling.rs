@@ -40,8 +40,18 @@ async fn start(dir: &TempDir) -> Server {
     cfg.raft_heartbeat_ms = 50;
     cfg.raft_election_timeout_ms = (150, 300);
     cfg.num_schedulers = 2;
-    let server = Server::start(cfg).await.expect("server starts");
     let deadline = Instant::now() + DEADLINE;
+    // A server shut down on the same data dir may still be releasing its raft log: wait for the
+    // lock, not fail on it.
+    let server = loop {
+        match Server::start(cfg.clone()).await {
+            Ok(s) => break s,
+            Err(e) if e.message.contains("already open") && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("server starts: {e:?}"),
+        }
+    };
     while !server.schedulers_running() {
         assert!(Instant::now() < deadline, "the leader loops never started");
         tokio::time::sleep(Duration::from_millis(10)).await;
