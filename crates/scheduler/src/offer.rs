@@ -497,6 +497,18 @@ mod tests {
         assert_eq!(err.as_deref(), Some("devices: no devices match request"));
     }
 
+    /// A request for `count` GPUs of any vendor, with no constraint or affinity.
+    fn gpu_ask(count: u64) -> DeviceAsk {
+        DeviceAsk {
+            vendor: None,
+            device_type: "gpu".into(),
+            name: None,
+            count,
+            constraints: Vec::new(),
+            affinities: Vec::new(),
+        }
+    }
+
     fn gpu_group(name: &str, ids: &[&str], memory_gib: i64) -> NodeDeviceResource {
         NodeDeviceResource {
             vendor: "nvidia".into(),
@@ -561,16 +573,12 @@ mod tests {
         let groups = [gpu_group("any", &["g0", "g1", "g2"], 8)];
         let mut t = task(1, 1);
         t.devices = vec![DeviceAsk {
-            vendor: None,
-            device_type: "gpu".into(),
-            name: None,
-            count: 2,
             constraints: vec![(
                 "${device.ids}".into(),
                 "set_contains_any".into(),
                 "g2,g0".into(),
             )],
-            affinities: Vec::new(),
+            ..gpu_ask(2)
         }];
         let o = offer(&ask(t.clone(), vec![]), &Used::default(), &groups).expect("fits");
         assert_eq!(o.resources.tasks["t"].devices[0].device_ids, ["g0", "g2"]);
@@ -587,14 +595,7 @@ mod tests {
     fn two_tasks_never_share_an_instance() {
         let groups = [gpu_group("any", &["g0", "g1", "g2"], 8)];
         let mut a = task(1, 1);
-        a.devices = vec![DeviceAsk {
-            vendor: None,
-            device_type: "gpu".into(),
-            name: None,
-            count: 2,
-            constraints: Vec::new(),
-            affinities: Vec::new(),
-        }];
+        a.devices = vec![gpu_ask(2)];
         let mut b = a.clone();
         b.name = "u".into();
         let mut g = ask(a, vec![]);

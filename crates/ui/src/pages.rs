@@ -683,18 +683,32 @@ fn storage_tabs(current: &str) -> Markup {
     }
 }
 
-async fn volumes(api: &Api, token: &str, query: &[(String, String)]) -> Page {
-    let r = api
-        .get(
-            token,
-            &format!("/v1/volumes?type=csi&namespace=*{}", blocking(query)),
-        )
-        .await;
+/// A list endpoint's items sorted by `key` with the answer's index, or the page saying why not.
+async fn sorted_list(
+    api: &Api,
+    token: &str,
+    path: &str,
+    key: fn(&Value) -> (String, String),
+) -> Result<(Vec<Value>, Option<u64>), Page> {
+    let r = api.get(token, path).await;
     if !r.ok() {
-        return Page::failed(&r);
+        return Err(Page::failed(&r));
     }
     let mut list = r.body.as_array().cloned().unwrap_or_default();
-    list.sort_by(|a, b| s(a, "ID").cmp(s(b, "ID")));
+    list.sort_by_cached_key(key);
+    Ok((list, r.index))
+}
+
+fn by_id(v: &Value) -> (String, String) {
+    (s(v, "ID").to_string(), String::new())
+}
+
+async fn volumes(api: &Api, token: &str, query: &[(String, String)]) -> Page {
+    let path = format!("/v1/volumes?type=csi&namespace=*{}", blocking(query));
+    let (list, index) = match sorted_list(api, token, &path, by_id).await {
+        Ok(l) => l,
+        Err(page) => return page,
+    };
     let body = html! {
         div.title { h1 { "Storage" } span.count { (list.len()) } }
         (storage_tabs("volumes"))
@@ -723,7 +737,7 @@ async fn volumes(api: &Api, token: &str, query: &[(String, String)]) -> Page {
             }))
         }
     };
-    Page::new("Storage", body, r.index)
+    Page::new("Storage", body, index)
 }
 
 async fn volume(api: &Api, token: &str, id: &str, query: &[(String, String)]) -> Page {
@@ -822,14 +836,11 @@ async fn volume(api: &Api, token: &str, id: &str, query: &[(String, String)]) ->
 }
 
 async fn plugins(api: &Api, token: &str, query: &[(String, String)]) -> Page {
-    let r = api
-        .get(token, &format!("/v1/plugins?type=csi{}", blocking(query)))
-        .await;
-    if !r.ok() {
-        return Page::failed(&r);
-    }
-    let mut list = r.body.as_array().cloned().unwrap_or_default();
-    list.sort_by(|a, b| s(a, "ID").cmp(s(b, "ID")));
+    let path = format!("/v1/plugins?type=csi{}", blocking(query));
+    let (list, index) = match sorted_list(api, token, &path, by_id).await {
+        Ok(l) => l,
+        Err(page) => return page,
+    };
     let body = html! {
         div.title { h1 { "Storage" } span.count { (list.len()) } }
         (storage_tabs("plugins"))
@@ -854,7 +865,7 @@ async fn plugins(api: &Api, token: &str, query: &[(String, String)]) -> Page {
             }))
         }
     };
-    Page::new("Storage", body, r.index)
+    Page::new("Storage", body, index)
 }
 
 async fn servers(api: &Api, token: &str) -> Page {
@@ -897,14 +908,12 @@ async fn servers(api: &Api, token: &str) -> Page {
 }
 
 async fn variables(api: &Api, token: &str, query: &[(String, String)]) -> Page {
-    let r = api
-        .get(token, &format!("/v1/vars?namespace=*{}", blocking(query)))
-        .await;
-    if !r.ok() {
-        return Page::failed(&r);
-    }
-    let mut list = r.body.as_array().cloned().unwrap_or_default();
-    list.sort_by(|a, b| (s(a, "Namespace"), s(a, "Path")).cmp(&(s(b, "Namespace"), s(b, "Path"))));
+    let path = format!("/v1/vars?namespace=*{}", blocking(query));
+    let by_path = |v: &Value| (s(v, "Namespace").to_string(), s(v, "Path").to_string());
+    let (list, index) = match sorted_list(api, token, &path, by_path).await {
+        Ok(l) => l,
+        Err(page) => return page,
+    };
     let body = html! {
         div.title { h1 { "Variables" } span.count { (list.len()) } }
         @if list.is_empty() {
@@ -924,7 +933,7 @@ async fn variables(api: &Api, token: &str, query: &[(String, String)]) -> Page {
             }))
         }
     };
-    Page::new("Variables", body, r.index)
+    Page::new("Variables", body, index)
 }
 
 /// One variable: its items' keys, with the values behind a disclosure (shown only when asked).

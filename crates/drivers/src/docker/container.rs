@@ -583,17 +583,20 @@ mod tests {
 
     #[test]
     fn reserved_devices_become_device_mappings_and_gpu_requests() {
+        let host_config = |cfg: &TaskConfig| {
+            create_body(
+                cfg,
+                &parse(json!({"image": "x"})),
+                &DockerConfig::default(),
+                "i",
+            )
+            .unwrap()
+            .host_config
+            .unwrap()
+        };
         let dir = std::env::temp_dir().join("caravan-docker-unit");
         let mut cfg = task_config(&dir, "t1", json!({}));
-        let hc = create_body(
-            &cfg,
-            &parse(json!({"image": "x"})),
-            &DockerConfig::default(),
-            "i",
-        )
-        .unwrap()
-        .host_config
-        .unwrap();
+        let hc = host_config(&cfg);
         assert!(hc.devices.is_none() && hc.device_requests.is_none());
         cfg.devices = vec![crate::driver::DeviceConfig {
             host_path: "/dev/zero".into(),
@@ -603,26 +606,10 @@ mod tests {
         // The task's own environment asks for nothing: only reserved GPUs are requested.
         cfg.env
             .insert("NVIDIA_VISIBLE_DEVICES".into(), "all".into());
-        let none = create_body(
-            &cfg,
-            &parse(json!({"image": "x"})),
-            &DockerConfig::default(),
-            "i",
-        )
-        .unwrap()
-        .host_config
-        .unwrap();
+        let none = host_config(&cfg);
         assert!(none.device_requests.is_none());
         cfg.gpu_ids = vec!["GPU-a".into(), "GPU-b".into()];
-        let hc = create_body(
-            &cfg,
-            &parse(json!({"image": "x"})),
-            &DockerConfig::default(),
-            "i",
-        )
-        .unwrap()
-        .host_config
-        .unwrap();
+        let hc = host_config(&cfg);
         let d = &hc.devices.unwrap()[0];
         assert_eq!(d.path_in_container.as_deref(), Some("/dev/mock0"));
         assert_eq!(d.cgroup_permissions.as_deref(), Some("rw"));
