@@ -294,6 +294,70 @@ async fn many_jobs_at_once_never_overcommit() {
     server.shutdown().await;
 }
 
+/// Two schedulers plan at once against the same GPUs: the plan applier's fit check (an instance
+/// never held twice) is what keeps a losing plan from taking a GPU a winning one just took.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_plans_never_give_a_gpu_twice() {
+    let dir = TempDir::new("gpus");
+    let server = start(&dir).await;
+    for i in 0..3 {
+        let mut n = node(&format!("n{i}"), 100_000, 100_000);
+        n.node_resources.as_mut().unwrap().devices = vec![model::node::NodeDeviceResource {
+            vendor: "nvidia".into(),
+            device_type: "gpu".into(),
+            name: "t4".into(),
+            instances: (0..2)
+                .map(|k| model::node::NodeDevice {
+                    id: format!("n{i}-g{k}"),
+                    healthy: true,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }];
+        server.node_register(n).await.unwrap();
+    }
+    // Twelve one-GPU jobs for six GPUs, registered back to back so both workers plan at once.
+    let mut evals = Vec::new();
+    for i in 0..12 {
+        let mut j = job(&format!("g{i}"), 1, 100, 64);
+        j.task_groups[0].tasks[0]
+            .resources
+            .as_mut()
+            .unwrap()
+            .devices = vec![model::resources::RequestedDevice {
+            name: "nvidia/gpu".into(),
+            count: Some(1),
+            ..Default::default()
+        }];
+        evals.push(register(&server, j).await);
+    }
+    let snap = wait_until(&server, "every eval is done", |s| {
+        evals.iter().all(|e| {
+            let status = eval_status(s, e);
+            status == "complete" || status == "failed"
+        })
+    })
+    .await;
+    assert_nothing_overcommitted(&snap);
+    let mut given = Vec::new();
+    for i in 0..12 {
+        for a in snap.allocs_by_job("default", &format!("g{i}")) {
+            if a.is_terminal() {
+                continue;
+            }
+            for t in a.allocated_resources.as_ref().unwrap().tasks.values() {
+                given.extend(t.devices.iter().flat_map(|d| d.device_ids.clone()));
+            }
+        }
+    }
+    given.sort();
+    let distinct: std::collections::BTreeSet<_> = given.iter().collect();
+    assert_eq!(given.len(), 6, "exactly the six GPUs: {given:?}");
+    assert_eq!(distinct.len(), 6, "none given twice: {given:?}");
+    server.shutdown().await;
+}
+
 /// The broker keeps nothing of its own: a restarted server (a new leadership) rebuilds it from the
 /// evaluations in state, so a blocked evaluation made before the restart still wakes after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
