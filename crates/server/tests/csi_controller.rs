@@ -65,6 +65,8 @@ struct Recorder {
     /// Per node: the next answers.
     script: Mutex<std::collections::HashMap<String, VecDeque<Act>>>,
     gate: Arc<tokio::sync::RwLock<()>>,
+    /// The next answers to host volume calls (default: made, at `/hv/<id>`).
+    host_script: Mutex<VecDeque<Act>>,
 }
 
 impl Recorder {
@@ -90,6 +92,15 @@ impl Recorder {
 struct Fake(Arc<Recorder>);
 
 impl CsiTransport for Fake {
+    fn host_volume(
+        &self,
+        _node: &Node,
+        req: model::host_volume::ClientHostVolumeRequest,
+    ) -> BoxFuture<'static, Result<model::host_volume::ClientHostVolumeReply, CallFailure>> {
+        let answer = self.host_volume_answer(&req);
+        Box::pin(async move { answer })
+    }
+
     fn call(
         &self,
         node: &Node,
@@ -159,6 +170,26 @@ impl CsiTransport for Fake {
                 ..CsiControllerReply::default()
             })
         })
+    }
+}
+
+impl Fake {
+    fn host_volume_answer(
+        &self,
+        req: &model::host_volume::ClientHostVolumeRequest,
+    ) -> Result<model::host_volume::ClientHostVolumeReply, CallFailure> {
+        let act = self.0.host_script.lock().unwrap().pop_front();
+        match act.unwrap_or(Act::Code(0)) {
+            Act::Lost { .. } => Err(CallFailure::Lost("connection reset by peer".into())),
+            Act::Code(0) => Ok(model::host_volume::ClientHostVolumeReply {
+                host_path: format!("/hv/{}", req.id),
+                capacity_bytes: 0,
+            }),
+            Act::Code(code) => Err(CallFailure::Plugin(CsiCallError {
+                code,
+                message: format!("scripted code {code}"),
+            })),
+        }
     }
 }
 
@@ -687,5 +718,86 @@ async fn a_release_without_the_nodes_secret_is_refused() {
         .csi_write(CsiWrite::Unpublish(release("secret-a")))
         .await
         .expect("the node's own release");
+    server.shutdown().await;
+}
+
+fn host_volume_node(id: &str) -> Node {
+    let mut n = node(id, "ready", true);
+    n.attributes.insert(
+        model::host_volume::plugin_attribute(model::host_volume::DEFAULT_PLUGIN),
+        "1.0.0".into(),
+    );
+    n
+}
+
+async fn create_host_volume(
+    server: &Server,
+    name: &str,
+) -> Result<model::host_volume::HostVolumeCreateResponse, server::ServerError> {
+    server
+        .host_volume_write(server::HostVolumeWriteRequest {
+            volume: model::host_volume::HostVolume {
+                name: name.into(),
+                ..model::host_volume::HostVolume::default()
+            },
+            namespace: "default".into(),
+            register: false,
+        })
+        .await
+}
+
+/// A host volume create whose answer is lost (the client may have made the directory) leaves
+/// a pending volume that the node's fingerprint makes ready, with the node's path; a create the
+/// client refused, or that never reached it, leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_volume_whose_create_answer_was_lost_stays_tracked() {
+    let rec = Arc::new(Recorder::default());
+    let (server, _dir) = server("hv-lost", &rec).await;
+    let mut n = host_volume_node("hv1");
+    server.node_register(n.clone()).await.unwrap();
+
+    // Refused by the client: nothing is kept.
+    rec.host_script.lock().unwrap().push_back(Act::Code(6));
+    let err = create_host_volume(&server, "refused").await.unwrap_err();
+    assert!(err.to_string().contains("scripted code 6"), "{err}");
+    assert!(server.state().snapshot().host_volumes(None, "").is_empty());
+
+    // Lost: the error says what was kept and what to do; the record is pending.
+    rec.host_script
+        .lock()
+        .unwrap()
+        .push_back(Act::Lost { work_ms: 0 });
+    let err = create_host_volume(&server, "data").await.unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("no definite answer"), "{msg}");
+    let kept = server.state().snapshot().host_volumes(None, "");
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let vol = kept[0].clone();
+    assert!(msg.contains(&vol.id), "{msg}");
+    assert_eq!(vol.state, model::host_volume::HostVolumeState::Pending);
+    assert!(vol.host_path.is_empty());
+
+    // The client had made it: its next fingerprint makes the volume ready at its path.
+    n.host_volumes.insert(
+        "data".into(),
+        model::node::ClientHostVolumeConfig {
+            name: "data".into(),
+            path: format!("/hv/{}", vol.id),
+            read_only: false,
+        },
+    );
+    server.node_register(n.clone()).await.unwrap();
+    let vol = server
+        .state()
+        .snapshot()
+        .host_volume("default", &vol.id)
+        .unwrap();
+    assert_eq!(vol.state, model::host_volume::HostVolumeState::Ready);
+    assert_eq!(vol.host_path, format!("/hv/{}", vol.id));
+
+    // A create that is answered is stored with the client's path.
+    let made = create_host_volume(&server, "other").await.unwrap();
+    let made = made.volume.unwrap();
+    assert_eq!(made.host_path, format!("/hv/{}", made.id));
     server.shutdown().await;
 }

@@ -2,8 +2,9 @@
 //! leader, which places a create on a node, asks that node's client agent to make (or check) the
 //! volume, and stores what the client answered through raft; reads come from any server's state.
 //!
-//! **Invariant:** a volume is stored only after its client made or accepted it, and removed only
-//! after its client deleted it (or, with `force`, when the client cannot be reached); no two of
+//! **Invariant:** a new volume is stored (pending) before its client is asked to make it, and
+//! removed only after its client deleted it, refused to make it, or (with `force`) cannot be
+//! reached, so no volume a client made is ever untracked; no two of
 //! these writes run at once on a leader, so two creates of one name cannot both pick a node, and
 //! a volume in use by an allocation that is not terminal is never deleted.
 
@@ -253,10 +254,39 @@ impl Server {
             vol.name,
             node.id
         );
-        let reply = transport
-            .host_volume(&node, call)
-            .await
-            .map_err(|f| failure(&what, f))?;
+        // A new volume is recorded (pending) before its client is asked: should the answer be
+        // lost after the client made it, or this server lose leadership meanwhile, the volume
+        // is still tracked (the node's fingerprint makes it ready, and a delete removes it from
+        // the node), never a directory no server knows of.
+        let fresh = existing.is_none();
+        if fresh {
+            self.apply(Command::HostVolumeUpsert {
+                volume: vol.clone(),
+            })
+            .await?;
+        }
+        let reply = match transport.host_volume(&node, call).await {
+            Ok(reply) => reply,
+            Err(CallFailure::Lost(m)) if fresh => {
+                return Err(ServerError::new(
+                    ErrorCode::Unavailable,
+                    format!(
+                        "{what}: no definite answer from the client: {m}; the volume is kept as \
+                         pending with ID {id}: it turns ready if the node made it; create it \
+                         again with id = \"{id}\" to retry, or delete it with `caravan volume \
+                         delete -type host {id}`",
+                        id = vol.id
+                    ),
+                ));
+            }
+            Err(f) => {
+                if fresh {
+                    // The client made nothing (it refused, or was never reached).
+                    self.forget_pending_volume(&vol).await;
+                }
+                return Err(failure(&what, f));
+            }
+        };
         if !req.register {
             vol.host_path = reply.host_path;
             vol.capacity_bytes = reply.capacity_bytes;
@@ -277,6 +307,20 @@ impl Server {
             warnings: String::new(),
             index: applied.index,
         })
+    }
+
+    /// Removes the pending record of a create the client refused; if that fails the volume stays
+    /// pending, for the user to delete.
+    async fn forget_pending_volume(&self, vol: &HostVolume) {
+        let removed = self
+            .apply(Command::HostVolumeDelete {
+                namespace: vol.namespace.clone(),
+                id: vol.id.clone(),
+            })
+            .await;
+        if let Err(e) = removed {
+            tracing::warn!(volume = %vol.id, error = %e, "cannot remove the record of a refused host volume create; it stays pending");
+        }
     }
 
     pub(crate) async fn host_volume_delete_local(

@@ -3,7 +3,8 @@
 //!
 //! **Invariant:** a stored volume's node exists when it is stored, its `NodePool` is its node's,
 //! and its state is `ready` exactly while its node is not down and fingerprints a host volume of
-//! its name (`pending` before the first fingerprint, `unavailable` after one is lost).
+//! its name at its path (`pending` before the first fingerprint, `unavailable` after one is
+//! lost); a volume stored before its path was known takes the fingerprinted one.
 
 use super::Txn;
 use crate::error::StateError;
@@ -40,14 +41,26 @@ pub(super) fn upsert(tx: &mut Txn, volume: &HostVolume) -> Result<(), StateError
         }
         None => v.create_index = index,
     }
-    if node.host_volumes.contains_key(&v.name) && node.status != NodeStatus::Down {
-        v.state = HostVolumeState::Ready;
+    if let Some(path) = fingerprinted(&node, &v) {
+        if node.status != NodeStatus::Down {
+            v.state = HostVolumeState::Ready;
+            v.host_path = path;
+        }
     }
     v.node_pool.clone_from(&node.node_pool);
     v.allocations = None;
     v.modify_index = index;
     tx.put_host_volume(v);
     Ok(())
+}
+
+/// The path under which `node` fingerprints `v`: a host volume of its name, at its path once
+/// its path is known (a create whose answer was lost knows none yet, and takes the node's).
+fn fingerprinted(node: &Node, v: &HostVolume) -> Option<String> {
+    node.host_volumes
+        .get(&v.name)
+        .filter(|hv| v.host_path.is_empty() || hv.path == v.host_path)
+        .map(|hv| hv.path.clone())
 }
 
 pub(super) fn delete(tx: &mut Txn, ns: &str, id: &str) {
@@ -67,7 +80,8 @@ pub(super) fn follow_node(tx: &mut Txn, node: &Node) {
         .values()
         .filter(|v| v.node_id == node.id)
         .filter_map(|v| {
-            let fingerprinted = node.host_volumes.contains_key(&v.name);
+            let path = fingerprinted(node, v);
+            let fingerprinted = path.is_some();
             let state = if node.status == NodeStatus::Down {
                 if fingerprinted || v.state == HostVolumeState::Ready {
                     HostVolumeState::Unavailable
@@ -81,11 +95,15 @@ pub(super) fn follow_node(tx: &mut Txn, node: &Node) {
             } else {
                 v.state
             };
-            if state == v.state && v.node_pool == node.node_pool {
+            let path = path.filter(|p| v.host_path.is_empty() && !p.is_empty());
+            if state == v.state && v.node_pool == node.node_pool && path.is_none() {
                 return None;
             }
             let mut v = (**v).clone();
             v.state = state;
+            if let Some(path) = path {
+                v.host_path = path;
+            }
             v.node_pool.clone_from(&node.node_pool);
             v.modify_index = index;
             Some(v)
