@@ -81,9 +81,15 @@ impl Client {
         Ok(())
     }
 
-    /// `POST /v1/client/allocation/:id/restart`; `task` `None`: every running task.
-    pub async fn restart_allocation(&self, alloc_id: &str, task: Option<&str>) -> Result<()> {
-        let body = json!({"TaskName": task.unwrap_or(""), "AllTasks": task.is_none()});
+    /// `POST /v1/client/allocation/:id/restart`; `task` `None`: every running task, or with
+    /// `all_tasks` every task, dead ones included, in lifecycle order.
+    pub async fn restart_allocation(
+        &self,
+        alloc_id: &str,
+        task: Option<&str>,
+        all_tasks: bool,
+    ) -> Result<()> {
+        let body = json!({"TaskName": task.unwrap_or(""), "AllTasks": all_tasks});
         self.write::<Value, Value>(
             Method::POST,
             &["v1", "client", "allocation", alloc_id, "restart"],

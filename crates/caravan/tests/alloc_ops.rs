@@ -231,3 +231,93 @@ fn alloc_actions_reach_a_running_raw_exec_task() {
     });
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `alloc restart -all-tasks` runs a finished prestart task again, and the main task waits for
+/// it as on the first start; a plain `alloc restart` restarts only the running task.
+#[test]
+fn restart_all_tasks_runs_the_prestart_task_again_first() {
+    let dir = temp_dir("restartall");
+    let data = dir.join("data").display().to_string();
+    let agent = Agent::start(&dir, &["-dev", "-data-dir", &data]);
+    // init sleeps before it writes, so a main task that did not wait for it would come first.
+    let init = "sleep 1; echo init >> \"$NOMAD_ALLOC_DIR/order\"";
+    let main = "echo main >> \"$NOMAD_ALLOC_DIR/order\"; while :; do sleep 0.1; done";
+    let task = |name: &str, script: &str| {
+        json!({"Name": name, "Driver": "raw_exec",
+            "Config": {"command": "/bin/sh", "args": ["-c", script]},
+            "Resources": {"CPU": 50, "MemoryMB": 32}})
+    };
+    let mut init_task = task("init", init);
+    init_task["Lifecycle"] = json!({"Hook": "prestart", "Sidecar": false});
+    let job = json!({"Job": {"ID": "order", "Type": "service", "TaskGroups": [{"Name": "g",
+        "Tasks": [init_task, task("main", main)]}]}});
+    let (status, body) = agent.raw("PUT", "/v1/jobs", Some(&job));
+    assert_eq!(status, 200, "{body}");
+    let mut alloc_id = String::new();
+    agent.wait_until("the allocation runs", || {
+        agent
+            .get("/v1/job/order/allocations")
+            .ok()
+            .and_then(|v| {
+                v.as_array()?
+                    .iter()
+                    .find(|a| a["ClientStatus"] == "running")
+                    .and_then(|a| a["ID"].as_str())
+                    .map(str::to_string)
+            })
+            .map(|id| alloc_id = id)
+            .is_some()
+    });
+    let order = || {
+        agent
+            .raw(
+                "GET",
+                &format!("/v1/client/fs/cat/{alloc_id}?path=alloc/order"),
+                None,
+            )
+            .1
+    };
+    agent.wait_until("main wrote", || order() == "init\nmain\n");
+
+    // Running tasks only: init stays finished.
+    let (code, _, err) = agent.run(&["alloc", "restart", &alloc_id]);
+    assert_eq!(code, 0, "{err}");
+    agent.wait_until("main ran again", || order() == "init\nmain\nmain\n");
+
+    // Every task, in lifecycle order.
+    let (code, _, err) = agent.run(&["alloc", "restart", "-all-tasks", &alloc_id]);
+    assert_eq!(code, 0, "{err}");
+    agent.wait_until("init, then main, ran again", || {
+        order().lines().count() >= 5
+    });
+    // Give a main that jumped the queue time to show (it would have written first).
+    assert_eq!(order(), "init\nmain\nmain\ninit\nmain\n");
+    agent.wait_until(
+        "the allocation runs with init dead and main running",
+        || {
+            agent
+                .get(&format!("/v1/allocation/{alloc_id}"))
+                .is_ok_and(|a| {
+                    a["ClientStatus"] == "running"
+                        && a["TaskStates"]["init"]["State"] == "dead"
+                        && a["TaskStates"]["init"]["Failed"] == false
+                        && a["TaskStates"]["main"]["State"] == "running"
+                })
+        },
+    );
+    let (code, _, err) = agent.run(&["alloc", "restart", "-all-tasks", &alloc_id, "main"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("-all-tasks"), "{err}");
+
+    let (status, body) = agent.raw("DELETE", "/v1/job/order", None);
+    assert_eq!(status, 200, "{body}");
+    agent.wait_until("the allocation stopped", || {
+        agent
+            .get(&format!("/v1/allocation/{alloc_id}"))
+            .is_ok_and(|a| a["ClientStatus"] != "running")
+    });
+    // A stopped allocation is not restarted.
+    let (code, _, err) = agent.run(&["alloc", "restart", "-all-tasks", &alloc_id]);
+    assert_eq!(code, 1, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -25,6 +25,9 @@ pub enum AllocActionError {
     /// The driver refused or failed (an unknown signal, exec not supported, …).
     #[error(transparent)]
     Driver(#[from] DriverError),
+    /// The allocation is stopping or has ended: it is not restarted.
+    #[error("restart of allocation {0:?} that should not run (it is stopping or has ended)")]
+    ShouldNotRun(String),
     /// The task runner did not answer in time.
     #[error("task {0:?} did not answer within {USER_ACTION_TIMEOUT:?}")]
     Timeout(String),
@@ -60,9 +63,29 @@ impl Client {
         task: Option<&str>,
     ) -> Result<(), AllocActionError> {
         for (name, access) in self.targets(alloc_id, task)? {
-            ask(&name, &access, |reply| TaskCommand::Restart { reply }).await?;
+            ask(&name, &access, |reply| TaskCommand::Restart {
+                reply,
+                hold: false,
+            })
+            .await?;
         }
         Ok(())
+    }
+
+    /// Restarts every task of the allocation, dead ones included, in lifecycle order
+    /// (`alloc restart -all-tasks`). Returns once the running tasks have stopped.
+    pub async fn restart_all_tasks(&self, alloc_id: &str) -> Result<(), AllocActionError> {
+        let unknown = || AllocActionError::UnknownAlloc(alloc_id.to_string());
+        let cmds = self.runners.commands(alloc_id).ok_or_else(unknown)?;
+        let (tx, rx) = oneshot::channel();
+        cmds.send(crate::alloc_runner::AllocCommand::RestartAll(tx))
+            .await
+            .map_err(|_| unknown())?;
+        // The runner answers after each running task answered (each within the action timeout).
+        match rx.await {
+            Ok(result) => result,
+            Err(_) => Err(unknown()),
+        }
     }
 
     /// The resource usage of each running task of the allocation.

@@ -7,6 +7,7 @@
 //! task is dead the sidecars are stopped, and once everything else is dead the poststop tasks
 //! run. A failed task (or a dead leader) stops its siblings, as Nomad does.
 
+use crate::actions::AllocActionError;
 use crate::allocdir::AllocDir;
 use crate::checks::{CheckResults, Checks, RestartTarget};
 use crate::context::shutting_down;
@@ -26,7 +27,7 @@ use model::wire::AllocClientUpdate;
 use model::Task;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 /// What the client tells an alloc runner.
@@ -42,6 +43,10 @@ pub(crate) enum AllocCommand {
     /// The client has not reached the servers for the group's `stop_on_client_after` (the
     /// duration): stop the tasks; the allocation stays, for the servers to hear about.
     StopDisconnected(std::time::Duration),
+    /// `alloc restart -all-tasks` (Nomad's `RestartAll`): every task runs again in lifecycle
+    /// order, the dead ones (a finished prestart task) included. The reply comes once the
+    /// running tasks have stopped.
+    RestartAll(oneshot::Sender<Result<(), AllocActionError>>),
 }
 
 pub(crate) struct AllocRunnerHandle {
@@ -436,6 +441,7 @@ impl AllocRunner {
                             self.advance().await;
                         }
                     }
+                    Some(AllocCommand::RestartAll(reply)) => self.restart_all(reply).await,
                     None => return self.detach().await,
                 },
                 () = shutting_down(&mut shutdown) => return self.detach().await,
@@ -549,10 +555,80 @@ impl AllocRunner {
             started = *slot.state() != TaskStatus::Running
                 && report.record.state.state == TaskStatus::Running;
             slot.record = report.record;
+            if report.released {
+                slot.runner = None;
+            }
         }
         if started {
             self.task_started(&report.name);
         }
+        self.advance().await;
+    }
+
+    /// `alloc restart -all-tasks`: running tasks stop and run again, dead ones run again, in
+    /// lifecycle order: when a prestart task that had finished runs again, the main and
+    /// poststart tasks wait for it, as on the first start. Poststop tasks are left to the
+    /// allocation's end. Refused once the allocation is stopping or has ended (Nomad: "restart
+    /// of an alloc that should not run").
+    async fn restart_all(&mut self, reply: oneshot::Sender<Result<(), AllocActionError>>) {
+        let ended = matches!(
+            self.client_status,
+            ClientStatus::Complete | ClientStatus::Failed | ClientStatus::Lost
+        );
+        if self.alloc.borrow().server_terminal() || self.killing || self.destroying || ended {
+            let _ = reply.send(Err(AllocActionError::ShouldNotRun(self.alloc_id())));
+            return;
+        }
+        let rerun_prestart = self
+            .slots
+            .values()
+            .any(|s| s.role == (Role::Prestart { sidecar: false }) && s.is_dead());
+        let mut stopping = Vec::new();
+        for (name, slot) in &mut self.slots {
+            if slot.role == Role::Poststop {
+                continue;
+            }
+            if slot.is_dead() {
+                // Its runner has ended: a new one starts it when the lifecycle allows.
+                slot.runner = None;
+                slot.record.state.failed = false;
+                events::push(
+                    &mut slot.record.state,
+                    events::restart_signaled(events::REASON_USER_RESTART),
+                );
+                events::transition(&mut slot.record.state, TaskStatus::Pending);
+                continue;
+            }
+            let Some(runner) = slot
+                .runner
+                .as_ref()
+                .filter(|_| slot.record.handle.is_some())
+            else {
+                // Not started yet, or between restarts: it starts on its own.
+                continue;
+            };
+            let hold = rerun_prestart && matches!(slot.role, Role::Main | Role::Poststart);
+            let (tx, rx) = oneshot::channel();
+            if runner
+                .cmds
+                .try_send(TaskCommand::Restart { reply: tx, hold })
+                .is_ok()
+            {
+                stopping.push((name.clone(), rx));
+            }
+        }
+        tokio::spawn(async move {
+            let mut result = Ok(());
+            for (name, rx) in stopping {
+                match tokio::time::timeout(crate::limits::USER_ACTION_TIMEOUT, rx).await {
+                    // Stopped meanwhile on its own: nothing to restart, as Nomad ignores it.
+                    Ok(Ok(Ok(())) | Ok(Err(AllocActionError::NotRunning(_))) | Err(_)) => {}
+                    Ok(Ok(Err(e))) => result = Err(e),
+                    Err(_) => result = Err(AllocActionError::Timeout(name)),
+                }
+            }
+            let _ = reply.send(result);
+        });
         self.advance().await;
     }
 

@@ -83,6 +83,15 @@ impl Runners {
         Some(tasks)
     }
 
+    /// The command channel of an allocation's runner.
+    pub(crate) fn commands(
+        &self,
+        id: &str,
+    ) -> Option<tokio::sync::mpsc::Sender<crate::alloc_runner::AllocCommand>> {
+        let map = self.map.lock().expect("runners lock");
+        map.get(id).map(|h| h.cmds.clone())
+    }
+
     /// Every allocation's labels and latest status (the metrics collector's view).
     pub fn labelled(&self) -> Vec<(Arc<crate::alloc_runner::AllocLabels>, AllocClientUpdate)> {
         let map = self.map.lock().expect("runners lock");

@@ -43,9 +43,12 @@ pub(crate) enum TaskCommand {
         reply: oneshot::Sender<Result<(), AllocActionError>>,
     },
     /// Stop the running task and start it again at once (`alloc restart`); the restart policy
-    /// does not count it. The reply comes once the old process has stopped.
+    /// does not count it. The reply comes once the old process has stopped. `hold`: instead of
+    /// starting it again, end the runner with the task pending (reported `released`), for the
+    /// alloc runner to start again in lifecycle order (`alloc restart -all-tasks`).
     Restart {
         reply: oneshot::Sender<Result<(), AllocActionError>>,
+        hold: bool,
     },
     /// A check with `check_restart` stayed unhealthy: stop the task and let the restart policy
     /// decide, counting it as a failure (Nomad's check watcher). `reason` names the check.
@@ -58,7 +61,7 @@ impl TaskCommand {
     fn refuse_if_action(self, task: &str) -> Option<TaskCommand> {
         let not_running = || Err(AllocActionError::NotRunning(task.to_string()));
         match self {
-            TaskCommand::Signal { reply, .. } | TaskCommand::Restart { reply } => {
+            TaskCommand::Signal { reply, .. } | TaskCommand::Restart { reply, .. } => {
                 let _ = reply.send(not_running());
                 None
             }
@@ -74,6 +77,9 @@ impl TaskCommand {
 pub(crate) struct TaskReport {
     pub name: String,
     pub record: TaskRecord,
+    /// The runner ended with the task not dead (a held restart): the alloc runner starts a new
+    /// one when the lifecycle allows.
+    pub released: bool,
 }
 
 /// What a task runner follows of its allocation: the newest copy from the servers, and its
@@ -145,7 +151,7 @@ enum WaitEnd {
     Kill(Option<Box<TaskEvent>>),
     Detach,
     Signal(String, oneshot::Sender<Result<(), AllocActionError>>),
-    Restart(oneshot::Sender<Result<(), AllocActionError>>),
+    Restart(oneshot::Sender<Result<(), AllocActionError>>, bool),
     CheckRestart(String),
     IdentityRenew,
     Plugin(SupervisorEvent),
@@ -219,8 +225,20 @@ impl TaskRunner {
         let report = TaskReport {
             name: self.name.clone(),
             record: self.record.clone(),
+            released: false,
         };
         // The alloc runner is gone only when the client is going away; nothing to tell then.
+        let _ = self.reports.send(report).await;
+    }
+
+    /// Ends this runner with the task pending (its process stopped): the alloc runner starts a
+    /// new runner for it in lifecycle order.
+    async fn release(&mut self) {
+        let report = TaskReport {
+            name: self.name.clone(),
+            record: self.record.clone(),
+            released: true,
+        };
         let _ = self.reports.send(report).await;
     }
 
@@ -808,7 +826,7 @@ impl TaskRunner {
             cmd = self.cmds.recv() => match cmd {
                 Some(TaskCommand::Kill { event }) => WaitEnd::Kill(event),
                 Some(TaskCommand::Signal { signal, reply }) => WaitEnd::Signal(signal, reply),
-                Some(TaskCommand::Restart { reply }) => WaitEnd::Restart(reply),
+                Some(TaskCommand::Restart { reply, hold }) => WaitEnd::Restart(reply, hold),
                 Some(TaskCommand::CheckRestart { reason }) => WaitEnd::CheckRestart(reason),
                 Some(TaskCommand::Detach) | None => WaitEnd::Detach,
             },
@@ -827,9 +845,15 @@ impl TaskRunner {
                 let _ = reply.send(sent.map_err(AllocActionError::from));
                 Step::Wait { driver, task_id }
             }
-            WaitEnd::Restart(reply) => {
-                self.restart(driver, task_id, events::REASON_USER_RESTART, Some(reply))
-                    .await
+            WaitEnd::Restart(reply, hold) => {
+                let step = self
+                    .restart(driver, task_id, events::REASON_USER_RESTART, Some(reply))
+                    .await;
+                if hold && matches!(step, Step::Start) {
+                    self.release().await;
+                    return Step::Done;
+                }
+                step
             }
             WaitEnd::CheckRestart(reason) => self.restart_counted(driver, task_id, &reason).await,
             WaitEnd::Template(change) => self.template_changed(driver, task_id, change).await,

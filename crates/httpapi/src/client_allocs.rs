@@ -167,9 +167,15 @@ pub(crate) async fn action_inner(
         }
         "restart" if write => {
             let req: RestartBody = body_of(body)?;
-            let task = if req.all_tasks { "" } else { &req.task_name };
+            if req.all_tasks && !req.task_name.is_empty() {
+                return Err(ApiError::bad_request(
+                    "AllTasks and TaskName cannot both be set: name a task, or restart all",
+                ));
+            }
             let client = st.client_for(alloc_id)?;
-            client.restart(alloc_id, task).await?;
+            client
+                .restart(alloc_id, &req.task_name, req.all_tasks)
+                .await?;
             Ok(json_ok(&json!({})))
         }
         "stats" if method == Method::GET => {

@@ -80,8 +80,14 @@ pub trait LocalClient: Send + Sync {
         task: &'a str,
         signal: &'a str,
     ) -> LocalFuture<'a, ()>;
-    /// Restarts `task` in place, or every running task when `task` is empty.
-    fn restart<'a>(&'a self, alloc_id: &'a str, task: &'a str) -> LocalFuture<'a, ()>;
+    /// Restarts `task` in place, or every running task when `task` is empty; `all_tasks`: every
+    /// task, dead ones included, in lifecycle order.
+    fn restart<'a>(
+        &'a self,
+        alloc_id: &'a str,
+        task: &'a str,
+        all_tasks: bool,
+    ) -> LocalFuture<'a, ()>;
     /// The resource usage of each running task.
     fn alloc_stats<'a>(&'a self, alloc_id: &'a str)
         -> LocalFuture<'a, BTreeMap<String, TaskUsage>>;

@@ -757,13 +757,20 @@ impl httpapi::LocalClient for LocalClientHandle {
         })
     }
 
-    fn restart<'a>(&'a self, alloc_id: &'a str, task: &'a str) -> httpapi::LocalFuture<'a, ()> {
+    fn restart<'a>(
+        &'a self,
+        alloc_id: &'a str,
+        task: &'a str,
+        all_tasks: bool,
+    ) -> httpapi::LocalFuture<'a, ()> {
         let task = (!task.is_empty()).then_some(task);
         Box::pin(async move {
-            self.0
-                .restart_alloc(alloc_id, task)
-                .await
-                .map_err(local_error)
+            let done = if all_tasks {
+                self.0.restart_all_tasks(alloc_id).await
+            } else {
+                self.0.restart_alloc(alloc_id, task).await
+            };
+            done.map_err(local_error)
         })
     }
 
@@ -896,7 +903,7 @@ fn local_error(e: client::AllocActionError) -> httpapi::LocalClientError {
     use httpapi::LocalErrorKind as K;
     let kind = match &e {
         E::UnknownAlloc(_) | E::UnknownTask { .. } => K::NotFound,
-        E::NotRunning(_) => K::BadRequest,
+        E::NotRunning(_) | E::ShouldNotRun(_) => K::BadRequest,
         E::Driver(drivers::DriverError::NotSupported(_)) => K::NotSupported,
         E::Driver(
             drivers::DriverError::UnknownSignal(_)

@@ -153,7 +153,10 @@ pub fn restart(args: RestartArgs) -> i32 {
                 return 1;
             }
         }
-        match client.restart_allocation(&alloc.id, task.as_deref()).await {
+        match client
+            .restart_allocation(&alloc.id, task.as_deref(), args.all_tasks)
+            .await
+        {
             Ok(()) => 0,
             Err(e) => fail("Failed to restart allocation", &e),
         }

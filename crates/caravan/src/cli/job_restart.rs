@@ -555,7 +555,11 @@ impl Restarter<'_> {
                 now(),
                 stub.task_group
             );
-            return match self.client.restart_allocation(&stub.id, None).await {
+            return match self
+                .client
+                .restart_allocation(&stub.id, None, self.plan.all_tasks)
+                .await
+            {
                 Ok(()) => Vec::new(),
                 Err(e) => vec![RestartError::new(describe(&e))],
             };
@@ -569,7 +573,7 @@ impl Restarter<'_> {
             );
             restarts.push(async move {
                 self.client
-                    .restart_allocation(&stub.id, Some(task))
+                    .restart_allocation(&stub.id, Some(task), false)
                     .await
                     .map_err(|e| {
                         RestartError::new(format!(
