@@ -126,6 +126,51 @@ impl Client {
             .filter(|i| *i > 0)
             .unwrap_or(meta.last_index))
     }
+
+    /// `GET /v1/volumes/claims[?job_id=&task_group=&volume_name=]` (`q`'s prefix and namespace
+    /// too): the sticky host volume claims.
+    pub async fn list_host_volume_claims(
+        &self,
+        filter: &HostVolumeClaimFilter,
+        q: &QueryOptions,
+    ) -> Result<(Vec<model::host_volume::TaskGroupHostVolumeClaim>, QueryMeta)> {
+        let mut params = Vec::new();
+        for (key, value) in [
+            ("job_id", &filter.job_id),
+            ("task_group", &filter.task_group),
+            ("volume_name", &filter.volume_name),
+        ] {
+            if !value.is_empty() {
+                params.push((key, value.clone()));
+            }
+        }
+        let (list, meta): (Option<Vec<_>>, _) =
+            self.query(&["v1", "volumes", "claims"], &params, q).await?;
+        Ok((list.unwrap_or_default(), meta))
+    }
+
+    /// `DELETE /v1/volumes/claim/:id`: the group's next placements may go to any node. The
+    /// write's index.
+    pub async fn delete_host_volume_claim(&self, id: &str, w: &WriteOptions) -> Result<u64> {
+        let (_, meta): (Option<serde_json::Value>, _) = self
+            .write::<(), _>(
+                Method::DELETE,
+                &["v1", "volumes", "claim", id],
+                &[],
+                None,
+                w,
+            )
+            .await?;
+        Ok(meta.last_index)
+    }
+}
+
+/// What `list_host_volume_claims` keeps (empty: any).
+#[derive(Debug, Clone, Default)]
+pub struct HostVolumeClaimFilter {
+    pub job_id: String,
+    pub task_group: String,
+    pub volume_name: String,
 }
 
 #[cfg(test)]

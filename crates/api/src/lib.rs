@@ -38,7 +38,7 @@ pub mod testing;
 pub mod types;
 mod variables;
 mod volumes;
-pub use host_volumes::HostVolumeListFilter;
+pub use host_volumes::{HostVolumeClaimFilter, HostVolumeListFilter};
 pub use variables::VarWriteOutcome;
 pub use volumes::SnapshotPage;
 

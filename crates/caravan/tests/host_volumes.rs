@@ -237,7 +237,7 @@ fn dynamic_host_volumes_through_the_cli_and_the_api() {
     // A job that asks for it by name is placed on the node.
     let job = write(
         &dir.join("hv.nomad.hcl"),
-        "job \"hv\" {\n  group \"g\" {\n    volume \"v\" {\n      type   = \"host\"\n      source = \"data\"\n    }\n    task \"t\" {\n      driver = \"raw_exec\"\n      config {\n        command = \"/bin/sh\"\n        args    = [\"-c\", \"exec sleep 600\"]\n      }\n      resources {\n        cpu    = 50\n        memory = 32\n      }\n    }\n  }\n}\n",
+        "job \"hv\" {\n  group \"g\" {\n    volume \"v\" {\n      type   = \"host\"\n      source = \"data\"\n      sticky = true\n    }\n    task \"t\" {\n      driver = \"raw_exec\"\n      config {\n        command = \"/bin/sh\"\n        args    = [\"-c\", \"exec sleep 600\"]\n      }\n      resources {\n        cpu    = 50\n        memory = 32\n      }\n    }\n  }\n}\n",
     );
     let (code, out, err) = agent.run(&["job", "run", "-detach", &job]);
     assert_eq!(code, 0, "{out}{err}");
@@ -258,6 +258,60 @@ fn dynamic_host_volumes_through_the_cli_and_the_api() {
     let (code, out, err) = agent.run(&["volume", "status", "-type", "host", &id]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains(&alloc_id[..8]), "{out}");
+
+    // `sticky = true`: the group claims the volume (Nomad's task group host volume claims).
+    assert_eq!(node_host_volume(&agent, &node, "data")["ID"], id.as_str());
+    let claims = agent.get("/v1/volumes/claims?job_id=hv").unwrap();
+    assert_eq!(claims.as_array().map(Vec::len), Some(1), "{claims}");
+    let claim = &claims[0];
+    assert_eq!(
+        (
+            &claim["JobID"],
+            &claim["TaskGroupName"],
+            &claim["VolumeID"],
+            &claim["VolumeName"],
+            &claim["AllocID"]
+        ),
+        (
+            &Value::from("hv"),
+            &Value::from("g"),
+            &Value::from(id.as_str()),
+            &Value::from("data"),
+            &Value::from(alloc_id.as_str())
+        ),
+        "{claim}"
+    );
+    let claim_id = claim["ID"].as_str().unwrap().to_string();
+    let none = agent.get("/v1/volumes/claims?job_id=other").unwrap();
+    assert_eq!(none, serde_json::json!([]), "{none}");
+    let (code, out, err) = agent.run(&["volume", "claim", "list"]);
+    assert_eq!(code, 0, "{err}");
+    let cells: Vec<&str> = out
+        .lines()
+        .nth(1)
+        .unwrap_or_else(|| panic!("{out}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        cells,
+        [&claim_id[..8], "default", "hv", &id[..8], "data"],
+        "{out}"
+    );
+    assert!(out.starts_with("ID "), "{out}");
+    let (code, out, err) = agent.run(&["volume", "claim", "delete", &claim_id[..8]]);
+    assert_eq!(code, 1, "{out}");
+    assert!(err.contains("requires -y"), "{err}");
+    let (code, out, err) = agent.run(&["volume", "claim", "delete", "-y", &claim_id[..8]]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.trim(),
+        format!("Task group host volume claim {claim_id} successfully deleted")
+    );
+    let (code, out, _) = agent.run(&["volume", "claim", "list", "-json"]);
+    assert_eq!((code, out.trim()), (0, "[]"));
+    let (code, _, err) = agent.run(&["volume", "claim", "delete", "-y", &claim_id]);
+    assert_eq!(code, 1);
+    assert!(err.contains("No claim(s) with prefix"), "{err}");
 
     // Not deleted while the allocation uses it; the error names the allocation.
     let (code, out, err) = agent.run(&["volume", "delete", "-type", "host", &id]);

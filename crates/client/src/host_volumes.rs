@@ -111,6 +111,7 @@ pub(crate) fn apply_to_node(
                     name: v.name.clone(),
                     path: v.host_path.clone(),
                     read_only: false,
+                    id: v.id.clone(),
                 },
             );
         } else {
@@ -448,6 +449,7 @@ impl HostVolumes {
                             name: req.name.clone(),
                             path: host_path.clone(),
                             read_only: false,
+                            id: req.id.clone(),
                         },
                     );
                 });

@@ -148,3 +148,95 @@ async fn volume_inner(
         _ => Err(ApiError::invalid_method()),
     }
 }
+
+const CLAIM_TABLES: [Table; 1] = [Table::HostVolumeClaims];
+
+/// `GET /v1/volumes/claims[?prefix=&job_id=&task_group=&volume_name=]`: the sticky host volume
+/// claims the token may read (`host-volume-read`), by ID.
+pub async fn claims(
+    State(st): State<ApiState>,
+    method: Method,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
+    claims_inner(&st, method, params)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn claims_inner(
+    st: &ApiState,
+    method: Method,
+    params: HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    if method != Method::GET {
+        return Err(ApiError::invalid_method());
+    }
+    let q = QueryOptions::parse(params)?;
+    crate::csi::check_list_namespace(&q, "host-volume-read")?;
+    let snap = q.block(st.server.state(), &CLAIM_TABLES).await;
+    let filter = |key: &str| q.params.get(key).cloned().unwrap_or_default();
+    let (job, group, name) = (
+        filter("job_id"),
+        filter("task_group"),
+        filter("volume_name"),
+    );
+    let ns = q.namespace_filter();
+    let mut list: Vec<_> = snap
+        .host_volume_claims()
+        .into_iter()
+        .filter(|c| ns.is_none_or(|ns| c.namespace == ns))
+        .filter(|c| c.id.starts_with(&q.prefix))
+        .filter(|c| job.is_empty() || c.job_id == job)
+        .filter(|c| group.is_empty() || c.task_group_name == group)
+        .filter(|c| name.is_empty() || c.volume_name == name)
+        .map(|c| (*c).clone())
+        .collect();
+    crate::acl::retain_ns(&mut list, "host-volume-read", |c| &c.namespace);
+    let (page, next) = reply::paginate(list, |c| c.id.clone(), q.per_page, &q.next_token);
+    Ok(reply::read_page(
+        &page,
+        index_of(&snap, &CLAIM_TABLES),
+        &st.server,
+        q.pretty,
+        next,
+    ))
+}
+
+/// `DELETE /v1/volumes/claim/:id` (`host-volume-delete`): the group's next placements may go
+/// to any node again.
+pub async fn claim(
+    State(st): State<ApiState>,
+    method: Method,
+    Path(id): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
+    claim_inner(&st, method, &id, params)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn claim_inner(
+    st: &ApiState,
+    method: Method,
+    id: &str,
+    params: HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    if method != Method::DELETE {
+        return Err(ApiError::invalid_method());
+    }
+    let q = QueryOptions::parse(params)?;
+    let id = id.trim_matches('/');
+    if id.is_empty() || id.contains('/') {
+        return Err(ApiError::not_found("Resource not found"));
+    }
+    allowed(&q.namespace, "host-volume-delete")?;
+    let index = st
+        .server
+        .host_volume_claim_delete(server::HostVolumeDeleteRequest {
+            namespace: q.namespace.clone(),
+            id: id.to_string(),
+            force: false,
+        })
+        .await?;
+    Ok(reply::write(&serde_json::Value::Null, index, q.pretty))
+}

@@ -413,6 +413,8 @@ pub fn router(state: ApiState) -> Router {
             axum::routing::post(csi::client_host_volume),
         )
         .route("/v1/volume/host/{*rest}", any(host_volumes::volume))
+        .route("/v1/volumes/claims", any(host_volumes::claims))
+        .route("/v1/volumes/claim/{*id}", any(host_volumes::claim))
         .route("/.well-known/jwks.json", get(identity::jwks))
         .route(
             "/.well-known/openid-configuration",

@@ -531,10 +531,15 @@ impl VolumeRequest {
             "source is required",
         );
         errs.check(
-            !self.sticky,
+            !self.sticky || t == "host",
             &path.field("sticky"),
-            "sticky volumes (replacements kept on the volume their allocation claimed) are not \
-             supported yet; remove sticky or set it to false",
+            "sticky applies to dynamic host volumes only (a CSI volume is claimed by its ID \
+             already); remove sticky",
+        );
+        errs.check(
+            !(self.sticky && self.per_alloc),
+            &path.field("sticky"),
+            "a volume cannot be per_alloc and sticky at the same time",
         );
         if t == "csi" {
             let am = self.access_mode.as_str();

@@ -353,3 +353,31 @@ mod tests {
         );
     }
 }
+
+/// A task group's claim on a dynamic host volume it mounts with `sticky = true` (Nomad's
+/// `TaskGroupHostVolumeClaim`): made when an allocation of the group is placed on the volume's
+/// node; from then on the group's replacements are placed only where its claimed volumes are.
+/// One per (namespace, job, group, volume); removed with the job, or by hand.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TaskGroupHostVolumeClaim {
+    #[serde(rename = "ID")]
+    pub id: String,
+    #[serde(rename = "Namespace")]
+    pub namespace: String,
+    #[serde(rename = "JobID")]
+    pub job_id: String,
+    #[serde(rename = "TaskGroupName")]
+    pub task_group_name: String,
+    /// The allocation that claimed it last.
+    #[serde(rename = "AllocID")]
+    pub alloc_id: String,
+    #[serde(rename = "VolumeID")]
+    pub volume_id: String,
+    #[serde(rename = "VolumeName")]
+    pub volume_name: String,
+    #[serde(rename = "CreateIndex")]
+    pub create_index: u64,
+    #[serde(rename = "ModifyIndex")]
+    pub modify_index: u64,
+}

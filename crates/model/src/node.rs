@@ -340,6 +340,9 @@ pub struct ClientHostVolumeConfig {
     pub path: String,
     #[serde(rename = "ReadOnly")]
     pub read_only: bool,
+    /// A dynamic host volume's ID (empty for one from the client's configuration).
+    #[serde(rename = "ID")]
+    pub id: String,
 }
 
 /// Something that happened to the node (registered, drained, heartbeat missed, …).
@@ -597,6 +600,7 @@ mod tests {
                         name: "certs".into(),
                         path: "/etc/ssl/certs".into(),
                         read_only: true,
+                        id: String::new(),
                     },
                 )]
                 .into(),

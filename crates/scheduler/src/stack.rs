@@ -311,9 +311,50 @@ impl<'v> Stack<'v> {
 
     /// Takes the group's context out of the map (callers put it back), building it on first use.
     fn group(&mut self, tg: &str) -> Option<GroupCtx> {
-        if let Some(g) = self.groups.remove(tg) {
-            return Some(g);
+        let mut g = match self.groups.remove(tg) {
+            Some(g) => g,
+            None => self.new_group(tg)?,
+        };
+        self.refresh_sticky(&mut g);
+        Some(g)
+    }
+
+    /// A sticky group's unmet claims as of now (placements of this evaluation meet claims too);
+    /// when they changed, the cached node checks are dropped.
+    fn refresh_sticky(&mut self, g: &mut GroupCtx) {
+        if !g.checks.has_sticky() {
+            return;
         }
+        let claims = self.view.host_volume_claims(&self.namespace, &self.job.id);
+        let mut unmet = Vec::new();
+        if claims.iter().any(|c| c.task_group_name == g.name) {
+            let allocs = self.view.allocs_by_job(&self.namespace, &self.job.id);
+            for c in claims.iter().filter(|c| c.task_group_name == g.name) {
+                // A claim on a volume that was deleted is void.
+                let Some(vol) = self.view.host_volume(&c.namespace, &c.volume_id) else {
+                    continue;
+                };
+                let live = allocs.iter().any(|a| {
+                    a.task_group == g.name
+                        && a.node_id == vol.node_id
+                        && !a.is_terminal()
+                        && !self.stopped.contains(&a.id)
+                });
+                let placed = self
+                    .placed
+                    .iter()
+                    .any(|(slot, tg)| *tg == g.name && self.slots[*slot].id == vol.node_id);
+                if !live && !placed {
+                    unmet.push((c.volume_name.clone(), c.volume_id.clone()));
+                }
+            }
+        }
+        if g.checks.set_unmet_claims(unmet) {
+            g.feas.fill(Feas::Unknown);
+        }
+    }
+
+    fn new_group(&mut self, tg: &str) -> Option<GroupCtx> {
         let group = self.job.task_groups.iter().find(|g| g.name == tg)?;
         let spreads = Spreads::new(&self.job, group);
         let affinities = Affinities::new(&self.job, group);

@@ -29,6 +29,8 @@ pub struct MemView {
     deployments: BTreeMap<String, Arc<Deployment>>,
     config: SchedulerConfig,
     csi_volumes: BTreeMap<(String, String), Arc<model::csi::CSIVolume>>,
+    host_volumes: BTreeMap<(String, String), Arc<model::host_volume::HostVolume>>,
+    host_volume_claims: Vec<Arc<model::host_volume::TaskGroupHostVolumeClaim>>,
 }
 
 impl MemView {
@@ -180,6 +182,21 @@ impl MemView {
             .insert((v.namespace.clone(), v.id.clone()), Arc::new(v));
     }
 
+    pub fn upsert_host_volume(&mut self, v: model::host_volume::HostVolume) {
+        self.host_volumes
+            .insert((v.namespace.clone(), v.id.clone()), Arc::new(v));
+    }
+
+    pub fn delete_host_volume(&mut self, namespace: &str, id: &str) {
+        self.host_volumes
+            .remove(&(namespace.to_string(), id.to_string()));
+    }
+
+    /// Adds a sticky claim, as the state does when a plan places a sticky group's allocation.
+    pub fn add_host_volume_claim(&mut self, c: model::host_volume::TaskGroupHostVolumeClaim) {
+        self.host_volume_claims.push(Arc::new(c));
+    }
+
     /// Replaces a stored node with `f` applied to it (down, draining, …).
     pub fn update_node(&mut self, id: &str, f: impl FnOnce(&mut Node)) {
         if let Some(n) = self.nodes.get(id) {
@@ -213,6 +230,28 @@ impl StateView for MemView {
         self.csi_volumes
             .get(&(namespace.to_string(), id.to_string()))
             .cloned()
+    }
+
+    fn host_volume(
+        &self,
+        namespace: &str,
+        id: &str,
+    ) -> Option<Arc<model::host_volume::HostVolume>> {
+        self.host_volumes
+            .get(&(namespace.to_string(), id.to_string()))
+            .cloned()
+    }
+
+    fn host_volume_claims(
+        &self,
+        namespace: &str,
+        job_id: &str,
+    ) -> Vec<Arc<model::host_volume::TaskGroupHostVolumeClaim>> {
+        self.host_volume_claims
+            .iter()
+            .filter(|c| c.namespace == namespace && c.job_id == job_id)
+            .cloned()
+            .collect()
     }
 
     fn csi_volumes_of_plugin(&self, plugin_id: &str) -> Vec<Arc<model::csi::CSIVolume>> {

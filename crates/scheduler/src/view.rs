@@ -75,6 +75,22 @@ pub trait StateView {
     fn csi_volumes_of_plugin(&self, _plugin_id: &str) -> Vec<Arc<model::csi::CSIVolume>> {
         Vec::new()
     }
+    /// A dynamic host volume (sticky claims on a deleted volume are void).
+    fn host_volume(
+        &self,
+        _namespace: &str,
+        _id: &str,
+    ) -> Option<Arc<model::host_volume::HostVolume>> {
+        None
+    }
+    /// The job's sticky host volume claims, every group's.
+    fn host_volume_claims(
+        &self,
+        _namespace: &str,
+        _job_id: &str,
+    ) -> Vec<Arc<model::host_volume::TaskGroupHostVolumeClaim>> {
+        Vec::new()
+    }
     /// The cluster's scheduler settings; Nomad's defaults unless the server stores others.
     fn scheduler_config(&self) -> SchedulerConfig {
         SchedulerConfig::default()

@@ -689,6 +689,7 @@ fn host_volumes_must_be_offered() {
                 name: "data".into(),
                 path: "/srv/data".into(),
                 read_only: false,
+                id: String::new(),
             },
         );
     });
@@ -1494,4 +1495,148 @@ fn finished_batch_allocations_count_for_their_own_job_version_only() {
             .sum::<usize>(),
         1
     );
+}
+
+/// Nodes n1..n3, each with its own dynamic host volume "data" (vol-1..vol-3); the job mounts it
+/// with `sticky = true`, and affinities pull it to n1 and n2 (class "fast").
+fn sticky_cluster() -> (MemView, Job) {
+    let mut v = cluster(3);
+    for i in 1..=3 {
+        let (n, vol) = (format!("n{i}"), format!("vol-{i}"));
+        v.update_node(&n, |node: &mut Node| {
+            node.host_volumes.insert(
+                "data".into(),
+                ClientHostVolumeConfig {
+                    name: "data".into(),
+                    path: format!("/srv/{vol}"),
+                    read_only: false,
+                    id: vol.clone(),
+                },
+            );
+            if i < 3 {
+                node.node_class = "fast".into();
+            }
+        });
+        v.upsert_host_volume(model::host_volume::HostVolume {
+            id: vol,
+            name: "data".into(),
+            namespace: "default".into(),
+            node_id: n,
+            ..model::host_volume::HostVolume::default()
+        });
+    }
+    let mut j = job("db", "service", 1);
+    j.affinities.push(Affinity {
+        l_target: "${node.class}".into(),
+        operand: "=".into(),
+        r_target: "fast".into(),
+        weight: Some(100),
+    });
+    j.task_groups[0].volumes.insert(
+        "data".into(),
+        VolumeRequest {
+            name: "data".into(),
+            volume_type: "host".into(),
+            source: "data".into(),
+            sticky: true,
+            ..VolumeRequest::default()
+        },
+    );
+    (v, j)
+}
+
+fn sticky_claim(volume: &str) -> model::host_volume::TaskGroupHostVolumeClaim {
+    model::host_volume::TaskGroupHostVolumeClaim {
+        id: format!("claim-{volume}"),
+        namespace: "default".into(),
+        job_id: "db".into(),
+        task_group_name: "web".into(),
+        alloc_id: "gone".into(),
+        volume_id: volume.into(),
+        volume_name: "data".into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_sticky_group_goes_back_to_the_volume_it_claimed() {
+    // No claim yet: the affinity decides.
+    let (mut v, j) = sticky_cluster();
+    let j = v.upsert_job(j);
+    let o = schedule(&v, &eval(&j), NOW, SEED).expect("schedules");
+    let node = &o
+        .plan
+        .node_allocation
+        .values()
+        .flatten()
+        .next()
+        .expect("placed")
+        .node_id;
+    assert!(node == "n1" || node == "n2", "{node}");
+
+    // A claim on n3's volume (its allocation gone): only n3 will do, affinity or not.
+    let (mut v, j) = sticky_cluster();
+    v.add_host_volume_claim(sticky_claim("vol-3"));
+    let j = v.upsert_job(j);
+    check(
+        &v,
+        &eval(&j),
+        r#"deployment running "Deployment is running": web total=1 canaries=0 placed_canaries=0
+           eval complete
+           place db.web[0] on n3"#,
+    );
+
+    // The claimed volume's node is down: nothing else will do; the evaluation blocks.
+    v.update_node("n3", |n| n.status = "down".into());
+    check(
+        &v,
+        &eval(&j),
+        r#"deployment running "Deployment is running": web total=1 canaries=0 placed_canaries=0
+           failed web: evaluated 2, filtered 2 {"missing compatible host volumes": 2}, exhausted 0 {}, coalesced 0
+           eval complete queued web=1 +blocked
+           new eval blocked queued-allocs"#,
+    );
+
+    // The volume was deleted: the claim is void.
+    v.delete_host_volume("default", "vol-3");
+    let o = schedule(&v, &eval(&j), NOW, SEED).expect("schedules");
+    assert_eq!(o.plan.node_allocation.values().flatten().count(), 1);
+}
+
+#[test]
+fn a_claim_met_by_a_running_allocation_leaves_new_ones_free() {
+    // count 1 runs on n3 with its claim; scaling to 2 places the new one by affinity.
+    let (mut v, mut j) = sticky_cluster();
+    v.add_host_volume_claim(sticky_claim("vol-3"));
+    j.task_groups[0].count = Some(1);
+    let j = run_and_apply(&mut v, j);
+    let first = live(&v)[0].clone();
+    assert_eq!(first.node_id, "n3");
+    let mut bigger = (*j).clone();
+    bigger.task_groups[0].count = Some(2);
+    let bigger = v.upsert_job(bigger);
+    let o = schedule(&v, &eval(&bigger), NOW, SEED).expect("schedules");
+    let placed: Vec<&str> = o
+        .plan
+        .node_allocation
+        .values()
+        .flatten()
+        .filter(|a| a.id != first.id)
+        .map(|a| a.node_id.as_str())
+        .collect();
+    assert_eq!(placed.len(), 1, "{placed:?}");
+    assert!(placed[0] == "n1" || placed[0] == "n2", "{placed:?}");
+}
+
+#[test]
+fn sticky_needs_a_dynamic_host_volume() {
+    let (mut v, j) = sticky_cluster();
+    for i in 1..=3 {
+        v.update_node(&format!("n{i}"), |n: &mut Node| {
+            n.host_volumes.get_mut("data").expect("has").id.clear();
+        });
+    }
+    let j = v.upsert_job(j);
+    let o = schedule(&v, &eval(&j), NOW, SEED).expect("schedules");
+    assert_eq!(o.plan.node_allocation.values().flatten().count(), 0);
 }

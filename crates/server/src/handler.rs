@@ -181,6 +181,9 @@ fn table() -> HashMap<&'static str, Endpoint> {
     t.add::<m::HostVolumeDeleteMethod, _, _>(|s, req| async move {
         s.host_volume_delete_local(req).await
     });
+    t.add::<m::HostVolumeClaimDeleteMethod, _, _>(|s, req| async move {
+        s.host_volume_claim_delete_local(req).await
+    });
     // Servers managing each other.
     t.add::<m::ServerInfoMethod, _, _>(|s, ()| async move { s.server_info().await });
     t.add::<m::ServerJoin, _, _>(|s, req| async move { s.server_join_request(req).await });

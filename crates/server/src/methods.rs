@@ -199,6 +199,11 @@ rpc_method!(
         crate::endpoints::service::ServiceDeleteRequest => u64
 );
 rpc_method!(
+    /// Deletes a sticky host volume claim (on the leader).
+    pub HostVolumeClaimDeleteMethod = "TaskGroupHostVolumeClaim.Delete":
+        crate::endpoints::host_volume::HostVolumeDeleteRequest => u64
+);
+rpc_method!(
     /// Deletes a dynamic host volume (on the leader).
     pub HostVolumeDeleteMethod = "HostVolume.Delete":
         crate::endpoints::host_volume::HostVolumeDeleteRequest

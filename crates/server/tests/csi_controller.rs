@@ -784,6 +784,7 @@ async fn a_host_volume_whose_create_answer_was_lost_stays_tracked() {
             name: "data".into(),
             path: format!("/hv/{}", vol.id),
             read_only: false,
+            id: String::new(),
         },
     );
     server.node_register(n.clone()).await.unwrap();

@@ -42,10 +42,12 @@ pub enum Table {
     HostVolumes,
     /// Native service registrations.
     Services,
+    /// Sticky host volume claims of task groups.
+    HostVolumeClaims,
 }
 
 impl Table {
-    pub const COUNT: usize = 23;
+    pub const COUNT: usize = 24;
     pub const ALL: [Table; Table::COUNT] = [
         Table::Jobs,
         Table::JobVersions,
@@ -70,6 +72,7 @@ impl Table {
         Table::AutopilotConfig,
         Table::HostVolumes,
         Table::Services,
+        Table::HostVolumeClaims,
     ];
 
     pub(crate) fn slot(self) -> usize {
@@ -397,6 +400,12 @@ pub enum Command {
         namespace: String,
         id: String,
     },
+    /// Removes a sticky host volume claim (`DELETE /v1/volumes/claim/:id`), so the group's next
+    /// placements may go elsewhere; one that is gone already is not an error.
+    HostVolumeClaimDelete {
+        namespace: String,
+        id: String,
+    },
     /// Removes one native service registration (`DELETE /v1/service/:name/:id`); one that is
     /// gone already is not an error. The allocation's next change registers it again if it still
     /// runs the service.
@@ -552,6 +561,7 @@ impl Command {
             Command::AutopilotConfigSet { .. } => "AutopilotConfigSet",
             Command::HostVolumeUpsert { .. } => "HostVolumeUpsert",
             Command::HostVolumeDelete { .. } => "HostVolumeDelete",
+            Command::HostVolumeClaimDelete { .. } => "HostVolumeClaimDelete",
             Command::ServiceRegistrationDelete { .. } => "ServiceRegistrationDelete",
             Command::SchedulerConfigSet { .. } => "SchedulerConfigSet",
             Command::JobScale { .. } => "JobScale",

@@ -94,6 +94,7 @@ enum RecordRef<'a> {
     Variable(&'a VariableEncrypted),
     AutopilotConfig(&'a model::autopilot::AutopilotConfiguration),
     HostVolume(&'a model::host_volume::HostVolume),
+    HostVolumeClaim(&'a model::host_volume::TaskGroupHostVolumeClaim),
     Service(&'a model::service_registration::ServiceRegistration),
     SchedulerConfig(&'a SchedulerConfiguration),
     ScalingEvents(&'a model::scaling::JobScalingEvents),
@@ -127,6 +128,7 @@ enum Record {
     Variable(VariableEncrypted),
     AutopilotConfig(model::autopilot::AutopilotConfiguration),
     HostVolume(model::host_volume::HostVolume),
+    HostVolumeClaim(model::host_volume::TaskGroupHostVolumeClaim),
     Service(model::service_registration::ServiceRegistration),
     SchedulerConfig(SchedulerConfiguration),
     ScalingEvents(model::scaling::JobScalingEvents),
@@ -245,6 +247,9 @@ pub(crate) fn save(root: &Root, w: &mut dyn Write) -> Result<(), StateError> {
     }
     for volume in root.host_volumes().values() {
         put(&mut w, RecordRef::HostVolume(volume))?;
+    }
+    for claim in root.host_volume_claims().values() {
+        put(&mut w, RecordRef::HostVolumeClaim(claim))?;
     }
     for reg in root.services().values() {
         put(&mut w, RecordRef::Service(reg))?;
@@ -447,6 +452,7 @@ fn insert(root: &mut Root, record: Record) -> Result<(), StateError> {
         Record::Variable(var) => root.put_variable(Arc::new(var)),
         Record::AutopilotConfig(config) => root.set_autopilot_config(Arc::new(config)),
         Record::HostVolume(volume) => root.put_host_volume(Arc::new(volume)),
+        Record::HostVolumeClaim(claim) => root.put_host_volume_claim(Arc::new(claim)),
         Record::Service(reg) => root.put_service(Arc::new(reg)),
         Record::SchedulerConfig(config) => root.set_scheduler_config(Arc::new(config)),
         Record::ScalingEvents(events) => root.put_scaling_events(Arc::new(events)),

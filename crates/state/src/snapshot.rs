@@ -462,6 +462,19 @@ impl StateSnapshot {
         by_ns_prefix(self.root.host_volumes(), ns, prefix)
     }
 
+    /// Every sticky host volume claim.
+    pub fn host_volume_claims(&self) -> Vec<Arc<model::host_volume::TaskGroupHostVolumeClaim>> {
+        self.root.host_volume_claims().values().cloned().collect()
+    }
+
+    /// A sticky host volume claim by ID.
+    pub fn host_volume_claim(
+        &self,
+        id: &str,
+    ) -> Option<Arc<model::host_volume::TaskGroupHostVolumeClaim>> {
+        self.root.host_volume_claims().get(id).cloned()
+    }
+
     /// The host volumes placed on `node_id`.
     pub fn host_volumes_on_node(&self, node_id: &str) -> Vec<Arc<model::host_volume::HostVolume>> {
         self.root

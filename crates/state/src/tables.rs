@@ -84,6 +84,8 @@ pub(crate) struct Root {
     services_by_name: OrdMap<NsKey, IdSet>,
     /// Dynamic host volumes by (namespace, ID).
     host_volumes: OrdMap<NsKey, Arc<model::host_volume::HostVolume>>,
+    /// Sticky host volume claims by ID.
+    host_volume_claims: OrdMap<String, Arc<model::host_volume::TaskGroupHostVolumeClaim>>,
     csi_plugins: OrdMap<String, Arc<CSIPlugin>>,
     /// Plugin ID → its in-flight destructive controller call.
     csi_controller_ops: OrdMap<String, Arc<CSIControllerOp>>,
@@ -347,6 +349,23 @@ impl Root {
 
     pub(crate) fn delete_host_volume(&mut self, ns: &str, id: &str) {
         self.host_volumes.remove(&ns_key(ns, id));
+    }
+
+    pub(crate) fn host_volume_claims(
+        &self,
+    ) -> &OrdMap<String, Arc<model::host_volume::TaskGroupHostVolumeClaim>> {
+        &self.host_volume_claims
+    }
+
+    pub(crate) fn put_host_volume_claim(
+        &mut self,
+        claim: Arc<model::host_volume::TaskGroupHostVolumeClaim>,
+    ) {
+        self.host_volume_claims.insert(claim.id.clone(), claim);
+    }
+
+    pub(crate) fn delete_host_volume_claim(&mut self, id: &str) {
+        self.host_volume_claims.remove(id);
     }
 
     pub(crate) fn csi_plugins(&self) -> &OrdMap<String, Arc<CSIPlugin>> {

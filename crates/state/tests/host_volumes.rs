@@ -28,6 +28,7 @@ fn offering(id: &str) -> model::Node {
             name: "data".into(),
             path: "/srv/v1".into(),
             read_only: false,
+            id: String::new(),
         },
     );
     n
@@ -114,4 +115,95 @@ fn a_volume_follows_its_node() {
         namespace: "default".into(),
         id: "v1".into(),
     });
+}
+
+/// A plan placing an allocation of a group that mounts a dynamic host volume with `sticky =
+/// true` records the group's claim on that volume (same ID on every server); a replacement takes
+/// it over; a restored snapshot keeps it; purging the job removes it.
+#[test]
+fn sticky_placements_claim_their_volume_until_the_job_is_purged() {
+    let mut fsm = Fsm::default();
+    let mut n = offering("n1");
+    n.host_volumes.get_mut("data").expect("offered").id = "v1".into();
+    fsm.apply(Command::NodeRegister { node: n });
+    let mut j = job("web");
+    j.task_groups[0].volumes.insert(
+        "data".into(),
+        model::group::VolumeRequest {
+            name: "data".into(),
+            volume_type: "host".into(),
+            source: "data".into(),
+            sticky: true,
+            ..Default::default()
+        },
+    );
+    fsm.register(&j, "e1");
+    let j = fsm.job("web");
+    let place = |id: &str| Command::PlanApply {
+        eval_id: "e1".into(),
+        job: Some((*j).clone()),
+        allocs_upsert: vec![alloc(id, &j, "n1", "e1")],
+        allocs_stop: Vec::new(),
+        evals: Vec::new(),
+        deployment: None,
+        deployment_updates: Vec::new(),
+    };
+    let at = fsm.apply(place("a1")).index;
+    let claims = fsm.snap().host_volume_claims();
+    assert_eq!(claims.len(), 1, "{claims:?}");
+    let c = claims[0].clone();
+    assert_eq!(
+        (
+            c.job_id.as_str(),
+            c.task_group_name.as_str(),
+            c.alloc_id.as_str()
+        ),
+        ("web", j.task_groups[0].name.as_str(), "a1")
+    );
+    assert_eq!(
+        (c.volume_id.as_str(), c.volume_name.as_str()),
+        ("v1", "data")
+    );
+    assert_eq!((c.create_index, c.modify_index), (at, at));
+    assert_eq!(
+        fsm.snap().table_index(state::Table::HostVolumeClaims),
+        at,
+        "blocking queries on claims wake"
+    );
+
+    // A replacement takes the claim over: same claim, new allocation.
+    let later = fsm.apply(place("a2")).index;
+    let claims = fsm.snap().host_volume_claims();
+    assert_eq!(claims.len(), 1);
+    assert_eq!(
+        (claims[0].id.as_str(), claims[0].alloc_id.as_str()),
+        (c.id.as_str(), "a2")
+    );
+    assert_eq!(claims[0].modify_index, later);
+
+    // Snapshots keep it.
+    let restored = StateStore::new();
+    restored
+        .restore(&mut fsm.save().as_slice())
+        .expect("restores");
+    assert_eq!(
+        restored.snapshot().host_volume_claims(),
+        fsm.snap().host_volume_claims()
+    );
+
+    // Deleting by hand in another namespace does nothing; in its own, it goes.
+    fsm.apply(Command::HostVolumeClaimDelete {
+        namespace: "other".into(),
+        id: c.id.clone(),
+    });
+    assert_eq!(fsm.snap().host_volume_claims().len(), 1);
+    fsm.apply(place("a3"));
+    fsm.apply(Command::JobDeregister {
+        namespace: "default".into(),
+        job_id: "web".into(),
+        purge: true,
+        eval: None,
+        submit_time: 0,
+    });
+    assert!(fsm.snap().host_volume_claims().is_empty());
 }

@@ -995,6 +995,7 @@ async fn start_client(
                 name: name.clone(),
                 path: v.path.unwrap_or_default(),
                 read_only: v.read_only.unwrap_or(false),
+                id: String::new(),
             };
             (name, cfg)
         })

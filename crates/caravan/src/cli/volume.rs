@@ -31,6 +31,9 @@ pub enum VolumeCommand {
     /// Create, delete or list CSI volume snapshots
     #[command(subcommand)]
     Snapshot(SnapshotCommand),
+    /// List or delete the claims task groups hold on sticky dynamic host volumes
+    #[command(subcommand)]
+    Claim(volume_host::ClaimCommand),
 }
 
 #[derive(Subcommand)]
@@ -238,6 +241,7 @@ pub fn run(cmd: VolumeCommand) -> i32 {
         VolumeCommand::Status(a) => volume_status(a),
         VolumeCommand::Init(a) => init(a),
         VolumeCommand::Snapshot(c) => snapshot(c),
+        VolumeCommand::Claim(c) => volume_host::claim(c),
     }
 }
 

@@ -482,6 +482,191 @@ fn is_uuid(s: &str) -> bool {
             .all(|(g, n)| g.len() == n && g.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
+#[derive(clap::Subcommand)]
+pub enum ClaimCommand {
+    /// List the claims (all, or those whose ID starts with the argument)
+    List(ClaimListArgs),
+    /// Delete a claim: the group's next placements may go to any node
+    Delete(ClaimDeleteArgs),
+}
+
+#[derive(clap::Args)]
+pub struct ClaimListArgs {
+    #[command(flatten)]
+    api: super::connect::ApiFlags,
+    /// Only this job's claims
+    #[arg(long)]
+    job: Option<String>,
+    /// Only this task group's claims
+    #[arg(long)]
+    group: Option<String>,
+    /// Only claims on volumes of this name
+    #[arg(long = "volume-name")]
+    volume_name: Option<String>,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+    /// Full IDs
+    #[arg(long)]
+    verbose: bool,
+    /// A claim ID prefix
+    id: Option<String>,
+}
+
+#[derive(clap::Args)]
+pub struct ClaimDeleteArgs {
+    #[command(flatten)]
+    api: super::connect::ApiFlags,
+    /// Delete without asking (required when not on a terminal)
+    #[arg(short = 'y')]
+    yes: bool,
+    /// The claim's ID (or a unique prefix)
+    id: String,
+}
+
+/// Nomad's claim table: ID, Namespace, Job ID, Volume ID, Volume Name.
+fn claims_table(claims: &[model::host_volume::TaskGroupHostVolumeClaim], verbose: bool) -> String {
+    if claims.is_empty() {
+        return "No task group host volume claims found".into();
+    }
+    let mut rows = vec![vec![
+        "ID".to_string(),
+        "Namespace".into(),
+        "Job ID".into(),
+        "Volume ID".into(),
+        "Volume Name".into(),
+    ]];
+    for c in claims {
+        rows.push(vec![
+            short_id(&c.id, verbose).to_string(),
+            c.namespace.clone(),
+            c.job_id.clone(),
+            short_id(&c.volume_id, verbose).to_string(),
+            c.volume_name.clone(),
+        ]);
+    }
+    format_list(&rows)
+}
+
+fn claim_query(flags: &super::connect::ApiFlags, prefix: &str) -> api::QueryOptions {
+    let ns = flags
+        .config()
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let mut q = api::QueryOptions::default().in_namespace(ns);
+    q.prefix = Some(prefix.to_string()).filter(|p| !p.is_empty());
+    q
+}
+
+/// `volume claim list|delete`.
+pub fn claim(cmd: ClaimCommand) -> i32 {
+    match cmd {
+        ClaimCommand::List(a) => {
+            let client = match a.api.connect() {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let filter = api::HostVolumeClaimFilter {
+                job_id: a.job.clone().unwrap_or_default(),
+                task_group: a.group.clone().unwrap_or_default(),
+                volume_name: a.volume_name.clone().unwrap_or_default(),
+            };
+            let q = claim_query(&a.api, a.id.as_deref().unwrap_or(""));
+            block_on(async {
+                match client.list_host_volume_claims(&filter, &q).await {
+                    Ok((claims, _)) if a.json => {
+                        println!("{}", super::output::json_pretty(&claims));
+                        0
+                    }
+                    Ok((claims, _)) => {
+                        println!("{}", claims_table(&claims, a.verbose));
+                        0
+                    }
+                    Err(e) => {
+                        eprintln!(
+                            "Error listing task group host volume claims: {}",
+                            describe(&e)
+                        );
+                        1
+                    }
+                }
+            })
+        }
+        ClaimCommand::Delete(a) => {
+            use std::io::IsTerminal;
+            if !a.yes && !std::io::stdin().is_terminal() {
+                eprintln!("This command requires -y option when running in non-interactive mode");
+                return 1;
+            }
+            let client = match a.api.connect() {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            block_on(async {
+                let q = claim_query(&a.api, &a.id);
+                let claims = match client
+                    .list_host_volume_claims(&api::HostVolumeClaimFilter::default(), &q)
+                    .await
+                {
+                    Ok((claims, _)) => claims,
+                    Err(e) => {
+                        eprintln!("Error querying claims: {}", describe(&e));
+                        return 1;
+                    }
+                };
+                let claim = match claims.as_slice() {
+                    [] => {
+                        eprintln!("No claim(s) with prefix {:?} found", a.id);
+                        return 1;
+                    }
+                    [one] => one.clone(),
+                    many => match many.iter().find(|c| c.id == a.id) {
+                        Some(exact) => exact.clone(),
+                        None => {
+                            eprintln!(
+                                "Prefix matched multiple claims\n\n{}",
+                                claims_table(many, true)
+                            );
+                            return 1;
+                        }
+                    },
+                };
+                if !a.yes {
+                    eprintln!(
+                        "Deleting claim {} lets group {:?} of job {:?} be placed away from volume {}.",
+                        claim.id, claim.task_group_name, claim.job_id, claim.volume_id
+                    );
+                    eprint!(
+                        "Are you sure you want to delete task group host volume claim {}? [Y/n] ",
+                        claim.id
+                    );
+                    let mut answer = String::new();
+                    if std::io::stdin().read_line(&mut answer).is_err()
+                        || !matches!(answer.trim(), "" | "y" | "Y" | "yes" | "Yes")
+                    {
+                        return 0;
+                    }
+                }
+                let w = WriteOptions::in_namespace(&claim.namespace);
+                match client.delete_host_volume_claim(&claim.id, &w).await {
+                    Ok(_) => {
+                        println!(
+                            "Task group host volume claim {} successfully deleted",
+                            claim.id
+                        );
+                        0
+                    }
+                    Err(e) => {
+                        eprintln!("Error deleting claim: {}", describe(&e));
+                        1
+                    }
+                }
+            })
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -78,6 +78,11 @@ pub(crate) struct GroupChecks {
     drivers: Vec<String>,
     group_rules: Vec<Rule>,
     host_volumes: Vec<(String, bool)>,
+    /// The sources of the host volumes mounted with `sticky = true` (dynamic ones only).
+    sticky: Vec<String>,
+    /// The group's claims not met by a live or just-placed allocation, as (volume name, volume
+    /// ID): while one is unmet for a source, only the node holding that volume will do.
+    unmet_claims: Vec<(String, String)>,
     csi_volumes: Vec<VolumeRequest>,
     /// The group's CSI volumes as the stack resolved them; `None` skips the CSI checks (the
     /// reconciler's in-place check: a running allocation keeps its claims).
@@ -110,10 +115,18 @@ impl GroupChecks {
                 drivers.push(t.driver.clone());
             }
         }
-        let escaped = job_rules
-            .iter()
-            .chain(&group_rules)
-            .any(Rule::escapes_class);
+        let sticky: Vec<String> = tg
+            .volumes
+            .values()
+            .filter(|v| v.volume_type != "csi" && v.sticky)
+            .map(|v| v.source.clone())
+            .collect();
+        // Sticky volumes are told apart by ID, which no computed class holds.
+        let escaped = !sticky.is_empty()
+            || job_rules
+                .iter()
+                .chain(&group_rules)
+                .any(Rule::escapes_class);
         let (host, csi): (Vec<_>, Vec<_>) =
             tg.volumes.values().partition(|v| v.volume_type != "csi");
         let network_mode = tg
@@ -137,6 +150,8 @@ impl GroupChecks {
                 .into_iter()
                 .map(|v| (v.source.clone(), v.read_only))
                 .collect(),
+            sticky,
+            unmet_claims: Vec::new(),
             csi_volumes: csi.into_iter().cloned().collect(),
             csi: None,
             csi_used: HashMap::new(),
@@ -164,7 +179,7 @@ impl GroupChecks {
         if let Some(r) = self.group_rules.iter().find(|r| !r.holds(node)) {
             return Err(r.text.clone());
         }
-        if !self.has_host_volumes(node) {
+        if !self.has_host_volumes(node) || !self.sticky_feasible(node) {
             return Err(FILTER_HOST_VOLUMES.into());
         }
         let devices = node
@@ -317,6 +332,38 @@ impl GroupChecks {
         }
     }
 
+    /// Whether the group mounts a host volume with `sticky = true`.
+    pub(crate) fn has_sticky(&self) -> bool {
+        !self.sticky.is_empty()
+    }
+
+    /// Sets the unmet claims; `true` when they changed (cached node checks are stale then).
+    pub(crate) fn set_unmet_claims(&mut self, mut unmet: Vec<(String, String)>) -> bool {
+        unmet.sort();
+        if unmet == self.unmet_claims {
+            return false;
+        }
+        self.unmet_claims = unmet;
+        true
+    }
+
+    /// Nomad's sticky rule: each sticky source must be a dynamic host volume on the node (a
+    /// static one cannot be told apart from another node's), and while the group has an unmet
+    /// claim on a volume of that name, it must be the claimed volume.
+    fn sticky_feasible(&self, node: &Node) -> bool {
+        self.sticky.iter().all(|source| {
+            let Some(hv) = node.host_volumes.get(source).filter(|hv| !hv.id.is_empty()) else {
+                return false;
+            };
+            let mut wanted = self
+                .unmet_claims
+                .iter()
+                .filter(|(name, _)| name == source)
+                .peekable();
+            wanted.peek().is_none() || wanted.any(|(_, id)| *id == hv.id)
+        })
+    }
+
     fn has_host_volumes(&self, node: &Node) -> bool {
         self.host_volumes.iter().all(|(source, read_only)| {
             node.host_volumes
@@ -452,6 +499,7 @@ mod tests {
                 name: "certs".into(),
                 path: "/etc/certs".into(),
                 read_only: true,
+                id: String::new(),
             },
         );
         n.canonicalize();

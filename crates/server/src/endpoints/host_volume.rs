@@ -309,6 +309,45 @@ impl Server {
         })
     }
 
+    /// Deletes a sticky claim (`id` in the request; `force` unused); forwarded to the leader.
+    /// Its index.
+    pub async fn host_volume_claim_delete(
+        &self,
+        req: HostVolumeDeleteRequest,
+    ) -> Result<u64, ServerError> {
+        match self.forward_target().await? {
+            Some(leader) => {
+                self.forward::<crate::methods::HostVolumeClaimDeleteMethod>(&leader, &req)
+                    .await
+            }
+            None => self.host_volume_claim_delete_local(req).await,
+        }
+    }
+
+    pub(crate) async fn host_volume_claim_delete_local(
+        &self,
+        req: HostVolumeDeleteRequest,
+    ) -> Result<u64, ServerError> {
+        let found = self
+            .state()
+            .snapshot()
+            .host_volume_claim(&req.id)
+            .filter(|c| c.namespace == req.namespace);
+        if found.is_none() {
+            return Err(ServerError::not_found(format!(
+                "task group volume claim {} does not exist in namespace {}",
+                req.id, req.namespace
+            )));
+        }
+        let applied = self
+            .apply(Command::HostVolumeClaimDelete {
+                namespace: req.namespace,
+                id: req.id,
+            })
+            .await?;
+        Ok(applied.index)
+    }
+
     /// Removes the pending record of a create the client refused; if that fails the volume stays
     /// pending, for the user to delete.
     async fn forget_pending_volume(&self, vol: &HostVolume) {

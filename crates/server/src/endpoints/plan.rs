@@ -159,6 +159,22 @@ impl StateView for PlanView {
         self.base.csi_volumes_of_plugin(plugin_id)
     }
 
+    fn host_volume(
+        &self,
+        namespace: &str,
+        id: &str,
+    ) -> Option<Arc<model::host_volume::HostVolume>> {
+        self.base.host_volume(namespace, id)
+    }
+
+    fn host_volume_claims(
+        &self,
+        namespace: &str,
+        job_id: &str,
+    ) -> Vec<Arc<model::host_volume::TaskGroupHostVolumeClaim>> {
+        self.base.host_volume_claims(namespace, job_id)
+    }
+
     fn allocs_by_job(&self, namespace: &str, job_id: &str) -> Vec<Arc<Allocation>> {
         self.base.allocs_by_job(namespace, job_id)
     }

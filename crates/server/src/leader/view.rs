@@ -45,6 +45,26 @@ impl scheduler::StateView for SnapshotView {
         })
     }
 
+    fn host_volume(
+        &self,
+        namespace: &str,
+        id: &str,
+    ) -> Option<Arc<model::host_volume::HostVolume>> {
+        self.snap.host_volume(namespace, id)
+    }
+
+    fn host_volume_claims(
+        &self,
+        namespace: &str,
+        job_id: &str,
+    ) -> Vec<Arc<model::host_volume::TaskGroupHostVolumeClaim>> {
+        self.snap
+            .host_volume_claims()
+            .into_iter()
+            .filter(|c| c.namespace == namespace && c.job_id == job_id)
+            .collect()
+    }
+
     fn csi_volumes_of_plugin(&self, plugin_id: &str) -> Vec<Arc<model::csi::CSIVolume>> {
         self.snap
             .csi_volumes(None, "")

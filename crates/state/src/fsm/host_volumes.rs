@@ -8,7 +8,8 @@
 
 use super::Txn;
 use crate::error::StateError;
-use model::host_volume::{HostVolume, HostVolumeState};
+use model::alloc::Allocation;
+use model::host_volume::{HostVolume, HostVolumeState, TaskGroupHostVolumeClaim};
 use model::node::{Node, NodeStatus};
 
 pub(super) fn upsert(tx: &mut Txn, volume: &HostVolume) -> Result<(), StateError> {
@@ -111,5 +112,90 @@ pub(super) fn follow_node(tx: &mut Txn, node: &Node) {
         .collect();
     for v in changed {
         tx.put_host_volume(v);
+    }
+}
+
+/// Removes a sticky claim by ID, in its namespace only.
+pub(super) fn delete_claim(tx: &mut Txn, ns: &str, id: &str) {
+    if tx
+        .host_volume_claims()
+        .get(id)
+        .is_some_and(|c| c.namespace == ns)
+    {
+        tx.delete_host_volume_claim(id);
+    }
+}
+
+/// Removes every sticky claim of a purged job.
+pub(super) fn delete_claims_of_job(tx: &mut Txn, ns: &str, job_id: &str) {
+    let ids: Vec<String> = tx
+        .host_volume_claims()
+        .values()
+        .filter(|c| c.namespace == ns && c.job_id == job_id)
+        .map(|c| c.id.clone())
+        .collect();
+    for id in ids {
+        tx.delete_host_volume_claim(&id);
+    }
+}
+
+/// After a plan placed `alloc`: its group claims each dynamic host volume it mounts with
+/// `sticky = true` on the allocation's node (Nomad's `updateStickyVolumeClaimsFromAlloc`). One
+/// claim per (namespace, job, group, volume), its ID derived from those (the FSM must give every
+/// server the same one); a replacement takes the claim over.
+pub(super) fn claim_sticky(tx: &mut Txn, alloc: &Allocation) {
+    let Some(group) = alloc
+        .job
+        .as_deref()
+        .and_then(|j| j.task_groups.iter().find(|g| g.name == alloc.task_group))
+    else {
+        return;
+    };
+    let sources: Vec<String> = group
+        .volumes
+        .values()
+        .filter(|v| v.sticky && v.volume_type == "host")
+        .map(|v| v.source.clone())
+        .collect();
+    if sources.is_empty() {
+        return;
+    }
+    let Some(node) = tx.nodes().get(&alloc.node_id).cloned() else {
+        return;
+    };
+    let index = tx.index();
+    for source in sources {
+        let Some(hv) = node
+            .host_volumes
+            .get(&source)
+            .filter(|hv| !hv.id.is_empty())
+        else {
+            continue;
+        };
+        let key = format!(
+            "{}\0{}\0{}\0{}",
+            alloc.namespace, alloc.job_id, alloc.task_group, hv.id
+        );
+        let id = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, key.as_bytes()).to_string();
+        let claim = match tx.host_volume_claims().get(&id) {
+            Some(old) if old.alloc_id == alloc.id => continue,
+            Some(old) => TaskGroupHostVolumeClaim {
+                alloc_id: alloc.id.clone(),
+                modify_index: index,
+                ..(**old).clone()
+            },
+            None => TaskGroupHostVolumeClaim {
+                id,
+                namespace: alloc.namespace.clone(),
+                job_id: alloc.job_id.clone(),
+                task_group_name: alloc.task_group.clone(),
+                alloc_id: alloc.id.clone(),
+                volume_id: hv.id.clone(),
+                volume_name: source,
+                create_index: index,
+                modify_index: index,
+            },
+        };
+        tx.put_host_volume_claim(claim);
     }
 }

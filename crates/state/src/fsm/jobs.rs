@@ -357,6 +357,7 @@ fn delete_job(tx: &mut Txn, ns: &str, id: &str) -> Result<(), StateError> {
     tx.touch(Table::JobVersions);
     tx.delete_job_summary(ns, id);
     tx.delete_scaling_events(ns, id);
+    super::host_volumes::delete_claims_of_job(tx, ns, id);
     Ok(())
 }
 

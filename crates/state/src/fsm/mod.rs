@@ -179,6 +179,19 @@ impl Txn {
         self.root.delete_host_volume(ns, id);
     }
 
+    pub(crate) fn put_host_volume_claim(
+        &mut self,
+        claim: model::host_volume::TaskGroupHostVolumeClaim,
+    ) {
+        self.touch(Table::HostVolumeClaims);
+        self.root.put_host_volume_claim(Arc::new(claim));
+    }
+
+    pub(crate) fn delete_host_volume_claim(&mut self, id: &str) {
+        self.touch(Table::HostVolumeClaims);
+        self.root.delete_host_volume_claim(id);
+    }
+
     pub(crate) fn put_csi_plugin(&mut self, plugin: CSIPlugin) {
         self.touch(Table::CsiPlugins);
         self.root.put_csi_plugin(Arc::new(plugin));
@@ -337,6 +350,10 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
         Command::HostVolumeUpsert { volume } => host_volumes::upsert(tx, volume).map(|()| plain),
         Command::HostVolumeDelete { namespace, id } => {
             host_volumes::delete(tx, namespace, id);
+            Ok(plain)
+        }
+        Command::HostVolumeClaimDelete { namespace, id } => {
+            host_volumes::delete_claim(tx, namespace, id);
             Ok(plain)
         }
         Command::ServiceRegistrationDelete { namespace, id } => {

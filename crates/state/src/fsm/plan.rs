@@ -46,6 +46,9 @@ pub(super) fn apply(tx: &mut Txn, plan: &PlanResults<'_>) -> Result<ApplyRespons
     if !writes.is_empty() {
         allocs::upsert(tx, &writes, allocs::Writer::Server)?;
     }
+    for alloc in writes.iter().filter(|a| !a.is_terminal()) {
+        super::host_volumes::claim_sticky(tx, alloc);
+    }
     if !plan.evals.is_empty() {
         evals::upsert(tx, plan.evals)?;
     }
