@@ -109,6 +109,7 @@ impl Client {
         log_level: &str,
         json: bool,
         node_id: Option<&str>,
+        server_id: Option<&str>,
     ) -> Result<reqwest::Response> {
         let mut params: Vec<(&'static str, String)> = vec![
             ("log_level", log_level.to_string()),
@@ -119,6 +120,9 @@ impl Client {
         }
         if let Some(n) = node_id.filter(|n| !n.is_empty()) {
             params.push(("node_id", n.to_string()));
+        }
+        if let Some(s) = server_id.filter(|s| !s.is_empty()) {
+            params.push(("server_id", s.to_string()));
         }
         self.get_stream(&["v1", "agent", "monitor"], &params).await
     }

@@ -22,12 +22,15 @@ fn spawn_server(name: &str, rpc_port: Option<u16>) -> Server {
 fn spawn_in(dir: std::path::PathBuf, rpc_port: Option<u16>) -> Server {
     let data = dir.join("data").display().to_string();
     let mut args = vec!["-server", "-bootstrap-expect", "3", "-data-dir", &data];
-    let extra = dir.join("ports.hcl");
+    let extra = dir.join("extra.hcl");
     let extra_s = extra.display().to_string();
+    // enable_debug: /v1/agent/host answers without ACLs.
+    let mut text = String::from("enable_debug = true\n");
     if let Some(port) = rpc_port {
-        std::fs::write(&extra, format!("ports {{\n  rpc = {port}\n}}\n")).unwrap();
-        args.extend(["-config", &extra_s]);
+        text.push_str(&format!("ports {{\n  rpc = {port}\n}}\n"));
     }
+    std::fs::write(&extra, text).unwrap();
+    args.extend(["-config", &extra_s]);
     let agent = Agent::spawn(&dir, &args);
     Server { agent, dir }
 }
@@ -82,6 +85,88 @@ fn three_servers_form_a_cluster_survive_losing_the_leader_and_catch_up() {
         out.lines().filter(|l| l.contains("leader")).count(),
         1,
         "{out}"
+    );
+
+    // `server_id=` on host and monitor: another server (a follower, so it forwards writes and
+    // says so at trace) answers through servers[0].
+    let target = servers[1..]
+        .iter()
+        .position(|s| s.agent.rpc != leader)
+        .map(|i| i + 1)
+        .expect("a follower besides servers[0]");
+    let members = servers[0].agent.get("/v1/agent/members").unwrap();
+    let other = members["Members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| {
+            format!("{}:{}", m["Addr"].as_str().unwrap(), m["Port"]) == servers[target].agent.rpc
+        })
+        .unwrap_or_else(|| panic!("server {target} among {members}"))
+        .clone();
+    let raft_id = other["Tags"]["raft_id"].as_str().unwrap().to_string();
+    let own_host = servers[target].agent.get("/v1/agent/host").unwrap();
+    for named in [raft_id.as_str(), other["Name"].as_str().unwrap()] {
+        let host = servers[0]
+            .agent
+            .get(&format!("/v1/agent/host?server_id={named}"))
+            .unwrap_or_else(|e| panic!("{named}: {e}"));
+        assert!(host["AgentID"].is_string(), "{host}");
+        // The named server's own answer (its environment names its own data dir).
+        assert_eq!(
+            host["HostData"]["Environment"], own_host["Environment"],
+            "{named}"
+        );
+    }
+    let mine = servers[0].agent.get("/v1/agent/host?server_id=leader");
+    assert!(mine.is_ok_and(|h| h["HostData"].is_object()));
+    let (status, body) = servers[0]
+        .agent
+        .raw("GET", "/v1/agent/host?server_id=nobody", None);
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("unknown server \"nobody\""), "{body}");
+    // `caravan monitor -server-id` streams the other server's lines through this one: a write
+    // it forwards to the leader is logged there at trace.
+    let mut monitor = std::process::Command::new(common::bin())
+        .args(["monitor", "-log-level", "trace", "-server-id", &raft_id])
+        .env("NOMAD_ADDR", &servers[0].agent.http)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("caravan monitor runs");
+    let stdout = monitor.stdout.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = Instant::now() + std::time::Duration::from_secs(30);
+    let mut n = 0;
+    let line = loop {
+        n += 1;
+        let _ = servers[target]
+            .agent
+            .put("/v1/jobs", &job(&format!("monitored-{n}")));
+        if let Ok(line) = rx.recv_timeout(std::time::Duration::from_millis(500)) {
+            break line;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no line from the other server's monitor"
+        );
+    };
+    let _ = monitor.kill();
+    let _ = monitor.wait();
+    assert!(
+        line.contains("forwarding a request"),
+        "the follower's line: {line}"
     );
 
     // Writes through every server (followers forward them); each acknowledged one is kept.

@@ -253,7 +253,12 @@ fn a_server_forwards_metadata_requests_to_the_nodes_agent() {
     let dir = common::temp_dir(name);
     let data = dir.join("data").display().to_string();
     let mock = dir.join("mock.hcl");
-    std::fs::write(&mock, MOCK_DRIVER_CONFIG).unwrap();
+    // enable_debug: the client answers /v1/agent/host without ACLs.
+    std::fs::write(
+        &mock,
+        format!("{MOCK_DRIVER_CONFIG}\nenable_debug = true\n"),
+    )
+    .unwrap();
     let mock = mock.display().to_string();
     let client = Agent::start(
         &dir,
@@ -315,6 +320,19 @@ fn a_server_forwards_metadata_requests_to_the_nodes_agent() {
         json!({"role": "web", "tier": "1"}),
         "{out}"
     );
+
+    // `/v1/agent/host?node_id=` at the server: the node's agent answers, through it.
+    let (s, b) = call(
+        &server,
+        "GET",
+        &format!("/v1/agent/host?node_id={id}"),
+        "",
+        None,
+    );
+    assert_eq!(s, 200, "{b}");
+    let host = json_of(&b);
+    assert_eq!(host["AgentID"], id.as_str(), "{b}");
+    assert!(host["HostData"]["OS"].is_string(), "{b}");
 
     // Another node's request at the client-only agent goes to a server.
     let other = "00000000-0000-0000-0000-000000000000";

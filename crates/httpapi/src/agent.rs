@@ -1,6 +1,7 @@
 //! `/v1/status/*`, `/v1/regions` and `/v1/agent/{self,health,members}`: the agent describing itself.
 //! Nomad gives these lower-case keys (`config`, `member`, `stats`) and no index headers.
 
+use crate::error::ApiError;
 use crate::query::QueryOptions;
 use crate::reply;
 use crate::ApiState;
@@ -253,21 +254,176 @@ pub(crate) fn servers_of(
     }
 }
 
-/// `GET /v1/agent/monitor`: this agent's logs ([`crate::agent_debug::monitor`]).
-pub async fn monitor(State(st): State<ApiState>, Query(params): Params) -> Response {
-    let local = st.client.as_ref().map(|c| c.node_id());
-    crate::agent_debug::monitor(&params, local.as_deref())
+/// Which agent a monitor or host request is for: another server (`server_id`), another node's
+/// client agent (`node_id`), or this one (`None`; errors about the parameters are left to the
+/// local handler).
+struct Elsewhere {
+    addr: String,
+    /// Names it in errors and as `AgentID`.
+    name: String,
+    /// How it was named: `server_id` or `node_id`.
+    param: &'static str,
 }
 
-/// `GET /v1/agent/host`: this agent's host ([`crate::agent_debug::host`]).
-pub async fn host(State(st): State<ApiState>, Query(params): Params) -> Response {
-    let local = st.client.as_ref().map(|c| c.node_id());
-    crate::agent_debug::host(
-        &params,
-        st.server.acl_enabled(),
-        st.agent.enable_debug,
-        local.as_deref(),
+async fn elsewhere(
+    st: &ApiState,
+    params: &HashMap<String, String>,
+) -> Result<Option<Elsewhere>, ApiError> {
+    let given = |k: &str| params.get(k).filter(|v| !v.is_empty()).cloned();
+    match (given("server_id"), given("node_id")) {
+        (Some(server_id), None) => match st.server.server_named(&server_id).await? {
+            None => Ok(None),
+            Some(info) if info.http_addr.is_empty() => Err(ApiError {
+                status: axum::http::StatusCode::BAD_GATEWAY,
+                message: format!(
+                    "server {} did not say where its HTTP API listens (an older version?); ask \
+                     its agent directly (-address)",
+                    info.name
+                ),
+            }),
+            Some(info) => Ok(Some(Elsewhere {
+                addr: info.http_addr,
+                name: info.name,
+                param: "server_id",
+            })),
+        },
+        (None, Some(node_id)) => {
+            let local = st.client.as_ref().map(|c| c.node_id());
+            if local.as_deref() == Some(node_id.as_str()) {
+                return Ok(None);
+            }
+            let addr = st
+                .server
+                .state()
+                .snapshot()
+                .node(&node_id)
+                .map(|n| n.http_addr.clone())
+                .filter(|a| !a.is_empty());
+            Ok(addr.map(|addr| Elsewhere {
+                addr,
+                name: node_id,
+                param: "node_id",
+            }))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The request's path and query as the other agent should get them: without `server_id`
+/// (that server answers for itself), with `node_id` (a client agent checks it is its own).
+fn onward_uri(path: &str, params: &HashMap<String, String>) -> String {
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in params.iter().filter(|(k, _)| k.as_str() != "server_id") {
+        query.append_pair(k, v);
+    }
+    let query = query.finish();
+    if query.is_empty() {
+        path.to_string()
+    } else {
+        format!("{path}?{query}")
+    }
+}
+
+/// `GET /v1/agent/monitor`: this agent's logs ([`crate::agent_debug::monitor`]), or with
+/// `server_id`/`node_id` another agent's, streamed through this one.
+pub async fn monitor(
+    State(st): State<ApiState>,
+    headers: axum::http::HeaderMap,
+    Query(mut params): Params,
+) -> Response {
+    match elsewhere(&st, &params).await {
+        Err(e) => e.into_response(),
+        Ok(Some(there)) => {
+            let uri = onward_uri("/v1/agent/monitor", &params);
+            let whose = format!(
+                "{} {} whose agent at {}",
+                there.param, there.name, there.addr
+            );
+            crate::forward::proxy(
+                &there.addr,
+                &axum::http::Method::GET,
+                &uri,
+                &headers,
+                axum::body::Bytes::new(),
+                &whose,
+            )
+            .await
+        }
+        Ok(None) => {
+            params.remove("server_id");
+            let local = st.client.as_ref().map(|c| c.node_id());
+            crate::agent_debug::monitor(&params, local.as_deref())
+        }
+    }
+}
+
+/// `GET /v1/agent/host`: this agent's host ([`crate::agent_debug::host`]); with `server_id`
+/// (this or another server) or another node's `node_id`, that agent's, as Nomad's
+/// `{"AgentID", "HostData"}`.
+pub async fn host(
+    State(st): State<ApiState>,
+    headers: axum::http::HeaderMap,
+    Query(mut params): Params,
+) -> Response {
+    let local_node = st.client.as_ref().map(|c| c.node_id());
+    let server_id = params.get("server_id").filter(|s| !s.is_empty()).cloned();
+    let there = match elsewhere(&st, &params).await {
+        Err(e) => return e.into_response(),
+        Ok(t) => t,
+    };
+    let Some(there) = there else {
+        params.remove("server_id");
+        let resp = crate::agent_debug::host(
+            &params,
+            st.server.acl_enabled(),
+            st.agent.enable_debug,
+            local_node.as_deref(),
+        );
+        return match server_id {
+            Some(_) if resp.status().is_success() => {
+                let me = format!("{}.{}", st.server.config().name, st.server.config().region);
+                wrap_host(resp, &me, params.contains_key("pretty")).await
+            }
+            _ => resp,
+        };
+    };
+    let uri = onward_uri("/v1/agent/host", &params);
+    let whose = format!(
+        "{} {} whose agent at {}",
+        there.param, there.name, there.addr
+    );
+    let resp = crate::forward::proxy(
+        &there.addr,
+        &axum::http::Method::GET,
+        &uri,
+        &headers,
+        axum::body::Bytes::new(),
+        &whose,
     )
+    .await;
+    // A client agent asked with its node_id wraps its answer itself.
+    if there.param == "server_id" && resp.status().is_success() {
+        return wrap_host(resp, &there.name, params.contains_key("pretty")).await;
+    }
+    resp
+}
+
+/// A server's bare host data as Nomad answers it for a named server.
+async fn wrap_host(resp: Response, agent_id: &str, pretty: bool) -> Response {
+    let body = match axum::body::to_bytes(resp.into_body(), 4 << 20).await {
+        Ok(b) => b,
+        Err(e) => {
+            return ApiError::bad_request(format!("reading the host data: {e}")).into_response()
+        }
+    };
+    match serde_json::from_slice::<serde_json::Value>(&body) {
+        Ok(data) => reply::plain(&json!({ "AgentID": agent_id, "HostData": data }), pretty),
+        Err(e) => ApiError {
+            status: axum::http::StatusCode::BAD_GATEWAY,
+            message: format!("the host data is not JSON: {e}"),
+        }
+        .into_response(),
+    }
 }
 
 /// `GET /v1/agent/schedulers`: this server's scheduling workers (Nomad's

@@ -73,7 +73,7 @@ fn monitor_inner(
     if server_id.is_some() {
         return Err(ApiError {
             status: StatusCode::NOT_IMPLEMENTED,
-            message: "server_id: monitoring another server through this one is not supported yet; ask that server's agent directly (-address)".into(),
+            message: "server_id: monitoring a server through a client-only agent is not supported yet; ask a server's agent (-address)".into(),
         });
     }
     let sub = hub().subscribe(level);
@@ -398,7 +398,7 @@ pub fn host(
     if server_id.is_some() {
         return ApiError {
             status: StatusCode::NOT_IMPLEMENTED,
-            message: "server_id: another server's host data through this one is not supported yet; ask that server's agent directly (-address)".into(),
+            message: "server_id: a server's host data through a client-only agent is not supported yet; ask a server's agent (-address)".into(),
         }
         .into_response();
     }

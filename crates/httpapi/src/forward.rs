@@ -455,15 +455,29 @@ pub(crate) async fn client_paths_to_owner(
         }
     };
     let uri = path_and_query(&parts.uri);
+    let whose = format!("{subject} whose agent at {addr}");
+    proxy(&addr, &parts.method, &uri, &parts.headers, body, &whose).await
+}
+
+/// Sends a request to the agent at `addr` (marked forwarded, with the caller's token) and
+/// streams its answer back; `whose` names that agent in errors ("node X whose agent at A").
+pub(crate) async fn proxy(
+    addr: &str,
+    method: &axum::http::Method,
+    uri: &str,
+    headers: &axum::http::HeaderMap,
+    body: Bytes,
+    whose: &str,
+) -> Response {
     let url = format!("{}://{addr}{uri}", crate::tls::scheme());
-    let Ok(method) = reqwest::Method::from_bytes(parts.method.as_str().as_bytes()) else {
+    let Ok(method) = reqwest::Method::from_bytes(method.as_str().as_bytes()) else {
         return ApiError::invalid_method().into_response();
     };
     let mut out = crate::tls::http_client()
         .request(method, &url)
         .header(server::http_forward::FORWARDED_HEADER, "1")
         .body(body.to_vec());
-    for (name, v) in forwarded_headers(&parts.headers) {
+    for (name, v) in forwarded_headers(headers) {
         out = out.header(name, v);
     }
     let resp = match tokio::time::timeout(CLIENT_FORWARD_CONNECT, out.send()).await {
@@ -471,14 +485,14 @@ pub(crate) async fn client_paths_to_owner(
         Ok(Err(e)) => {
             return ApiError {
                 status: StatusCode::INTERNAL_SERVER_ERROR,
-                message: format!("{subject} whose agent at {addr} did not answer: {e}"),
+                message: format!("{whose} did not answer: {e}"),
             }
             .into_response()
         }
         Err(_) => {
             return ApiError {
                 status: StatusCode::GATEWAY_TIMEOUT,
-                message: format!("the agent at {addr} of node {node_id} did not answer in time"),
+                message: format!("{whose} did not answer in time"),
             }
             .into_response()
         }

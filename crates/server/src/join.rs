@@ -38,6 +38,9 @@ pub struct ServerInfo {
     pub region: String,
     /// In a cluster (bootstrapped or joined).
     pub initialized: bool,
+    /// The agent's advertised HTTP address (empty from a server that predates it).
+    #[serde(default)]
+    pub http_addr: String,
 }
 
 /// A request to add a server to the cluster.
@@ -67,7 +70,71 @@ impl Server {
             name: format!("{}.{}", self.config().name, self.config().region),
             region: self.config().region.clone(),
             initialized: self.raft().is_initialized().await.unwrap_or(false),
+            http_addr: self.http_addr().to_string(),
         })
+    }
+
+    /// The server `server_id` names (Nomad's `server_id` on `/v1/agent/monitor` and `/host`):
+    /// `leader`, a raft ID, a member's name (with or without `.<region>`) or its RPC address.
+    /// `Ok(None)`: this server.
+    pub async fn server_named(&self, server_id: &str) -> Result<Option<ServerInfo>, ServerError> {
+        let me = self.node_id();
+        let wanted = server_id.trim();
+        let region = format!(".{}", self.config().region);
+        let names =
+            |name: &str| name == wanted || name.strip_suffix(region.as_str()) == Some(wanted);
+        if wanted == "leader" {
+            let Some((id, addr)) = self.raft().leader() else {
+                return Err(ServerError::new(
+                    rpc::ErrorCode::NoLeader,
+                    "No cluster leader",
+                ));
+            };
+            return if id == me {
+                Ok(None)
+            } else {
+                self.info_of(&addr).await.map(Some)
+            };
+        }
+        let mut unreachable = Vec::new();
+        // `None`: this server. A name several servers share is refused, not guessed.
+        let mut found: Vec<Option<ServerInfo>> = Vec::new();
+        for (id, addr) in self.raft().members() {
+            // The name `server members` shows for a server it has not asked.
+            let listed = format!("server-{id}{region}");
+            let by_id = wanted == id.to_string() || wanted == addr || names(&listed);
+            if id == me {
+                let mine = self.server_info().await?;
+                if by_id || wanted == mine.addr || names(&mine.name) {
+                    found.push(None);
+                }
+                continue;
+            }
+            match self.info_of(&addr).await {
+                Ok(info) if by_id || names(&info.name) => found.push(Some(info)),
+                Ok(_) => {}
+                Err(e) => unreachable.push(format!("{addr}: {e}")),
+            }
+        }
+        match found.len() {
+            1 => return Ok(found.remove(0)),
+            0 => {}
+            n => {
+                return Err(ServerError::bad_request(format!(
+                    "{wanted:?} names {n} servers: name one by its raft ID (`caravan operator raft \
+                     list-peers`)"
+                )))
+            }
+        }
+        let also = if unreachable.is_empty() {
+            String::new()
+        } else {
+            format!(" (could not ask {})", unreachable.join(", "))
+        };
+        Err(ServerError::not_found(format!(
+            "unknown server {wanted:?}: name one from `caravan server members` (name, raft ID or \
+             address) or \"leader\"{also}"
+        )))
     }
 
     /// Adds server `req` to the cluster (on the leader; forwarded there otherwise).

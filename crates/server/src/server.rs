@@ -39,6 +39,9 @@ struct Inner {
     leadership: crate::leader::Leadership,
     /// The HTTP API that requests forwarded by client-only agents run through.
     http: std::sync::OnceLock<Arc<dyn crate::http_forward::HttpHandler>>,
+    /// The agent's advertised HTTP address, once its listener is bound (`Server.Info` tells the
+    /// other servers, for `server_id=` on monitor and host).
+    http_addr: std::sync::OnceLock<String>,
     /// Other servers' rpc addresses the join loop talks to (`retry_join`, `server join`).
     join_addrs: std::sync::Mutex<Vec<String>>,
     /// How controller calls reach client agents (installed by the agent).
@@ -136,6 +139,7 @@ impl Server {
                 shutdown,
                 leadership: crate::leader::Leadership::default(),
                 http: std::sync::OnceLock::new(),
+                http_addr: std::sync::OnceLock::new(),
                 join_addrs: std::sync::Mutex::new(Vec::new()),
                 csi_transport: std::sync::OnceLock::new(),
                 csi_locks: Default::default(),
@@ -321,6 +325,16 @@ impl Server {
         }
     }
 
+    /// Records the agent's advertised HTTP address (once; later calls are ignored).
+    pub fn set_http_addr(&self, addr: String) {
+        let _ = self.inner.http_addr.set(addr);
+    }
+
+    /// The agent's advertised HTTP address; empty until set.
+    pub fn http_addr(&self) -> &str {
+        self.inner.http_addr.get().map_or("", String::as_str)
+    }
+
     pub fn members(&self) -> Vec<Member> {
         let leader = self.inner.raft.leader().map(|(id, _)| id);
         self.inner
@@ -489,6 +503,7 @@ impl Server {
         req: &M::Request,
         timeout: std::time::Duration,
     ) -> Result<M::Response, ServerError> {
+        tracing::trace!(method = M::NAME, to = %addr, "forwarding a request to another server");
         Ok(self
             .inner
             .rpc_client

@@ -522,6 +522,25 @@ async fn run_agent(
         .await
         .with_context(|| format!("binding the HTTP API to {http_addr}"))?;
     let http_bound = listener.local_addr()?;
+    // What the other servers reach this agent's HTTP API at (`server_id=` on monitor and host):
+    // `advertise { http }` (a bare host takes the bound port), else the bound address.
+    let http_advertised = match cfg
+        .advertise
+        .as_ref()
+        .and_then(|a| a.http.clone())
+        .filter(|h| !h.is_empty())
+    {
+        Some(h)
+            if h.parse::<std::net::SocketAddr>().is_ok()
+                || h.rsplit_once(':')
+                    .is_some_and(|(_, p)| p.parse::<u16>().is_ok()) =>
+        {
+            h
+        }
+        Some(h) => format!("{h}:{}", http_bound.port()),
+        None => http_bound.to_string(),
+    };
+    server.set_http_addr(http_advertised);
     let info = httpapi::AgentInfo {
         node_name: name.clone(),
         region: region.clone(),

@@ -73,9 +73,16 @@ pub struct MonitorArgs {
     /// Stream this client node's agent's logs instead (through the servers)
     #[arg(long = "node-id", default_value = "")]
     node_id: String,
+    /// Stream this server's logs instead (its name, raft ID, address, or "leader")
+    #[arg(long = "server-id", default_value = "")]
+    server_id: String,
 }
 
 pub fn monitor(args: MonitorArgs) -> i32 {
+    if !args.node_id.is_empty() && !args.server_id.is_empty() {
+        eprintln!("Cannot target node and server simultaneously");
+        return 1;
+    }
     if telemetry::logs::parse_level(&args.log_level).is_none() {
         eprintln!(
             "Unknown log level: {} (use TRACE, DEBUG, INFO, WARN or ERROR)",
@@ -89,7 +96,12 @@ pub fn monitor(args: MonitorArgs) -> i32 {
     };
     block_on(async {
         let mut resp = match client
-            .agent_monitor(&args.log_level, args.json, Some(&args.node_id))
+            .agent_monitor(
+                &args.log_level,
+                args.json,
+                Some(&args.node_id),
+                Some(&args.server_id),
+            )
             .await
         {
             Ok(r) => r,
