@@ -116,6 +116,24 @@ impl Client {
         Ok(v)
     }
 
+    /// `PUT /v1/agent/force-leave?node=NODE[&prune=true]`: removes a failed server.
+    pub async fn agent_force_leave(&self, node: &str, prune: bool) -> Result<()> {
+        let mut params: Vec<(&'static str, String)> = vec![("node", node.to_string())];
+        if prune {
+            params.push(("prune", "true".to_string()));
+        }
+        let _: (Option<serde_json::Value>, _) = self
+            .write::<(), _>(
+                Method::PUT,
+                &["v1", "agent", "force-leave"],
+                &params,
+                None,
+                &WriteOptions::default(),
+            )
+            .await?;
+        Ok(())
+    }
+
     /// `GET /v1/operator/raft/configuration`.
     pub async fn raft_configuration(&self) -> Result<RaftConfiguration> {
         let (v, _) = self

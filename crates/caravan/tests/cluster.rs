@@ -309,3 +309,69 @@ fn a_dead_server_is_removed_once_the_cluster_is_larger_than_expected() {
     let (status, body) = survivor.put("/v1/jobs", &job("after-cleanup"));
     assert_eq!(status, 200, "{body}");
 }
+
+/// `server force-leave`: a name no server has does nothing (Nomad answers 200), a live server
+/// is refused, and a dead one is removed from the raft configuration; the two left keep
+/// taking writes.
+#[test]
+fn force_leave_removes_a_failed_server_and_refuses_a_live_one() {
+    let mut servers: Vec<Server> = (0..3)
+        .map(|i| spawn_server(&format!("force-leave-s{i}"), None))
+        .collect();
+    let others: Vec<String> = servers[1..].iter().map(|s| s.agent.rpc.clone()).collect();
+    let (code, out, err) = servers[0]
+        .agent
+        .run(&["server", "join", &others[0], &others[1]]);
+    assert_eq!(code, 0, "{out}{err}");
+    servers[0]
+        .agent
+        .wait_until("a leader", || !leader_of(&servers[0].agent).is_empty());
+    let leader = leader_of(&servers[0].agent);
+    let voters = |a: &Agent| {
+        let (_, out, _) = a.run(&["operator", "raft", "list-peers"]);
+        out.lines().filter(|l| l.contains("true")).count()
+    };
+    assert_eq!(voters(&servers[0].agent), 3);
+
+    let (status, body) = servers[0]
+        .agent
+        .raw("PUT", "/v1/agent/force-leave?node=nope", None);
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = servers[0].agent.raw("PUT", "/v1/agent/force-leave", None);
+    assert_eq!(status, 400, "{body}");
+
+    // A follower other than the one asked, by the name `server members` lists for it.
+    let at = servers[1..]
+        .iter()
+        .position(|s| s.agent.rpc != leader)
+        .map(|i| i + 1)
+        .expect("a follower");
+    let members = servers[0].agent.get("/v1/agent/members").unwrap();
+    let listed = members["Members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| format!("{}:{}", m["Addr"].as_str().unwrap(), m["Port"]) == servers[at].agent.rpc)
+        .and_then(|m| m["Name"].as_str())
+        .unwrap_or_else(|| panic!("{members}"))
+        .to_string();
+    let (code, _, err) = servers[0].agent.run(&["server", "force-leave", &listed]);
+    assert_eq!(code, 1, "a live server is refused");
+    assert!(err.contains("is alive"), "{err}");
+    assert_eq!(voters(&servers[0].agent), 3);
+
+    let gone = servers.remove(at);
+    gone.agent.kill();
+    let asker = &servers[0].agent;
+    asker.wait_until(
+        "the dead server is forced out (refused while it seems alive)",
+        || {
+            let (code, _, err) = asker.run(&["server", "force-leave", &listed]);
+            assert!(code == 0 || err.contains("is alive"), "{err}");
+            code == 0
+        },
+    );
+    asker.wait_until("two voters left", || voters(asker) == 2);
+    let (status, body) = asker.put("/v1/jobs", &job("after-force-leave"));
+    assert_eq!(status, 200, "{body}");
+}

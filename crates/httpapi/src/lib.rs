@@ -445,6 +445,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/agent/host", get(agent::host))
         .route("/v1/agent/members", get(agent::members))
         .route("/v1/agent/join", any(operator::join))
+        .route("/v1/agent/force-leave", any(operator::force_leave))
         .route(
             "/v1/operator/raft/configuration",
             get(operator::configuration),

@@ -40,6 +40,44 @@ pub async fn join(State(st): State<ApiState>, method: Method, RawQuery(raw): Raw
     )
 }
 
+/// `PUT|POST /v1/agent/force-leave?node=NAME[&prune=true]`: removes a failed server (see
+/// `Server::force_leave`). `prune` (drop it from the member list at once) is what removal does
+/// here anyway: there is no gossip list to keep it in as `left`.
+pub async fn force_leave(
+    State(st): State<ApiState>,
+    method: Method,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    if method != Method::PUT && method != Method::POST {
+        return ApiError::invalid_method().into_response();
+    }
+    let mut node = None;
+    for (k, v) in raw
+        .as_deref()
+        .unwrap_or_default()
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+    {
+        match k {
+            "node" => node = Some(percent_decode(v)),
+            "prune" => {
+                if !matches!(v, "" | "true" | "false" | "1" | "0") {
+                    return ApiError::bad_request(format!("invalid prune value {v:?}"))
+                        .into_response();
+                }
+            }
+            _ => {}
+        }
+    }
+    let Some(node) = node.filter(|n| !n.is_empty()) else {
+        return ApiError::bad_request("missing node to force leave: ?node=NAME").into_response();
+    };
+    match st.server.force_leave(&node).await {
+        Ok(_) => reply::plain(&serde_json::Value::Null, false),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
 pub(crate) fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());

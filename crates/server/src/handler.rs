@@ -194,6 +194,7 @@ fn table() -> HashMap<&'static str, Endpoint> {
         s.server_transfer_leadership(req.to).await
     });
     t.add::<m::ServerRemove, _, _>(|s, req| async move { s.server_remove(req.id).await });
+    t.add::<m::ServerForceLeave, _, _>(|s, req| async move { s.force_leave(&req.node).await });
     t.add::<m::AgentHttp, _, _>(|s, req| async move { s.http_forwarded(req).await });
     // Clients call these on any server; each forwards to the leader where it must.
     t.add::<methods::NodeRegister, _, _>(|s, req| async move { s.node_register(req.node).await });

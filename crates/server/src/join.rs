@@ -173,6 +173,81 @@ impl Server {
         }
     }
 
+    /// `server force-leave NODE` (Nomad's `/v1/agent/force-leave`), on the leader: removes a
+    /// failed server from the cluster. `node` is its raft ID, RPC address, or the name `server
+    /// members` lists. A server the leader still hears from is refused (Nomad marks it left and
+    /// gossip brings it back at once; here it would be ejected for good). A name no server has
+    /// is accepted and does nothing, as Nomad's (it answers 200): `Ok(false)`.
+    pub async fn force_leave(&self, node: &str) -> Result<bool, ServerError> {
+        if let Some(leader) = self.forward_target().await? {
+            let args = m::ForceLeaveArgs {
+                node: node.to_string(),
+            };
+            return self.forward::<m::ServerForceLeave>(&leader, &args).await;
+        }
+        let wanted = node.trim();
+        let region = format!(".{}", self.config().region);
+        let me = self.node_id();
+        let own_name = format!("{}{region}", self.config().name);
+        let mut found: Vec<(u64, String)> = self
+            .raft()
+            .members()
+            .into_iter()
+            .filter(|(id, addr)| {
+                let listed = format!("server-{id}{region}");
+                let names =
+                    |n: &str| n == wanted || n.strip_suffix(region.as_str()) == Some(wanted);
+                wanted == id.to_string()
+                    || wanted == addr
+                    || names(&listed)
+                    || (*id == me && names(&own_name))
+            })
+            .collect();
+        if found.len() > 1 {
+            return Err(ServerError::bad_request(format!(
+                "{wanted:?} names {} servers: name one by its raft ID (`caravan operator raft \
+                 list-peers`)",
+                found.len()
+            )));
+        }
+        let Some((id, addr)) = found.pop() else {
+            tracing::warn!(
+                node = wanted,
+                "force-leave: no server of that name; nothing to do"
+            );
+            return Ok(false);
+        };
+        if id == me {
+            return Err(ServerError::bad_request(format!(
+                "{wanted} is the leader, which is alive: force-leave removes failed servers; \
+                 hand leadership over first (`caravan operator raft transfer-leadership`)"
+            )));
+        }
+        // Failed: silent for longer than autopilot's LastContactThreshold and two election
+        // timeouts, so a slow but live server is not taken for a dead one.
+        let failed_after =
+            self.autopilot_config()
+                .last_contact_threshold_std()
+                .max(Duration::from_millis(
+                    2 * self.config().raft_election_timeout_ms.1,
+                ));
+        let silence = self.raft().peer_silence().get(&id).copied().flatten();
+        if let Some(quiet) = silence.filter(|q| *q < failed_after) {
+            return Err(ServerError::bad_request(format!(
+                "server {wanted} ({addr}) is alive: the leader heard from it {} ms ago; \
+                 force-leave removes only failed servers (stop its agent first, or use \
+                 `caravan operator raft remove-peer`)",
+                quiet.as_millis()
+            )));
+        }
+        tracing::warn!(server_id = id, %addr, ?silence, "force-leave: removing a failed server");
+        self.raft().remove_member(id).await.map_err(|e| match e {
+            raft::RaftError::Bootstrap(m) => ServerError::not_found(m),
+            other => ServerError::from(other),
+        })?;
+        Ok(true)
+    }
+
     /// Hands leadership to server `id` (`operator raft transfer-leadership`; `None`: to the
     /// voter that is most caught up), on the leader; returns the new leader's ID. The old leader
     /// steps down alive: the step-down case of every leader-loop guarantee, without a kill.

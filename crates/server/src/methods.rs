@@ -73,6 +73,12 @@ pub struct ServerRemoveArgs {
     pub id: u64,
 }
 
+/// `Server.ForceLeave`'s request: the server's raft ID, RPC address or listed name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForceLeaveArgs {
+    pub node: String,
+}
+
 /// `Server.TransferLeadership`'s request: to this server, or (none) to any up-to-date voter.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TransferLeadershipArgs {
@@ -178,6 +184,10 @@ rpc_method!(
 rpc_method!(pub ServerJoin = "Server.Join": JoinRequest => ());
 rpc_method!(pub ServerBootstrap = "Server.Bootstrap": BootstrapArgs => ());
 rpc_method!(pub ServerRemove = "Server.Remove": ServerRemoveArgs => ());
+rpc_method!(
+    /// `force-leave`: removes a failed server (on the leader); whether one was removed.
+    pub ServerForceLeave = "Server.ForceLeave": ForceLeaveArgs => bool
+);
 rpc_method!(
     /// Answers the raft id of the new leader.
     pub ServerTransferLeadership = "Server.TransferLeadership": TransferLeadershipArgs => u64

@@ -12,6 +12,21 @@ pub enum ServerCommand {
     Members(MembersArgs),
     /// Join this agent's server to other servers (rpc addresses, host[:port])
     Join(JoinArgs),
+    /// Remove a failed server from the cluster (its name from `server members`, raft ID or
+    /// address); a server that still answers is refused
+    #[command(name = "force-leave")]
+    ForceLeave(ForceLeaveArgs),
+}
+
+#[derive(Args)]
+pub struct ForceLeaveArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// Also drop it from the member list at once (removal here always does)
+    #[arg(long)]
+    prune: bool,
+    /// The failed server
+    node: String,
 }
 
 #[derive(Args)]
@@ -39,7 +54,25 @@ pub fn run(cmd: ServerCommand) -> i32 {
     match cmd {
         ServerCommand::Members(args) => members(args),
         ServerCommand::Join(args) => join(args),
+        ServerCommand::ForceLeave(args) => force_leave(args),
     }
+}
+
+/// Nomad's `server force-leave`: silent on success.
+fn force_leave(args: ForceLeaveArgs) -> i32 {
+    let client = match args.api.client() {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return 1;
+        }
+    };
+    block_on(async {
+        match client.agent_force_leave(&args.node, args.prune).await {
+            Ok(()) => 0,
+            Err(e) => fail(&format!("Error force-leaving server {}", args.node), &e),
+        }
+    })
 }
 
 /// Nomad's `server join`: "Joined N servers successfully", exit 1 when none joined.
