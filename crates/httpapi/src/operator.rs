@@ -60,11 +60,8 @@ pub async fn force_leave(
     {
         match k {
             "node" => node = Some(percent_decode(v)),
-            "prune" => {
-                if !matches!(v, "" | "true" | "false" | "1" | "0") {
-                    return ApiError::bad_request(format!("invalid prune value {v:?}"))
-                        .into_response();
-                }
+            "prune" if !matches!(v, "" | "true" | "false" | "1" | "0") => {
+                return ApiError::bad_request(format!("invalid prune value {v:?}")).into_response();
             }
             _ => {}
         }
