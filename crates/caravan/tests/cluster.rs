@@ -240,9 +240,9 @@ fn three_servers_form_a_cluster_survive_losing_the_leader_and_catch_up() {
     }
 }
 
-/// Autopilot's dead-server cleanup: with a fourth server joined to a cluster built for three, a
-/// server that stops answering is removed from the raft configuration after
-/// `server_stabilization_time`; the cluster never shrinks below the three it was built for.
+/// Autopilot: a fourth server joined to a cluster built for three is a non-voter until it has
+/// been healthy for `server_stabilization_time`; then a server that stops answering is removed
+/// from the raft configuration after that long; the cluster never shrinks below three.
 #[test]
 fn a_dead_server_is_removed_once_the_cluster_is_larger_than_expected() {
     let spawn = |name: &str| {
@@ -251,7 +251,7 @@ fn a_dead_server_is_removed_once_the_cluster_is_larger_than_expected() {
         let extra = dir.join("autopilot.hcl");
         std::fs::write(
             &extra,
-            "autopilot {\n  server_stabilization_time = \"2s\"\n}\n",
+            "autopilot {\n  server_stabilization_time = \"6s\"\n}\n",
         )
         .unwrap();
         let extra = extra.display().to_string();
@@ -287,9 +287,30 @@ fn a_dead_server_is_removed_once_the_cluster_is_larger_than_expected() {
         let (_, out, _) = a.run(&["operator", "raft", "list-peers"]);
         out.lines().filter(|l| l.contains("true")).count()
     };
+    // It joins as a non-voter, and becomes a voter once healthy for server_stabilization_time.
+    // (429 while some server is not healthy yet, as Nomad's.)
+    let (_, body) = servers[0]
+        .agent
+        .raw("GET", "/v1/operator/autopilot/health", None);
+    let health: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let joined = health["Servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["Address"] == fourth.as_str())
+        .unwrap_or_else(|| panic!("{health}"))
+        .clone();
+    assert_eq!(joined["Voter"], false, "{joined}");
+    assert_eq!(voters(&servers[0].agent), 3);
+    let joined_at = Instant::now();
     servers[0]
         .agent
         .wait_until("four voters", || voters(&servers[0].agent) == 4);
+    assert!(
+        joined_at.elapsed() >= std::time::Duration::from_secs(4),
+        "promoted after {:?}, before it was stable for long",
+        joined_at.elapsed()
+    );
     // Stop a follower for good: it is removed, and only it.
     let leader = leader_of(&servers[0].agent);
     let at = servers

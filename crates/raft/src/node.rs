@@ -263,6 +263,34 @@ impl RaftNode {
         self.change(openraft::ChangeMembers::AddVoterIds(ids)).await
     }
 
+    /// On the leader: adds node `id` at `addr` as a non-voter (a learner), blocking until it has
+    /// caught up; [`RaftNode::promote`] makes it a voter. A member already present is left as it is.
+    pub async fn add_nonvoter(&self, id: u64, addr: &str) -> Result<(), RaftError> {
+        if self.members().iter().any(|(m, _)| *m == id) {
+            return Ok(());
+        }
+        let added = tokio::time::timeout(
+            MEMBERSHIP_TIMEOUT,
+            self.inner.raft.add_learner(id, BasicNode::new(addr), true),
+        )
+        .await
+        .map_err(|_| RaftError::Timeout)?;
+        match added {
+            Ok(_) => Ok(()),
+            Err(openraft::errors::RaftError::APIError(e)) => Err(self.write_error(e)),
+            Err(openraft::errors::RaftError::Fatal(f)) => Err(from_fatal(f)),
+        }
+    }
+
+    /// On the leader: makes non-voter `id` a voter (nothing when it is one already).
+    pub async fn promote(&self, id: u64) -> Result<(), RaftError> {
+        if self.voters().contains(&id) {
+            return Ok(());
+        }
+        let ids = std::collections::BTreeSet::from([id]);
+        self.change(openraft::ChangeMembers::AddVoterIds(ids)).await
+    }
+
     /// On the leader: removes node `id` from the cluster (voter or learner).
     pub async fn remove_member(&self, id: u64) -> Result<(), RaftError> {
         let (voter, known) = self.with_metrics(|m| {

@@ -145,9 +145,10 @@ impl Server {
                     .await
             }
             None => {
-                tracing::info!(id = req.id, addr = %req.addr, "adding a server to the cluster");
+                // A non-voter until autopilot has seen it healthy for ServerStabilizationTime.
+                tracing::info!(id = req.id, addr = %req.addr, "adding a server to the cluster as a non-voter");
                 self.raft()
-                    .add_voter(req.id, &req.addr)
+                    .add_nonvoter(req.id, &req.addr)
                     .await
                     .map_err(ServerError::from)
             }

@@ -12,6 +12,9 @@
 //!   only when it answers a heartbeat (every `raft_heartbeat_ms`), so a peer counts as in contact
 //!   while its silence is within the threshold plus one heartbeat interval. There is no gossip
 //!   yet (issue #22): `SerfStatus` is `alive` for a server in contact and `failed` otherwise.
+//! - **Promotion** (Nomad's): a server that joins a running cluster is added as a non-voter and
+//!   becomes a voter once it has been healthy for `ServerStabilizationTime` without a break, so a
+//!   server that flaps while catching up never counts toward (or against) the quorum.
 //! - **Dead-server cleanup** (`CleanupDeadServers`): a voter silent towards the leader for longer
 //!   than `ServerStabilizationTime` is removed from the raft configuration — one at a time, and
 //!   never when that would leave fewer voters than `bootstrap_expect` (a cluster never shrinks
@@ -133,6 +136,15 @@ impl HealthTracker {
             .map_or(Duration::ZERO, |t| t.elapsed())
     }
 
+    /// Since when (Unix nanoseconds) server `id` has been healthy without a break, as this
+    /// leader saw it; `None` when it is not healthy or not seen yet.
+    fn healthy_since(&self, id: u64) -> Option<i64> {
+        let t = self.0.lock().expect("autopilot tracker lock");
+        t.seen
+            .get(&id)
+            .and_then(|(healthy, since)| healthy.then_some(*since))
+    }
+
     /// Records the verdicts of this look (`(id, healthy)`) at `now`; forgets members no longer
     /// listed. Returns when each one's health last changed.
     fn observe(&self, verdicts: &[(u64, bool)], now: i64) -> BTreeMap<u64, i64> {
@@ -247,6 +259,35 @@ pub(crate) fn health(server: &Server) -> OperatorHealthReply {
     }
 }
 
+/// The non-voters healthy for at least `ServerStabilizationTime` without a break become voters
+/// (Nomad's autopilot promotion), one per look.
+async fn promote_stable(server: &Server, now: &OperatorHealthReply, cfg: &AutopilotConfiguration) {
+    let stable_for = cfg.server_stabilization_time_std();
+    let at = crate::endpoints::now_nanos();
+    let tracker = &server.leadership().autopilot;
+    let ready = now
+        .servers
+        .iter()
+        .filter(|s| !s.voter && s.healthy)
+        .find_map(|s| {
+            let id: u64 = s.id.parse().ok()?;
+            let since = tracker.healthy_since(id)?;
+            let stable = u64::try_from(at.saturating_sub(since)).unwrap_or(0);
+            (Duration::from_nanos(stable) >= stable_for).then_some(id)
+        });
+    let Some(id) = ready else {
+        return;
+    };
+    tracing::info!(
+        server_id = id,
+        ?stable_for,
+        "autopilot: promoting a stable server to voter"
+    );
+    if let Err(e) = server.raft().promote(id).await {
+        tracing::warn!(server_id = id, error = %e, "autopilot: promoting a server failed");
+    }
+}
+
 /// Stores the agent's `autopilot` block while no configuration is stored (a check-and-set
 /// against "none", so an operator's concurrent write wins).
 pub(crate) async fn store_agent_config(server: &Server) {
@@ -275,8 +316,9 @@ pub(crate) async fn run(server: Server, mut stop: watch::Receiver<bool>) {
             () = tokio::time::sleep(CHECK_EVERY) => {}
         }
         // Also keeps each server's `StableSince` current between health requests.
-        let _ = health(&server);
+        let now = health(&server);
         let cfg = server.autopilot_config();
+        promote_stable(&server, &now, &cfg).await;
         if !cfg.cleanup_dead_servers {
             continue;
         }
