@@ -115,6 +115,20 @@ def main():
                  lambda: "/ui/jobs/browser" in driver.current_url
                  and "1 running" in view())
         shot("job")
+        # Scale the group from its row (refused, with Nomad's words, while the deployment runs);
+        # the version it makes lists the change; revert to 0.
+        wait_for("the deployment to succeed", lambda: "Deployment completed successfully" in view())
+        count = driver.find_element(By.CSS_SELECTOR, "form.scale input")
+        count.clear()
+        count.send_keys("2")
+        driver.find_element(By.CSS_SELECTOR, "form.scale button").click()
+        wait_for("the group scaled to two, shown live", lambda: "2 running" in view())
+        wait_for("the new version's change", lambda: "Count: 1 → 2" in view())
+        shot("job-scaled")
+        driver.find_element(By.XPATH, "//button[contains(., 'Revert to 0')]").click()
+        driver.switch_to.alert.accept()
+        wait_for("the revert to version 0 (one allocation, a third version)",
+                 lambda: "Revert to 1" in view() and "2 running" not in view())
         driver.find_element(By.CSS_SELECTOR, "a[href^='/ui/allocations/']").click()
         wait_for("the allocation page with the task's events",
                  lambda: "Task started by client" in view())

@@ -66,7 +66,21 @@ function show(html) {
   const v = view();
   const focused = document.activeElement && document.activeElement.id;
   const caret = focused === "filter" ? document.activeElement.selectionStart : null;
+  // A count being typed into a scale form survives the live update.
+  const active = document.activeElement;
+  const editing = active && active.closest ? active.closest("form.scale") : null;
+  const kept = editing ? { group: editing.dataset.group, value: active.value } : null;
   v.innerHTML = html;
+  if (kept) {
+    const f = v.querySelector('form.scale[data-group="' + CSS.escape(kept.group) + '"]');
+    if (f) { const i = f.querySelector("input"); i.value = kept.value; i.focus(); }
+  }
+  // What the last actions answered stays shown when the page is drawn again.
+  for (const [key, r] of Object.entries(results)) {
+    const el = v.querySelector('[data-result-key="' + CSS.escape(key) + '"]');
+    const out = el && (el.querySelector(".actionresult") || el.parentElement.querySelector(".actionresult"));
+    if (out) { out.textContent = r.text; out.className = r.cls; }
+  }
   relativeTimes(v);
   for (const t of v.querySelectorAll("table.sortable")) wireSort(t);
   const f = v.querySelector("input[data-filter]");
@@ -77,6 +91,15 @@ function show(html) {
     if (focused === "filter") { f.focus(); if (caret !== null) f.setSelectionRange(caret, caret); }
   }
   if (focused === "secret") wireSignin();
+}
+
+// The answer of each action by its element's key (path, and group for a scale form).
+const results = {};
+function report(el, out, text, error) {
+  const cls = error ? "actionresult error" : "actionresult";
+  if (out) { out.textContent = text; out.className = cls; }
+  const key = el.dataset.resultKey;
+  if (key) results[key] = { text, cls };
 }
 
 function banner(text) {
@@ -284,6 +307,21 @@ document.addEventListener("click", async (e) => {
     }
     return;
   }
+  if (b.dataset.action === "api") {
+    // A write the page spelled out: method, path, JSON body, and the question to ask first.
+    if (b.dataset.confirm && !confirm(b.dataset.confirm)) return;
+    const status = b.parentElement.querySelector(".actionresult");
+    b.disabled = true;
+    try {
+      await callApi(b.dataset.method || "POST", b.dataset.path,
+        b.dataset.body ? JSON.parse(b.dataset.body) : undefined);
+      report(b, status, "Done.", false);
+    } catch (err) {
+      report(b, status, err.message, true);
+      b.disabled = false;
+    }
+    return;
+  }
   if (b.dataset.action === "stop-job") {
     const id = b.dataset.job, ns = b.dataset.namespace || "default";
     if (!confirm("Stop job " + id + "? Its allocations are stopped.")) return;
@@ -297,6 +335,31 @@ document.addEventListener("click", async (e) => {
       b.disabled = false;
     }
   }
+});
+
+// Scaling a task group: the count typed, through /v1/job/:id/scale.
+document.addEventListener("submit", async (e) => {
+  const form = e.target.closest("form.scale");
+  if (!form) return;
+  e.preventDefault();
+  const input = form.querySelector("input");
+  const status = form.querySelector(".actionresult");
+  const button = form.querySelector("button");
+  const count = Number(input.value);
+  if (!Number.isInteger(count) || count < 0) {
+    report(form, status, "The count is a whole number, 0 or more.", true);
+    return;
+  }
+  button.disabled = true;
+  try {
+    await callApi("POST", form.dataset.path, {
+      Count: count, Target: { Group: form.dataset.group }, Message: "Scaled from the web UI",
+    });
+    report(form, status, "Scaled to " + count + ".", false);
+  } catch (err) {
+    report(form, status, err.message, true);
+  }
+  button.disabled = false;
 });
 
 function sleep(ms) { return new Promise((r) => setTimeout(r, ms)); }

@@ -185,7 +185,10 @@ async fn job(api: &Api, token: &str, id: &str, query: &[(String, String)]) -> Pa
         .get(token, &format!("/v1/job/{}/evaluations?{nsq}", enc(id)))
         .await;
     let versions = api
-        .get(token, &format!("/v1/job/{}/versions?{nsq}", enc(id)))
+        .get(
+            token,
+            &format!("/v1/job/{}/versions?{nsq}&diffs=true", enc(id)),
+        )
         .await;
     let job = &j.body;
     let groups = job["TaskGroups"].as_array().cloned().unwrap_or_default();
@@ -196,6 +199,14 @@ async fn job(api: &Api, token: &str, id: &str, query: &[(String, String)]) -> Pa
         .as_array()
         .cloned()
         .unwrap_or_default();
+    // Diffs[i] takes Versions[i + 1] to Versions[i] (newest first, as Nomad's).
+    let diffs = versions.body["Diffs"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let job_id = s(job, "ID");
+    let job_path = |action: &str| format!("/v1/job/{}/{action}?{nsq}", enc(job_id));
+    let current = n(job, "Version");
     let mut allocs_list = allocs.body.as_array().cloned().unwrap_or_default();
     allocs_list.sort_by_key(|a| std::cmp::Reverse(n(a, "CreateIndex")));
     let body = html! {
@@ -219,10 +230,34 @@ async fn job(api: &Api, token: &str, id: &str, query: &[(String, String)]) -> Pa
         ]))
         @if deployment.ok() && deployment.body.is_object() {
             @let d = &deployment.body;
+            @let did = s(d, "ID");
+            @let running = s(d, "Status") == "running";
+            @let unpromoted = d["TaskGroups"].as_object().is_some_and(|g| g.values().any(|g| n(g, "DesiredCanaries") > 0 && g["Promoted"] != true));
             section {
                 h2 { "Latest deployment" }
                 p { (badge(s(d, "Status"))) " " span.muted { (s(d, "StatusDescription")) }
-                    " · version " (n(d, "JobVersion")) " · " code { (short(s(d, "ID"))) } }
+                    " · version " (n(d, "JobVersion")) " · " code { (short(did)) } }
+                @if running {
+                    p.actions {
+                        @if unpromoted {
+                            button type="button" data-action="api" data-method="POST"
+                                data-result-key=(format!("promote {did}"))
+                                data-path=(format!("/v1/deployment/promote/{}", enc(did)))
+                                data-body=(serde_json::json!({"DeploymentID": did, "All": true}).to_string())
+                                data-confirm="Promote the canaries? The rest of the allocations are then updated." {
+                                "Promote canaries"
+                            }
+                        }
+                        button.danger type="button" data-action="api" data-method="POST"
+                            data-result-key=(format!("fail {did}"))
+                            data-path=(format!("/v1/deployment/fail/{}", enc(did)))
+                            data-body=(serde_json::json!({"DeploymentID": did}).to_string())
+                            data-confirm="Fail this deployment? With auto_revert the job goes back to its last stable version." {
+                            "Fail deployment"
+                        }
+                        span.actionresult role="status" {}
+                    }
+                }
             }
         }
         section {
@@ -233,7 +268,19 @@ async fn job(api: &Api, token: &str, id: &str, query: &[(String, String)]) -> Pa
                     @let name = s(g, "Name");
                     tr {
                         td { (name) }
-                        td.num { (n(g, "Count")) }
+                        td data-value=(n(g, "Count")) {
+                            @if job["Stop"] != true && s(job, "Type") != "system" && s(job, "Type") != "sysbatch" {
+                                form.scale data-path=(job_path("scale")) data-group=(name)
+                                    data-result-key=(format!("scale {job_id} {name}")) {
+                                    input type="number" min="0" value=(n(g, "Count"))
+                                        aria-label=(format!("Count of group {name}")) required;
+                                    button type="submit" { "Scale" }
+                                    span.actionresult role="status" {}
+                                }
+                            } @else {
+                                (n(g, "Count"))
+                            }
+                        }
                         td { (g["Tasks"].as_array().map(|t| t.iter().map(|t| format!("{} ({})", s(t, "Name"), s(t, "Driver"))).collect::<Vec<_>>().join(", ")).unwrap_or_default()) }
                         td { (summary_bar(&summed(&serde_json::json!({ name: summary.body["Summary"][name] })))) }
                     }
@@ -270,12 +317,26 @@ async fn job(api: &Api, token: &str, id: &str, query: &[(String, String)]) -> Pa
         @if !versions_list.is_empty() {
             section {
                 h2 { "Versions" }
-                (table("Versions", &["Version", "Stable", "Submitted"], html! {
-                    @for v in &versions_list {
+                (table("Versions", &["Version", "Stable", "Submitted", "Changes", ""], html! {
+                    @for (i, v) in versions_list.iter().enumerate() {
+                        @let version = n(v, "Version");
                         tr {
-                            td.num { (n(v, "Version")) }
+                            td.num { (version) }
                             td { (if v["Stable"] == true { "yes" } else { "no" }) }
                             td { (time(&v["SubmitTime"])) }
+                            td { (version_changes(diffs.get(i), i + 1 == versions_list.len())) }
+                            td {
+                                @if version != current {
+                                    button type="button" data-action="api" data-method="POST"
+                                        data-result-key=(format!("revert {job_id} {version}"))
+                                        data-path=(job_path("revert"))
+                                        data-body=(serde_json::json!({"JobID": job_id, "JobVersion": version, "EnforcePriorVersion": current}).to_string())
+                                        data-confirm=(format!("Revert job {job_id} to version {version}? It is registered again as a new version.")) {
+                                        "Revert to " (version)
+                                    }
+                                    span.actionresult role="status" {}
+                                }
+                            }
                         }
                     }
                 }))
@@ -284,6 +345,60 @@ async fn job(api: &Api, token: &str, id: &str, query: &[(String, String)]) -> Pa
         (json_block("Definition (JSON)", job))
     };
     Page::new(format!("Job {}", s(job, "Name")), body, allocs.index)
+}
+
+/// What a version changed from the one before, as Nomad's diff lists it: each edited, added or
+/// deleted field with its path (the first few, then how many more).
+fn version_changes(diff: Option<&Value>, first: bool) -> Markup {
+    const SHOWN: usize = 6;
+    if first {
+        return html! { span.muted { "first version" } };
+    }
+    let mut changes: Vec<String> = Vec::new();
+    if let Some(d) = diff {
+        collect_changes(d, "", &mut changes);
+    }
+    if changes.is_empty() {
+        return html! { span.muted { "no change" } };
+    }
+    let more = changes.len().saturating_sub(SHOWN);
+    html! {
+        ul.changes {
+            @for c in changes.iter().take(SHOWN) { li { code { (c) } } }
+            @if more > 0 { li.muted { "and " (more) " more" } }
+        }
+    }
+}
+
+/// Walks a diff (job, group, task or object) collecting `path.Field: old → new` lines.
+fn collect_changes(d: &Value, path: &str, out: &mut Vec<String>) {
+    let here = |name: &str| {
+        if path.is_empty() {
+            name.to_string()
+        } else if name.is_empty() {
+            path.to_string()
+        } else {
+            format!("{path}.{name}")
+        }
+    };
+    for f in d["Fields"].as_array().into_iter().flatten() {
+        let (old, new) = (s(f, "Old"), s(f, "New"));
+        let line = match s(f, "Type") {
+            "Edited" => format!("{}: {old} → {new}", here(s(f, "Name"))),
+            "Added" => format!("{}: + {new}", here(s(f, "Name"))),
+            "Deleted" => format!("{}: − {old}", here(s(f, "Name"))),
+            _ => continue,
+        };
+        out.push(line);
+    }
+    for key in ["Objects", "TaskGroups", "Tasks"] {
+        for o in d[key].as_array().into_iter().flatten() {
+            if s(o, "Type") == "None" {
+                continue;
+            }
+            collect_changes(o, &here(s(o, "Name")), out);
+        }
+    }
 }
 
 /// Run a job from the browser: paste HCL, plan it (the script parses it and asks the API for
@@ -1195,6 +1310,35 @@ mod tests {
         );
         // A part the API would not give is said, not shown empty.
         assert!(html.contains("Cannot show"), "{html}");
+    }
+
+    #[test]
+    fn version_changes_list_each_changed_field_with_its_path() {
+        let d = serde_json::json!({"Type": "Edited", "Fields": [], "Objects": [], "TaskGroups": [{
+            "Type": "Edited", "Name": "g",
+            "Fields": [{"Type": "Edited", "Name": "Count", "Old": "1", "New": "2"},
+                       {"Type": "None", "Name": "Name", "Old": "g", "New": "g"}],
+            "Objects": [],
+            "Tasks": [{"Type": "Edited", "Name": "t",
+                "Fields": [{"Type": "Added", "Name": "Env[A]", "Old": "", "New": "<b>"}],
+                "Objects": [{"Type": "Deleted", "Name": "Config", "Objects": [],
+                    "Fields": [{"Type": "Deleted", "Name": "args", "Old": "x", "New": ""}]}]}]}]});
+        let html = version_changes(Some(&d), false).into_string();
+        assert!(html.contains("g.Count: 1 → 2"), "{html}");
+        assert!(html.contains("g.t.Env[A]: + &lt;b&gt;"), "escaped: {html}");
+        assert!(html.contains("g.t.Config.args: − x"), "{html}");
+        assert!(
+            !html.contains("Name"),
+            "unchanged fields are left out: {html}"
+        );
+        let none =
+            serde_json::json!({"Type": "None", "Fields": [], "Objects": [], "TaskGroups": []});
+        assert!(version_changes(Some(&none), false)
+            .into_string()
+            .contains("no change"));
+        assert!(version_changes(None, true)
+            .into_string()
+            .contains("first version"));
     }
 
     #[tokio::test]
