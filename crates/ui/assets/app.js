@@ -38,7 +38,13 @@ async function load(path) {
       await sleep(3000);
       continue;
     }
-    const html = await resp.text();
+    let html;
+    try {
+      html = await resp.text();
+    } catch (e) {
+      if (ctrl.signal.aborted) return;
+      throw e;
+    }
     if (ctrl.signal.aborted) return;
     if (!first && resp.status >= 500) {
       // Keep what is shown; say the live updates are paused, and try again.
@@ -47,8 +53,13 @@ async function load(path) {
       await sleep(5000);
       continue;
     }
-    show(html);
-    document.title = resp.headers.get("X-Caravan-Title") || "Caravan";
+    // A variable being edited is not redrawn under the user (its save is checked-and-set).
+    if (!first && view().querySelector("form.varedit[data-dirty='1']")) {
+      banner("This page changed on the server while you edit: it is not redrawn until you save or reload.");
+    } else {
+      show(html, !first);
+      document.title = resp.headers.get("X-Caravan-Title") || "Caravan";
+    }
     if (first) {
       first = false;
       if (path.endsWith("/settings/tokens")) wireSignin();
@@ -62,7 +73,8 @@ async function load(path) {
   }
 }
 
-function show(html) {
+// Draws a page; `live`: a new answer for the page shown (what the user opened stays open).
+function show(html, live) {
   const v = view();
   const focused = document.activeElement && document.activeElement.id;
   const caret = focused === "filter" ? document.activeElement.selectionStart : null;
@@ -70,7 +82,12 @@ function show(html) {
   const active = document.activeElement;
   const editing = active && active.closest ? active.closest("form.scale") : null;
   const kept = editing ? { group: editing.dataset.group, value: active.value } : null;
+  // Disclosures the user opened stay open.
+  const opened = live ? [...v.querySelectorAll("details[open] > summary")].map((s) => s.textContent) : [];
   v.innerHTML = html;
+  for (const s of v.querySelectorAll("details > summary")) {
+    if (opened.includes(s.textContent)) s.parentElement.open = true;
+  }
   if (kept) {
     const f = v.querySelector('form.scale[data-group="' + CSS.escape(kept.group) + '"]');
     if (f) { const i = f.querySelector("input"); i.value = kept.value; i.focus(); }
@@ -206,7 +223,11 @@ async function callApi(method, path, body) {
   if (token()) headers["X-Nomad-Token"] = token();
   const resp = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   const text = await resp.text();
-  if (!resp.ok) throw new Error(text || resp.status + " " + resp.statusText);
+  if (!resp.ok) {
+    const err = new Error(text || resp.status + " " + resp.statusText);
+    err.status = resp.status;
+    throw err;
+  }
   try { return JSON.parse(text); } catch (e) { return text; }
 }
 
@@ -360,6 +381,100 @@ document.addEventListener("submit", async (e) => {
     report(form, status, err.message, true);
   }
   button.disabled = false;
+});
+
+// Variables: key/value rows written with check-and-set (a change made meanwhile is refused).
+function varPath(path) { return path.split("/").map(encodeURIComponent).join("/"); }
+function varUrl(path, ns, cas) {
+  return "/v1/var/" + varPath(path) + "?namespace=" + encodeURIComponent(ns) + "&cas=" + cas;
+}
+function itemRow(tbody) {
+  const tr = add(tbody, "tr");
+  for (const name of ["key", "value"]) {
+    const input = add(add(tr, "td"), "input");
+    input.name = name;
+    input.spellcheck = false;
+    input.setAttribute("aria-label", name === "key" ? "Key" : "Value");
+  }
+  const rm = add(add(tr, "td"), "button", "Remove");
+  rm.type = "button";
+  rm.dataset.removeItem = "";
+  return tr;
+}
+document.addEventListener("input", (e) => {
+  const f = e.target.closest && e.target.closest("form.varedit");
+  if (f) f.dataset.dirty = "1";
+});
+document.addEventListener("click", async (e) => {
+  const addBtn = e.target.closest("button[data-add-item]");
+  if (addBtn) {
+    const row = itemRow(addBtn.closest("form").querySelector("table.items tbody"));
+    row.querySelector("input").focus();
+    return;
+  }
+  const rm = e.target.closest("button[data-remove-item]");
+  if (rm) {
+    const form = rm.closest("form");
+    rm.closest("tr").remove();
+    form.dataset.dirty = "1";
+    return;
+  }
+  const del = e.target.closest("button[data-delete-var]");
+  if (!del) return;
+  const form = del.closest("form");
+  const out = form.querySelector(".actionresult");
+  if (!confirm("Delete variable " + form.dataset.path + "?")) return;
+  // The page's live read would answer 404 once it is gone: stop it first.
+  if (current) current.abort();
+  try {
+    await callApi("DELETE", varUrl(form.dataset.path, form.dataset.namespace, form.dataset.cas));
+    form.dataset.dirty = "";
+    history.pushState({}, "", "/ui/variables");
+    load("/ui/variables");
+  } catch (err) {
+    report(form, out, err.status === 409
+      ? "It changed since you opened it: reload to see the change before deleting."
+      : err.message, true);
+    banner("Live updates paused by the delete: reload to see the variable as it is now.");
+  }
+});
+document.addEventListener("submit", async (e) => {
+  const form = e.target.closest("form.varedit");
+  if (!form) return;
+  e.preventDefault();
+  const out = form.querySelector(".actionresult");
+  const field = (name) => { const i = form.querySelector("input[name=" + name + "]"); return i ? i.value.trim() : ""; };
+  const path = form.dataset.path || field("path");
+  const ns = form.dataset.namespace || field("namespace") || "default";
+  const items = {};
+  for (const row of form.querySelectorAll("table.items tbody tr")) {
+    const k = row.querySelector("input[name=key]").value.trim();
+    const v = row.querySelector("input[name=value]").value;
+    if (!k && !v) continue;
+    if (!k) { report(form, out, "Every value needs a key.", true); return; }
+    if (Object.prototype.hasOwnProperty.call(items, k)) {
+      report(form, out, "The key " + k + " is given twice.", true);
+      return;
+    }
+    items[k] = v;
+  }
+  if (!path) { report(form, out, "The variable needs a path.", true); return; }
+  if (!Object.keys(items).length) { report(form, out, "A variable needs at least one item.", true); return; }
+  try {
+    await callApi("PUT", varUrl(path, ns, form.dataset.cas), { Namespace: ns, Path: path, Items: items });
+    form.dataset.dirty = "";
+    const dest = "/ui/variables/" + varPath(path) + "?namespace=" + encodeURIComponent(ns);
+    history.pushState({}, "", dest);
+    load(dest);
+  } catch (err) {
+    if (err.status === 409) {
+      report(form, out, form.dataset.cas === "0"
+        ? "A variable already exists at " + path + ": open it to edit it."
+        : "It changed since you opened it (someone else saved first): reload to see their change, then edit again.", true);
+    } else {
+      report(form, out, err.message, true);
+    }
+  }
 });
 
 function sleep(ms) { return new Promise((r) => setTimeout(r, ms)); }

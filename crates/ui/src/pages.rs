@@ -1031,6 +1031,10 @@ async fn variables(api: &Api, token: &str, query: &[(String, String)]) -> Page {
     };
     let body = html! {
         div.title { h1 { "Variables" } span.count { (list.len()) } }
+        details.edit {
+            summary { "New variable" }
+            (var_form(None))
+        }
         @if list.is_empty() {
             (empty("No variables", html! {
                 "Write one with " code { "caravan var put app/config key=value" }
@@ -1098,9 +1102,57 @@ async fn variable(api: &Api, token: &str, path: &str, query: &[(String, String)]
                     @for (k, x) in &items { tr { td { code { (k) } } td { code { (x) } } } }
                 }))
             }
+            details.edit {
+                summary { "Edit" }
+                (var_form(Some((v, &items))))
+            }
         }
     };
     Page::new(format!("Variable {}", s(v, "Path")), body, r.index)
+}
+
+/// The form that writes a variable: a new one (path, namespace; refused if it exists), or
+/// `existing` with its items, written with check-and-set against the index it was read at, so
+/// a change made meanwhile is refused and said, never overwritten.
+fn var_form(existing: Option<(&Value, &[(String, String)])>) -> Markup {
+    let blank = [(String::new(), String::new())];
+    let (items, cas) = match existing {
+        Some((_, items)) => (items, None),
+        None => (&blank[..], Some(0)),
+    };
+    let cas = cas.unwrap_or_else(|| existing.map_or(0, |(v, _)| n(v, "ModifyIndex")));
+    html! {
+        form.varedit data-cas=(cas)
+            data-path=(existing.map_or("", |(v, _)| s(v, "Path")))
+            data-namespace=(existing.map_or("", |(v, _)| s(v, "Namespace"))) {
+            @if existing.is_none() {
+                div.fields {
+                    label { "Path " input name="path" required placeholder="app/config" spellcheck="false"; }
+                    label { "Namespace " input name="namespace" value="default" required; }
+                }
+            }
+            table.items {
+                thead { tr { th scope="col" { "Key" } th scope="col" { "Value" } th {} } }
+                tbody {
+                    @for (k, x) in items {
+                        tr {
+                            td { input name="key" value=(k) aria-label="Key" spellcheck="false"; }
+                            td { input name="value" value=(x) aria-label="Value" spellcheck="false"; }
+                            td { button type="button" data-remove-item { "Remove" } }
+                        }
+                    }
+                }
+            }
+            div.buttons {
+                button type="button" data-add-item { "Add item" }
+                button type="submit" { (if existing.is_some() { "Save" } else { "Create" }) }
+                @if existing.is_some() {
+                    button.danger type="button" data-delete-var { "Delete" }
+                }
+                span.actionresult role="status" {}
+            }
+        }
+    }
 }
 
 /// Each client as a box filled by what its allocations reserve, as Nomad's topology view.
