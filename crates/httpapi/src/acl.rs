@@ -209,6 +209,9 @@ pub(crate) fn need(method: &Method, path: &str) -> Need {
         ["v1", "operator", "autopilot", "health"] => Need::OperatorRead,
         // `?type=host` lists host volumes (`host-volume-read`); the handler filters by type.
         ["v1", "volumes"] if read => Need::Handler,
+        // Sticky host volume claims: host-volume-read (the list is filtered) and
+        // host-volume-delete, checked by the handlers.
+        ["v1", "volumes", "claims"] | ["v1", "volumes", "claim", ..] => Need::Handler,
         ["v1", "volume", "host", _] if read => Need::Ns(&["host-volume-read"]),
         // The volume's namespace may be in the body: the handler checks.
         ["v1", "volume", "host", ..] => Need::Handler,
@@ -575,6 +578,9 @@ mod tests {
         assert_eq!(need(&get, "/v1/client/metadata"), Need::NodeRead);
         assert_eq!(need(&Method::POST, "/v1/client/metadata"), Need::NodeWrite);
         assert_eq!(need(&get, "/v1/agent/self"), Need::AgentRead);
+        assert_eq!(need(&put, "/v1/agent/force-leave"), Need::AgentWrite);
+        assert_eq!(need(&get, "/v1/volumes/claims"), Need::Handler);
+        assert_eq!(need(&Method::DELETE, "/v1/volumes/claim/c1"), Need::Handler);
         assert_eq!(need(&get, "/v1/status/leader"), Need::Open);
         assert_eq!(need(&get, "/v1/operator/snapshot"), Need::Management);
         assert_eq!(

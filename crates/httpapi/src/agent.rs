@@ -267,8 +267,14 @@ struct Elsewhere {
 
 async fn elsewhere(
     st: &ApiState,
+    headers: &axum::http::HeaderMap,
     params: &HashMap<String, String>,
 ) -> Result<Option<Elsewhere>, ApiError> {
+    // Sent on by another agent already: answered here, never sent on again (an address that
+    // leads back to a forwarder must not loop).
+    if headers.contains_key(server::http_forward::FORWARDED_HEADER) {
+        return Ok(None);
+    }
     let given = |k: &str| params.get(k).filter(|v| !v.is_empty()).cloned();
     match (given("server_id"), given("node_id")) {
         (Some(server_id), None) => match st.server.server_named(&server_id).await? {
@@ -331,7 +337,7 @@ pub async fn monitor(
     headers: axum::http::HeaderMap,
     Query(mut params): Params,
 ) -> Response {
-    match elsewhere(&st, &params).await {
+    match elsewhere(&st, &headers, &params).await {
         Err(e) => e.into_response(),
         Ok(Some(there)) => {
             let uri = onward_uri("/v1/agent/monitor", &params);
@@ -367,7 +373,7 @@ pub async fn host(
 ) -> Response {
     let local_node = st.client.as_ref().map(|c| c.node_id());
     let server_id = params.get("server_id").filter(|s| !s.is_empty()).cloned();
-    let there = match elsewhere(&st, &params).await {
+    let there = match elsewhere(&st, &headers, &params).await {
         Err(e) => return e.into_response(),
         Ok(t) => t,
     };

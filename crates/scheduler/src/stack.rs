@@ -322,7 +322,14 @@ impl<'v> Stack<'v> {
     /// A sticky group's unmet claims as of now (placements of this evaluation meet claims too);
     /// when they changed, the cached node checks are dropped.
     fn refresh_sticky(&mut self, g: &mut GroupCtx) {
-        if !g.checks.has_sticky() {
+        // System and sysbatch jobs run on every node: each allocation keeps its own node's
+        // volume anyway, and a claim must not make the other nodes infeasible (which would
+        // stop their allocations).
+        let per_node = matches!(
+            self.job.job_type,
+            Some(model::JobType::System | model::JobType::Sysbatch)
+        );
+        if !g.checks.has_sticky() || per_node {
             return;
         }
         let claims = self.view.host_volume_claims(&self.namespace, &self.job.id);

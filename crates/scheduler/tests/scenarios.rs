@@ -1640,3 +1640,30 @@ fn sticky_needs_a_dynamic_host_volume() {
     let o = schedule(&v, &eval(&j), NOW, SEED).expect("schedules");
     assert_eq!(o.plan.node_allocation.values().flatten().count(), 0);
 }
+
+#[test]
+fn a_system_job_with_a_sticky_volume_keeps_its_other_nodes() {
+    // A claim whose node is down must not make the other nodes infeasible (which would stop
+    // their allocations): system jobs place per node and are left out of the claim rule.
+    let (mut v, mut j) = sticky_cluster();
+    j.job_type = Some(model::JobType::System);
+    j.affinities.clear();
+    let j = run_and_apply(&mut v, j);
+    assert_eq!(live(&v).len(), 3);
+    v.add_host_volume_claim(sticky_claim("vol-3"));
+    v.update_node("n3", |n| n.status = "down".into());
+    // The plan after the node went down marked its allocation lost: the claim is unmet now.
+    let on_n3 = live(&v)
+        .into_iter()
+        .find(|a| a.node_id == "n3")
+        .expect("one on n3");
+    v.update_alloc(&on_n3.id, |a| a.client_status = "lost".into());
+    let o = schedule(&v, &eval(&j), NOW, SEED).expect("schedules");
+    for node in ["n1", "n2"] {
+        assert!(
+            o.plan.node_update.get(node).is_none_or(Vec::is_empty),
+            "{node} keeps its allocation: {:?}",
+            o.plan.node_update
+        );
+    }
+}

@@ -224,22 +224,37 @@ impl Server {
                  hand leadership over first (`caravan operator raft transfer-leadership`)"
             )));
         }
-        // Failed: silent for longer than autopilot's LastContactThreshold and two election
-        // timeouts, so a slow but live server is not taken for a dead one.
-        let failed_after =
-            self.autopilot_config()
-                .last_contact_threshold_std()
-                .max(Duration::from_millis(
-                    2 * self.config().raft_election_timeout_ms.1,
-                ));
-        let silence = self.raft().peer_silence().get(&id).copied().flatten();
-        if let Some(quiet) = silence.filter(|q| *q < failed_after) {
-            return Err(ServerError::bad_request(format!(
-                "server {wanted} ({addr}) is alive: the leader heard from it {} ms ago; \
-                 force-leave removes only failed servers (stop its agent first, or use \
-                 `caravan operator raft remove-peer`)",
-                quiet.as_millis()
+        // Failed: silent for longer than autopilot's ServerStabilizationTime (what dead-server
+        // cleanup waits too), its LastContactThreshold and two election timeouts, so a slow but
+        // live server (a GC pause, a stalled disk) is not taken for a dead one. A server not
+        // heard from since this leader took over counts as silent only that long.
+        let cfg = self.autopilot_config();
+        let failed_after = cfg
+            .last_contact_threshold_std()
+            .max(cfg.server_stabilization_time_std())
+            .max(Duration::from_millis(
+                2 * self.config().raft_election_timeout_ms.1,
+            ));
+        let silence = match self.raft().peer_silence().get(&id).copied().flatten() {
+            Some(quiet) => quiet,
+            None => self.leadership().autopilot.since_leader(),
+        };
+        let alive = |why: String| {
+            ServerError::bad_request(format!(
+                "server {wanted} ({addr}) is alive: {why}; force-leave removes only failed \
+                 servers (stop its agent first, or use `caravan operator raft remove-peer`)"
+            ))
+        };
+        if silence < failed_after {
+            return Err(alive(format!(
+                "the leader heard from it {} ms ago (failed after {} ms of silence)",
+                silence.as_millis(),
+                failed_after.as_millis()
             )));
+        }
+        // Last, ask it: a server that answers is not failed, whatever raft saw.
+        if self.info_of(&addr).await.is_ok() {
+            return Err(alive("it answers".into()));
         }
         tracing::warn!(server_id = id, %addr, ?silence, "force-leave: removing a failed server");
         self.raft().remove_member(id).await.map_err(|e| match e {

@@ -126,6 +126,10 @@ fn sticky_placements_claim_their_volume_until_the_job_is_purged() {
     let mut n = offering("n1");
     n.host_volumes.get_mut("data").expect("offered").id = "v1".into();
     fsm.apply(Command::NodeRegister { node: n });
+    // A node's report alone is not enough: the volume must be stored, in the job's namespace.
+    fsm.apply(Command::HostVolumeUpsert {
+        volume: volume("v1", "n1"),
+    });
     let mut j = job("web");
     j.task_groups[0].volumes.insert(
         "data".into(),

@@ -538,6 +538,16 @@ async fn run_agent(
             h
         }
         Some(h) => format!("{h}:{}", http_bound.port()),
+        // Bound to every address: the one the servers reach this one's RPC at, with the HTTP
+        // port (0.0.0.0 would lead another server back to itself).
+        None if http_bound.ip().is_unspecified() => {
+            let rpc_host = server
+                .rpc_addr()
+                .rsplit_once(':')
+                .map_or("127.0.0.1", |(h, _)| h)
+                .to_string();
+            format!("{rpc_host}:{}", http_bound.port())
+        }
         None => http_bound.to_string(),
     };
     server.set_http_addr(http_advertised);

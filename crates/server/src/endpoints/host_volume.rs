@@ -328,23 +328,36 @@ impl Server {
         &self,
         req: HostVolumeDeleteRequest,
     ) -> Result<u64, ServerError> {
-        let found = self
-            .state()
-            .snapshot()
+        let snap = self.state().snapshot();
+        let Some(claim) = snap
             .host_volume_claim(&req.id)
-            .filter(|c| c.namespace == req.namespace);
-        if found.is_none() {
+            .filter(|c| c.namespace == req.namespace)
+        else {
             return Err(ServerError::not_found(format!(
                 "task group volume claim {} does not exist in namespace {}",
                 req.id, req.namespace
             )));
-        }
+        };
         let applied = self
             .apply(Command::HostVolumeClaimDelete {
                 namespace: req.namespace,
                 id: req.id,
             })
             .await?;
+        // A group held back by the claim (its volume's node down) may be placed elsewhere now:
+        // the job is evaluated again, as after a node change (a blocked evaluation would
+        // otherwise wait for unrelated capacity).
+        let running = snap
+            .job(&claim.namespace, &claim.job_id)
+            .is_some_and(|j| !j.stop);
+        if running {
+            if let Err(e) = self
+                .job_evaluate_local(&claim.namespace, &claim.job_id, false)
+                .await
+            {
+                tracing::warn!(job = %claim.job_id, error = %e, "evaluating the job after its volume claim was deleted failed");
+            }
+        }
         Ok(applied.index)
     }
 

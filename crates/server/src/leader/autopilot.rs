@@ -115,8 +115,9 @@ pub(crate) struct HealthTracker(Mutex<Tracked>);
 #[derive(Default)]
 struct Tracked {
     leader_since: Option<Instant>,
-    /// Raft ID → (healthy, since: Unix nanoseconds).
-    seen: BTreeMap<u64, (bool, i64)>,
+    /// Raft ID → (healthy, since: Unix nanoseconds for `StableSince`, and on the monotonic
+    /// clock for promotion, so a stepped wall clock never promotes an unstable server).
+    seen: BTreeMap<u64, (bool, i64, Instant)>,
 }
 
 impl HealthTracker {
@@ -128,7 +129,7 @@ impl HealthTracker {
         };
     }
 
-    fn since_leader(&self) -> Duration {
+    pub(crate) fn since_leader(&self) -> Duration {
         self.0
             .lock()
             .expect("autopilot tracker lock")
@@ -138,11 +139,11 @@ impl HealthTracker {
 
     /// Since when (Unix nanoseconds) server `id` has been healthy without a break, as this
     /// leader saw it; `None` when it is not healthy or not seen yet.
-    fn healthy_since(&self, id: u64) -> Option<i64> {
+    fn healthy_since(&self, id: u64) -> Option<Instant> {
         let t = self.0.lock().expect("autopilot tracker lock");
         t.seen
             .get(&id)
-            .and_then(|(healthy, since)| healthy.then_some(*since))
+            .and_then(|(healthy, _, since)| healthy.then_some(*since))
     }
 
     /// Records the verdicts of this look (`(id, healthy)`) at `now`; forgets members no longer
@@ -154,9 +155,9 @@ impl HealthTracker {
         verdicts
             .iter()
             .map(|&(id, healthy)| {
-                let entry = t.seen.entry(id).or_insert((healthy, now));
+                let entry = t.seen.entry(id).or_insert((healthy, now, Instant::now()));
                 if entry.0 != healthy {
-                    *entry = (healthy, now);
+                    *entry = (healthy, now, Instant::now());
                 }
                 (id, entry.1)
             })
@@ -263,7 +264,6 @@ pub(crate) fn health(server: &Server) -> OperatorHealthReply {
 /// (Nomad's autopilot promotion), one per look.
 async fn promote_stable(server: &Server, now: &OperatorHealthReply, cfg: &AutopilotConfiguration) {
     let stable_for = cfg.server_stabilization_time_std();
-    let at = crate::endpoints::now_nanos();
     let tracker = &server.leadership().autopilot;
     let ready = now
         .servers
@@ -272,8 +272,7 @@ async fn promote_stable(server: &Server, now: &OperatorHealthReply, cfg: &Autopi
         .find_map(|s| {
             let id: u64 = s.id.parse().ok()?;
             let since = tracker.healthy_since(id)?;
-            let stable = u64::try_from(at.saturating_sub(since)).unwrap_or(0);
-            (Duration::from_nanos(stable) >= stable_for).then_some(id)
+            (since.elapsed() >= stable_for).then_some(id)
         });
     let Some(id) = ready else {
         return;
@@ -328,6 +327,29 @@ pub(crate) async fn run(server: Server, mut stop: watch::Receiver<bool>) {
         let expect = usize::try_from(server.config().bootstrap_expect).unwrap_or(usize::MAX);
         let min_quorum = usize::try_from(cfg.min_quorum).unwrap_or(usize::MAX);
         let after = cfg.server_stabilization_time_std();
+        // A non-voter that went silent (it joined, then died before it was promoted) does not
+        // count toward the quorum: it goes without waiting for a replacement.
+        let learners: Vec<u64> = raft
+            .members()
+            .into_iter()
+            .map(|(id, _)| id)
+            .filter(|id| !voters.contains(id))
+            .collect();
+        let since_leader = server.leadership().autopilot.since_leader();
+        let dead_learner = learners.iter().copied().find(|id| match silence.get(id) {
+            Some(Some(quiet)) => *quiet > after,
+            Some(None) | None => since_leader > after,
+        });
+        if let Some(dead) = dead_learner {
+            tracing::warn!(
+                server_id = dead,
+                "autopilot: removing a non-voter that stopped answering"
+            );
+            if let Err(e) = raft.remove_member(dead).await {
+                tracing::warn!(server_id = dead, error = %e, "autopilot: removing a dead non-voter failed");
+            }
+            continue;
+        }
         let Some(dead) = dead_voter(
             server.node_id(),
             &voters,

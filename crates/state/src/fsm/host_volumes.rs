@@ -60,6 +60,9 @@ pub(super) fn upsert(tx: &mut Txn, volume: &HostVolume) -> Result<(), StateError
 fn fingerprinted(node: &Node, v: &HostVolume) -> Option<String> {
     node.host_volumes
         .get(&v.name)
+        // A node that reports the volume's ID must report this one (not a static volume or
+        // another dynamic one of the same name).
+        .filter(|hv| hv.id.is_empty() || hv.id == v.id)
         .filter(|hv| v.host_path.is_empty() || hv.path == v.host_path)
         .map(|hv| hv.path.clone())
 }
@@ -172,6 +175,14 @@ pub(super) fn claim_sticky(tx: &mut Txn, alloc: &Allocation) {
         else {
             continue;
         };
+        // Only a volume of the allocation's namespace, on its node, as stored.
+        let stored = tx
+            .host_volumes()
+            .get(&(alloc.namespace.clone(), hv.id.clone()))
+            .is_some_and(|v| v.node_id == alloc.node_id);
+        if !stored {
+            continue;
+        }
         let key = format!(
             "{}\0{}\0{}\0{}",
             alloc.namespace, alloc.job_id, alloc.task_group, hv.id
