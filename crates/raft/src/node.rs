@@ -240,29 +240,6 @@ impl RaftNode {
         self.inner.raft.is_initialized().await.map_err(from_fatal)
     }
 
-    /// On the leader: adds node `id` at `addr` as a voter — first as a learner that catches up
-    /// (blocking until it has), then promoted. Adding a voter already present only updates nothing.
-    pub async fn add_voter(&self, id: u64, addr: &str) -> Result<(), RaftError> {
-        let voters: Vec<u64> =
-            self.with_metrics(|m| m.membership_config.membership().voter_ids().collect());
-        if voters.contains(&id) {
-            return Ok(());
-        }
-        let added = tokio::time::timeout(
-            MEMBERSHIP_TIMEOUT,
-            self.inner.raft.add_learner(id, BasicNode::new(addr), true),
-        )
-        .await
-        .map_err(|_| RaftError::Timeout)?;
-        match added {
-            Ok(_) => {}
-            Err(openraft::errors::RaftError::APIError(e)) => return Err(self.write_error(e)),
-            Err(openraft::errors::RaftError::Fatal(f)) => return Err(from_fatal(f)),
-        }
-        let ids = std::collections::BTreeSet::from([id]);
-        self.change(openraft::ChangeMembers::AddVoterIds(ids)).await
-    }
-
     /// On the leader: adds node `id` at `addr` as a non-voter (a learner), blocking until it has
     /// caught up; [`RaftNode::promote`] makes it a voter. A member already present is left as it is.
     pub async fn add_nonvoter(&self, id: u64, addr: &str) -> Result<(), RaftError> {
