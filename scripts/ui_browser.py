@@ -200,6 +200,8 @@ def main():
         driver.find_element(By.CSS_SELECTOR, "button[data-delete-var]").click()
         driver.switch_to.alert.accept()
         wait_for("the variable deleted, the list empty", lambda: "No variables" in view())
+        driver.find_element(By.LINK_TEXT, "ACL").click()
+        wait_for("the ACL page saying ACLs are off", lambda: "ACLs are off" in view())
         driver.find_element(By.LINK_TEXT, "Jobs").click()
         wait_for("the jobs page", lambda: "browser" in view())
         driver.find_element(By.LINK_TEXT, "browser").click()
@@ -234,6 +236,20 @@ def main():
             shot("signed-in")
             driver.find_element(By.LINK_TEXT, "Jobs").click()
             wait_for("the job the token may see", lambda: "behind-acls" in view())
+            # The ACL pages, for a management token: tokens (no secrets), policies, one policy.
+            api(acl_base, "POST", "/v1/acl/policy/readonly", {
+                "Name": "readonly", "Description": "reads jobs",
+                "Rules": 'namespace "default" {\n  policy = "read"\n}\n'}, token=root)
+            driver.find_element(By.LINK_TEXT, "ACL").click()
+            wait_for("the ACL tokens page", lambda: "Bootstrap Token" in view()
+                     and "management" in view())
+            assert root not in driver.page_source, "a token's secret is shown"
+            shot("acl-tokens")
+            driver.find_element(By.LINK_TEXT, "Policies").click()
+            wait_for("the ACL policies tab", lambda: "reads jobs" in view())
+            driver.find_element(By.LINK_TEXT, "readonly").click()
+            wait_for("the policy's rules", lambda: 'policy = "read"' in view())
+            shot("acl-policy")
             driver.find_element(By.LINK_TEXT, "ACL token").click()
             wait_for("the sign-out button", lambda: driver.find_element(By.ID, "signout").is_displayed())
             driver.find_element(By.ID, "signout").click()

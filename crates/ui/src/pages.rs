@@ -113,6 +113,9 @@ pub async fn render(
         ["variables"] => variables(api, token, query).await,
         ["variables", path @ ..] => variable(api, token, &path.join("/"), query).await,
         ["settings", "tokens"] => tokens(api, token).await,
+        ["acl"] | ["acl", "tokens"] => acl_tokens(api, token, query).await,
+        ["acl", "policies"] => acl_policies(api, token, query).await,
+        ["acl", "policies", name] => acl_policy(api, token, name, query).await,
         _ => not_found(&format!("/{}", segments.join("/"))),
     }
 }
@@ -798,6 +801,136 @@ fn storage_tabs(current: &str) -> Markup {
     }
 }
 
+fn acl_tabs(current: &str) -> Markup {
+    html! {
+        nav.tabs aria-label="Access control" {
+            @for (path, label) in [("tokens", "Tokens"), ("policies", "Policies")] {
+                a href=(format!("/ui/acl/{path}")) aria-current=[(path == current).then_some("page")] { (label) }
+            }
+        }
+    }
+}
+
+/// An ACL list's answer: the list, or the page saying ACLs are off or the token may not.
+async fn acl_list(
+    api: &Api,
+    token: &str,
+    path: &str,
+    key: fn(&Value) -> (String, String),
+) -> Result<(Vec<Value>, Option<u64>), Page> {
+    let r = api.get(token, path).await;
+    if r.status == StatusCode::BAD_REQUEST && r.error.contains("ACL support disabled") {
+        let body = html! {
+            div.title { h1 { "Access control" } }
+            (empty("ACLs are off on this cluster", html! {
+                "Every request is allowed. Turn them on with " code { "acl { enabled = true }" }
+                " in the agents' configuration, then " code { "caravan acl bootstrap" } "."
+            }))
+        };
+        return Err(Page::new("Access control", body, None));
+    }
+    if !r.ok() {
+        return Err(Page::failed(&r));
+    }
+    let mut list = r.body.as_array().cloned().unwrap_or_default();
+    list.sort_by_cached_key(key);
+    Ok((list, r.index))
+}
+
+/// ACL tokens (management tokens only, as the API allows): secrets are never shown.
+async fn acl_tokens(api: &Api, token: &str, query: &[(String, String)]) -> Page {
+    let path = format!("/v1/acl/tokens?{}", blocking(query).trim_start_matches('&'));
+    let by_name = |v: &Value| (s(v, "Name").to_string(), s(v, "AccessorID").to_string());
+    let (list, index) = match acl_list(api, token, &path, by_name).await {
+        Ok(l) => l,
+        Err(page) => return page,
+    };
+    let body = html! {
+        div.title { h1 { "Access control" } span.count { (list.len()) } }
+        (acl_tabs("tokens"))
+        (table("ACL tokens", &["Accessor", "Name", "Type", "Global", "Policies", "Expires", "Created"], html! {
+            @for t in &list {
+                tr {
+                    td { code { (short(s(t, "AccessorID"))) } }
+                    td { (s(t, "Name")) }
+                    td data-value=(s(t, "Type")) { (badge(s(t, "Type"))) }
+                    td { (if t["Global"] == true { "yes" } else { "no" }) }
+                    td {
+                        @for (i, p) in t["Policies"].as_array().into_iter().flatten().filter_map(Value::as_str).enumerate() {
+                            @if i > 0 { ", " }
+                            a href=(format!("/ui/acl/policies/{}", enc(p))) { (p) }
+                        }
+                    }
+                    td { @if t["ExpirationTime"].is_string() { (time(&t["ExpirationTime"])) } @else { span.muted { "never" } } }
+                    td { (time(&t["CreateTime"])) }
+                }
+            }
+        }))
+    };
+    Page::new("ACL tokens", body, index)
+}
+
+async fn acl_policies(api: &Api, token: &str, query: &[(String, String)]) -> Page {
+    let path = format!(
+        "/v1/acl/policies?{}",
+        blocking(query).trim_start_matches('&')
+    );
+    let by_name = |v: &Value| (s(v, "Name").to_string(), String::new());
+    let (list, index) = match acl_list(api, token, &path, by_name).await {
+        Ok(l) => l,
+        Err(page) => return page,
+    };
+    let body = html! {
+        div.title { h1 { "Access control" } span.count { (list.len()) } }
+        (acl_tabs("policies"))
+        @if list.is_empty() {
+            (empty("No ACL policies", html! {
+                "Write one with " code { "caravan acl policy apply -description \"…\" NAME rules.hcl" } "."
+            }))
+        } @else {
+            (table("ACL policies", &["Name", "Description", "Modified index"], html! {
+                @for p in &list {
+                    tr {
+                        td { a href=(format!("/ui/acl/policies/{}", enc(s(p, "Name")))) { (s(p, "Name")) } }
+                        td { (s(p, "Description")) }
+                        td.num { (n(p, "ModifyIndex")) }
+                    }
+                }
+            }))
+        }
+    };
+    Page::new("ACL policies", body, index)
+}
+
+async fn acl_policy(api: &Api, token: &str, name: &str, query: &[(String, String)]) -> Page {
+    let r = api
+        .get(
+            token,
+            &format!(
+                "/v1/acl/policy/{}?{}",
+                enc(name),
+                blocking(query).trim_start_matches('&')
+            ),
+        )
+        .await;
+    if !r.ok() {
+        return Page::failed(&r);
+    }
+    let p = &r.body;
+    let body = html! {
+        (title("ACL policy", s(p, "Name"), None))
+        (facts(&[
+            ("Description", html! { (s(p, "Description")) }),
+            ("Modify index", html! { (n(p, "ModifyIndex")) }),
+        ]))
+        section {
+            h2 { "Rules" }
+            pre.rules { (s(p, "Rules")) }
+        }
+    };
+    Page::new(format!("ACL policy {}", s(p, "Name")), body, r.index)
+}
+
 /// A list endpoint's items sorted by `key` with the answer's index, or the page saying why not.
 async fn sorted_list(
     api: &Api,
@@ -1070,6 +1203,16 @@ async fn variable(api: &Api, token: &str, path: &str, query: &[(String, String)]
             ),
         )
         .await;
+    if r.status == StatusCode::NOT_FOUND && !blocking(query).is_empty() {
+        // Deleted while the page followed it: said as the page's new state, not as an error.
+        let body = html! {
+            (title("Variable", path, None))
+            (empty("This variable was deleted", html! {
+                a href="/ui/variables" { "Back to the variables" }
+            }))
+        };
+        return Page::new(format!("Variable {path}"), body, None);
+    }
     if !r.ok() {
         return Page::failed(&r);
     }
@@ -1362,6 +1505,31 @@ mod tests {
         );
         // A part the API would not give is said, not shown empty.
         assert!(html.contains("Cannot show"), "{html}");
+    }
+
+    #[tokio::test]
+    async fn acl_pages_say_when_acls_are_off_and_never_show_secrets() {
+        let off = Api::new(Router::new().route(
+            "/v1/acl/tokens",
+            get(|| async { (StatusCode::BAD_REQUEST, "ACL support disabled") }),
+        ));
+        let page = render(&off, "", &["acl".into()], &[]).await;
+        assert_eq!(page.status, StatusCode::OK);
+        assert!(page.body.into_string().contains("ACLs are off"));
+
+        let on = Api::new(Router::new().route(
+            "/v1/acl/tokens",
+            get(|| async {
+                axum::Json(json!([{"AccessorID": "acc-1", "SecretID": "s3cr3t-value",
+                    "Name": "ci <bot>", "Type": "client", "Policies": ["deploy"],
+                    "CreateTime": "2026-12-01T00:00:00Z"}]))
+            }),
+        ));
+        let page = render(&on, "good", &["acl".into(), "tokens".into()], &[]).await;
+        let html = page.body.into_string();
+        assert!(!html.contains("s3cr3t-value"), "{html}");
+        assert!(html.contains("ci &lt;bot&gt;"), "escaped: {html}");
+        assert!(html.contains("/ui/acl/policies/deploy"), "{html}");
     }
 
     #[test]

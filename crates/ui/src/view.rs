@@ -27,6 +27,7 @@ pub fn shell() -> Markup {
                         a href="/ui/topology" data-section="topology" { "Topology" }
                         a href="/ui/storage/volumes" data-section="storage" { "Storage" }
                         a href="/ui/variables" data-section="variables" { "Variables" }
+                        a href="/ui/acl/tokens" data-section="acl" { "ACL" }
                     }
                     a.token href="/ui/settings/tokens" data-section="settings" { "ACL token" }
                 }
