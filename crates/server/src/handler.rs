@@ -257,6 +257,6 @@ mod tests {
         for open in crate::peers::OPEN_METHODS {
             assert!(routed.contains(open), "{open} is open but not routed");
         }
-        assert_eq!(routed.len(), 46, "{routed:?}");
+        assert_eq!(routed.len(), 48, "{routed:?}");
     }
 }
