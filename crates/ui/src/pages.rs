@@ -829,12 +829,7 @@ async fn acl_list(
         };
         return Err(Page::new("Access control", body, None));
     }
-    if !r.ok() {
-        return Err(Page::failed(&r));
-    }
-    let mut list = r.body.as_array().cloned().unwrap_or_default();
-    list.sort_by_cached_key(key);
-    Ok((list, r.index))
+    sorted_reply(&r, key)
 }
 
 /// ACL tokens (management tokens only, as the API allows): secrets are never shown.
@@ -938,9 +933,16 @@ async fn sorted_list(
     path: &str,
     key: fn(&Value) -> (String, String),
 ) -> Result<(Vec<Value>, Option<u64>), Page> {
-    let r = api.get(token, path).await;
+    sorted_reply(&api.get(token, path).await, key)
+}
+
+/// A list answer's items sorted by `key` with its index, or the page saying why not.
+fn sorted_reply(
+    r: &Reply,
+    key: fn(&Value) -> (String, String),
+) -> Result<(Vec<Value>, Option<u64>), Page> {
     if !r.ok() {
-        return Err(Page::failed(&r));
+        return Err(Page::failed(r));
     }
     let mut list = r.body.as_array().cloned().unwrap_or_default();
     list.sort_by_cached_key(key);

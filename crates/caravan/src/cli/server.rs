@@ -60,12 +60,9 @@ pub fn run(cmd: ServerCommand) -> i32 {
 
 /// Nomad's `server force-leave`: silent on success.
 fn force_leave(args: ForceLeaveArgs) -> i32 {
-    let client = match args.api.client() {
+    let client = match args.api.connect() {
         Ok(c) => c,
-        Err(msg) => {
-            eprintln!("{msg}");
-            return 1;
-        }
+        Err(code) => return code,
     };
     block_on(async {
         match client.agent_force_leave(&args.node, args.prune).await {
@@ -77,12 +74,9 @@ fn force_leave(args: ForceLeaveArgs) -> i32 {
 
 /// Nomad's `server join`: "Joined N servers successfully", exit 1 when none joined.
 fn join(args: JoinArgs) -> i32 {
-    let client = match args.api.client() {
+    let client = match args.api.connect() {
         Ok(c) => c,
-        Err(msg) => {
-            eprintln!("{msg}");
-            return 1;
-        }
+        Err(code) => return code,
     };
     block_on(async {
         match client.agent_join(&args.addresses).await {
