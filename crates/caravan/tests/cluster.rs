@@ -381,6 +381,22 @@ fn force_leave_removes_a_failed_server_and_refuses_a_live_one() {
     assert!(err.contains("is alive"), "{err}");
     assert_eq!(voters(&servers[0].agent), 3);
 
+    // A slow server (paused, not dead) is not forced out while its silence is short.
+    let pid = servers[at].agent.pid().to_string();
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .expect("kill runs");
+        assert!(ok.success());
+    };
+    signal("-STOP");
+    let (code, _, err) = servers[0].agent.run(&["server", "force-leave", &listed]);
+    signal("-CONT");
+    assert_eq!(code, 1, "a paused server is refused at first");
+    assert!(err.contains("is alive"), "{err}");
+    assert_eq!(voters(&servers[0].agent), 3);
+
     let gone = servers.remove(at);
     gone.agent.kill();
     let asker = &servers[0].agent;
