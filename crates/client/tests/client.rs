@@ -2,7 +2,7 @@
 //! mock driver where no process is needed). Every wait has a deadline; nothing sleeps blindly.
 
 use client::testing::{alloc, job, task, FakeServer};
-use client::{Client, ClientConfig};
+use client::{Client, ClientConfig, GcConfig};
 use drivers::testing::{eventually, TestDir};
 use drivers::{Driver, MockDriver, RawExecConfig, RawExecDriver};
 use model::alloc::{AllocatedPortMapping, Allocation, TaskState};
@@ -20,6 +20,14 @@ fn config(dir: &Path) -> ClientConfig {
     cfg.meta.insert("rack".into(), "r1".into());
     cfg.timing.alloc_update_interval = Duration::from_millis(50);
     cfg.timing.alloc_query_wait = Duration::from_secs(5);
+    // The collector runs when an allocation turns terminal and removes it at once if the
+    // host's disk is fuller than the threshold (80 % by default); tests read a finished
+    // allocation's files, so how full the machine's disk is must not decide them.
+    cfg.gc = GcConfig {
+        disk_usage_threshold: 100.0,
+        inode_usage_threshold: 100.0,
+        ..GcConfig::default()
+    };
     cfg
 }
 

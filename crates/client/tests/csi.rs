@@ -3,7 +3,7 @@
 //! registered into the node and deregistered when they stop. Every wait has a deadline.
 
 use client::testing::{alloc, job, task, FakeServer};
-use client::{Client, ClientConfig, CsiPluginKind};
+use client::{Client, ClientConfig, CsiPluginKind, GcConfig};
 use drivers::testing::{eventually, TestDir};
 use drivers::{Driver, MockDriver};
 use model::task::TaskCsiPluginConfig;
@@ -18,6 +18,14 @@ fn config(dir: &Path) -> ClientConfig {
     let mut cfg = ClientConfig::new(dir);
     cfg.timing.alloc_update_interval = Duration::from_millis(50);
     cfg.timing.alloc_query_wait = Duration::from_secs(5);
+    // The collector runs when an allocation turns terminal and removes it at once if the
+    // host's disk is fuller than the threshold (80 % by default); tests read a finished
+    // allocation's files, so how full the machine's disk is must not decide them.
+    cfg.gc = GcConfig {
+        disk_usage_threshold: 100.0,
+        inode_usage_threshold: 100.0,
+        ..GcConfig::default()
+    };
     cfg
 }
 
