@@ -36,7 +36,7 @@ JOB = """job "browser" {
 def start_agent(work, extra=""):
     cfg = os.path.join(work, "agent.hcl")
     with open(cfg, "w") as f:
-        f.write('bind_addr = "127.0.0.1"\nports {\n  http = 0\n  rpc = 0\n}\n' + extra)
+        f.write('bind_addr = "127.0.0.1"\nports {\n  http = 0\n  rpc = 0\n  serf = 0\n}\n' + extra)
     proc = subprocess.Popen(
         [BIN, "agent", "-dev", "-config", cfg, "-data-dir", os.path.join(work, "data")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -139,6 +139,17 @@ def main():
         driver.find_element(By.LINK_TEXT, "Clients").click()
         wait_for("the clients page", lambda: "ready" in view())
         shot("clients")
+        # The clients list is filtered on the server (it is paged on a big cluster): typing
+        # asks again, keeps the URL and the focus, and says when nothing matches.
+        driver.find_element(By.ID, "filter").send_keys("nosuch-client")
+        wait_for("the server-side filter", lambda: "No client matches." in view()
+                 and "q=nosuch-client" in driver.current_url)
+        active = driver.switch_to.active_element
+        assert active.get_attribute("id") == "filter", "the filter keeps the focus"
+        assert active.get_attribute("value") == "nosuch-client", active.get_attribute("value")
+        driver.find_element(By.LINK_TEXT, "Clients").click()
+        wait_for("the clients page unfiltered", lambda: "No client matches." not in view()
+                 and "ready" in view())
         driver.find_element(By.CSS_SELECTOR, "#view a[href^='/ui/clients/']").click()
         wait_for("the client page", lambda: driver.find_element(
             By.CSS_SELECTOR, "button[data-action=eligibility]").is_displayed())

@@ -113,7 +113,7 @@ fn start_server(tag: &str) -> Res<ServerAgent> {
     let cfg = dir.join("agent.hcl");
     std::fs::write(
         &cfg,
-        "bind_addr = \"127.0.0.1\"\nports {\n  http = 0\n  rpc = 0\n}\nlog_level = \"WARN\"\n",
+        "bind_addr = \"127.0.0.1\"\nports {\n  http = 0\n  rpc = 0\n  serf = 0\n}\nlog_level = \"WARN\"\n",
     )
     .map_err(|e| e.to_string())?;
     let mut child = Command::new(bin())
@@ -133,6 +133,7 @@ fn start_server(tag: &str) -> Res<ServerAgent> {
         let mut rpc = String::new();
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             if let Some(r) = line.split("RPC: ").nth(1) {
+                let r = r.split(';').next().unwrap_or_default();
                 rpc = r.trim().to_string();
             }
             if let Some(rest) = line.split("HTTP: [").nth(1) {
@@ -410,6 +411,8 @@ async fn ui(f: &Flags) -> Res<()> {
         "/ui/_/jobs".to_string(),
         "/ui/_/jobs/bench-0000?namespace=default".to_string(),
         "/ui/_/clients".to_string(),
+        "/ui/_/clients?sort=cpu&desc=1&page=20".to_string(),
+        "/ui/_/clients?q=sim-1".to_string(),
         format!("/ui/_/clients/{node}"),
         "/ui/_/topology".to_string(),
     ];

@@ -104,6 +104,21 @@ fn pages_show_what_the_token_may_read_and_follow_changes() {
         body.contains("Task server") && body.contains("Task started by client"),
         "{body}"
     );
+    // The clients and topology pages draw from each node's sums, which the node list carries
+    // with `allocated=true` (and only then): the running job reserves CPU 20 and memory 20.
+    let (s, b) = call(&agent, "GET", "/v1/nodes?allocated=true", &root, None);
+    assert_eq!(s, 200, "{b}");
+    let used = &json_of(&b)[0]["Allocated"];
+    assert_eq!(
+        (&used["Allocs"], &used["CpuShares"], &used["MemoryMB"]),
+        (&json!(1), &json!(20), &json!(20)),
+        "{b}"
+    );
+    let (_, b) = call(&agent, "GET", "/v1/nodes", &root, None);
+    assert!(json_of(&b)[0].get("Allocated").is_none(), "{b}");
+    let (s, body) = call(&agent, "GET", "/ui/_/clients", &root, None);
+    assert_eq!(s, 200, "{body}");
+    assert!(body.contains("20 of "), "{body}");
     for page in [
         "clients",
         "servers",

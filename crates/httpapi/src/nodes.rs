@@ -26,18 +26,32 @@ async fn list_nodes_inner(
     params: HashMap<String, String>,
 ) -> Result<Response, ApiError> {
     let q = QueryOptions::parse(params)?;
-    let tables = [Table::Nodes];
-    let snap = q.block(st.server.state(), &tables).await;
     let (with_os, with_resources) = (q.flag("os")?, q.flag("resources")?);
+    // Caravan's own: each node's sums of what its live allocations reserve (the UI's clients
+    // and topology pages), so nobody reads every allocation to draw them. A node's allocations
+    // are node information here (node:read), as Nomad's host stats are.
+    let with_allocated = q.flag("allocated")?;
+    let tables: &[Table] = if with_allocated {
+        &[Table::Nodes, Table::Allocs]
+    } else {
+        &[Table::Nodes]
+    };
+    let snap = q.block(st.server.state(), tables).await;
     let nodes = snap.nodes(&q.prefix);
     let (page, next) = reply::paginate(nodes, |n| n.id.clone(), q.per_page, &q.next_token);
     let stubs: Vec<_> = page
         .iter()
-        .map(|n| n.stub(with_os, with_resources))
+        .map(|n| {
+            let mut stub = n.stub(with_os, with_resources);
+            if with_allocated {
+                stub.allocated = Some(snap.node_usage(&n.id));
+            }
+            stub
+        })
         .collect();
     Ok(reply::read_page(
         &stubs,
-        index_of(&snap, &tables),
+        index_of(&snap, tables),
         &st.server,
         q.pretty,
         next,

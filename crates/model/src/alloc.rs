@@ -521,6 +521,25 @@ impl Allocation {
         self.client_status.is_terminal()
     }
 
+    /// CPU (MHz), memory and disk (MiB) it reserves on its node: from `AllocatedResources`, else
+    /// the deprecated `Resources`.
+    pub fn reserved(&self) -> (i64, i64, i64) {
+        if let Some(ar) = &self.allocated_resources {
+            let (cpu, mem) = ar.tasks.values().fold((0, 0), |(c, m), t| {
+                (c + t.cpu.cpu_shares, m + t.memory.memory_mb)
+            });
+            return (cpu, mem, ar.shared.disk_mb);
+        }
+        match &self.resources {
+            Some(r) => (
+                i64::from(r.cpu.unwrap_or(0)),
+                i64::from(r.memory_mb.unwrap_or(0)),
+                i64::from(r.disk_mb.unwrap_or(0)),
+            ),
+            None => (0, 0, 0),
+        }
+    }
+
     /// The index in the name, `web.api[3]` → 3.
     pub fn index(&self) -> Option<u32> {
         let open = self.name.rfind('[')?;

@@ -403,10 +403,54 @@ pub struct NodeListStub {
     pub reserved_resources: Option<NodeReservedResources>,
     #[serde(rename = "LastDrain")]
     pub last_drain: Option<DrainMetadata>,
+    /// Caravan's own (`?allocated=true` on `/v1/nodes`): what the node's live allocations
+    /// reserve. Nomad has no such field; its clients ignore it.
+    #[serde(rename = "Allocated", default, skip_serializing_if = "Option::is_none")]
+    pub allocated: Option<NodeAllocated>,
     #[serde(rename = "CreateIndex")]
     pub create_index: u64,
     #[serde(rename = "ModifyIndex")]
     pub modify_index: u64,
+}
+
+/// The sums of what a node's non-terminal allocations reserve.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NodeAllocated {
+    #[serde(rename = "Allocs")]
+    pub allocs: u64,
+    #[serde(rename = "CpuShares")]
+    pub cpu_shares: i64,
+    #[serde(rename = "MemoryMB")]
+    pub memory_mb: i64,
+    #[serde(rename = "DiskMB")]
+    pub disk_mb: i64,
+}
+
+impl NodeAllocated {
+    /// Adds one allocation's reservation, unless it is terminal.
+    pub fn add(&mut self, alloc: &crate::Allocation) {
+        if alloc.is_terminal() {
+            return;
+        }
+        let (cpu, mem, disk) = alloc.reserved();
+        self.allocs += 1;
+        self.cpu_shares += cpu;
+        self.memory_mb += mem;
+        self.disk_mb += disk;
+    }
+
+    /// Takes back what `add` added for the same allocation.
+    pub fn remove(&mut self, alloc: &crate::Allocation) {
+        if alloc.is_terminal() {
+            return;
+        }
+        let (cpu, mem, disk) = alloc.reserved();
+        self.allocs = self.allocs.saturating_sub(1);
+        self.cpu_shares -= cpu;
+        self.memory_mb -= mem;
+        self.disk_mb -= disk;
+    }
 }
 
 impl Node {
@@ -516,6 +560,7 @@ impl Node {
             node_resources: self.node_resources.clone().filter(|_| with_resources),
             reserved_resources: self.reserved_resources.clone().filter(|_| with_resources),
             last_drain: self.last_drain.clone(),
+            allocated: None,
             create_index: self.create_index,
             modify_index: self.modify_index,
         }

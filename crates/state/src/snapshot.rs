@@ -343,6 +343,12 @@ impl StateSnapshot {
         self.root.allocs_modified_after(index)
     }
 
+    /// What the node's non-terminal allocations reserve, kept as they are written: no
+    /// allocation is read.
+    pub fn node_usage(&self, node_id: &str) -> model::NodeAllocated {
+        self.root.node_usage(node_id)
+    }
+
     pub fn allocs_by_node(&self, node_id: &str) -> Vec<Arc<Allocation>> {
         self.root.allocs_by_node(node_id)
     }

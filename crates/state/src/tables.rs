@@ -68,6 +68,9 @@ pub(crate) struct Root {
     /// the nodes it touched. Rebuilt from the allocations' modify indexes on load, which can only
     /// be lower than the true value; any later change is at a higher index, so no change is missed.
     node_alloc_index: OrdMap<String, u64>,
+    /// Node ID → what its non-terminal allocations reserve, kept as allocations are written and
+    /// deleted (so a list of every node's usage never reads the allocations).
+    node_usage: OrdMap<String, model::NodeAllocated>,
     /// The index being applied (0 outside an apply, e.g. while loading a snapshot).
     applying: u64,
     /// The nodes whose allocations the current apply touched (reset at each apply); the store
@@ -448,6 +451,11 @@ impl Root {
         resolve(&self.allocs_by_job, &ns_key(ns, job_id), &self.allocs)
     }
 
+    /// What the node's non-terminal allocations reserve (zeros for none).
+    pub(crate) fn node_usage(&self, node_id: &str) -> model::NodeAllocated {
+        self.node_usage.get(node_id).copied().unwrap_or_default()
+    }
+
     pub(crate) fn allocs_by_node(&self, node_id: &str) -> Vec<Arc<Allocation>> {
         resolve(&self.allocs_by_node, &node_id.to_owned(), &self.allocs)
     }
@@ -600,6 +608,15 @@ impl Root {
             id,
         );
         index_add_nonempty(&mut self.allocs_by_node, &alloc.node_id, id);
+        if !alloc.node_id.is_empty() && !alloc.is_terminal() {
+            let mut sums = self
+                .node_usage
+                .get(&alloc.node_id)
+                .copied()
+                .unwrap_or_default();
+            sums.add(&alloc);
+            self.node_usage.insert(alloc.node_id.clone(), sums);
+        }
         index_add_nonempty(&mut self.allocs_by_eval, &alloc.eval_id, id);
         index_add_nonempty(&mut self.allocs_by_deployment, &alloc.deployment_id, id);
         self.allocs_by_modify
@@ -647,6 +664,16 @@ impl Root {
             id,
         );
         index_remove_nonempty(&mut self.allocs_by_node, &old.node_id, id);
+        if !old.is_terminal() {
+            if let Some(mut sums) = self.node_usage.get(&old.node_id).copied() {
+                sums.remove(old);
+                if sums.allocs == 0 {
+                    self.node_usage.remove(&old.node_id);
+                } else {
+                    self.node_usage.insert(old.node_id.clone(), sums);
+                }
+            }
+        }
         index_remove_nonempty(&mut self.allocs_by_eval, &old.eval_id, id);
         index_remove_nonempty(&mut self.allocs_by_deployment, &old.deployment_id, id);
         self.allocs_by_modify
@@ -885,6 +912,64 @@ mod tests {
 
     fn ids(allocs: Vec<Arc<Allocation>>) -> Vec<String> {
         allocs.iter().map(|a| a.id.clone()).collect()
+    }
+
+    /// The kept sums always equal a recount of the node's allocations, through writes that
+    /// move, finish, resurrect and delete them.
+    #[test]
+    fn node_usage_follows_every_write() {
+        use model::alloc::{AllocatedResources, AllocatedTaskResources};
+        let sized = |id: &str, node: &str, cpu: i64, status: &str| {
+            let mut t = AllocatedTaskResources::default();
+            t.cpu.cpu_shares = cpu;
+            t.memory.memory_mb = cpu / 2;
+            let mut a = Arc::unwrap_or_clone(alloc(id, node, "e", ""));
+            a.allocated_resources = Some(AllocatedResources {
+                tasks: [("t".to_string(), t)].into(),
+                ..AllocatedResources::default()
+            });
+            a.client_status = status.into();
+            Arc::new(a)
+        };
+        let recount = |root: &Root, node: &str| {
+            let mut sums = model::NodeAllocated::default();
+            for a in root.allocs_by_node(node) {
+                sums.add(&a);
+            }
+            sums
+        };
+        let mut root = Root::default();
+        type Step<'a> = Box<dyn Fn(&mut Root) + 'a>;
+        let steps: Vec<Step<'_>> = vec![
+            Box::new(|r| r.put_alloc(sized("a1", "n1", 100, "running"))),
+            Box::new(|r| r.put_alloc(sized("a2", "n1", 50, "pending"))),
+            Box::new(|r| r.put_alloc(sized("a3", "n2", 70, "running"))),
+            Box::new(|r| r.put_alloc(sized("a1", "n1", 120, "running"))),
+            Box::new(|r| r.put_alloc(sized("a2", "n1", 50, "complete"))),
+            Box::new(|r| r.put_alloc(sized("a3", "n1", 70, "running"))),
+            Box::new(|r| r.put_alloc(sized("a2", "n1", 50, "pending"))),
+            Box::new(|r| {
+                r.delete_alloc("a1");
+            }),
+            Box::new(|r| r.put_alloc(sized("a4", "", 10, "pending"))),
+        ];
+        for (i, step) in steps.iter().enumerate() {
+            step(&mut root);
+            for node in ["n1", "n2"] {
+                assert_eq!(
+                    root.node_usage(node),
+                    recount(&root, node),
+                    "step {i}, {node}"
+                );
+            }
+        }
+        assert_eq!(root.node_usage("n1").allocs, 2);
+        assert_eq!(root.node_usage("n1").cpu_shares, 120);
+        assert_eq!(root.node_usage("n2"), model::NodeAllocated::default());
+        assert!(
+            !root.node_usage.contains_key("n2"),
+            "an emptied node's entry is dropped"
+        );
     }
 
     #[test]

@@ -390,3 +390,63 @@ proptest! {
         }
     }
 }
+
+/// A deployment's status only moves forward: a plan's `blocked` (decided on an older state)
+/// never revives a deployment failed since, and is taken only from `running`; a pending region
+/// that starts begins its progress deadlines afresh.
+#[test]
+fn deployment_status_updates_never_revive_or_skip() {
+    use model::deployment::{DeploymentStatus, DeploymentStatusUpdate};
+    let mut fsm = Fsm::default();
+    fsm.register(&job("web"), "e1");
+    let j = fsm.job("web");
+    let mut d = deployment("d1", &j);
+    d.status = DeploymentStatus::Pending;
+    d.task_groups.get_mut("web").unwrap().require_progress_by = Some("2024-05-01T12:10:00Z".into());
+    fsm.apply(Command::DeploymentUpsert { deployment: d });
+    let update = |status: DeploymentStatus| DeploymentStatusUpdate {
+        deployment_id: "d1".into(),
+        status,
+        status_description: String::new(),
+    };
+    let plan = |updates: Vec<DeploymentStatusUpdate>| Command::PlanApply {
+        eval_id: "e1".into(),
+        job: None,
+        allocs_upsert: Vec::new(),
+        allocs_stop: Vec::new(),
+        evals: Vec::new(),
+        deployment: None,
+        deployment_updates: updates,
+    };
+    let status = |fsm: &Fsm| fsm.snap().deployment("d1").unwrap().status.clone();
+    // Blocked only from running.
+    fsm.apply(plan(vec![update(DeploymentStatus::Blocked)]));
+    assert_eq!(status(&fsm), DeploymentStatus::Pending);
+    fsm.apply(Command::DeploymentStatus {
+        update: update(DeploymentStatus::Running),
+        job: None,
+        eval: None,
+        submit_time: 0,
+    });
+    assert_eq!(status(&fsm), DeploymentStatus::Running);
+    let d1 = fsm.snap().deployment("d1").unwrap();
+    assert_eq!(d1.task_groups["web"].require_progress_by, None);
+    // Failed by someone; a plan's late "blocked" does not bring it back.
+    fsm.apply(Command::DeploymentStatus {
+        update: update(DeploymentStatus::Failed),
+        job: None,
+        eval: None,
+        submit_time: 0,
+    });
+    fsm.apply(plan(vec![update(DeploymentStatus::Blocked)]));
+    assert_eq!(status(&fsm), DeploymentStatus::Failed);
+    assert!(fsm
+        .try_apply(Command::DeploymentStatus {
+            update: update(DeploymentStatus::Successful),
+            job: None,
+            eval: None,
+            submit_time: 0,
+        })
+        .is_err());
+    assert_eq!(status(&fsm), DeploymentStatus::Failed);
+}

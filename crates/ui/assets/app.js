@@ -6,6 +6,7 @@ const TOKEN_KEY = "caravan.acl.token";
 const view = () => document.getElementById("view");
 const token = () => sessionStorage.getItem(TOKEN_KEY) || "";
 let current = null; // the AbortController of the page being shown
+let drawnAt = 0; // when the page was last drawn (ms)
 const sortState = {}; // table label -> [column, ascending]
 const filterState = {}; // filter name -> text
 
@@ -70,6 +71,10 @@ async function load(path) {
     // An index that did not move means the wait timed out: ask again from the same one.
     if (next < index) index = 0; else index = next;
     if (document.hidden) await visible();
+    // On a busy cluster the index moves all the time: redraw at most once a second.
+    const since = Date.now() - drawnAt;
+    drawnAt = Date.now();
+    if (since < 1000) await sleep(1000 - since);
   }
 }
 
@@ -78,6 +83,7 @@ function show(html, live) {
   const v = view();
   const focused = document.activeElement && document.activeElement.id;
   const caret = focused === "filter" ? document.activeElement.selectionStart : null;
+  const typed = focused === "filter" ? document.activeElement.value : null;
   // A count being typed into a scale form survives the live update.
   const active = document.activeElement;
   const editing = active && active.closest ? active.closest("form.scale") : null;
@@ -107,7 +113,29 @@ function show(html, live) {
     applyFilter(f);
     if (focused === "filter") { f.focus(); if (caret !== null) f.setSelectionRange(caret, caret); }
   }
+  // A filter the server applies (a paged list): typing asks for the page again.
+  const q = v.querySelector("input[data-search]");
+  if (q) {
+    if (typed !== null) q.value = typed; // what is being typed wins over the answer's
+
+    q.addEventListener("input", () => search(q));
+    if (focused === "filter") { q.focus(); if (caret !== null) q.setSelectionRange(caret, caret); }
+  }
   if (focused === "secret") wireSignin();
+}
+
+// The pending ask of a search box.
+let searchTimer = null;
+function search(input) {
+  clearTimeout(searchTimer);
+  searchTimer = setTimeout(() => {
+    const u = new URL(location.href);
+    if (input.value.trim()) u.searchParams.set(input.dataset.search, input.value.trim());
+    else u.searchParams.delete(input.dataset.search);
+    u.searchParams.delete("page");
+    history.replaceState({}, "", u.pathname + u.search);
+    load(u.pathname + u.search);
+  }, 250);
 }
 
 // The answer of each action by its element's key (path, and group for a scale form).

@@ -86,6 +86,16 @@ impl Api {
             .get("x-nomad-index")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok());
+        let kind = resp
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let (json, plain) = (
+            kind.starts_with("application/json"),
+            kind.starts_with("text/"),
+        );
         let bytes = match axum::body::to_bytes(resp.into_body(), ANSWER_MAX).await {
             Ok(b) => b,
             Err(e) => {
@@ -102,10 +112,20 @@ impl Api {
             }
         };
         if status.is_success() {
-            let body: Option<Value> = serde_json::from_slice(&bytes).ok();
+            // A JSON answer is parsed (a big list is not also copied as text); a text answer
+            // (plain logs) is kept as text even when it happens to parse as JSON.
+            let body: Option<Value> = if plain {
+                None
+            } else {
+                serde_json::from_slice(&bytes).ok()
+            };
             Reply {
                 status,
-                text: String::from_utf8_lossy(&bytes).into_owned(),
+                text: if json && body.is_some() {
+                    String::new()
+                } else {
+                    String::from_utf8_lossy(&bytes).into_owned()
+                },
                 body: body.unwrap_or(Value::Null),
                 error: String::new(),
                 index,

@@ -609,44 +609,230 @@ async fn logs(api: &Api, token: &str, id: &str, task: &str, query: &[(String, St
     Page::new(format!("{task} {kind}"), body, None)
 }
 
+/// Rows per page of the clients list.
+const CLIENTS_PER_PAGE: usize = 50;
+
+/// The clients list's columns: label, sort key (the `sort=` value), and whether it sorts as a
+/// number.
+const CLIENT_COLUMNS: &[(&str, &str, bool)] = &[
+    ("Name", "name", false),
+    ("ID", "id", false),
+    ("Datacenter", "dc", false),
+    ("Pool", "pool", false),
+    ("Class", "class", false),
+    ("Status", "status", false),
+    ("Eligibility", "eligibility", false),
+    ("Drain", "drain", false),
+    ("Allocs", "allocs", true),
+    ("CPU", "cpu", true),
+    ("Memory", "memory", true),
+];
+
+/// A client row's value for a sort key; numbers sort as numbers.
+fn client_key(c: &Value, key: &str) -> (i64, String) {
+    let used = &c["Allocated"];
+    let total = &c["NodeResources"];
+    let share = |u: i64, t: i64| if t > 0 { u * 1000 / t } else { 0 };
+    match key {
+        "allocs" => (n(used, "Allocs"), String::new()),
+        "cpu" => (
+            share(n(used, "CpuShares"), n(&total["Cpu"], "CpuShares")),
+            String::new(),
+        ),
+        "memory" => (
+            share(n(used, "MemoryMB"), n(&total["Memory"], "MemoryMB")),
+            String::new(),
+        ),
+        "id" => (0, s(c, "ID").to_string()),
+        "dc" => (0, s(c, "Datacenter").to_string()),
+        "pool" => (0, s(c, "NodePool").to_string()),
+        "class" => (0, s(c, "NodeClass").to_string()),
+        "status" => (0, s(c, "Status").to_string()),
+        "eligibility" => (0, s(c, "SchedulingEligibility").to_string()),
+        "drain" => (0, (c["Drain"] == true).to_string()),
+        _ => (0, s(c, "Name").to_string()),
+    }
+}
+
+/// Does a client match every word of the filter (name, ID, datacenter, pool, class, status,
+/// eligibility, address; case-insensitive)?
+fn client_matches(c: &Value, words: &[String]) -> bool {
+    if words.is_empty() {
+        return true;
+    }
+    let hay = [
+        "Name",
+        "ID",
+        "Datacenter",
+        "NodePool",
+        "NodeClass",
+        "Status",
+        "SchedulingEligibility",
+        "Address",
+    ]
+    .iter()
+    .map(|k| s(c, k).to_lowercase())
+    .collect::<Vec<_>>()
+    .join(" ");
+    let hay = if c["Drain"] == true {
+        hay + " draining"
+    } else {
+        hay
+    };
+    words.iter().all(|w| hay.contains(w.as_str()))
+}
+
+/// The clients list: filtered, sorted and paged here, on the server, so a page stays small on a
+/// cluster of thousands of nodes; each row shows what the node's allocations reserve
+/// (`/v1/nodes?allocated=true`, sums the server keeps per node).
 async fn clients(api: &Api, token: &str, query: &[(String, String)]) -> Page {
     let r = api
         .get(
             token,
-            &format!("/v1/nodes?resources=true{}", blocking(query)),
+            &format!("/v1/nodes?resources=true&allocated=true{}", blocking(query)),
         )
         .await;
     if !r.ok() {
         return Page::failed(&r);
     }
-    let list = r.body.as_array().cloned().unwrap_or_default();
-    let acls_off = list.is_empty() && token.is_empty() && acls_disabled(api).await;
+    let param = |key: &str| {
+        query
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    };
+    let text = param("q").unwrap_or_default().trim().to_string();
+    let words: Vec<String> = text.split_whitespace().map(str::to_lowercase).collect();
+    let sort = param("sort")
+        .filter(|k| CLIENT_COLUMNS.iter().any(|(_, key, _)| key == k))
+        .unwrap_or("name")
+        .to_string();
+    let desc = param("desc") == Some("1");
+    let all = r.body.as_array().map(Vec::as_slice).unwrap_or_default();
+    let mut list: Vec<&Value> = all.iter().filter(|c| client_matches(c, &words)).collect();
+    list.sort_by(|a, b| {
+        let o = client_key(a, &sort)
+            .cmp(&client_key(b, &sort))
+            .then_with(|| s(a, "Name").cmp(s(b, "Name")))
+            .then_with(|| s(a, "ID").cmp(s(b, "ID")));
+        if desc {
+            o.reverse()
+        } else {
+            o
+        }
+    });
+    let pages = list.len().div_ceil(CLIENTS_PER_PAGE).max(1);
+    let page = param("page")
+        .and_then(|p| p.parse::<usize>().ok())
+        .unwrap_or(1)
+        .clamp(1, pages);
+    let first = (page - 1) * CLIENTS_PER_PAGE;
+    let shown = &list[first.min(list.len())..(first + CLIENTS_PER_PAGE).min(list.len())];
+    // A link to this list with some of its parameters changed.
+    let link = |sort_key: &str, descending: bool, to_page: usize| {
+        let mut q = form_urlencoded::Serializer::new(String::new());
+        if !text.is_empty() {
+            q.append_pair("q", &text);
+        }
+        if sort_key != "name" {
+            q.append_pair("sort", sort_key);
+        }
+        if descending {
+            q.append_pair("desc", "1");
+        }
+        if to_page > 1 {
+            q.append_pair("page", &to_page.to_string());
+        }
+        let q = q.finish();
+        if q.is_empty() {
+            "/ui/clients".to_string()
+        } else {
+            format!("/ui/clients?{q}")
+        }
+    };
+    let acls_off = all.is_empty() && token.is_empty() && acls_disabled(api).await;
+    let pct = |u: i64, t: i64| {
+        if t > 0 {
+            (u * 100 / t).clamp(0, 100)
+        } else {
+            0
+        }
+    };
     let body = html! {
-        div.title { h1 { "Clients" } span.count { (list.len()) } }
-        @if list.is_empty() && token.is_empty() && !acls_off {
+        div.title { h1 { "Clients" } span.count { (all.len()) } }
+        @if all.is_empty() && token.is_empty() && !acls_off {
             (signed_out_empty("clients"))
-        } @else if list.is_empty() {
+        } @else if all.is_empty() {
             (empty("No clients", html! { "Start one with " code { "caravan agent -client -servers <server>" } ", or run " code { "caravan agent -dev" } "." }))
         } @else {
             div.toolbar {
                 label for="filter" { "Filter" }
-                input #filter type="search" data-filter="clients" placeholder="name, datacenter, pool, class, status" autocomplete="off";
-            }
-            (table("Clients", &["Name", "ID", "Datacenter", "Pool", "Class", "Status", "Eligibility", "Drain", "Address"], html! {
-                @for c in &list {
-                    tr {
-                        td { a href=(format!("/ui/clients/{}", enc(s(c, "ID")))) { (s(c, "Name")) } }
-                        td { code { (short(s(c, "ID"))) } }
-                        td { (s(c, "Datacenter")) }
-                        td { (s(c, "NodePool")) }
-                        td { (s(c, "NodeClass")) }
-                        td data-value=(s(c, "Status")) { (badge(s(c, "Status"))) }
-                        td { (s(c, "SchedulingEligibility")) }
-                        td { (if c["Drain"] == true { "draining" } else { "no" }) }
-                        td { (s(c, "Address")) }
+                input #filter type="search" data-search="q" value=(text) placeholder="name, datacenter, pool, class, status" autocomplete="off";
+                span.muted role="status" {
+                    @if list.is_empty() {
+                        "No client matches."
+                    } @else {
+                        (first + 1) "–" (first + shown.len()) " of " (list.len())
+                        @if list.len() != all.len() { " matching" }
                     }
                 }
-            }))
+            }
+            @if !list.is_empty() {
+                div.tablewrap {
+                    table aria-label="Clients" {
+                        thead { tr {
+                            @for (label, key, numeric) in CLIENT_COLUMNS {
+                                @let current = sort == *key;
+                                // A first click sorts numbers largest first, text A to Z.
+                                @let next_desc = if current { !desc } else { *numeric };
+                                @let state = if !current { "none" } else if desc { "descending" } else { "ascending" };
+                                th scope="col" aria-sort=(state) {
+                                    a.sortlink href=(link(key, next_desc, 1)) { (label) @if current { (if desc { " ▾" } else { " ▴" }) } }
+                                }
+                            }
+                        } }
+                        tbody {
+                            @for c in shown {
+                                @let used = &c["Allocated"];
+                                @let res = &c["NodeResources"];
+                                @let (cpu, tc) = (n(used, "CpuShares"), n(&res["Cpu"], "CpuShares"));
+                                @let (mem, tm) = (n(used, "MemoryMB"), n(&res["Memory"], "MemoryMB"));
+                                tr {
+                                    td { a href=(format!("/ui/clients/{}", enc(s(c, "ID")))) { (s(c, "Name")) } }
+                                    td { code { (short(s(c, "ID"))) } }
+                                    td { (s(c, "Datacenter")) }
+                                    td { (s(c, "NodePool")) }
+                                    td { (s(c, "NodeClass")) }
+                                    td { (badge(s(c, "Status"))) }
+                                    td { (s(c, "SchedulingEligibility")) }
+                                    td { (if c["Drain"] == true { "draining" } else { "no" }) }
+                                    td.num { (n(used, "Allocs")) }
+                                    td title=(format!("{cpu} of {tc} MHz reserved")) {
+                                        span.meter.small { span.fill.cpu style=(format!("width:{}%", pct(cpu, tc))) {} }
+                                        " " (pct(cpu, tc)) "%"
+                                    }
+                                    td title=(format!("{mem} of {tm} MiB reserved")) {
+                                        span.meter.small { span.fill.mem style=(format!("width:{}%", pct(mem, tm))) {} }
+                                        " " (pct(mem, tm)) "%"
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                @if pages > 1 {
+                    nav.pager aria-label="Pages" {
+                        @if page > 1 {
+                            a href=(link(&sort, desc, page - 1)) rel="prev" { "← Previous" }
+                        }
+                        span { "Page " (page) " of " (pages) }
+                        @if page < pages {
+                            a href=(link(&sort, desc, page + 1)) rel="next" { "Next →" }
+                        }
+                    }
+                }
+            }
         }
     };
     Page::new("Clients", body, r.index)
@@ -1300,41 +1486,42 @@ fn var_form(existing: Option<(&Value, &[(String, String)])>) -> Markup {
     }
 }
 
-/// Each client as a box filled by what its allocations reserve, as Nomad's topology view.
+/// Each client as a box filled by what its allocations reserve, as Nomad's topology view,
+/// grouped by datacenter. The sums come with the node list (`/v1/nodes?allocated=true`), so
+/// the page never reads the allocations themselves.
 async fn topology(api: &Api, token: &str, query: &[(String, String)]) -> Page {
     let nodes = api
         .get(
             token,
-            &format!("/v1/nodes?resources=true{}", blocking(query)),
+            &format!("/v1/nodes?resources=true&allocated=true{}", blocking(query)),
         )
         .await;
     if !nodes.ok() {
         return Page::failed(&nodes);
     }
-    let allocs = api
-        .get(token, "/v1/allocations?namespace=*&resources=true")
-        .await;
-    let mut used: std::collections::HashMap<String, (i64, i64)> = Default::default();
-    for a in allocs.body.as_array().into_iter().flatten() {
-        if s(a, "ClientStatus") != "running" && s(a, "ClientStatus") != "pending" {
-            continue;
-        }
-        let res = &a["AllocatedResources"];
-        let (mut cpu, mut mem) = (0, 0);
-        for t in res["Tasks"]
-            .as_object()
-            .into_iter()
-            .flat_map(|m| m.values())
-        {
-            cpu += n(&t["Cpu"], "CpuShares");
-            mem += n(&t["Memory"], "MemoryMB");
-        }
-        let e = used.entry(s(a, "NodeID").to_string()).or_default();
-        e.0 += cpu;
-        e.1 += mem;
+    let text = query
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "q")
+        .map(|(_, v)| v.trim().to_string())
+        .unwrap_or_default();
+    let words: Vec<String> = text.split_whitespace().map(str::to_lowercase).collect();
+    let all = nodes.body.as_array().map(Vec::as_slice).unwrap_or_default();
+    let mut by_dc: std::collections::BTreeMap<&str, Vec<&Value>> = Default::default();
+    let (mut used_cpu, mut total_cpu, mut used_mem, mut total_mem, mut allocs) = (0, 0, 0, 0, 0);
+    for c in all.iter().filter(|c| client_matches(c, &words)) {
+        let (used, res) = (&c["Allocated"], &c["NodeResources"]);
+        used_cpu += n(used, "CpuShares");
+        used_mem += n(used, "MemoryMB");
+        allocs += n(used, "Allocs");
+        total_cpu += n(&res["Cpu"], "CpuShares");
+        total_mem += n(&res["Memory"], "MemoryMB");
+        by_dc.entry(s(c, "Datacenter")).or_default().push(c);
     }
-    let partial = failed_part(&allocs, "what the allocations reserve");
-    let list = nodes.body.as_array().cloned().unwrap_or_default();
+    for list in by_dc.values_mut() {
+        list.sort_by(|a, b| s(a, "Name").cmp(s(b, "Name")));
+    }
+    let shown: usize = by_dc.values().map(Vec::len).sum();
     let pct = |u: i64, t: i64| {
         if t > 0 {
             (u * 100 / t).clamp(0, 100)
@@ -1343,23 +1530,37 @@ async fn topology(api: &Api, token: &str, query: &[(String, String)]) -> Page {
         }
     };
     let body = html! {
-        div.title { h1 { "Topology" } span.count { (list.len()) " clients" } }
-        p.muted { "Each box is a client; the bars are the CPU and memory its running allocations reserve." }
-        @if let Some(e) = &partial { (e) }
-        @if list.is_empty() {
+        div.title { h1 { "Topology" } span.count { (all.len()) " clients" } }
+        p.muted { "Each box is a client; the bars are the CPU and memory its live allocations reserve." }
+        @if all.is_empty() {
             (empty("No clients", html! { "Clients appear here once they register." }))
-        }
-        div.topology {
-            @for c in &list {
-                @let id = s(c, "ID");
-                @let (cpu, mem) = used.get(id).copied().unwrap_or_default();
-                @let res = &c["NodeResources"];
-                @let (tc, tm) = (n(&res["Cpu"], "CpuShares"), n(&res["Memory"], "MemoryMB"));
-                a.node href=(format!("/ui/clients/{}", enc(id))) title=(format!("{}: CPU {cpu}/{tc} MHz, memory {mem}/{tm} MiB", s(c, "Name"))) {
-                    span.name { (s(c, "Name")) " " (badge(s(c, "Status"))) }
-                    span.meter { span.fill.cpu style=(format!("width:{}%", pct(cpu, tc))) {} }
-                    span.meter { span.fill.mem style=(format!("width:{}%", pct(mem, tm))) {} }
-                    span.nums { "CPU " (pct(cpu, tc)) "% · mem " (pct(mem, tm)) "%" }
+        } @else {
+            div.toolbar {
+                label for="filter" { "Filter" }
+                input #filter type="search" data-search="q" value=(text) placeholder="name, datacenter, pool, class, status" autocomplete="off";
+                span.muted role="status" {
+                    (shown) " clients, " (allocs) " allocations: CPU " (pct(used_cpu, total_cpu)) "% (" (used_cpu) " of " (total_cpu) " MHz), memory "
+                    (pct(used_mem, total_mem)) "% (" (used_mem) " of " (total_mem) " MiB) reserved"
+                }
+            }
+            @for (dc, list) in &by_dc {
+                section {
+                    h2 { (dc) " " span.count { (list.len()) } }
+                    div.topology {
+                        @for c in list {
+                            @let id = s(c, "ID");
+                            @let used = &c["Allocated"];
+                            @let (cpu, mem) = (n(used, "CpuShares"), n(used, "MemoryMB"));
+                            @let res = &c["NodeResources"];
+                            @let (tc, tm) = (n(&res["Cpu"], "CpuShares"), n(&res["Memory"], "MemoryMB"));
+                            a.node href=(format!("/ui/clients/{}", enc(id))) title=(format!("{}: {} allocations, CPU {cpu}/{tc} MHz, memory {mem}/{tm} MiB", s(c, "Name"), n(used, "Allocs"))) {
+                                span.name { (s(c, "Name")) " " (badge(s(c, "Status"))) }
+                                span.meter { span.fill.cpu style=(format!("width:{}%", pct(cpu, tc))) {} }
+                                span.meter { span.fill.mem style=(format!("width:{}%", pct(mem, tm))) {} }
+                                span.nums { "CPU " (pct(cpu, tc)) "% · mem " (pct(mem, tm)) "%" }
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -1532,6 +1733,121 @@ mod tests {
         assert!(!html.contains("s3cr3t-value"), "{html}");
         assert!(html.contains("ci &lt;bot&gt;"), "escaped: {html}");
         assert!(html.contains("/ui/acl/policies/deploy"), "{html}");
+    }
+
+    /// An API with 120 clients in two datacenters; `node-007` is draining and holds the most.
+    fn nodes_api() -> Api {
+        let nodes: Vec<Value> = (0..120)
+            .map(|i| {
+                json!({"ID": format!("{i:08}-0000"), "Name": format!("node-{i:03}"),
+                    "Datacenter": if i % 2 == 0 { "east" } else { "west" }, "NodePool": "default",
+                    "NodeClass": "", "Status": "ready", "SchedulingEligibility": "eligible",
+                    "Drain": i == 7,
+                    "NodeResources": {"Cpu": {"CpuShares": 1000}, "Memory": {"MemoryMB": 1000}},
+                    "Allocated": {"Allocs": i % 5 + if i == 7 { 10 } else { 0 },
+                        "CpuShares": i * 5, "MemoryMB": 100}})
+            })
+            .collect();
+        Api::new(Router::new().route(
+            "/v1/nodes",
+            get(move |q: axum::extract::RawQuery| async move {
+                // The pages ask for the sums with the list.
+                assert!(q.0.unwrap_or_default().contains("allocated=true"));
+                ([("x-nomad-index", "77")], axum::Json(Value::Array(nodes)))
+            }),
+        ))
+    }
+
+    #[tokio::test]
+    async fn the_clients_page_filters_sorts_and_pages_on_the_server() {
+        let api = nodes_api();
+        let q = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let page = render(&api, "", &["clients".into()], &[]).await;
+        assert_eq!(page.index, Some(77), "live");
+        let html = page.body.into_string();
+        assert!(html.contains("1–50 of 120"), "{html}");
+        assert!(html.contains("node-000") && html.contains("node-049"));
+        assert!(!html.contains("node-050"), "only the first page: {html}");
+        assert!(html.contains(r#"href="/ui/clients?page=2""#), "{html}");
+        assert!(html.contains("Page 1 of 3"), "{html}");
+
+        let last = render(&api, "", &["clients".into()], &q(&[("page", "3")])).await;
+        let html = last.body.into_string();
+        assert!(html.contains("101–120 of 120") && html.contains("node-119"));
+        assert!(!html.contains("rel=\"next\""), "{html}");
+        // A page past the end shows the last one.
+        let past = render(&api, "", &["clients".into()], &q(&[("page", "99")])).await;
+        assert!(past.body.into_string().contains("101–120 of 120"));
+
+        // Every word must match; drain counts as a word.
+        let f = render(&api, "", &["clients".into()], &q(&[("q", "WEST draining")])).await;
+        let html = f.body.into_string();
+        assert!(html.contains("1–1 of 1 matching"), "{html}");
+        assert!(html.contains("node-007"), "{html}");
+        let none = render(&api, "", &["clients".into()], &q(&[("q", "nosuch")])).await;
+        assert!(none.body.into_string().contains("No client matches."));
+
+        // Numbers sort as numbers; the sort and filter stay in the pager's links.
+        let by = render(
+            &api,
+            "",
+            &["clients".into()],
+            &q(&[("sort", "allocs"), ("desc", "1"), ("q", "node")]),
+        )
+        .await;
+        let html = by.body.into_string();
+        let first_row = html.split("<tbody>").nth(1).unwrap_or_default();
+        assert!(
+            first_row.find("node-007") < first_row.find("node-004"),
+            "{html}"
+        );
+        assert!(
+            html.contains(r#"href="/ui/clients?q=node&amp;sort=allocs&amp;desc=1&amp;page=2""#),
+            "{html}"
+        );
+        assert!(html.contains(r#"aria-sort="descending""#), "{html}");
+        // The CPU column is the share of the node's CPU: node-119 reserves 595 of 1000 MHz.
+        let cpu = render(
+            &api,
+            "",
+            &["clients".into()],
+            &q(&[("sort", "cpu"), ("desc", "1")]),
+        )
+        .await;
+        let html = cpu.body.into_string();
+        assert!(html.contains("595 of 1000 MHz reserved"), "{html}");
+        assert!(html.find("node-119") < html.find("node-118"), "{html}");
+    }
+
+    #[tokio::test]
+    async fn the_topology_groups_by_datacenter_and_sums_what_is_reserved() {
+        let api = nodes_api();
+        let page = render(&api, "", &["topology".into()], &[]).await;
+        assert_eq!(page.index, Some(77));
+        let html = page.body.into_string();
+        assert!(html.find(">east ") < html.find(">west "), "{html}");
+        // 120 nodes of 1000 MHz; sum of i*5 for i < 120 is 35,700 MHz; memory 100 of each 1000.
+        assert!(
+            html.contains("CPU 29% (35700 of 120000 MHz), memory 10% (12000 of 120000 MiB)"),
+            "{html}"
+        );
+        let west = render(
+            &api,
+            "",
+            &["topology".into()],
+            &[("q".to_string(), "west".to_string())],
+        )
+        .await;
+        let html = west.body.into_string();
+        assert!(
+            html.contains("60 clients,") && !html.contains(">east "),
+            "{html}"
+        );
     }
 
     #[test]
