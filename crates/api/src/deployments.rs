@@ -79,6 +79,17 @@ impl Client {
             .await
     }
 
+    /// `PUT /v1/deployment/unblock/:id`: a blocked multiregion deployment becomes successful.
+    pub async fn unblock_deployment(
+        &self,
+        id: &str,
+        w: &WriteOptions,
+    ) -> Result<DeploymentUpdateResponse> {
+        let body = serde_json::json!({ "DeploymentID": id });
+        self.deployment_write(&["v1", "deployment", "unblock", id], &body, w)
+            .await
+    }
+
     /// `PUT /v1/deployment/pause/:id`: pause (`true`) or resume (`false`).
     pub async fn pause_deployment(
         &self,

@@ -162,11 +162,25 @@ impl Client {
         purge: bool,
         w: &WriteOptions,
     ) -> Result<JobDeregisterResponse> {
-        let params = if purge {
-            vec![("purge", "true".to_string())]
-        } else {
-            Vec::new()
-        };
+        self.deregister_job_opts(id, purge, false, w).await
+    }
+
+    /// `DELETE /v1/job/:id` with Nomad's `DeregisterOptions`: `global` stops a multiregion job
+    /// in every region it lists.
+    pub async fn deregister_job_opts(
+        &self,
+        id: &str,
+        purge: bool,
+        global: bool,
+        w: &WriteOptions,
+    ) -> Result<JobDeregisterResponse> {
+        let mut params = Vec::new();
+        if purge {
+            params.push(("purge", "true".to_string()));
+        }
+        if global {
+            params.push(("global", "true".to_string()));
+        }
         let (mut resp, meta): (JobDeregisterResponse, _) = self
             .write::<(), _>(Method::DELETE, &["v1", "job", id], &params, None, w)
             .await?;

@@ -55,7 +55,11 @@ fn job_run_registers_every_fixture_and_inspect_returns_it() {
     let dir = temp_dir("fixtures");
     // A server without a client: nothing here needs tasks to run (and none may outlive the test).
     let data = dir.join("data").display().to_string();
-    let agent = Agent::start(&dir, &["-server", "-data-dir", &data]);
+    let global = Agent::start(&dir, &["-server", "-data-dir", &data]);
+    // A job that names a region is sent there (as Nomad's CLI does; a region no server serves
+    // is "No path to region"): fixtures of other regions go to a server of their own region.
+    let mut regions: std::collections::BTreeMap<String, Agent> = Default::default();
+    regions.insert("global".into(), global);
     let mut count = 0;
     let mut paths: Vec<PathBuf> = std::fs::read_dir(fixtures_dir())
         .unwrap()
@@ -76,6 +80,42 @@ fn job_run_registers_every_fixture_and_inspect_returns_it() {
             .unwrap(),
         )
         .unwrap();
+        let region = expected["Job"]["Region"]
+            .as_str()
+            .unwrap_or("global")
+            .to_string();
+        if !expected["Job"]["Multiregion"].is_null() {
+            // Its regions are federated clusters of their own (gossip.rs runs one); here it is
+            // refused, naming the region this cluster does not know.
+            let out = Command::new(bin())
+                .current_dir(fixtures_dir())
+                .env("NOMAD_ADDR", &regions["global"].http)
+                .args(["job", "run", "-detach"])
+                .arg(path)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{err}");
+            assert!(err.contains("is not a region this cluster knows"), "{err}");
+            count += 1;
+            continue;
+        }
+        let agent = regions.entry(region.clone()).or_insert_with(|| {
+            let rdir = temp_dir(&format!("fixtures-{region}"));
+            let cfg = rdir.join("region.hcl");
+            std::fs::write(&cfg, format!("region = \"{region}\"\n")).unwrap();
+            let data = rdir.join("data").display().to_string();
+            Agent::start(
+                &rdir,
+                &[
+                    "-server",
+                    "-data-dir",
+                    &data,
+                    "-config",
+                    &cfg.display().to_string(),
+                ],
+            )
+        });
         let id = expected["Job"]["ID"].as_str().unwrap().to_string();
         let ns = expected["Job"]["Namespace"]
             .as_str()

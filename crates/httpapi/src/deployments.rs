@@ -1,5 +1,5 @@
 //! `/v1/deployments`, `/v1/deployment/:id`, `/v1/deployment/allocations/:id` and the deployment
-//! actions `/v1/deployment/{promote,fail,pause,allocation-health}/:id`.
+//! actions `/v1/deployment/{promote,fail,unblock,pause,allocation-health}/:id`.
 
 use crate::error::ApiError;
 use crate::jobs::decode_or_default;
@@ -79,6 +79,7 @@ async fn route(
             act(st, DeploymentAction::Promote(req), &q).await
         }
         "fail" if write => act(st, DeploymentAction::Fail(id.to_string()), &q).await,
+        "unblock" if write => act(st, DeploymentAction::Unblock(id.to_string()), &q).await,
         "pause" if write => {
             let req: DeploymentPauseRequest = decode_or_default(body)?;
             let action = DeploymentAction::Pause {
@@ -92,11 +93,11 @@ async fn route(
             req.deployment_id = id.to_string();
             act(st, DeploymentAction::AllocHealth(req), &q).await
         }
-        "" | "allocations" | "promote" | "fail" | "pause" | "allocation-health" => {
+        "" | "allocations" | "promote" | "fail" | "unblock" | "pause" | "allocation-health" => {
             Err(ApiError::invalid_method())
         }
         other => Err(ApiError::not_found(format!(
-            "unknown deployment action {other:?}: use promote, fail, pause, allocation-health or allocations"
+            "unknown deployment action {other:?}: use promote, fail, unblock, pause, allocation-health or allocations"
         ))),
     }
 }

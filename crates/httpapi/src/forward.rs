@@ -39,6 +39,16 @@ const FORWARDED_HEADERS: [&str; 4] = [
     "x-nomad-csi-secrets",
 ];
 
+/// A request's body (at most [`BODY_BYTES_MAX`]), or the answer that says why it could not be
+/// read.
+async fn read_body(body: Body) -> Result<Bytes, Response> {
+    axum::body::to_bytes(body, BODY_BYTES_MAX)
+        .await
+        .map_err(|e| {
+            ApiError::bad_request(format!("reading the request body: {e}")).into_response()
+        })
+}
+
 /// The path and query of a request, as forwarded.
 fn path_and_query(uri: &Uri) -> String {
     uri.path_and_query()
@@ -448,11 +458,9 @@ pub(crate) async fn client_paths_to_owner(
         return relay_exec(req, &st, &addr).await;
     }
     let (parts, body) = req.into_parts();
-    let body = match axum::body::to_bytes(body, BODY_BYTES_MAX).await {
+    let body = match read_body(body).await {
         Ok(b) => b,
-        Err(e) => {
-            return ApiError::bad_request(format!("reading the request body: {e}")).into_response()
-        }
+        Err(resp) => return resp,
     };
     let uri = path_and_query(&parts.uri);
     let whose = format!("{subject} whose agent at {addr}");
@@ -629,11 +637,9 @@ async fn ls(
 /// an answer (even an error status) is final.
 async fn forward(State(st): State<ClientAgentState>, req: Request<Body>) -> Response {
     let (parts, body) = req.into_parts();
-    let body = match axum::body::to_bytes(body, BODY_BYTES_MAX).await {
+    let body = match read_body(body).await {
         Ok(b) => b,
-        Err(e) => {
-            return ApiError::bad_request(format!("reading the request body: {e}")).into_response()
-        }
+        Err(resp) => return resp,
     };
     let uri = path_and_query(&parts.uri);
     let headers = forwarded_headers(&parts.headers);
@@ -721,20 +727,24 @@ pub(crate) async fn reads_to_leader(
         q.split('&')
             .any(|kv| kv == "stale" || kv.starts_with("stale="))
     });
-    let consistent = req.method() == Method::GET
-        && !stale
-        && !req
-            .headers()
-            .contains_key(server::http_forward::FORWARDED_HEADER)
-        && !st.server.is_leader()
-        && st.server.leader_addr().is_some();
+    let consistent = req.method() == Method::GET && !stale;
     if !consistent || agent_local(req.uri().path()) {
         return next.run(req).await;
     }
-    if !forwards_reads(req.uri().path()) {
-        // Served here, after a read barrier: what the leader had applied when the read came in
-        // is applied here too, so a write acknowledged through any server is seen.
-        st.server.read_barrier().await;
+    let forwarded = req
+        .headers()
+        .contains_key(server::http_forward::FORWARDED_HEADER);
+    if forwarded || st.server.is_leader() || !forwards_reads(req.uri().path()) {
+        // Served here, after a read barrier: every write acknowledged anywhere before the read
+        // came in is applied here too (the leader first confirms with a quorum that it still
+        // leads), or the read fails rather than answer from a state that was overtaken.
+        if let Err(e) = st.server.read_barrier().await {
+            return ApiError {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                message: e.message,
+            }
+            .into_response();
+        }
         return next.run(req).await;
     }
     let uri = path_and_query(req.uri());
@@ -743,12 +753,143 @@ pub(crate) async fn reads_to_leader(
     let fwd = HttpForwardRequest::new("GET", &uri, headers, &[]);
     match st.server.http_to_leader(&fwd).await {
         Ok(Some(resp)) => into_response(&resp),
-        // No leader after all, or it did not answer: serve what this server has.
-        Ok(None) => next.run(req).await,
-        Err(e) => {
-            tracing::debug!(error = %e, "forwarding a read to the leader failed; answering locally");
-            next.run(req).await
+        // No leader after all (or this server leads now), or it did not answer: served here
+        // if a read barrier passes, else refused.
+        other => {
+            if let Err(e) = other {
+                tracing::debug!(error = %e, "forwarding a read to the leader failed");
+            }
+            match st.server.read_barrier().await {
+                Ok(()) => next.run(req).await,
+                Err(e) => ApiError {
+                    status: StatusCode::INTERNAL_SERVER_ERROR,
+                    message: e.message,
+                }
+                .into_response(),
+            }
         }
+    }
+}
+
+pub use server::http_forward::REGION_FORWARDED_HEADER;
+
+/// `?region=` naming another region: the request is sent to a live server of that region (one
+/// gossip knows) and answered from there, blocking queries included, as Nomad forwards by
+/// region. The agent's own paths stay here. Runs before the ACL check: the token is resolved in
+/// the region that answers.
+pub(crate) async fn to_region(
+    State(st): State<crate::ApiState>,
+    req: Request<Body>,
+    next: axum::middleware::Next,
+) -> Response {
+    let region = req.uri().query().and_then(|q| {
+        form_urlencoded::parse(q.as_bytes())
+            .find(|(k, _)| k == "region")
+            .map(|(_, v)| v.into_owned())
+    });
+    let path = req.uri().path().to_string();
+    // ACL objects that replicate from the authoritative region are written there, as Nomad's
+    // (a global token, a policy, a role, a namespace, the bootstrap): written here, the next
+    // replication pass would delete them.
+    let (req, region) = match region {
+        Some(r) if !r.is_empty() => (req, Some(r)),
+        _ => match authoritative_for(&st, req).await {
+            Ok(v) => v,
+            Err(resp) => return resp,
+        },
+    };
+    let Some(region) = region.filter(|r| !r.is_empty() && *r != st.agent.region) else {
+        return next.run(req).await;
+    };
+    if path.starts_with("/v1/agent/") || path == "/v1/regions" || !path.starts_with("/v1/") {
+        return next.run(req).await;
+    }
+    if req.headers().contains_key(REGION_FORWARDED_HEADER) {
+        return ApiError::bad_request(format!(
+            "this server is in region {:?}, not {region:?}: the request was forwarded to the wrong region",
+            st.agent.region
+        ))
+        .into_response();
+    }
+    let (parts, body) = req.into_parts();
+    let body = match read_body(body).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    let uri = path_and_query(&parts.uri);
+    let mut headers = forwarded_headers(&parts.headers);
+    headers.push((REGION_FORWARDED_HEADER.into(), "1".into()));
+    let fwd = HttpForwardRequest::new(parts.method.as_str(), &uri, headers, &body);
+    match st.server.http_to_region(&region, &fwd).await {
+        Ok(resp) => into_response(&resp),
+        Err(e) => ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: e.message,
+        }
+        .into_response(),
+    }
+}
+
+/// The authoritative region, when `req` writes an ACL object that replicates from it and this
+/// region is another one; the request comes back whole (its body read and put back).
+async fn authoritative_for(
+    st: &crate::ApiState,
+    req: Request<Body>,
+) -> Result<(Request<Body>, Option<String>), Response> {
+    let Some(auth) = st
+        .server
+        .config()
+        .authoritative_region
+        .clone()
+        .filter(|a| *a != st.agent.region)
+    else {
+        return Ok((req, None));
+    };
+    if req.method() == Method::GET || req.method() == Method::HEAD {
+        return Ok((req, None));
+    }
+    let path = req.uri().path().to_string();
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let always = matches!(
+        segs.as_slice(),
+        ["v1", "acl", "bootstrap"]
+            | ["v1", "acl", "policy", _]
+            | ["v1", "acl", "role"]
+            | ["v1", "acl", "role", _]
+            | ["v1", "namespace"]
+            | ["v1", "namespace", _]
+    );
+    if always {
+        return Ok((req, Some(auth)));
+    }
+    match segs.as_slice() {
+        ["v1", "acl", "token"] | ["v1", "acl", "token", _] => {
+            if let ["v1", "acl", "token", accessor] = segs.as_slice() {
+                if req.method() == Method::DELETE {
+                    let global = st
+                        .server
+                        .state()
+                        .snapshot()
+                        .acl_token(accessor)
+                        .is_some_and(|t| t.global);
+                    return Ok((req, global.then_some(auth)));
+                }
+            }
+            let (parts, body) = req.into_parts();
+            let bytes = axum::body::to_bytes(body, BODY_BYTES_MAX)
+                .await
+                .map_err(|e| {
+                    ApiError::bad_request(format!("reading the request body: {e}")).into_response()
+                })?;
+            let global = serde_json::from_slice::<serde_json::Value>(&bytes)
+                .ok()
+                .is_some_and(|v| v["Global"] == true);
+            Ok((
+                Request::from_parts(parts, Body::from(bytes)),
+                global.then_some(auth),
+            ))
+        }
+        _ => Ok((req, None)),
     }
 }
 

@@ -216,6 +216,17 @@ async fn read(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response, Api
     ))
 }
 
+/// The caller's token, for what this server asks other regions on its behalf.
+fn caller_headers() -> Vec<(String, String)> {
+    let authz = crate::acl::current();
+    authz
+        .token
+        .as_ref()
+        .filter(|t| !t.secret_id.is_empty())
+        .map(|t| vec![("x-nomad-token".to_string(), t.secret_id.clone())])
+        .unwrap_or_default()
+}
+
 /// The body of `PUT /v1/jobs` and `PUT /v1/job/:id`.
 #[derive(Deserialize, Default)]
 #[serde(default)]
@@ -234,6 +245,10 @@ struct RegisterBody {
     namespace: String,
     #[serde(rename = "Submission")]
     submission: Option<model::job::JobSubmission>,
+    /// Caravan's: one region's copy of a multiregion job, registered by the server that fanned
+    /// it out, at this version.
+    #[serde(rename = "MultiregionVersion")]
+    multiregion_version: Option<u64>,
 }
 
 /// An empty body reads as the request's defaults; otherwise as [`decode`].
@@ -294,17 +309,34 @@ async fn register(
     {
         job.region = Some(st.agent.region.clone());
     }
-    let resp = st
-        .server
-        .job_register(JobRegisterRequest {
-            job,
-            enforce_index: req.enforce_index,
-            job_modify_index: req.job_modify_index,
-            preserve_counts: req.preserve_counts,
-            eval_priority: req.eval_priority,
-            submission: req.submission.filter(|s| !s.source.is_empty()),
-        })
-        .await?;
+    if req.multiregion_version.is_some() {
+        let listed = job
+            .multiregion
+            .as_ref()
+            .is_some_and(|m| m.position(&st.agent.region).is_some());
+        if !listed || job.region.as_deref() != Some(&st.agent.region) {
+            return Err(ApiError::bad_request(format!(
+                "MultiregionVersion is for a multiregion job's copy for this region ({:?}), which this job is not: leave it out",
+                st.agent.region
+            )));
+        }
+    }
+    let register = JobRegisterRequest {
+        job,
+        enforce_index: req.enforce_index,
+        job_modify_index: req.job_modify_index,
+        preserve_counts: req.preserve_counts,
+        eval_priority: req.eval_priority,
+        submission: req.submission.filter(|s| !s.source.is_empty()),
+        multiregion_version: req.multiregion_version,
+    };
+    let resp = if register.job.is_multiregion() && req.multiregion_version.is_none() {
+        st.server
+            .job_register_multiregion(register, caller_headers())
+            .await?
+    } else {
+        st.server.job_register(register).await?
+    };
     // The body carries the write's index (its `Index` field) as Nomad's does: once, since a
     // second "Index" key makes strict JSON decoders refuse the answer.
     let index = resp.index;
@@ -313,7 +345,14 @@ async fn register(
 
 async fn deregister(st: &ApiState, id: &str, q: &QueryOptions) -> Result<Response, ApiError> {
     let purge = q.flag("purge")?;
-    let resp = st.server.job_deregister(&q.namespace, id, purge).await?;
+    // `job stop -global`: a multiregion job stops in every region it lists.
+    let resp = if q.flag("global")? {
+        st.server
+            .job_deregister_multiregion(&q.namespace, id, purge, caller_headers())
+            .await?
+    } else {
+        st.server.job_deregister(&q.namespace, id, purge).await?
+    };
     let index = resp.index;
     Ok(reply::write(&resp, index, q.pretty))
 }
@@ -728,6 +767,10 @@ async fn plan(
         .is_none_or(|r| r.is_empty() || r == "global")
     {
         job.region = Some(st.agent.region.clone());
+    }
+    // A multiregion job is planned as this region's copy (Nomad's `interpolateMultiregionFields`).
+    if let Some(copy) = job.for_region(&st.agent.region) {
+        job = copy;
     }
     let resp = st
         .server

@@ -446,6 +446,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/agent/members", get(agent::members))
         .route("/v1/agent/join", any(operator::join))
         .route("/v1/agent/force-leave", any(operator::force_leave))
+        .route("/v1/agent/keyring/{op}", any(operator::keyring))
         .route(
             "/v1/operator/raft/configuration",
             get(operator::configuration),
@@ -487,6 +488,10 @@ pub fn router(state: ApiState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             acl::enforce,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            forward::to_region,
         ))
         .layer(axum::middleware::from_fn(limits::body_deadline))
         .with_state(state)

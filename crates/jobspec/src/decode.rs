@@ -24,6 +24,7 @@ pub fn job(r: &mut Reader, id: String) -> Job {
         update: sub(r, "update", update),
         periodic: sub(r, "periodic", periodic),
         parameterized: sub(r, "parameterized", parameterized),
+        multiregion: sub(r, "multiregion", multiregion),
         reschedule: sub(r, "reschedule", reschedule),
         migrate: sub(r, "migrate", migrate),
         ..Job::default()
@@ -35,7 +36,6 @@ pub fn job(r: &mut Reader, id: String) -> Job {
         gr.finish();
     }
     r.ignore(&["vault_token", "consul_token", "id"]);
-    r.unsupported("multiregion", "multi-region deployments need federation");
     r.unsupported("vault", "Caravan has no Vault integration");
     r.unsupported("consul", "Caravan has no Consul integration");
     r.unsupported("ui", "the job UI block is not stored");
@@ -440,6 +440,27 @@ fn periodic(r: &mut Reader) -> PeriodicConfig {
         prohibit_overlap: r.bool("prohibit_overlap"),
         time_zone: r.string("time_zone"),
     }
+}
+
+fn multiregion(r: &mut Reader) -> Multiregion {
+    let strategy = sub(r, "strategy", |r| MultiregionStrategy {
+        max_parallel: r.i32("max_parallel").unwrap_or(0),
+        on_failure: r.string_or_empty("on_failure"),
+    });
+    let mut regions = Vec::new();
+    for b in r.blocks("region") {
+        let name = r.label(b);
+        let mut rr = r.child(b, r.path.block("region", &name));
+        regions.push(MultiregionRegion {
+            name,
+            count: rr.i32("count").unwrap_or(0),
+            datacenters: rr.strings("datacenters"),
+            node_pool: rr.string_or_empty("node_pool"),
+            meta: rr.string_map("meta"),
+        });
+        rr.finish();
+    }
+    Multiregion { strategy, regions }
 }
 
 fn parameterized(r: &mut Reader) -> ParameterizedJobConfig {

@@ -20,6 +20,10 @@ pub const DEPLOYMENT_DESC_NEWER_JOB: &str = "Cancelled due to newer version of j
 pub const DEPLOYMENT_DESC_FAILED_ALLOCATIONS: &str = "Failed due to unhealthy allocations";
 pub const DEPLOYMENT_DESC_PROGRESS_DEADLINE: &str = "Failed due to progress deadline";
 pub const DEPLOYMENT_DESC_FAILED_BY_USER: &str = "Deployment marked as failed";
+/// Multiregion deployments (Nomad's words).
+pub const DEPLOYMENT_DESC_PENDING_FOR_PEER: &str = "Deployment is pending, waiting for peer region";
+pub const DEPLOYMENT_DESC_BLOCKED: &str = "Deployment is complete but waiting for peer region";
+pub const DEPLOYMENT_DESC_FAILED_BY_PEER: &str = "Failed because of an error in peer region";
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -144,6 +148,17 @@ impl Deployment {
             .filter(|g| g.desired_canaries > 0)
             .collect();
         !canaried.is_empty() && canaried.iter().all(|g| g.auto_promote)
+    }
+
+    /// What a running deployment says: whether its canaries wait for a promotion, and whose.
+    pub fn running_description(&self) -> &'static str {
+        if !self.requires_promotion() {
+            DEPLOYMENT_DESC_RUNNING
+        } else if self.has_auto_promote() {
+            DEPLOYMENT_DESC_RUNNING_AUTO_PROMOTION
+        } else {
+            DEPLOYMENT_DESC_RUNNING_NEEDS_PROMOTION
+        }
     }
 }
 

@@ -52,6 +52,10 @@ pub struct Job {
     pub periodic: Option<PeriodicConfig>,
     #[serde(rename = "ParameterizedJob")]
     pub parameterized: Option<ParameterizedJobConfig>,
+    /// `multiregion { … }`: the job runs in several federated regions, deployed region by region
+    /// (Nomad Enterprise's; each region stores its own copy, see [`Job::for_region`]).
+    #[serde(rename = "Multiregion")]
+    pub multiregion: Option<Multiregion>,
     #[serde(rename = "Reschedule")]
     pub reschedule: Option<ReschedulePolicy>,
     #[serde(rename = "Migrate")]
@@ -184,6 +188,134 @@ pub struct ParameterizedJobConfig {
     pub meta_optional: Vec<String>,
 }
 
+/// What `on_failure` may say (the empty string is Nomad's default: the failed region and every
+/// region after it fail).
+pub const MULTIREGION_ON_FAILURE: [&str; 3] = ["", "fail_all", "fail_local"];
+/// The most regions a multiregion job may list (each costs its leader a question per second).
+pub const MULTIREGION_MAX_REGIONS: usize = 32;
+
+/// `multiregion { strategy { … } region "name" { … } }`.
+#[skip_serializing_none]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Multiregion {
+    #[serde(rename = "Strategy")]
+    pub strategy: Option<MultiregionStrategy>,
+    /// In rollout order.
+    #[serde(rename = "Regions")]
+    pub regions: Vec<MultiregionRegion>,
+}
+
+/// How regions roll out: at most `max_parallel` at a time (0: all at once), and what one region's
+/// failure does to the others.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MultiregionStrategy {
+    #[serde(rename = "MaxParallel")]
+    pub max_parallel: i32,
+    #[serde(rename = "OnFailure")]
+    pub on_failure: String,
+}
+
+/// One region's parameters: they replace the job's own in that region's copy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MultiregionRegion {
+    #[serde(rename = "Name")]
+    pub name: String,
+    /// The count of every group that says `count = 0`.
+    #[serde(rename = "Count")]
+    pub count: i32,
+    #[serde(rename = "Datacenters")]
+    pub datacenters: Vec<String>,
+    #[serde(rename = "NodePool")]
+    pub node_pool: String,
+    /// Merged over the job's meta.
+    #[serde(rename = "Meta")]
+    pub meta: BTreeMap<String, String>,
+}
+
+impl Multiregion {
+    pub fn max_parallel(&self) -> usize {
+        self.strategy
+            .as_ref()
+            .map_or(0, |s| usize::try_from(s.max_parallel).unwrap_or(0))
+    }
+
+    pub fn on_failure(&self) -> &str {
+        self.strategy.as_ref().map_or("", |s| s.on_failure.as_str())
+    }
+
+    /// Where `region` comes in the rollout order.
+    pub fn position(&self, region: &str) -> Option<usize> {
+        self.regions.iter().position(|r| r.name == region)
+    }
+
+    fn validate(&self, path: &Path, kind: Option<&JobType>, errs: &mut ValidationErrors) {
+        errs.check(
+            !self.regions.is_empty(),
+            path,
+            "a multiregion block needs at least one region block",
+        );
+        if let Some(k) = kind {
+            errs.check(
+                *k == JobType::Service,
+                path,
+                format!(
+                    "multiregion {} jobs are not supported yet: only service jobs deploy region by region",
+                    k.as_str()
+                ),
+            );
+        }
+        if let Some(s) = &self.strategy {
+            let sp = path.field("strategy");
+            errs.check(
+                s.max_parallel >= 0,
+                &sp.field("max_parallel"),
+                format!("max_parallel must not be negative, got {}", s.max_parallel),
+            );
+            errs.check(
+                MULTIREGION_ON_FAILURE.contains(&s.on_failure.as_str()),
+                &sp.field("on_failure"),
+                format!(
+                    "on_failure must be \"fail_all\", \"fail_local\" or empty, got {:?}",
+                    s.on_failure
+                ),
+            );
+        }
+        errs.check(
+            self.regions.len() <= MULTIREGION_MAX_REGIONS,
+            path,
+            format!(
+                "a multiregion job lists at most {MULTIREGION_MAX_REGIONS} regions, not {}",
+                self.regions.len()
+            ),
+        );
+        let mut seen = BTreeSet::new();
+        for r in &self.regions {
+            let rp = path.block("region", &r.name);
+            errs.check(!r.name.is_empty(), &rp, "a region block needs a name");
+            errs.check(
+                seen.insert(r.name.as_str()),
+                &rp,
+                format!("region {:?} is listed twice", r.name),
+            );
+            errs.check(
+                r.count >= 0,
+                &rp.field("count"),
+                format!("count must not be negative, got {}", r.count),
+            );
+            for (i, dc) in r.datacenters.iter().enumerate() {
+                errs.check(
+                    !dc.is_empty(),
+                    &rp.field("datacenters").index(i),
+                    "datacenter names cannot be empty",
+                );
+            }
+        }
+    }
+}
+
 impl Job {
     /// The job's type; an unknown type (or `_core`, which only evaluations have) reads as `service`
     /// (validation reports it).
@@ -192,6 +324,39 @@ impl Job {
             Some(t) if t.is_known() && *t != JobType::Core => t.clone(),
             _ => JobType::Service,
         }
+    }
+
+    /// Whether the job names regions to run in (`multiregion` with at least one region).
+    pub fn is_multiregion(&self) -> bool {
+        self.multiregion
+            .as_ref()
+            .is_some_and(|m| !m.regions.is_empty())
+    }
+
+    /// Region `name`'s copy of a multiregion job (Nomad's interpolation): its region set, the
+    /// region's datacenters and node pool in place of the job's where given, its meta merged over
+    /// the job's, and its count for every group that says `count = 0`. `None` when the job does
+    /// not list the region.
+    pub fn for_region(&self, name: &str) -> Option<Job> {
+        let m = self.multiregion.as_ref()?;
+        let r = m.regions.iter().find(|r| r.name == name)?;
+        let mut job = self.clone();
+        job.region = Some(name.to_string());
+        if !r.datacenters.is_empty() {
+            job.datacenters.clone_from(&r.datacenters);
+        }
+        if !r.node_pool.is_empty() {
+            job.node_pool = Some(r.node_pool.clone());
+        }
+        for (k, v) in &r.meta {
+            job.meta.insert(k.clone(), v.clone());
+        }
+        for g in &mut job.task_groups {
+            if g.count == Some(0) {
+                g.count = Some(r.count);
+            }
+        }
+        Some(job)
     }
 
     /// Fills Nomad's defaults. Idempotent: canonicalizing twice changes nothing.
@@ -267,6 +432,40 @@ impl Job {
             );
         }
         self.validate_rules(&root, &mut errs);
+        if let Some(m) = &self.multiregion {
+            m.validate(&root.field("multiregion"), kind.as_ref(), &mut errs);
+            // Regions take turns through their deployments: a group without one (an update
+            // with max_parallel = 0) would never start.
+            for g in &self.task_groups {
+                let rolls = g
+                    .update
+                    .as_ref()
+                    .is_none_or(|u| u.max_parallel.unwrap_or(1) > 0);
+                errs.check(
+                    rolls,
+                    &root.block("group", &g.name).field("update").field("max_parallel"),
+                    format!(
+                        "group {:?} of a multiregion job needs an update block with max_parallel > 0: regions roll out through their deployments",
+                        g.name
+                    ),
+                );
+            }
+            for r in &m.regions {
+                let runs = self.task_groups.iter().any(|g| match g.count {
+                    Some(0) => r.count > 0,
+                    other => other.unwrap_or(1) > 0,
+                });
+                errs.check(
+                    runs || self.task_groups.is_empty(),
+                    &root.field("multiregion").block("region", &r.name),
+                    format!(
+                        "region {:?} would run nothing (its count and every group's are 0), so its \
+                         rollout would never finish: give it a count or remove it",
+                        r.name
+                    ),
+                );
+            }
+        }
         self.validate_groups(&root, kind.as_ref(), &mut errs);
         self.validate_special(&root, &kind.clone().unwrap_or_default(), &mut errs);
         errs.into_result()
@@ -442,6 +641,77 @@ mod tests {
             }],
             ..Job::default()
         }
+    }
+
+    fn multiregion(count: i32) -> Job {
+        let mut job = minimal("service");
+        job.datacenters = vec!["dc1".into()];
+        job.meta.insert("team".into(), "web".into());
+        job.meta.insert("tier".into(), "job".into());
+        job.task_groups[0].count = Some(0);
+        let mut other = job.task_groups[0].clone();
+        other.name = "fixed".into();
+        other.count = Some(3);
+        job.task_groups.push(other);
+        job.multiregion = Some(Multiregion {
+            strategy: None,
+            regions: vec![
+                MultiregionRegion {
+                    name: "west".into(),
+                    count,
+                    datacenters: vec!["west-1".into()],
+                    node_pool: "prod".into(),
+                    meta: [("tier".to_string(), "west".to_string())].into(),
+                },
+                MultiregionRegion {
+                    name: "east".into(),
+                    ..MultiregionRegion::default()
+                },
+            ],
+        });
+        job
+    }
+
+    #[test]
+    fn a_region_copy_takes_that_regions_parameters() {
+        let job = multiregion(4);
+        let west = job.for_region("west").expect("listed");
+        assert_eq!(west.region.as_deref(), Some("west"));
+        assert_eq!(west.datacenters, vec!["west-1"]);
+        assert_eq!(west.node_pool.as_deref(), Some("prod"));
+        assert_eq!(west.meta["tier"], "west", "the region's meta wins");
+        assert_eq!(west.meta["team"], "web", "the job's meta stays");
+        // The count replaces only a group's count of 0.
+        assert_eq!(west.task_groups[0].count, Some(4));
+        assert_eq!(west.task_groups[1].count, Some(3));
+        // East gives nothing of its own: the job's values stay.
+        let east = job.for_region("east").expect("listed");
+        assert_eq!(east.datacenters, vec!["dc1"]);
+        assert_eq!(east.task_groups[0].count, Some(0));
+        assert!(job.for_region("north").is_none());
+        assert!(job.is_multiregion() && !minimal("service").is_multiregion());
+    }
+
+    #[test]
+    fn a_multiregion_job_is_checked() {
+        let mut job = multiregion(4);
+        job.canonicalize();
+        assert!(job.validate().is_ok(), "{:?}", job.validate());
+        // East runs only the fixed group; with that one at 0 too, east would run nothing.
+        job.task_groups[1].count = Some(0);
+        let errs = job.validate().expect_err("east runs nothing").to_string();
+        assert!(errs.contains("region \"east\" would run nothing"), "{errs}");
+        assert!(
+            !errs.contains("region \"west\" would run nothing"),
+            "{errs}"
+        );
+        let mut batch = multiregion(4);
+        batch.job_type = Some("batch".into());
+        let errs = batch.validate().expect_err("batch").to_string();
+        assert!(
+            errs.contains("multiregion batch jobs are not supported yet"),
+            "{errs}"
+        );
     }
 
     #[test]

@@ -60,8 +60,13 @@ pub use group::{
     CsiMountOptions, DisconnectStrategy, EphemeralDisk, MigrateStrategy, ReschedulePolicy,
     RestartPolicy, TaskGroup, UpdateStrategy, VolumeRequest,
 };
-pub use job::{Job, JobRequest, JobType, ParameterizedJobConfig, PeriodicConfig};
-pub use node::{Node, NodeListStub, NodeResources, NodeStatus, SchedulingEligibility};
+pub use job::{
+    Job, JobRequest, JobType, Multiregion, MultiregionRegion, MultiregionStrategy,
+    ParameterizedJobConfig, PeriodicConfig,
+};
+pub use node::{
+    Node, NodeAllocated, NodeListStub, NodeResources, NodeStatus, SchedulingEligibility,
+};
 pub use path::Path;
 pub use plan::{DesiredUpdates, Plan, PlanAnnotations, PlanResult};
 pub use resources::{DnsConfig, NetworkResource, Port, RequestedDevice, Resources};

@@ -163,7 +163,10 @@ impl JobListStub {
             namespace: job.namespace.clone().unwrap_or_default(),
             datacenters: job.datacenters.clone(),
             node_pool: job.node_pool.clone().unwrap_or_default(),
-            multiregion: None,
+            multiregion: job
+                .multiregion
+                .as_ref()
+                .and_then(|m| serde_json::to_value(m).ok()),
             job_type: job.job_type.clone().unwrap_or_default(),
             priority: job.priority.unwrap_or(0),
             periodic: job.periodic.is_some(),

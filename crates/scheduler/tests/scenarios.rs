@@ -1667,3 +1667,99 @@ fn a_system_job_with_a_sticky_volume_keeps_its_other_nodes() {
         );
     }
 }
+
+/// A multiregion job's region waits (Nomad's `pending`): its deployment is created pending and
+/// nothing is placed until its peers let it run; once running it places, and once every
+/// allocation is healthy it is `blocked` (waiting for its peers), not successful.
+#[test]
+fn a_multiregion_region_places_nothing_until_its_deployment_runs() {
+    let mut v = cluster(2);
+    let mut j = job("web", "service", 2);
+    j.multiregion = Some(model::Multiregion {
+        strategy: None,
+        regions: vec![model::MultiregionRegion {
+            name: "global".into(),
+            ..model::MultiregionRegion::default()
+        }],
+    });
+    let j = v.upsert_job(j);
+    let o = check(
+        &v,
+        &eval(&j),
+        r#"deployment pending "Deployment is pending, waiting for peer region": web total=2 canaries=0 placed_canaries=0
+           eval complete"#,
+    );
+    v.apply(&o);
+    // Evaluated again while pending: still nothing.
+    check(&v, &eval(&j), "eval complete");
+    // Its peers let it run.
+    let mut d = o.plan.deployment.clone().expect("created");
+    d.status = model::DeploymentStatus::Running;
+    v.upsert_deployment(d.clone());
+    let o = check(
+        &v,
+        &eval(&j),
+        "eval complete
+         place web.web[0] on n1
+         place web.web[1] on n2",
+    );
+    v.apply(&o);
+    for s in d.task_groups.values_mut() {
+        s.healthy_allocs = 2;
+    }
+    d.status = model::DeploymentStatus::Running;
+    v.upsert_deployment(d);
+    check(
+        &v,
+        &eval(&j),
+        "deployment update blocked: Deployment is complete but waiting for peer region
+         eval complete",
+    );
+}
+
+/// A multiregion update with canaries, while its region waits: the deployment records the
+/// canaries every group will want and places none, in any group, until it runs.
+#[test]
+fn a_pending_multiregion_update_records_its_canaries_and_places_none() {
+    let mut v = cluster(2);
+    let mut j = job("web", "service", 2);
+    j.task_groups[0].update = Some(UpdateStrategy {
+        canary: Some(1),
+        max_parallel: Some(1),
+        ..UpdateStrategy::default_service()
+    });
+    let mut second = j.task_groups[0].clone();
+    second.name = "api".into();
+    j.task_groups.push(second);
+    j.multiregion = Some(model::Multiregion {
+        strategy: None,
+        regions: vec![model::MultiregionRegion {
+            name: "global".into(),
+            ..model::MultiregionRegion::default()
+        }],
+    });
+    let stored = v.upsert_job(j.clone());
+    // The first version ran (its deployment went through).
+    let o = schedule(&v, &eval(&stored), NOW, SEED).expect("schedules");
+    v.apply(&o);
+    let mut d = o.plan.deployment.clone().expect("created");
+    d.status = model::DeploymentStatus::Running;
+    v.upsert_deployment(d);
+    let o = schedule(&v, &eval(&stored), NOW, SEED).expect("schedules");
+    v.apply(&o);
+    assert_eq!(live(&v).len(), 4);
+    // Version 2 changes the task: pending, with one canary wanted per group, nothing placed.
+    for g in &mut j.task_groups {
+        g.tasks[0]
+            .config
+            .insert("image".into(), serde_json::json!("app:2"));
+    }
+    let stored = v.upsert_job(j);
+    check(
+        &v,
+        &eval(&stored),
+        r#"deployment pending "Deployment is pending, waiting for peer region": api total=2 canaries=1 placed_canaries=0; web total=2 canaries=1 placed_canaries=0
+           deployment update cancelled: Cancelled due to newer version of job
+           eval complete"#,
+    );
+}

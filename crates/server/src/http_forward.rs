@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 /// The header a server sets on a request it forwards to the leader, so it is never forwarded again.
 pub const FORWARDED_HEADER: &str = "x-caravan-forwarded";
+/// Set on a request forwarded to another region: it is answered there, never sent on again.
+pub const REGION_FORWARDED_HEADER: &str = "x-caravan-region-forwarded";
 /// A forwarded read may be a blocking query (up to 10 minutes), plus slack.
 const READ_FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(11 * 60);
 
@@ -41,6 +43,72 @@ impl Server {
         self.forward_timeout::<crate::methods::AgentHttp>(&leader, req, READ_FORWARD_TIMEOUT)
             .await
             .map(Some)
+    }
+
+    /// Sends an HTTP request to a live server of `region` (one gossip lists), trying each until
+    /// one answers; "No path to region" (Nomad's words) when none is known or none answers.
+    pub async fn http_to_region(
+        &self,
+        region: &str,
+        req: &HttpForwardRequest,
+    ) -> Result<HttpForwardResponse, ServerError> {
+        self.call_region::<crate::methods::AgentHttp>(region, req, READ_FORWARD_TIMEOUT)
+            .await
+    }
+
+    /// Calls `M` on a live server of `region` (one gossip lists), trying each until one answers,
+    /// each for at most `timeout`.
+    pub(crate) async fn call_region<M: rpc::Method>(
+        &self,
+        region: &str,
+        req: &M::Request,
+        timeout: std::time::Duration,
+    ) -> Result<M::Response, ServerError> {
+        let servers: Vec<String> = self
+            .gossip()
+            .map(|g| {
+                g.members()
+                    .iter()
+                    .filter(|m| {
+                        !m.local && m.status == gossip::Status::Alive && m.id.meta.region == region
+                    })
+                    .map(|m| m.id.meta.rpc_addr.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if servers.is_empty() {
+            return Err(ServerError::new(
+                rpc::ErrorCode::Unavailable,
+                format!(
+                    "No path to region: no live server of region {region:?} is known (join one of its servers by its serf address)"
+                ),
+            ));
+        }
+        let mut last = String::new();
+        for addr in &servers {
+            match self.forward_timeout::<M>(addr, req, timeout).await {
+                Ok(resp) => return Ok(resp),
+                Err(e) => last = format!("{addr}: {e}"),
+            }
+        }
+        Err(ServerError::new(
+            rpc::ErrorCode::Unavailable,
+            format!("No path to region: no server of region {region:?} answered ({last})"),
+        ))
+    }
+
+    /// Every region with a live server gossip knows, this one's included, sorted.
+    pub fn regions(&self) -> Vec<String> {
+        let mut out = vec![self.config().region.clone()];
+        if let Some(g) = self.gossip() {
+            for m in g.members().iter() {
+                if m.status == gossip::Status::Alive && !out.contains(&m.id.meta.region) {
+                    out.push(m.id.meta.region.clone());
+                }
+            }
+        }
+        out.sort();
+        out
     }
 
     pub(crate) async fn http_forwarded(

@@ -122,6 +122,7 @@ async fn register(server: &Server, job: Job) -> String {
             preserve_counts: false,
             eval_priority: 0,
             submission: None,
+            multiregion_version: None,
         })
         .await
         .expect("job registers");

@@ -100,6 +100,18 @@ pub enum Command {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         submission: Option<model::job::JobSubmission>,
     },
+    /// Register one region's copy of a multiregion job at exactly `version`, the same in every
+    /// region, so the regions' deployments of one registration find each other. Written even
+    /// when the spec is unchanged; refused when the stored job is already at `version` or later
+    /// (a concurrent registration: the caller registers again).
+    JobRegisterAtVersion {
+        job: Job,
+        eval: Option<Evaluation>,
+        submit_time: i64,
+        version: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        submission: Option<model::job::JobSubmission>,
+    },
     /// Stop a job (a new version with `Stop = true`), or with `purge` remove it with its versions and
     /// summary. Its evaluations and allocations stay.
     JobDeregister {
@@ -517,6 +529,7 @@ impl Command {
     pub fn name(&self) -> &'static str {
         match self {
             Command::JobRegister { .. } => "JobRegister",
+            Command::JobRegisterAtVersion { .. } => "JobRegisterAtVersion",
             Command::JobDeregister { .. } => "JobDeregister",
             Command::EvalUpsert { .. } => "EvalUpsert",
             Command::EvalDelete { .. } => "EvalDelete",

@@ -1,4 +1,4 @@
-//! `caravan deployment list|status|promote|fail|pause|resume`, and `job promote` / `job revert`,
+//! `caravan deployment list|status|promote|fail|pause|resume|unblock`, and `job promote` / `job revert`,
 //! printed as Nomad's CLI prints them.
 
 use super::connect::{block_on, fail, ApiFlags};
@@ -23,6 +23,8 @@ pub enum DeploymentCommand {
     Pause(ActionArgs),
     /// Resume a paused deployment
     Resume(ActionArgs),
+    /// Mark a blocked multiregion deployment successful (its peer regions failed or cannot answer)
+    Unblock(ActionArgs),
 }
 
 #[derive(Args)]
@@ -125,6 +127,7 @@ pub fn run(cmd: DeploymentCommand) -> i32 {
         DeploymentCommand::Fail(a) => action(a, Action::Fail),
         DeploymentCommand::Pause(a) => action(a, Action::Pause),
         DeploymentCommand::Resume(a) => action(a, Action::Resume),
+        DeploymentCommand::Unblock(a) => action(a, Action::Unblock),
     }
 }
 
@@ -341,6 +344,7 @@ enum Action {
     Fail,
     Pause,
     Resume,
+    Unblock,
 }
 
 fn action(args: ActionArgs, what: Action) -> i32 {
@@ -384,6 +388,13 @@ fn action(args: ActionArgs, what: Action) -> i32 {
                     follow_eval(&client, &u.eval_id, args.detach, args.verbose).await
                 }
                 Err(e) => fail("Error failing deployment", &e),
+            },
+            Action::Unblock => match client.unblock_deployment(&d.id, &w).await {
+                Ok(_) => {
+                    println!("Deployment {id:?} unblocked");
+                    0
+                }
+                Err(e) => fail("Error unblocking deployment", &e),
             },
         }
     })

@@ -121,6 +121,9 @@ pub struct StopArgs {
     /// Also forget the job (no longer listed, its history garbage-collected)
     #[arg(long)]
     purge: bool,
+    /// Stop a multiregion job in every region it lists
+    #[arg(long)]
+    global: bool,
     /// Print the evaluation ID and return instead of watching the evaluation
     #[arg(long)]
     detach: bool,
@@ -346,7 +349,10 @@ fn stop(args: StopArgs) -> i32 {
             }
         }
         let w = WriteOptions::in_namespace(&stub.namespace);
-        let resp = match client.deregister_job(&stub.id, args.purge, &w).await {
+        let resp = match client
+            .deregister_job_opts(&stub.id, args.purge, args.global, &w)
+            .await
+        {
             Ok(r) => r,
             Err(e) => {
                 eprintln!(

@@ -364,8 +364,39 @@ impl JobView<'_> {
         if let Some(d) = deployment {
             println!("\nLatest Deployment\n{}", deployment_text(&d, verbose));
         }
+        if let Some(m) = self
+            .job
+            .multiregion
+            .as_ref()
+            .filter(|m| !m.regions.is_empty())
+        {
+            println!(
+                "\nMultiregion Deployment\n{}",
+                self.multiregion_table(m).await
+            );
+        }
         println!("\nAllocations\n{}", alloc_table(&allocs, verbose));
         Ok(())
+    }
+
+    /// Each listed region's latest deployment of the job, asked of that region (Nomad's
+    /// "Multiregion Deployment" table); a region that cannot answer says why.
+    async fn multiregion_table(&self, m: &model::Multiregion) -> String {
+        let mut rows = vec![vec!["Region".to_string(), "ID".into(), "Status".into()]];
+        for r in &m.regions {
+            let mut q = self.q.clone();
+            q.region = Some(r.name.clone());
+            let (id, status) = match latest_deployment(self.client, &self.job.id, &q).await {
+                Ok(Some(d)) => (
+                    short_id(&d.id, self.args.verbose).to_string(),
+                    d.status.as_str().to_string(),
+                ),
+                Ok(None) => ("<none>".to_string(), "<none>".to_string()),
+                Err(e) => ("<unknown>".to_string(), e),
+            };
+            rows.push(vec![r.name.clone(), id, status]);
+        }
+        format_list(&rows)
     }
 
     async fn periodic(&self) -> Result<(), String> {

@@ -290,6 +290,8 @@ section! {
         node_gc_threshold: Duration => Kind::Duration,
         /// Gossip encryption key.
         encrypt: String => Kind::Str,
+        /// The region ACL policies, roles, global tokens and namespaces replicate from.
+        authoritative_region: String => Kind::Str,
         /// How to find the other servers.
         server_join: ServerJoin => Kind::Block(ServerJoin::FIELDS),
         /// Older spelling of `server_join.retry_join`, still common in real configs; kept as written.

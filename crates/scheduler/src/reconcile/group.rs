@@ -213,19 +213,22 @@ impl Reconciler<'_> {
         let strategy = strategy_of(tg);
         let canary_want =
             strategy.map_or(0, |s| usize::try_from(s.canary.unwrap_or(0)).unwrap_or(0));
-        let requires_canaries =
-            canary_want > canaries && destructive && !promoted && !self.failed && !self.paused;
+        // A pending (multiregion) deployment records the canaries it will want, and places
+        // them once it runs.
+        let wants_canaries = canary_want > canaries && destructive && !promoted && !self.failed;
+        let requires_canaries = wants_canaries && !self.paused;
         let had_running = allocs.iter().any(|a| same_version(a, job));
         if let Some(s) = strategy {
             let wants =
                 dstate.is_none() && tg.count.unwrap_or(1) > 0 && (!had_running || changes > 0);
             if wants {
-                let canaries = if requires_canaries { canary_want } else { 0 };
+                let canaries = if wants_canaries { canary_want } else { 0 };
                 self.add_group_state(job, tg, s, canaries, ids);
             }
         }
-        let canarying =
-            requires_canaries || dstate.is_some_and(|s| s.desired_canaries > 0 && !s.promoted);
+        let canarying = requires_canaries
+            || wants_canaries
+            || dstate.is_some_and(|s| s.desired_canaries > 0 && !s.promoted);
         Rollout {
             requires_canaries,
             canary_want,
@@ -575,9 +578,14 @@ impl Reconciler<'_> {
             self.desired(&tg.name).destructive_update += 1;
         }
         let used = self.used_indexes(work, &[]);
-        let missing = work
-            .count
-            .saturating_sub(work.kept.len() + work.replaced.len());
+        // Nomad's `deploymentPlaceReady`: a paused or pending deployment places no new
+        // allocations (replacements of lost and failed ones still go above).
+        let missing = if self.paused {
+            0
+        } else {
+            work.count
+                .saturating_sub(work.kept.len() + work.replaced.len())
+        };
         for index in (0..).filter(|i| !used.contains(i)).take(missing) {
             self.push_place(tg, alloc_name(&job.id, &tg.name, index), None, false, false);
             self.desired(&tg.name).place += 1;
@@ -639,8 +647,17 @@ fn new_deployment(
         job_modify_index: job.modify_index.unwrap_or(0),
         job_spec_modify_index: job.job_modify_index.unwrap_or(0),
         job_create_index: job.create_index.unwrap_or(0),
-        status: DeploymentStatus::Running,
-        status_description: model::deployment::DEPLOYMENT_DESC_RUNNING.into(),
+        status: if job.is_multiregion() {
+            DeploymentStatus::Pending
+        } else {
+            DeploymentStatus::Running
+        },
+        status_description: if job.is_multiregion() {
+            model::deployment::DEPLOYMENT_DESC_PENDING_FOR_PEER.into()
+        } else {
+            model::deployment::DEPLOYMENT_DESC_RUNNING.into()
+        },
+        is_multiregion: job.is_multiregion(),
         eval_priority: eval.priority,
         create_time: now,
         modify_time: now,

@@ -156,11 +156,19 @@ impl<'a> Reconciler<'a> {
     /// Nomad's `cancelUnneededDeployments`: a deployment of another job version is cancelled; a
     /// successful one is done with.
     fn pick_deployment(&mut self, job: &Job) {
+        // A multiregion job's version with no deployment yet gets a pending one: nothing is
+        // placed, in any group, until its peer regions let it run.
+        let same = |d: &Deployment| {
+            d.job_create_index == job.create_index.unwrap_or(0)
+                && d.job_version == job.version.unwrap_or(0)
+        };
+        if job.is_multiregion() && !self.input.deployment.is_some_and(&same) {
+            self.paused = true;
+        }
         let Some(d) = self.input.deployment.cloned() else {
             return;
         };
-        let same = d.job_create_index == job.create_index.unwrap_or(0)
-            && d.job_version == job.version.unwrap_or(0);
+        let same = same(&d);
         if !same {
             if d.is_active() {
                 self.cancel(&d, DEPLOYMENT_DESC_NEWER_JOB);
@@ -239,22 +247,34 @@ impl<'a> Reconciler<'a> {
     /// Marks the deployment successful when every group is done, and describes a new one.
     fn finish_deployment(&mut self) {
         if let Some(d) = &mut self.current {
-            if self.created {
-                d.status_description = describe_new(d).into();
+            if self.created && d.status == DeploymentStatus::Running {
+                d.status_description = d.running_description().into();
             }
         }
         match &self.current {
+            // A multiregion region that is done waits, blocked, until its peers are too.
             Some(d)
                 if !self.created
                     && self.complete
                     && d.status == model::deployment::DeploymentStatus::Running =>
             {
+                let (status, desc) = if d.is_multiregion {
+                    (
+                        DeploymentStatus::Blocked,
+                        model::deployment::DEPLOYMENT_DESC_BLOCKED,
+                    )
+                } else {
+                    (
+                        DeploymentStatus::Successful,
+                        model::deployment::DEPLOYMENT_DESC_SUCCESSFUL,
+                    )
+                };
                 self.results
                     .deployment_updates
                     .push(DeploymentStatusUpdate {
                         deployment_id: d.id.clone(),
-                        status: DeploymentStatus::Successful,
-                        status_description: model::deployment::DEPLOYMENT_DESC_SUCCESSFUL.into(),
+                        status,
+                        status_description: desc.into(),
                     });
             }
             _ => {}
@@ -318,20 +338,6 @@ impl<'a> Reconciler<'a> {
             }
         }
         ids
-    }
-}
-
-fn describe_new(d: &Deployment) -> &'static str {
-    use model::deployment::{
-        DEPLOYMENT_DESC_RUNNING, DEPLOYMENT_DESC_RUNNING_AUTO_PROMOTION,
-        DEPLOYMENT_DESC_RUNNING_NEEDS_PROMOTION,
-    };
-    if !d.requires_promotion() {
-        DEPLOYMENT_DESC_RUNNING
-    } else if d.has_auto_promote() {
-        DEPLOYMENT_DESC_RUNNING_AUTO_PROMOTION
-    } else {
-        DEPLOYMENT_DESC_RUNNING_NEEDS_PROMOTION
     }
 }
 

@@ -8,8 +8,7 @@ use crate::leader::deploy::{fail_command, watcher_eval};
 use crate::server::Server;
 use model::deployment::{
     Deployment, DeploymentStatus, DeploymentStatusUpdate, DEPLOYMENT_DESC_FAILED_ALLOCATIONS,
-    DEPLOYMENT_DESC_FAILED_BY_USER, DEPLOYMENT_DESC_PAUSED, DEPLOYMENT_DESC_RUNNING,
-    DEPLOYMENT_DESC_RUNNING_AUTO_PROMOTION, DEPLOYMENT_DESC_RUNNING_NEEDS_PROMOTION,
+    DEPLOYMENT_DESC_FAILED_BY_USER, DEPLOYMENT_DESC_PAUSED,
 };
 use model::eval::EVAL_TRIGGER_JOB_REGISTER;
 use model::wire::{
@@ -26,8 +25,13 @@ use std::sync::Arc;
 pub enum DeploymentAction {
     Promote(DeploymentPromoteRequest),
     Fail(String),
-    Pause { id: String, pause: bool },
+    Pause {
+        id: String,
+        pause: bool,
+    },
     AllocHealth(DeploymentAllocHealthRequest),
+    /// A blocked multiregion deployment marked successful by an operator.
+    Unblock(String),
 }
 
 impl DeploymentAction {
@@ -37,6 +41,7 @@ impl DeploymentAction {
             DeploymentAction::Fail(id) => id,
             DeploymentAction::Pause { id, .. } => id,
             DeploymentAction::AllocHealth(r) => &r.deployment_id,
+            DeploymentAction::Unblock(id) => id,
         }
     }
 }
@@ -105,6 +110,23 @@ impl Server {
             }
             DeploymentAction::Pause { pause, .. } => pause_command(&d, &job, pause, now)?,
             DeploymentAction::AllocHealth(req) => health_command(&snap, &d, &job, &req, now)?,
+            DeploymentAction::Unblock(_) => {
+                if d.status != DeploymentStatus::Blocked {
+                    return Err(ServerError::bad_request(format!(
+                        "deployment {:?} is {}, not blocked: only a multiregion deployment that \
+                         finished its own rollout and waits for its peer regions can be unblocked",
+                        d.id,
+                        d.status.as_str()
+                    )));
+                }
+                crate::leader::multiregion::command_for(
+                    &snap,
+                    &d,
+                    &job,
+                    crate::leader::multiregion::Step::Succeed,
+                    now,
+                )
+            }
         };
         let reverted = reverted_version(&cmd);
         let resp = self.apply(cmd).await?;
@@ -142,6 +164,14 @@ impl Server {
             .job(namespace, &req.job_id)
             .ok_or_else(|| ServerError::not_found("job not found"))?;
         let current_version = current.version.unwrap_or(0);
+        if current.is_multiregion() {
+            return Err(ServerError::bad_request(format!(
+                "job {:?} is a multiregion job: reverting one region's copy alone is not supported \
+                 yet; run the earlier version's job file again (`caravan job inspect -version N`) so \
+                 every region gets it",
+                req.job_id
+            )));
+        }
         if let Some(prior) = req.enforce_prior_version {
             if prior != current_version {
                 return Err(ServerError::bad_request(format!(
@@ -253,25 +283,38 @@ fn pause_command(d: &Deployment, job: &Job, pause: bool, now: i64) -> Result<Com
             "can't {verb} terminal deployment"
         )));
     }
+    if matches!(
+        d.status,
+        DeploymentStatus::Pending | DeploymentStatus::Blocked
+    ) {
+        let verb = if pause { "pause" } else { "resume" };
+        return Err(ServerError::bad_request(format!(
+            "can't {verb} a {} multiregion deployment: it waits for its peer regions (use \
+             `deployment unblock` for a blocked one, `deployment fail` to stop the rollout)",
+            d.status.as_str()
+        )));
+    }
     let (status, desc, eval) = if pause {
         (DeploymentStatus::Paused, DEPLOYMENT_DESC_PAUSED, None)
     } else {
-        let desc = if d.requires_promotion() {
-            if d.has_auto_promote() {
-                DEPLOYMENT_DESC_RUNNING_AUTO_PROMOTION
-            } else {
-                DEPLOYMENT_DESC_RUNNING_NEEDS_PROMOTION
-            }
-        } else {
-            DEPLOYMENT_DESC_RUNNING
-        };
         (
             DeploymentStatus::Running,
-            desc,
+            d.running_description(),
             Some(watcher_eval(job, d, now)),
         )
     };
-    Ok(Command::DeploymentStatus {
+    Ok(status_command(d, status, desc, eval, now))
+}
+
+/// Deployment `d` moves to `status` (described as `desc`), with `eval` to follow.
+pub(crate) fn status_command(
+    d: &Deployment,
+    status: DeploymentStatus,
+    desc: &str,
+    eval: Option<model::eval::Evaluation>,
+    now: i64,
+) -> Command {
+    Command::DeploymentStatus {
         update: DeploymentStatusUpdate {
             deployment_id: d.id.clone(),
             status,
@@ -280,7 +323,7 @@ fn pause_command(d: &Deployment, job: &Job, pause: bool, now: i64) -> Result<Com
         job: None,
         eval,
         submit_time: now,
-    })
+    }
 }
 
 fn health_command(

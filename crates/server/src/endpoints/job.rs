@@ -23,6 +23,10 @@ pub struct JobRegisterRequest {
     /// The job's source as its submitter wrote it, kept with the version (`job inspect -hcl`).
     #[serde(default)]
     pub submission: Option<model::job::JobSubmission>,
+    /// One region's copy of a multiregion job, stored at exactly this version (the same in every
+    /// region; the registration that fanned out chose it).
+    #[serde(default)]
+    pub multiregion_version: Option<u64>,
 }
 
 /// Canonicalizes and validates a submitted job; the message lists every problem, as Nomad's does.
@@ -79,6 +83,18 @@ pub fn prepare_job(job: &mut Job) -> Result<(), ServerError> {
 pub(crate) fn register_warnings(job: &Job) -> String {
     let mut out = Vec::new();
     for g in &job.task_groups {
+        let revert = g
+            .update
+            .as_ref()
+            .or(job.update.as_ref())
+            .and_then(|u| u.auto_revert)
+            .unwrap_or(false);
+        if revert && job.is_multiregion() {
+            out.push(format!(
+                "* Group {:?}: auto_revert is not supported yet for multiregion jobs: a failed deployment is not rolled back",
+                g.name
+            ));
+        }
         if g.max_client_disconnect.is_some() {
             out.push(format!(
                 "* Group {:?}: max_client_disconnect will be deprecated in favor of disconnect.lost_after",
@@ -241,14 +257,22 @@ impl Server {
         });
         let eval = needs_eval(&req.job)
             .then(|| new_eval(&req.job, EVAL_TRIGGER_JOB_REGISTER, req.eval_priority, now));
-        let resp = self
-            .apply(Command::JobRegister {
+        let cmd = match req.multiregion_version {
+            Some(version) => Command::JobRegisterAtVersion {
+                job: req.job,
+                eval,
+                submit_time: now,
+                version,
+                submission,
+            },
+            None => Command::JobRegister {
                 job: req.job,
                 eval,
                 submit_time: now,
                 submission,
-            })
-            .await?;
+            },
+        };
+        let resp = self.apply(cmd).await?;
         Ok(JobRegisterResponse {
             eval_id: resp.eval_id.unwrap_or_default(),
             eval_create_index: resp.eval_create_index.unwrap_or(0),

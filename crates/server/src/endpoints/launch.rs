@@ -232,6 +232,7 @@ impl Server {
             preserve_counts: false,
             eval_priority: 0,
             submission: None,
+            multiregion_version: None,
         })
         .await
     }
@@ -278,6 +279,7 @@ impl Server {
                 preserve_counts: false,
                 eval_priority: 0,
                 submission: None,
+                multiregion_version: None,
             })
             .await?;
         Ok(JobDispatchResponse {

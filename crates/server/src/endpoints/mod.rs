@@ -8,6 +8,7 @@ pub mod eval_delete;
 pub mod host_volume;
 pub mod job;
 pub mod launch;
+pub mod multiregion;
 pub mod node;
 pub mod node_drain;
 pub mod node_pool;

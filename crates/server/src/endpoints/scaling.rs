@@ -47,6 +47,13 @@ impl Server {
         let job = snap
             .job(namespace, job_id)
             .ok_or_else(|| ServerError::not_found(format!("job {job_id:?} not found")))?;
+        if job.is_multiregion() && req.count.is_some() {
+            return Err(ServerError::bad_request(format!(
+                "job {job_id:?} is a multiregion job: scaling one region's copy alone is not \
+                 supported yet (its rollout waits for its peer regions); change the counts in its \
+                 multiregion block and run it again"
+            )));
+        }
         if job.job_type == Some(JobType::System) && req.count.is_some_and(|c| c > 1) {
             return Err(ServerError::bad_request(
                 r#"jobs of type "system" can only be scaled between 0 and 1"#,

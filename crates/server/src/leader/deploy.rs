@@ -89,7 +89,10 @@ impl Watcher {
         let mut next: Option<i64> = None;
         let mut running = Vec::new();
         for d in snap.deployments(None, "") {
-            if d.status != DeploymentStatus::Running {
+            // A blocked (multiregion) region finished its rollout but is still watched: an
+            // allocation that turns unhealthy fails it, and with it its peers' rollout.
+            let blocked = d.status == DeploymentStatus::Blocked;
+            if d.status != DeploymentStatus::Running && !blocked {
                 continue;
             }
             running.push(d.id.clone());
@@ -103,7 +106,11 @@ impl Watcher {
             {
                 continue;
             }
-            let decision = self.decide(snap, &d, &job, now, &mut next);
+            let decision = if blocked {
+                unhealthy_command(snap, &d, &job, now)
+            } else {
+                self.decide(snap, &d, &job, now, &mut next)
+            };
             if let Some(command) = decision {
                 out.push(Decision {
                     deployment_id: d.id.clone(),
@@ -123,22 +130,8 @@ impl Watcher {
         now: i64,
         next: &mut Option<i64>,
     ) -> Option<Command> {
-        let unhealthy: Vec<&String> = d
-            .task_groups
-            .iter()
-            .filter(|(_, s)| s.unhealthy_allocs > 0)
-            .map(|(name, _)| name)
-            .collect();
-        if !unhealthy.is_empty() {
-            let revert = unhealthy.iter().any(|g| d.task_groups[*g].auto_revert);
-            return Some(fail_command(
-                snap,
-                d,
-                job,
-                DEPLOYMENT_DESC_FAILED_ALLOCATIONS,
-                revert,
-                now,
-            ));
+        if let Some(fail) = unhealthy_command(snap, d, job, now) {
+            return Some(fail);
         }
         for (name, s) in &d.task_groups {
             if group_done(d, name) {
@@ -186,6 +179,29 @@ impl Watcher {
             evals: vec![watcher_eval(job, d, now)],
         })
     }
+}
+
+/// A deployment with an unhealthy allocation fails (rolling back where a group says
+/// `auto_revert`).
+fn unhealthy_command(snap: &StateSnapshot, d: &Deployment, job: &Job, now: i64) -> Option<Command> {
+    let unhealthy: Vec<&String> = d
+        .task_groups
+        .iter()
+        .filter(|(_, s)| s.unhealthy_allocs > 0)
+        .map(|(name, _)| name)
+        .collect();
+    if unhealthy.is_empty() {
+        return None;
+    }
+    let revert = unhealthy.iter().any(|g| d.task_groups[*g].auto_revert);
+    Some(fail_command(
+        snap,
+        d,
+        job,
+        DEPLOYMENT_DESC_FAILED_ALLOCATIONS,
+        revert,
+        now,
+    ))
 }
 
 /// Nomad's `doneGroups`: a group is done when it has as many healthy allocations as it wants —
@@ -248,7 +264,13 @@ pub(crate) fn fail_command(
 ) -> Command {
     let mut status_description = desc.to_string();
     let mut revert_to = None;
-    if revert {
+    if revert && job.is_multiregion() {
+        // Rolling one region back alone would leave its peers waiting on a version it no
+        // longer runs; the registration warned about this.
+        status_description = format!(
+            "{desc} - auto revert of multiregion jobs is not supported yet: run the previous version's job file again"
+        );
+    } else if revert {
         let stable = snap
             .job_versions(&d.namespace, &d.job_id)
             .into_iter()

@@ -44,6 +44,15 @@ pub(super) fn update_status(tx: &mut Txn, update: &DeploymentStatusUpdate) {
     let Some(current) = tx.deployments().get(&update.deployment_id).cloned() else {
         return;
     };
+    // A finished deployment stays finished, and only a running one finishes its own rollout
+    // (blocked): an update decided on an older state (a plan's, a leader loop's) that lands
+    // after another decision never revives or overrides it.
+    if !current.is_active()
+        || (update.status == DeploymentStatus::Blocked
+            && current.status != DeploymentStatus::Running)
+    {
+        return;
+    }
     let mut deployment = (*current).clone();
     deployment.status.clone_from(&update.status);
     deployment
@@ -96,6 +105,13 @@ pub(super) fn status(
             "deployment {:?} has already ended ({}); only a running or paused deployment changes",
             deployment.id, deployment.status
         )));
+    }
+    // A region that waited its turn starts its progress deadlines when it starts.
+    if deployment.status == DeploymentStatus::Pending && update.status == DeploymentStatus::Running
+    {
+        for s in deployment.task_groups.values_mut() {
+            s.require_progress_by = None;
+        }
     }
     deployment.status.clone_from(&update.status);
     deployment

@@ -65,6 +65,47 @@ pub(super) fn register(
     finish(tx, &ns, &job.id, stored.job_modify_index.unwrap_or(0), eval)
 }
 
+/// `JobRegisterAtVersion`: one region's copy of a multiregion job, stored as `version`.
+pub(super) fn register_at_version(
+    tx: &mut Txn,
+    job: &Job,
+    eval: Option<&Evaluation>,
+    submit_time: i64,
+    version: u64,
+    submission: Option<&model::job::JobSubmission>,
+) -> Result<ApplyResponse, StateError> {
+    if job.id.is_empty() {
+        return Err(StateError::invalid("job ID is required"));
+    }
+    let ns = job_namespace(job).to_owned();
+    if let Some(old) = tx.job(&ns, &job.id) {
+        let have = old.version.unwrap_or(0);
+        if have >= version {
+            return Err(StateError::Conflict(format!(
+                "job {:?} is already at version {have} in this region, not below {version}: \
+                 another registration came first; register the multiregion job again",
+                job.id
+            )));
+        }
+    }
+    let mut new = job.clone();
+    new.submit_time = Some(submit_time);
+    new.stable = Some(false);
+    new.version_tag = None;
+    new.version = Some(version);
+    upsert_job_at(tx, new, false, Some(version));
+    let stored = tx.job(&ns, &job.id).cloned().expect("just written");
+    if let Some(sub) = submission {
+        let mut sub = sub.clone();
+        sub.namespace.clone_from(&ns);
+        sub.job_id.clone_from(&job.id);
+        sub.version = version;
+        sub.job_modify_index = stored.job_modify_index.unwrap_or(0);
+        tx.put_job_submission(sub);
+    }
+    finish(tx, &ns, &job.id, stored.job_modify_index.unwrap_or(0), eval)
+}
+
 /// What [`tag_version`] is asked.
 pub(super) struct TagVersion<'a> {
     pub ns: &'a str,
@@ -290,7 +331,13 @@ pub fn spec_changed(old: &Job, new: &Job) -> bool {
 
 /// Nomad's `upsertJobImpl`. Stores `job` with its indexes, version (previous + 1, or 0 for a new job,
 /// unless `keep_version`) and status set, creates or extends its summary and adds it to the versions.
-fn upsert_job(tx: &mut Txn, mut job: Job, keep_version: bool) {
+fn upsert_job(tx: &mut Txn, job: Job, keep_version: bool) {
+    upsert_job_at(tx, job, keep_version, None);
+}
+
+/// Stores `job` as the current version: the one it says (`keep_version`), `at` when given, or
+/// the next one.
+fn upsert_job_at(tx: &mut Txn, mut job: Job, keep_version: bool, at: Option<u64>) {
     let index = tx.index();
     let ns = job_namespace(&job).to_owned();
     job.namespace = Some(ns.clone());
@@ -300,7 +347,7 @@ fn upsert_job(tx: &mut Txn, mut job: Job, keep_version: bool) {
             job.modify_index = Some(index);
             if !keep_version {
                 job.job_modify_index = Some(index);
-                job.version = Some(existing.version.unwrap_or(0) + 1);
+                job.version = Some(at.unwrap_or(existing.version.unwrap_or(0).saturating_add(1)));
                 // A tag names the version it was given to, never a later one.
                 job.version_tag = None;
             }
@@ -311,7 +358,7 @@ fn upsert_job(tx: &mut Txn, mut job: Job, keep_version: bool) {
             job.modify_index = Some(index);
             job.job_modify_index = Some(index);
             if !keep_version {
-                job.version = Some(0);
+                job.version = Some(at.unwrap_or(0));
             }
             let status = job_status(tx, &job, false);
             update_parent_children(tx, &job, None, &status);

@@ -287,6 +287,20 @@ fn dispatch(tx: &mut Txn, cmd: &Command) -> Result<ApplyResponse, StateError> {
             submit_time,
             submission,
         } => jobs::register(tx, job, eval.as_ref(), *submit_time, submission.as_ref()),
+        Command::JobRegisterAtVersion {
+            job,
+            eval,
+            submit_time,
+            version,
+            submission,
+        } => jobs::register_at_version(
+            tx,
+            job,
+            eval.as_ref(),
+            *submit_time,
+            *version,
+            submission.as_ref(),
+        ),
         Command::JobScale {
             namespace,
             job_id,
