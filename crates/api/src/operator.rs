@@ -134,6 +134,33 @@ impl Client {
         Ok(())
     }
 
+    /// `GET /v1/agent/keyring/list`: the gossip keys of every live server, with how many hold
+    /// each.
+    pub async fn gossip_keyring_list(&self) -> Result<KeyringResponse> {
+        let (v, _) = self
+            .query(
+                &["v1", "agent", "keyring", "list"],
+                &[],
+                &QueryOptions::default(),
+            )
+            .await?;
+        Ok(v)
+    }
+
+    /// `PUT /v1/agent/keyring/{install,use,remove}` with `{"Key": key}` on every live server.
+    pub async fn gossip_keyring_op(&self, op: &str, key: &str) -> Result<KeyringResponse> {
+        let (v, _) = self
+            .write(
+                Method::PUT,
+                &["v1", "agent", "keyring", op],
+                &[],
+                Some(&serde_json::json!({ "Key": key })),
+                &WriteOptions::default(),
+            )
+            .await?;
+        Ok(v)
+    }
+
     /// `GET /v1/operator/raft/configuration`.
     pub async fn raft_configuration(&self) -> Result<RaftConfiguration> {
         let (v, _) = self
@@ -204,4 +231,16 @@ impl Client {
             .await
             .map(|_| ())
     }
+}
+
+/// `/v1/agent/keyring/*`'s answer (Nomad's `KeyringResponse`).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(default)]
+pub struct KeyringResponse {
+    #[serde(rename = "Messages")]
+    pub messages: std::collections::BTreeMap<String, String>,
+    #[serde(rename = "Keys")]
+    pub keys: std::collections::BTreeMap<String, usize>,
+    #[serde(rename = "NumNodes")]
+    pub num_nodes: usize,
 }

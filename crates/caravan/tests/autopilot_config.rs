@@ -438,10 +438,16 @@ fn three_servers_are_three_healthy_voters_with_a_failure_tolerance_of_one() {
         .find(|s| s.rpc == leader_rpc)
         .expect("the leader");
     let mut reply = (0, Value::Null);
-    leader.wait_until("the dead server is unhealthy", || {
+    // Unhealthy as soon as raft has not heard from it; `failed` once gossip declared it down
+    // (its probes take a few seconds more), as serf's status in Nomad's answer.
+    leader.wait_until("the dead server is unhealthy and failed in gossip", || {
         let (status, body, _) = leader.request("GET", HEALTH, None).expect("sent");
         reply = (status, serde_json::from_str(&body).unwrap_or(Value::Null));
         reply.0 == 429
+            && reply.1["Servers"].as_array().is_some_and(|s| {
+                s.iter()
+                    .any(|s| s["Address"] == dead_rpc.as_str() && s["SerfStatus"] == "failed")
+            })
     });
     let health = &reply.1;
     assert_eq!(health["Healthy"], false, "{health}");

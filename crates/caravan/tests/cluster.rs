@@ -24,8 +24,13 @@ fn spawn_in(dir: std::path::PathBuf, rpc_port: Option<u16>) -> Server {
     let mut args = vec!["-server", "-bootstrap-expect", "3", "-data-dir", &data];
     let extra = dir.join("extra.hcl");
     let extra_s = extra.display().to_string();
-    // enable_debug: /v1/agent/host answers without ACLs.
-    let mut text = String::from("enable_debug = true\n");
+    // enable_debug: /v1/agent/host answers without ACLs. Each server its own name, as in a
+    // real cluster (gossip lists servers by name; agents on one host would share the hostname).
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut text = format!("enable_debug = true\nname = \"{name}\"\n");
     if let Some(port) = rpc_port {
         text.push_str(&format!("ports {{\n  rpc = {port}\n}}\n"));
     }
@@ -33,6 +38,15 @@ fn spawn_in(dir: std::path::PathBuf, rpc_port: Option<u16>) -> Server {
     args.extend(["-config", &extra_s]);
     let agent = Agent::spawn(&dir, &args);
     Server { agent, dir }
+}
+
+/// A member's RPC address from `/v1/agent/members` (Addr and Port are its serf address).
+fn rpc_of(m: &serde_json::Value) -> String {
+    format!(
+        "{}:{}",
+        m["Tags"]["rpc_addr"].as_str().unwrap_or_default(),
+        m["Tags"]["port"].as_str().unwrap_or_default()
+    )
 }
 
 fn leader_of(a: &Agent) -> String {
@@ -46,6 +60,19 @@ fn job(id: &str) -> Value {
     json!({"Job": {"ID": id, "Type": "batch", "TaskGroups": [{"Name": "g", "Tasks": [{
         "Name": "t", "Driver": "raw_exec", "Config": {"command": "/bin/true"}
     }]}]}})
+}
+
+/// Three servers named `<prefix>-s0..2`, joined by `server join` through the first.
+fn three_joined(prefix: &str) -> Vec<Server> {
+    let servers: Vec<Server> = (0..3)
+        .map(|i| spawn_server(&format!("{prefix}-s{i}"), None))
+        .collect();
+    let others: Vec<String> = servers[1..].iter().map(|s| s.agent.rpc.clone()).collect();
+    let (code, out, err) = servers[0]
+        .agent
+        .run(&["server", "join", &others[0], &others[1]]);
+    assert_eq!(code, 0, "{out}{err}");
+    servers
 }
 
 fn has_job(a: &Agent, id: &str) -> bool {
@@ -99,9 +126,7 @@ fn three_servers_form_a_cluster_survive_losing_the_leader_and_catch_up() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|m| {
-            format!("{}:{}", m["Addr"].as_str().unwrap(), m["Port"]) == servers[target].agent.rpc
-        })
+        .find(|m| rpc_of(m) == servers[target].agent.rpc)
         .unwrap_or_else(|| panic!("server {target} among {members}"))
         .clone();
     let raft_id = other["Tags"]["raft_id"].as_str().unwrap().to_string();
@@ -281,6 +306,10 @@ fn a_dead_server_is_removed_once_the_cluster_is_larger_than_expected() {
             !leader_of(&servers[0].agent).is_empty()
         });
     let fourth = servers[3].agent.rpc.clone();
+    // Measured from before the join: the leader cannot have seen the fourth healthy earlier, so
+    // a correct autopilot promotes it no sooner than 6 s from here, however slow the CLI
+    // calls below are on a busy machine.
+    let joined_at = Instant::now();
     let (code, out, err) = servers[0].agent.run(&["server", "join", &fourth]);
     assert_eq!(code, 0, "{out}{err}");
     let voters = |a: &Agent| {
@@ -302,12 +331,11 @@ fn a_dead_server_is_removed_once_the_cluster_is_larger_than_expected() {
         .clone();
     assert_eq!(joined["Voter"], false, "{joined}");
     assert_eq!(voters(&servers[0].agent), 3);
-    let joined_at = Instant::now();
     servers[0]
         .agent
         .wait_until("four voters", || voters(&servers[0].agent) == 4);
     assert!(
-        joined_at.elapsed() >= std::time::Duration::from_secs(4),
+        joined_at.elapsed() >= std::time::Duration::from_millis(5_900),
         "promoted after {:?}, before it was stable for long",
         joined_at.elapsed()
     );
@@ -336,14 +364,7 @@ fn a_dead_server_is_removed_once_the_cluster_is_larger_than_expected() {
 /// taking writes.
 #[test]
 fn force_leave_removes_a_failed_server_and_refuses_a_live_one() {
-    let mut servers: Vec<Server> = (0..3)
-        .map(|i| spawn_server(&format!("force-leave-s{i}"), None))
-        .collect();
-    let others: Vec<String> = servers[1..].iter().map(|s| s.agent.rpc.clone()).collect();
-    let (code, out, err) = servers[0]
-        .agent
-        .run(&["server", "join", &others[0], &others[1]]);
-    assert_eq!(code, 0, "{out}{err}");
+    let mut servers = three_joined("force-leave");
     servers[0]
         .agent
         .wait_until("a leader", || !leader_of(&servers[0].agent).is_empty());
@@ -372,7 +393,7 @@ fn force_leave_removes_a_failed_server_and_refuses_a_live_one() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|m| format!("{}:{}", m["Addr"].as_str().unwrap(), m["Port"]) == servers[at].agent.rpc)
+        .find(|m| rpc_of(m) == servers[at].agent.rpc)
         .and_then(|m| m["Name"].as_str())
         .unwrap_or_else(|| panic!("{members}"))
         .to_string();
@@ -411,4 +432,288 @@ fn force_leave_removes_a_failed_server_and_refuses_a_live_one() {
     asker.wait_until("two voters left", || voters(asker) == 2);
     let (status, body) = asker.put("/v1/jobs", &job("after-force-leave"));
     assert_eq!(status, 200, "{body}");
+}
+
+/// #22: servers configured as Nomad users write them, with serf addresses in `retry_join`, form
+/// one cluster (bootstrap_expect counts the servers gossip finds); a fourth server joins the
+/// same way; `server members` lists them by their serf addresses, and a killed one turns
+/// `failed` in gossip while the others keep their leader, then `left` once autopilot removed it.
+#[test]
+fn servers_joined_by_serf_addresses_form_a_cluster_and_see_a_failure() {
+    let spawn_joining = |name: &str, join: &str| {
+        let (agent, dir) = common::agent_with_config(
+            name,
+            &["-server", "-bootstrap-expect", "3"],
+            &format!("server {{\n{}}}\n", common::retry_join(join)),
+            false,
+        );
+        Server { agent, dir }
+    };
+    let a = spawn_joining("serf-a", "");
+    assert!(
+        !a.agent.serf.is_empty(),
+        "the banner shows the serf address"
+    );
+    assert_ne!(a.agent.serf, a.agent.rpc);
+    let b = spawn_joining("serf-b", &a.agent.serf);
+    let c = spawn_joining("serf-c", &a.agent.serf);
+    let servers = [&a, &b, &c];
+    a.agent
+        .wait_until("one leader that all three agree on", || {
+            let leaders: Vec<String> = servers.iter().map(|s| leader_of(&s.agent)).collect();
+            !leaders[0].is_empty() && leaders.iter().all(|l| *l == leaders[0])
+        });
+    // A fourth, joining by the serf address of a running member, becomes a raft member.
+    let d = spawn_joining("serf-d", &b.agent.serf);
+    a.agent.wait_until("four raft peers", || {
+        a.agent
+            .get("/v1/status/peers")
+            .ok()
+            .and_then(|p| p.as_array().map(Vec::len))
+            == Some(4)
+    });
+    // Members are listed by their serf addresses, all alive, with their RPC address as tags.
+    let members = |s: &Server| s.agent.get("/v1/agent/members").unwrap()["Members"].clone();
+    a.agent.wait_until("four alive gossip members", || {
+        members(&a)
+            .as_array()
+            .is_some_and(|m| m.len() == 4 && m.iter().all(|m| m["Status"] == "alive"))
+    });
+    let listed = members(&a);
+    for s in [&a, &b, &c, &d] {
+        let m = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| rpc_of(m) == s.agent.rpc)
+            .unwrap_or_else(|| panic!("{} among {listed}", s.agent.rpc));
+        assert_eq!(
+            format!("{}:{}", m["Addr"].as_str().unwrap(), m["Port"]),
+            s.agent.serf,
+            "{m}"
+        );
+    }
+    let (code, out, err) = a.agent.run(&["server", "members"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.matches(" alive ").count(), 4, "{out}");
+    assert_eq!(out.matches("true").count(), 1, "one leader: {out}");
+
+    // Killed: failed in gossip (LAN timings on loopback: seconds), the rest keep a leader.
+    let c_rpc = c.agent.rpc.clone();
+    c.agent.kill();
+    a.agent
+        .wait_until("the killed server failed in gossip", || {
+            members(&a).as_array().is_some_and(|m| {
+                m.iter()
+                    .any(|m| rpc_of(m) == c_rpc && m["Status"] == "failed")
+            })
+        });
+    // Four servers for an expected three: autopilot removes the dead one from raft after
+    // ServerStabilizationTime (once the fourth is a voter), and gossip then lists it left —
+    // on every server: b's `server members` says so too.
+    a.agent.wait_until("the dead server removed and left", || {
+        members(&a).as_array().is_some_and(|m| {
+            m.iter()
+                .any(|m| rpc_of(m) == c_rpc && m["Status"] == "left")
+        })
+    });
+    let peers = a.agent.get("/v1/status/peers").unwrap();
+    assert!(
+        !peers
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p.as_str() == Some(c_rpc.as_str())),
+        "{peers}"
+    );
+    b.agent
+        .wait_until("b's `server members` shows it left", || {
+            let (code, out, _) = b.agent.run(&["server", "members"]);
+            code == 0 && out.contains(" left ")
+        });
+    assert!(!leader_of(&a.agent).is_empty());
+    drop(d);
+}
+
+/// Runs `caravan agent ARGS` expecting it to refuse to start: its exit code and output, or a
+/// panic if it is still running after a minute.
+fn agent_refuses(dir: &std::path::Path, args: &[&str]) -> (i32, String) {
+    let mut child = std::process::Command::new(common::bin())
+        .arg("agent")
+        .arg("-config")
+        .arg(dir.join("agent.hcl"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("caravan agent starts");
+    let deadline = Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the agent did not refuse to start within a minute");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut out = String::new();
+    for stream in [
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn std::io::Read>),
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn std::io::Read>),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let mut s = stream;
+        let _ = s.read_to_string(&mut out);
+    }
+    (status.code().unwrap_or(-1), out)
+}
+
+/// A server whose raft log was damaged while it was down refuses to start (never an empty state),
+/// naming the file and the recovery; `operator raft info` finds the damage; `operator raft
+/// recover` sets the data aside, and the server rejoins on its address under a new raft ID with
+/// every write the cluster acknowledged, the old ID removed from the cluster.
+#[test]
+fn a_server_whose_raft_log_is_damaged_refuses_to_start_and_recovers_from_its_peers() {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let mut servers = three_joined("damaged");
+    for s in &servers {
+        s.agent
+            .wait_until("a leader", || !leader_of(&s.agent).is_empty());
+    }
+    let leader = leader_of(&servers[0].agent);
+    let mut acknowledged = Vec::new();
+    for i in 0..5 {
+        let id = format!("before-{i}");
+        let (status, body) = servers[0].agent.put("/v1/jobs", &job(&id));
+        assert_eq!(status, 200, "{body}");
+        acknowledged.push(id);
+    }
+    // A follower goes down; the cluster takes more writes without it.
+    let at = servers
+        .iter()
+        .position(|s| s.agent.rpc != leader)
+        .expect("a follower");
+    let down = servers.remove(at);
+    for s in &servers {
+        let id = format!("before-{}", acknowledged.len() - 1);
+        s.agent.wait_until(&format!("{id} on {}", s.agent.rpc), || {
+            has_job(&s.agent, &id)
+        });
+    }
+    let port: u16 = down
+        .agent
+        .rpc
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse().ok())
+        .expect("a port");
+    let dir = down.dir.clone();
+    let data = dir.join("data");
+    let old_id: u64 = std::fs::read_to_string(data.join("server/server-id"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    down.agent.kill();
+    for i in 0..5 {
+        let id = format!("while-down-{i}");
+        let (status, body) = servers[0].agent.put("/v1/jobs", &job(&id));
+        assert_eq!(status, 200, "{body}");
+        acknowledged.push(id);
+    }
+
+    // Its log is damaged on disk: bytes in every page past the header are overwritten.
+    let log = data.join("server/raft/raft.redb");
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&log)
+        .unwrap();
+    let len = file.metadata().unwrap().len();
+    let mut page = 4096;
+    while page + 164 < len {
+        file.seek(SeekFrom::Start(page + 100)).unwrap();
+        let mut bytes = [0u8; 64];
+        file.read_exact(&mut bytes).unwrap();
+        for b in &mut bytes {
+            *b = !*b;
+        }
+        file.seek(SeekFrom::Start(page + 100)).unwrap();
+        file.write_all(&bytes).unwrap();
+        page += 4096;
+    }
+    file.sync_all().unwrap();
+    drop(file);
+
+    let data_s = data.display().to_string();
+    let extra = dir.join("extra.hcl").display().to_string();
+    let args = [
+        "-server",
+        "-bootstrap-expect",
+        "3",
+        "-data-dir",
+        &data_s,
+        "-config",
+        &extra,
+    ];
+    let (code, out) = agent_refuses(&dir, &args);
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("cannot be trusted"), "{out}");
+    assert!(out.contains("raft.redb is damaged"), "{out}");
+    assert!(out.contains("caravan operator raft recover"), "{out}");
+
+    let offline = |args: &[&str]| {
+        let out = std::process::Command::new(common::bin())
+            .args(args)
+            .output()
+            .expect("caravan runs");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (code, out) = offline(&["operator", "raft", "info", "-data-dir", &data_s]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("is damaged"), "{out}");
+    let (code, out) = offline(&["operator", "raft", "recover", "-data-dir", &data_s]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(&format!("Retired raft ID {old_id}")), "{out}");
+    assert!(!data.join("server/raft").exists());
+
+    // Back on its address with a new ID: it joins, the old ID is removed, and it has every
+    // acknowledged write, from the leader.
+    let back = spawn_in(dir, Some(port));
+    let (code, out, err) = back.agent.run(&["server", "join", &servers[0].agent.rpc]);
+    assert_eq!(code, 0, "{out}{err}");
+    let new_id: u64 = std::fs::read_to_string(data.join("server/server-id"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_ne!(new_id, old_id);
+    for id in &acknowledged {
+        back.agent
+            .wait_until(&format!("{id} on the recovered server"), || {
+                has_job(&back.agent, id)
+            });
+    }
+    servers[0]
+        .agent
+        .wait_until("the old ID is out of the cluster, the new one in", || {
+            let (code, out, _) = servers[0].agent.run(&["operator", "raft", "list-peers"]);
+            code == 0 && !out.contains(&old_id.to_string()) && out.contains(&new_id.to_string())
+        });
+    let (code, out) = offline(&["operator", "raft", "info", "-data-dir", &data_s]);
+    assert_eq!(code, 1, "a running agent's data is refused: {out}");
+    assert!(out.contains("in use"), "{out}");
 }

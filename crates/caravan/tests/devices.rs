@@ -255,7 +255,7 @@ fn unknown_plugins_and_bad_device_configs_are_refused_at_start() {
         // Free ports for this agent, so it never collides with another test's.
         std::fs::write(
             dir.join("ports.hcl"),
-            "bind_addr = \"127.0.0.1\"\nports {\n  http = 0\n  rpc = 0\n}\n",
+            "bind_addr = \"127.0.0.1\"\nports {\n  http = 0\n  rpc = 0\n  serf = 0\n}\n",
         )
         .unwrap();
         let out = std::process::Command::new(common::bin())

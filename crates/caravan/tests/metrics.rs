@@ -271,7 +271,7 @@ fn a_sink_caravan_lacks_is_refused_at_start_by_name() {
     let cfg = dir.join("agent.hcl");
     std::fs::write(
         &cfg,
-        "bind_addr = \"127.0.0.1\"\nports {\n  http = 0\n  rpc = 0\n}\ntelemetry {\n  statsd_address = \"127.0.0.1:8125\"\n}\n",
+        "bind_addr = \"127.0.0.1\"\nports {\n  http = 0\n  rpc = 0\n  serf = 0\n}\ntelemetry {\n  statsd_address = \"127.0.0.1:8125\"\n}\n",
     )
     .unwrap();
     let mut child = std::process::Command::new(bin())

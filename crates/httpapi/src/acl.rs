@@ -199,6 +199,8 @@ pub(crate) fn need(method: &Method, path: &str) -> Need {
         ["v1", "agent", "members"] => Need::NodeRead,
         ["v1", "agent", "join"] => Need::AgentWrite,
         ["v1", "agent", "force-leave"] => Need::AgentWrite,
+        // The list shows the keys themselves: writing, as every keyring operation.
+        ["v1", "agent", "keyring", _] => Need::AgentWrite,
         ["v1", "operator", "raft", "configuration"] => Need::OperatorRead,
         ["v1", "operator", "raft", _] => Need::OperatorWrite,
         ["v1", "operator", "snapshot"] => Need::Management,

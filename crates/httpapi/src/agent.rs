@@ -26,28 +26,50 @@ pub async fn peers(State(st): State<ApiState>, Query(params): Params) -> Respons
     reply::plain(&st.server.peers(), pretty(params))
 }
 
+/// Every region with a live server this one's gossip knows (servers of all regions share one
+/// gossip pool, as Nomad's), its own included.
 pub async fn regions(State(st): State<ApiState>, Query(params): Params) -> Response {
-    reply::plain(&vec![st.agent.region.clone()], pretty(params))
+    reply::plain(&st.server.regions(), pretty(params))
 }
 
 /// A member as Serf describes it (Nomad's `/v1/agent/members` shape).
 fn member_json(st: &ApiState, m: &server::Member) -> serde_json::Value {
-    let (host, port) = m.addr.rsplit_once(':').unwrap_or((m.addr.as_str(), "0"));
+    let split = |a: &str| -> (String, String) {
+        let (h, p) = a.rsplit_once(':').unwrap_or((a, "0"));
+        (h.trim_matches(['[', ']']).to_string(), p.to_string())
+    };
+    let (rpc_host, rpc_port) = split(&m.addr);
+    // Addr and Port are the serf address, as Nomad's; a raft member gossip does not know
+    // shows its RPC address.
+    let (host, port) = if m.serf_addr.is_empty() {
+        (rpc_host.clone(), rpc_port.clone())
+    } else {
+        split(&m.serf_addr)
+    };
+    let or = |v: &str, d: &str| {
+        if v.is_empty() {
+            d.to_string()
+        } else {
+            v.to_string()
+        }
+    };
     json!({
         "Name": m.name,
         "Addr": host,
         "Port": port.parse::<u16>().unwrap_or(0),
         "Tags": {
             "role": "nomad",
-            "region": st.agent.region,
-            "dc": st.agent.datacenter,
-            "build": st.agent.version,
-            "port": port,
+            "region": or(&m.region, &st.agent.region),
+            "dc": or(&m.datacenter, &st.agent.datacenter),
+            "build": or(&m.build, &st.agent.version),
+            "port": rpc_port,
+            "rpc_addr": rpc_host,
             "raft_id": m.raft_id.to_string(),
+            "id": m.raft_id.to_string(),
             "raft_vsn": "3",
             "leader": m.leader.to_string(),
         },
-        "Status": "alive",
+        "Status": m.status,
         "ProtocolMin": 1,
         "ProtocolMax": 5,
         "ProtocolCur": 2,
@@ -60,7 +82,7 @@ fn member_json(st: &ApiState, m: &server::Member) -> serde_json::Value {
 pub async fn members(State(st): State<ApiState>, Query(params): Params) -> Response {
     let members: Vec<_> = st
         .server
-        .members()
+        .serf_members()
         .iter()
         .map(|m| member_json(&st, m))
         .collect();
@@ -76,7 +98,7 @@ pub async fn members(State(st): State<ApiState>, Query(params): Params) -> Respo
 pub async fn agent_self(State(st): State<ApiState>, Query(params): Params) -> Response {
     let me = st
         .server
-        .members()
+        .serf_members()
         .into_iter()
         .find(|m| m.addr == st.server.rpc_addr());
     let member = me
@@ -90,7 +112,7 @@ pub async fn agent_self(State(st): State<ApiState>, Query(params): Params) -> Re
                 "server": "true",
                 "leader": st.server.is_leader().to_string(),
                 "leader_addr": st.server.leader_addr().unwrap_or_default(),
-                "known_regions": "1",
+                "known_regions": st.server.regions().len().to_string(),
                 // Whether this server's scheduler workers run (they do on the leader).
                 "schedulers_running": st.server.schedulers_running().to_string(),
             },

@@ -41,8 +41,8 @@ pub async fn join(State(st): State<ApiState>, method: Method, RawQuery(raw): Raw
 }
 
 /// `PUT|POST /v1/agent/force-leave?node=NAME[&prune=true]`: removes a failed server (see
-/// `Server::force_leave`). `prune` (drop it from the member list at once) is what removal does
-/// here anyway: there is no gossip list to keep it in as `left`.
+/// `Server::force_leave`); `prune` drops it from the gossip member list at once instead of
+/// listing it `left` until it is reaped.
 pub async fn force_leave(
     State(st): State<ApiState>,
     method: Method,
@@ -52,6 +52,7 @@ pub async fn force_leave(
         return ApiError::invalid_method().into_response();
     }
     let mut node = None;
+    let mut prune = false;
     for (k, v) in raw
         .as_deref()
         .unwrap_or_default()
@@ -63,14 +64,82 @@ pub async fn force_leave(
             "prune" if !matches!(v, "" | "true" | "false" | "1" | "0") => {
                 return ApiError::bad_request(format!("invalid prune value {v:?}")).into_response();
             }
+            "prune" => prune = matches!(v, "" | "true" | "1"),
             _ => {}
         }
     }
     let Some(node) = node.filter(|n| !n.is_empty()) else {
         return ApiError::bad_request("missing node to force leave: ?node=NAME").into_response();
     };
-    match st.server.force_leave(&node).await {
+    match st.server.force_leave(&node, prune).await {
         Ok(_) => reply::plain(&serde_json::Value::Null, false),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+/// `GET /v1/agent/keyring/list`, `PUT|POST /v1/agent/keyring/{install,use,remove}` with
+/// `{"Key": "<base64>"}`: the gossip keyring of every live server (Nomad's `KeyringResponse`:
+/// `Keys` counts the servers holding each key; `Messages` says what failed where).
+pub async fn keyring(
+    State(st): State<ApiState>,
+    method: Method,
+    axum::extract::Path(op): axum::extract::Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    let key = match op.as_str() {
+        "list" if method == Method::GET => String::new(),
+        "install" | "use" | "remove" if method == Method::PUT || method == Method::POST => {
+            #[derive(serde::Deserialize)]
+            struct KeyBody {
+                #[serde(rename = "Key", default)]
+                key: String,
+            }
+            match serde_json::from_slice::<KeyBody>(&body) {
+                Ok(b) if !b.key.trim().is_empty() => b.key.trim().to_string(),
+                Ok(_) => {
+                    return ApiError::bad_request("the body needs the key: {\"Key\": \"<base64>\"}")
+                        .into_response()
+                }
+                Err(e) => {
+                    return ApiError::bad_request(format!(
+                        "the body is not {{\"Key\": \"<base64>\"}}: {e}"
+                    ))
+                    .into_response()
+                }
+            }
+        }
+        "list" | "install" | "use" | "remove" => return ApiError::invalid_method().into_response(),
+        other => {
+            return ApiError::not_found(format!(
+                "no keyring operation {other:?}: list, install, use or remove"
+            ))
+            .into_response()
+        }
+    };
+    match st.server.gossip_keyring(&op, &key).await {
+        // As serf's key manager: any server that failed makes the answer an error.
+        Ok(r) if !r.messages.is_empty() => ApiError {
+            status: axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            message: format!(
+                "{}/{} servers reported failure: {}",
+                r.messages.len(),
+                r.num_nodes,
+                r.messages
+                    .iter()
+                    .map(|(n, m)| format!("{n}: {m}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        }
+        .into_response(),
+        Ok(r) => reply::plain(
+            &serde_json::json!({
+                "Messages": r.messages,
+                "Keys": r.keys,
+                "NumNodes": r.num_nodes,
+            }),
+            false,
+        ),
         Err(e) => ApiError::from(e).into_response(),
     }
 }

@@ -140,12 +140,12 @@ pub struct ServerHealth {
     /// Its rpc address.
     #[serde(rename = "Address")]
     pub address: String,
-    /// Serf's member status (`alive`, `failed`, …). Caravan has no gossip yet (issue #22): the
-    /// leader reports `alive` for a server it heard from within `LastContactThreshold` (itself
-    /// included) and `failed` otherwise.
+    /// Serf's member status (`alive`, `failed`, `left`, …) as gossip reports it; for a server
+    /// gossip does not know (no serf port), `alive` when the leader heard from it within
+    /// `LastContactThreshold` (itself included) and `failed` otherwise.
     #[serde(rename = "SerfStatus")]
     pub serf_status: String,
-    /// The server's Caravan version, where the leader knows it (its own); empty otherwise.
+    /// The server's Caravan version: gossip's build tag, or the leader's own; empty otherwise.
     #[serde(rename = "Version")]
     pub version: String,
     #[serde(rename = "Leader")]

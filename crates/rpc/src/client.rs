@@ -58,8 +58,9 @@ struct ClientInner {
     timeout: Duration,
     /// Dial over TLS with this agent's certificate.
     tls: Option<Arc<crate::tls::AgentTls>>,
-    /// Sent with every request (servers: the cluster secret).
-    auth: Option<String>,
+    /// Sent with every request (servers: the cluster secret; it follows the gossip keyring's
+    /// primary key, see [`Client::set_auth`]).
+    auth: std::sync::RwLock<Option<String>>,
     /// One slot per address holding its connection; concurrent first calls wait on the one
     /// dial. Guards only the map; never held across `.await`.
     conns: Mutex<HashMap<String, Arc<OnceCell<Arc<Conn>>>>>,
@@ -116,7 +117,7 @@ impl Client {
             inner: Arc::new(ClientInner {
                 timeout,
                 tls,
-                auth: None,
+                auth: std::sync::RwLock::new(None),
                 conns: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
                 dials: AtomicU64::new(0),
@@ -136,11 +137,18 @@ impl Client {
             inner: Arc::new(ClientInner {
                 timeout: c.inner.timeout,
                 tls: c.inner.tls.clone(),
-                auth,
+                auth: std::sync::RwLock::new(auth),
                 conns: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
                 dials: AtomicU64::new(0),
             }),
+        }
+    }
+
+    /// Changes what every later request carries (shared by every clone).
+    pub fn set_auth(&self, auth: Option<String>) {
+        if let Ok(mut a) = self.inner.auth.write() {
+            *a = auth;
         }
     }
 
@@ -223,12 +231,18 @@ impl Client {
         // What is left of the caller's wait, as of sending: the server gives up with it.
         let left = deadline.saturating_duration_since(Instant::now());
         let timeout_ms = Some(u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1));
+        let auth = self
+            .inner
+            .auth
+            .read()
+            .map(|a| a.clone())
+            .unwrap_or_default();
         let bytes = frame::encode(&RequestOut {
             id,
             method,
             body,
             timeout_ms,
-            auth: self.inner.auth.as_deref(),
+            auth: auth.as_deref(),
         })
         .map_err(|e| RpcError::bad_request(format!("{method}: request not sent: {e}")))?;
         if conn.tx.send(bytes).await.is_err() {

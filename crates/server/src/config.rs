@@ -20,8 +20,24 @@ pub struct ServerConfig {
     pub rpc_advertise: Option<String>,
     /// Servers to wait for before bootstrapping; 1 bootstraps alone (`-dev`).
     pub bootstrap_expect: u32,
-    /// Other servers' rpc addresses to join (`server_join { retry_join }`); a bare host gets :4647.
+    /// Other servers to join (`server_join { retry_join }`): serf addresses, as Nomad's (a
+    /// bare host gets :4648). An address that answers Caravan's RPC instead is joined by RPC.
     pub retry_join: Vec<String>,
+    /// The UDP address gossip binds (Nomad's serf port, 4648; port 0: any free one); `None`:
+    /// no gossip (servers then find each other by RPC only).
+    pub serf_bind: Option<SocketAddr>,
+    /// How the other servers reach this one's serf port; `None`: the bound address.
+    pub serf_advertise: Option<SocketAddr>,
+    /// Gossip keys (base64), the first primary (`server { encrypt }`); empty: not encrypted.
+    pub gossip_keys: Vec<String>,
+    /// How fast gossip finds a failed server.
+    pub gossip_timing: gossip::Timing,
+    /// The region whose ACL policies, roles, global tokens and namespaces this one replicates
+    /// (`server { authoritative_region }`); `None` or this region: none.
+    pub authoritative_region: Option<String>,
+    /// The management token of the authoritative region replication reads with
+    /// (`acl { replication_token }`).
+    pub replication_token: Option<String>,
     /// Raft timing, in milliseconds.
     pub raft_heartbeat_ms: u64,
     pub raft_election_timeout_ms: (u64, u64),
@@ -94,6 +110,12 @@ impl ServerConfig {
             rpc_advertise: None,
             bootstrap_expect: 1,
             retry_join: Vec::new(),
+            serf_bind: None,
+            serf_advertise: None,
+            gossip_keys: Vec::new(),
+            gossip_timing: gossip::Timing::Wan,
+            authoritative_region: None,
+            replication_token: None,
             raft_heartbeat_ms: 250,
             raft_election_timeout_ms: (1000, 2000),
             raft_snapshot_every: 8192,

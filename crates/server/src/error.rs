@@ -51,6 +51,9 @@ impl From<raft::RaftError> for ServerError {
             raft::RaftError::Timeout => {
                 ServerError::new(ErrorCode::Timeout, "timed out waiting for raft")
             }
+            e @ raft::RaftError::DiskFull(_) => {
+                ServerError::new(ErrorCode::Unavailable, e.to_string())
+            }
             other => ServerError::internal(format!("raft: {other}")),
         }
     }

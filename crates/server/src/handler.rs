@@ -55,20 +55,20 @@ async fn handle(
             .tls
             .as_ref()
             .is_some_and(|t| t.verify_server_hostname);
-    if !by_certificate && crate::peers::servers_only(&method) {
-        if let Some(secret) = &server.config().rpc_secret {
-            if !crate::peers::secret_matches(secret, auth.as_deref()) {
-                tracing::warn!(%peer, %method, "refused a server call without the cluster secret");
-                return Err(RpcError::new(
-                    rpc::ErrorCode::PermissionDenied,
-                    format!(
-                        "{method}: refused from {peer}: the call does not carry this cluster's \
-                         secret (servers derive it from server {{ encrypt }}: give every server \
-                         the same key)"
-                    ),
-                ));
-            }
-        }
+    if !by_certificate
+        && crate::peers::servers_only(&method)
+        && server.config().rpc_secret.is_some()
+        && !server.accepts_rpc_secret(auth.as_deref())
+    {
+        tracing::warn!(%peer, %method, "refused a server call without the cluster secret");
+        return Err(RpcError::new(
+            rpc::ErrorCode::PermissionDenied,
+            format!(
+                "{method}: refused from {peer}: the call does not carry this cluster's \
+                 secret (servers derive it from server {{ encrypt }} or a key of the gossip \
+                 keyring: give every server the same key)"
+            ),
+        ));
     }
     let by_address = !by_certificate && server.config().rpc_secret.is_none();
     if by_address
@@ -113,6 +113,9 @@ fn table() -> HashMap<&'static str, Endpoint> {
     // Writes a follower forwards to the leader.
     t.add::<m::JobRegister, _, _>(|s, req| async move { s.job_register_local(req).await });
     t.add::<m::JobPlan, _, _>(|s, req| async move { s.job_plan_local(req).await });
+    t.add::<m::DeploymentMultiregionPeek, _, _>(|s, req| async move {
+        Ok::<_, ServerError>(s.multiregion_peek(&req).await)
+    });
     t.add::<m::JobDeregister, _, _>(|s, req| async move {
         s.job_deregister_local(&req.namespace, &req.job_id, req.purge)
             .await
@@ -172,7 +175,7 @@ fn table() -> HashMap<&'static str, Endpoint> {
     t.add::<m::AutopilotSetConfig, _, _>(|s, req| async move {
         s.autopilot_set_config_local(req).await
     });
-    t.add::<m::ReadIndex, _, _>(|s, ()| async move { s.read_index_local() });
+    t.add::<m::ReadIndex, _, _>(|s, ()| async move { s.read_index_local().await });
     t.add::<m::AutopilotServerHealth, _, _>(|s, ()| async move { s.autopilot_health_local() });
     t.add::<m::ServiceDeleteMethod, _, _>(
         |s, req| async move { s.service_delete_local(req).await },
@@ -194,7 +197,13 @@ fn table() -> HashMap<&'static str, Endpoint> {
         s.server_transfer_leadership(req.to).await
     });
     t.add::<m::ServerRemove, _, _>(|s, req| async move { s.server_remove(req.id).await });
-    t.add::<m::ServerForceLeave, _, _>(|s, req| async move { s.force_leave(&req.node).await });
+    t.add::<m::ServerForceLeave, _, _>(|s, req| async move {
+        s.force_leave(&req.node, req.prune).await
+    });
+    t.add::<m::AclReplicationState, _, _>(|s, req| async move { s.replication_state(&req) });
+    t.add::<m::ServerGossipKeyring, _, _>(|s, req| async move {
+        s.gossip_keyring_local(&req.op, &req.key).await
+    });
     t.add::<m::AgentHttp, _, _>(|s, req| async move { s.http_forwarded(req).await });
     // Clients call these on any server; each forwards to the leader where it must.
     t.add::<methods::NodeRegister, _, _>(|s, req| async move { s.node_register(req.node).await });
@@ -257,6 +266,6 @@ mod tests {
         for open in crate::peers::OPEN_METHODS {
             assert!(routed.contains(open), "{open} is open but not routed");
         }
-        assert_eq!(routed.len(), 48, "{routed:?}");
+        assert_eq!(routed.len(), 51, "{routed:?}");
     }
 }

@@ -28,6 +28,8 @@ const JOIN_INTERVAL: Duration = Duration::from_millis(500);
 const JOIN_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// A membership change can wait for a learner to catch up.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(90);
+/// How often a leaving server asks again while another membership change is in progress.
+const LEAVE_RETRY: Duration = Duration::from_millis(200);
 
 /// What a server says about itself.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,6 +43,10 @@ pub struct ServerInfo {
     /// The agent's advertised HTTP address (empty from a server that predates it).
     #[serde(default)]
     pub http_addr: String,
+    /// Its gossip (serf) address; empty without gossip. A server joined by RPC is then joined
+    /// in gossip too.
+    #[serde(default)]
+    pub serf_addr: String,
 }
 
 /// A request to add a server to the cluster.
@@ -48,6 +54,10 @@ pub struct ServerInfo {
 pub struct JoinRequest {
     pub id: u64,
     pub addr: String,
+    /// The joining server's region (empty from a server that predates it): another region's
+    /// server is refused, regions federate instead.
+    #[serde(default)]
+    pub region: String,
 }
 
 /// Adds the default rpc port to a bare host.
@@ -71,6 +81,10 @@ impl Server {
             region: self.config().region.clone(),
             initialized: self.raft().is_initialized().await.unwrap_or(false),
             http_addr: self.http_addr().to_string(),
+            serf_addr: self
+                .gossip()
+                .map(|g| g.local().addr.to_string())
+                .unwrap_or_default(),
         })
     }
 
@@ -139,12 +153,38 @@ impl Server {
 
     /// Adds server `req` to the cluster (on the leader; forwarded there otherwise).
     pub async fn server_join_request(&self, req: JoinRequest) -> Result<(), ServerError> {
+        if !req.region.is_empty() && req.region != self.config().region {
+            return Err(ServerError::bad_request(format!(
+                "server {} is in region {:?}, this cluster in {:?}: regions federate (join by \
+                 the serf address), they never share raft",
+                req.addr,
+                req.region,
+                self.config().region
+            )));
+        }
         match self.forward_target().await? {
             Some(leader) => {
                 self.forward_timeout::<m::ServerJoin>(&leader, &req, JOIN_TIMEOUT)
                     .await
             }
             None => {
+                // A server that lost its raft data comes back on its address under a new id
+                // (`operator raft recover`): the old id there can never answer again, and would
+                // count against the quorum until removed. Nomad's `addRaftPeer` does the same.
+                let stale: Vec<u64> = self
+                    .raft()
+                    .members()
+                    .into_iter()
+                    .filter(|(id, addr)| *addr == req.addr && *id != req.id)
+                    .map(|(id, _)| id)
+                    .collect();
+                for id in stale {
+                    tracing::info!(old = id, new = req.id, addr = %req.addr, "removing the server whose address a new server now has");
+                    self.raft()
+                        .remove_member(id)
+                        .await
+                        .map_err(ServerError::from)?;
+                }
                 // A non-voter until autopilot has seen it healthy for ServerStabilizationTime.
                 tracing::info!(id = req.id, addr = %req.addr, "adding a server to the cluster as a non-voter");
                 self.raft()
@@ -174,15 +214,55 @@ impl Server {
         }
     }
 
+    /// A graceful leave (`leave_on_interrupt` / `leave_on_terminate`), as Nomad's server does
+    /// it: out of raft first, through the leader, while this server still counts toward the
+    /// quorum (so two servers can become one), then out of gossip (listed `left`).
+    pub async fn leave(&self) {
+        let me = self.node_id();
+        let others = self
+            .raft()
+            .members()
+            .into_iter()
+            .filter(|(id, _)| *id != me)
+            .count();
+        if others > 0 {
+            // A membership change in progress (autopilot promoting a server, say) may need this
+            // server's acknowledgement to commit: leaving at once would leave it stuck for good
+            // (two voters, one gone). Wait for it to finish, then leave.
+            let deadline = tokio::time::Instant::now() + JOIN_TIMEOUT;
+            loop {
+                let left = tokio::time::timeout_at(deadline, self.server_remove(me)).await;
+                match left {
+                    Ok(Ok(())) => tracing::info!("left the raft cluster"),
+                    Ok(Err(e))
+                        if e.message.contains("undergoing a configuration change")
+                            && tokio::time::Instant::now() < deadline =>
+                    {
+                        tokio::time::sleep(LEAVE_RETRY).await;
+                        continue;
+                    }
+                    Ok(Err(e)) => tracing::warn!(error = %e, "leaving the raft cluster failed"),
+                    Err(_) => tracing::warn!("leaving the raft cluster timed out"),
+                }
+                break;
+            }
+        }
+        if let Some(g) = self.gossip() {
+            g.leave().await;
+        }
+    }
+
     /// `server force-leave NODE` (Nomad's `/v1/agent/force-leave`), on the leader: removes a
     /// failed server from the cluster. `node` is its raft ID, RPC address, or the name `server
     /// members` lists. A server the leader still hears from is refused (Nomad marks it left and
     /// gossip brings it back at once; here it would be ejected for good). A name no server has
     /// is accepted and does nothing, as Nomad's (it answers 200): `Ok(false)`.
-    pub async fn force_leave(&self, node: &str) -> Result<bool, ServerError> {
+    /// `prune`: gossip forgets it at once instead of listing it `left` until reaped.
+    pub async fn force_leave(&self, node: &str, prune: bool) -> Result<bool, ServerError> {
         if let Some(leader) = self.forward_target().await? {
             let args = m::ForceLeaveArgs {
                 node: node.to_string(),
+                prune,
             };
             return self.forward::<m::ServerForceLeave>(&leader, &args).await;
         }
@@ -190,19 +270,23 @@ impl Server {
         let region = format!(".{}", self.config().region);
         let me = self.node_id();
         let own_name = format!("{}{region}", self.config().name);
+        // Raft members by raft ID, RPC or serf address, the name gossip knows them by, or
+        // `server-<raft id>` where gossip does not know them.
         let mut found: Vec<(u64, String)> = self
-            .raft()
             .members()
             .into_iter()
-            .filter(|(id, addr)| {
-                let listed = format!("server-{id}{region}");
+            .filter(|m| {
+                let listed = format!("server-{}{region}", m.raft_id);
                 let names =
                     |n: &str| n == wanted || n.strip_suffix(region.as_str()) == Some(wanted);
-                wanted == id.to_string()
-                    || wanted == addr
+                wanted == m.raft_id.to_string()
+                    || wanted == m.addr
+                    || (!m.serf_addr.is_empty() && wanted == m.serf_addr)
+                    || names(&m.name)
                     || names(&listed)
-                    || (*id == me && names(&own_name))
+                    || (m.raft_id == me && names(&own_name))
             })
+            .map(|m| (m.raft_id, m.addr))
             .collect();
         if found.len() > 1 {
             return Err(ServerError::bad_request(format!(
@@ -212,6 +296,15 @@ impl Server {
             )));
         }
         let Some((id, addr)) = found.pop() else {
+            // Not a raft member (any more): a failed gossip member is marked left.
+            if let Some(g) = self.gossip() {
+                if g.force_leave(wanted, prune)
+                    .await
+                    .map_err(|e| ServerError::bad_request(e.to_string()))?
+                {
+                    return Ok(true);
+                }
+            }
             tracing::warn!(
                 node = wanted,
                 "force-leave: no server of that name; nothing to do"
@@ -257,10 +350,22 @@ impl Server {
             return Err(alive("it answers".into()));
         }
         tracing::warn!(server_id = id, %addr, ?silence, "force-leave: removing a failed server");
+        // Its serf address names it in gossip without doubt (names may repeat).
+        let serf = self
+            .members()
+            .into_iter()
+            .find(|m| m.raft_id == id && !m.serf_addr.is_empty())
+            .map_or_else(|| wanted.to_string(), |m| m.serf_addr);
         self.raft().remove_member(id).await.map_err(|e| match e {
             raft::RaftError::Bootstrap(m) => ServerError::not_found(m),
             other => ServerError::from(other),
         })?;
+        // Gossip says it left too (where gossip already has it failed).
+        if let Some(g) = self.gossip() {
+            if let Err(e) = g.force_leave(&serf, prune).await {
+                tracing::debug!(node = wanted, error = %e, "force-leave: gossip keeps it");
+            }
+        }
         Ok(true)
     }
 
@@ -313,6 +418,41 @@ impl Server {
     /// `server join ADDR…`: remembers the addresses for the join loop and tries each once now;
     /// returns how many answered.
     pub async fn join(&self, addrs: &[String]) -> (usize, Vec<String>) {
+        // Serf addresses first, as Nomad's `server join`; what gossip does not answer is tried
+        // as an RPC address (the two are different protocols, so neither is mistaken for the
+        // other).
+        let mut joined = 0;
+        let mut errors = Vec::new();
+        for a in addrs {
+            let by_gossip = async {
+                match self.gossip() {
+                    Some(g) => g.join(std::slice::from_ref(a)).await,
+                    None => (0, Vec::new()),
+                }
+            };
+            let ((g, g_errors), (r, r_errors)) =
+                tokio::join!(by_gossip, self.join_rpc(std::slice::from_ref(a)));
+            if g > 0 && r == 0 {
+                // A serf address: not one for the RPC join loop to keep asking.
+                let rpc = with_port(a);
+                if let Ok(mut known) = self.join_addrs().lock() {
+                    known.retain(|k| *k != rpc);
+                }
+            }
+            if g + r > 0 {
+                joined += 1;
+                if r > 0 {
+                    errors.extend(r_errors);
+                }
+            } else {
+                errors.extend(g_errors);
+                errors.extend(r_errors);
+            }
+        }
+        (joined, errors)
+    }
+
+    async fn join_rpc(&self, addrs: &[String]) -> (usize, Vec<String>) {
         let addrs: Vec<String> = addrs.iter().map(|a| with_port(a)).collect();
         {
             let mut known = self.join_addrs().lock().expect("join addrs lock");
@@ -346,7 +486,11 @@ impl Server {
     /// One step of the join protocol, given what the other servers said.
     async fn settle(&self, others: &[ServerInfo]) -> Result<(), ServerError> {
         let me = self.server_info().await?;
-        let others: Vec<&ServerInfo> = others.iter().filter(|o| o.id != me.id).collect();
+        // Servers of another region are federated (one gossip pool), never raft peers.
+        let others: Vec<&ServerInfo> = others
+            .iter()
+            .filter(|o| o.id != me.id && o.region == me.region)
+            .collect();
         if me.initialized {
             let members: Vec<u64> = self
                 .raft()
@@ -361,6 +505,7 @@ impl Server {
                 self.server_join_request(JoinRequest {
                     id: o.id,
                     addr: o.addr.clone(),
+                    region: o.region.clone(),
                 })
                 .await?;
             }
@@ -370,6 +515,7 @@ impl Server {
             let req = JoinRequest {
                 id: me.id,
                 addr: me.addr.clone(),
+                region: me.region.clone(),
             };
             return self
                 .forward_timeout::<m::ServerJoin>(&member.addr, &req, JOIN_TIMEOUT)
@@ -427,14 +573,83 @@ impl Server {
 
 /// Runs the join protocol every [`JOIN_INTERVAL`] until shutdown.
 pub(crate) async fn join_loop(server: Server, mut shutdown: watch::Receiver<bool>) {
+    let mut untrusted_said: std::collections::HashSet<String> = Default::default();
+    let mut gossip_joining: Option<tokio::task::JoinHandle<()>> = None;
     loop {
-        let addrs = server.join_addrs().lock().expect("join addrs lock").clone();
+        let mut addrs = server.join_addrs().lock().expect("join addrs lock").clone();
+        // Every live server of this region gossip knows: what `bootstrap_expect` counts and
+        // the leader adds, as Nomad's servers do with serf members. Unsealed gossip (no
+        // `encrypt`) is anyone's to send: without it, or TLS, a member is joined only at an
+        // address servers already trust (a join address's, a raft member's).
+        if let Some(g) = server.gossip() {
+            let region = server.config().region.clone();
+            let sealed = !g.keys().is_empty() || server.config().tls.is_some();
+            let raft_ids: Vec<u64> = server
+                .raft()
+                .members()
+                .into_iter()
+                .map(|(id, _)| id)
+                .collect();
+            let candidates: Vec<(u64, String)> = g
+                .members()
+                .iter()
+                .filter(|m| {
+                    !m.local && m.status == gossip::Status::Alive && m.id.meta.region == region
+                })
+                .map(|m| (m.id.meta.raft_id, m.id.meta.rpc_addr.clone()))
+                .collect();
+            for (raft_id, rpc_addr) in candidates {
+                // Already a raft member: nothing to ask it.
+                if addrs.contains(&rpc_addr) || raft_ids.contains(&raft_id) {
+                    continue;
+                }
+                if !sealed {
+                    let ip = rpc_addr
+                        .parse::<std::net::SocketAddr>()
+                        .map(|a| a.ip())
+                        .ok();
+                    let trusted = match ip {
+                        Some(ip) => server.trusted_server_ip(ip).await,
+                        None => false,
+                    };
+                    if !trusted {
+                        if untrusted_said.insert(rpc_addr.clone()) {
+                            tracing::warn!(
+                                %rpc_addr,
+                                "a server found by gossip is not joined: gossip is not encrypted and its address is not a join address; set server {{ encrypt }} (or TLS) on every server, or list it in retry_join"
+                            );
+                        }
+                        continue;
+                    }
+                }
+                addrs.push(rpc_addr);
+            }
+        }
         if !addrs.is_empty() {
             let mut infos = Vec::new();
             for a in &addrs {
                 match server.info_of(a).await {
                     Ok(info) => infos.push(info),
                     Err(e) => tracing::debug!(addr = %a, error = %e, "join: no answer"),
+                }
+            }
+            // A server found by RPC joins gossip too (one attempt at a time).
+            if let Some(g) = server.gossip() {
+                let known: Vec<String> =
+                    g.members().iter().map(|m| m.id.addr.to_string()).collect();
+                let missing: Vec<String> = infos
+                    .iter()
+                    .filter(|i| !i.serf_addr.is_empty() && !known.contains(&i.serf_addr))
+                    .map(|i| i.serf_addr.clone())
+                    .collect();
+                let idle = gossip_joining
+                    .as_ref()
+                    .is_none_or(tokio::task::JoinHandle::is_finished);
+                if !missing.is_empty() && idle {
+                    let g = g.clone();
+                    gossip_joining = Some(tokio::spawn(async move {
+                        g.join(&missing).await;
+                    }));
                 }
             }
             if let Err(e) = server.settle(&infos).await {
@@ -449,6 +664,167 @@ pub(crate) async fn join_loop(server: Server, mut shutdown: watch::Receiver<bool
                 }
             }
         }
+    }
+}
+
+/// What a gossip keyring operation did across the servers (Nomad's `KeyringResponse`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyringResult {
+    /// Server name → what went wrong there.
+    pub messages: BTreeMap<String, String>,
+    /// Key → how many servers hold it.
+    pub keys: BTreeMap<String, usize>,
+    /// How many servers were asked.
+    pub num_nodes: usize,
+}
+
+impl Server {
+    /// One keyring operation on this server's gossip.
+    pub(crate) async fn gossip_keyring_local(
+        &self,
+        op: &str,
+        key: &str,
+    ) -> Result<Vec<String>, ServerError> {
+        let g = self.gossip().ok_or_else(|| {
+            ServerError::bad_request(
+                "this server has no gossip (no serf port): there is no keyring",
+            )
+        })?;
+        let op = match op {
+            "list" => gossip::KeyOp::List,
+            "install" => gossip::KeyOp::Install(key.to_string()),
+            "use" => gossip::KeyOp::Use(key.to_string()),
+            "remove" => gossip::KeyOp::Remove(key.to_string()),
+            other => {
+                return Err(ServerError::bad_request(format!(
+                    "unknown keyring operation {other:?}: list, install, use or remove"
+                )))
+            }
+        };
+        let keys = g
+            .keyring(op)
+            .await
+            .map_err(|e| ServerError::bad_request(e.to_string()))?;
+        self.follow_keyring_secret();
+        Ok(keys)
+    }
+
+    /// `/v1/agent/keyring/<op>`: the operation on every live server of the gossip pool (this
+    /// one directly, the others over RPC), as serf's keyring queries: install and use are
+    /// meant to be run on all before a key is removed.
+    pub async fn gossip_keyring(&self, op: &str, key: &str) -> Result<KeyringResult, ServerError> {
+        if op != "list" {
+            gossip::decode_key(key).map_err(|e| ServerError::bad_request(e.to_string()))?;
+        }
+        let g = self.gossip().ok_or_else(|| {
+            ServerError::bad_request(
+                "this server has no gossip (no serf port): there is no keyring",
+            )
+        })?;
+        // `use` and `remove` change what servers speak: refused unless every live server
+        // answers and holds the key (use) / none encrypts with it (remove), so no server is
+        // cut off.
+        if op == "use" || op == "remove" {
+            let listed = self.keyring_each(g, "list", "").await;
+            for (node, r) in &listed {
+                let keys = r.as_ref().map_err(|e| {
+                    ServerError::bad_request(format!(
+                        "{node} could not be asked ({e}); nothing changed"
+                    ))
+                })?;
+                if op == "use" && !keys.iter().any(|k| k == key.trim()) {
+                    return Err(ServerError::bad_request(format!(
+                        "{node} does not hold this key: install it on every server first; nothing changed"
+                    )));
+                }
+                if op == "remove" && keys.first().is_some_and(|k| k == key.trim()) {
+                    return Err(ServerError::bad_request(format!(
+                        "{node} encrypts with this key: make another key primary (`use`) on every server first; nothing changed"
+                    )));
+                }
+            }
+        }
+        let mut out = KeyringResult::default();
+        for (node, r) in self.keyring_each(g, op, key).await {
+            out.num_nodes += 1;
+            match r {
+                Ok(keys) => {
+                    for k in keys {
+                        *out.keys.entry(k).or_default() += 1;
+                    }
+                }
+                Err(e) => {
+                    out.messages.insert(node, e.to_string());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// One keyring operation here and on every other live gossip member: each one's answer.
+    async fn keyring_each(
+        &self,
+        g: &gossip::Gossip,
+        op: &str,
+        key: &str,
+    ) -> Vec<(String, Result<Vec<String>, ServerError>)> {
+        let mut out = vec![(
+            g.local().meta.name.clone(),
+            self.gossip_keyring_local(op, key).await,
+        )];
+        let others: Vec<gossip::Member> = g
+            .members()
+            .iter()
+            .filter(|m| !m.local && m.status == gossip::Status::Alive)
+            .cloned()
+            .collect();
+        let args = m::GossipKeyringArgs {
+            op: op.to_string(),
+            key: key.to_string(),
+        };
+        for m in others {
+            let r = self
+                .forward_timeout::<m::ServerGossipKeyring>(
+                    &m.id.meta.rpc_addr,
+                    &args,
+                    JOIN_CALL_TIMEOUT,
+                )
+                .await;
+            out.push((m.id.meta.name.clone(), r));
+        }
+        out
+    }
+}
+
+/// Joins gossip through the configured addresses (serf addresses, a bare host on :4648) until
+/// some server answers, backing off from one second to Nomad's `retry_interval` of 30 s.
+pub(crate) async fn gossip_join_loop(
+    g: gossip::Gossip,
+    addrs: Vec<String>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    if addrs.is_empty() {
+        return;
+    }
+    let mut wait = Duration::from_secs(1);
+    loop {
+        if g.members().len() > 1 {
+            return;
+        }
+        let (n, errors) = g.join(&addrs).await;
+        if n > 0 {
+            return;
+        }
+        tracing::debug!(?errors, "gossip join: no server answered yet");
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            changed = shutdown.changed() => {
+                if changed.is_err() || *shutdown.borrow() {
+                    return;
+                }
+            }
+        }
+        wait = (wait * 2).min(Duration::from_secs(30));
     }
 }
 

@@ -21,6 +21,8 @@ pub mod http_forward;
 pub mod identity;
 pub mod join;
 mod leader;
+pub mod offline;
+pub mod replication;
 pub use leader::pool;
 pub mod methods;
 pub mod peers; // #4: the leader's loops (eval broker, plan applier, workers)

@@ -77,6 +77,16 @@ pub struct ServerRemoveArgs {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ForceLeaveArgs {
     pub node: String,
+    /// Gossip forgets it at once (`-prune`).
+    #[serde(default)]
+    pub prune: bool,
+}
+
+/// `Server.GossipKeyring`'s request: `list`, `install`, `use` or `remove`, and the key.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GossipKeyringArgs {
+    pub op: String,
+    pub key: String,
 }
 
 /// `Server.TransferLeadership`'s request: to this server, or (none) to any up-to-date voter.
@@ -187,6 +197,20 @@ rpc_method!(pub ServerRemove = "Server.Remove": ServerRemoveArgs => ());
 rpc_method!(
     /// `force-leave`: removes a failed server (on the leader); whether one was removed.
     pub ServerForceLeave = "Server.ForceLeave": ForceLeaveArgs => bool
+);
+rpc_method!(
+    /// The authoritative region's ACL objects, for a region that replicates them.
+    pub AclReplicationState = "ACL.ReplicationState":
+        crate::replication::ReplicationArgs => crate::replication::ReplicationState
+);
+rpc_method!(
+    /// One gossip keyring operation on the receiving server; its keys after it.
+    pub ServerGossipKeyring = "Server.GossipKeyring": GossipKeyringArgs => Vec<String>
+);
+rpc_method!(
+    /// A region's deployment of a multiregion job at a version, for its peer regions' leaders.
+    pub DeploymentMultiregionPeek = "Deployment.MultiregionPeek":
+        crate::leader::multiregion::PeekArgs => crate::leader::multiregion::PeekReply
 );
 rpc_method!(
     /// Answers the raft id of the new leader.

@@ -25,6 +25,9 @@ pub(crate) const OPEN_METHODS: &[&str] = &[
     methods::AllocSignIdentities::NAME,
     crate::methods::AgentHttp::NAME,
     crate::methods::ServerInfoMethod::NAME,
+    // A peer region's leader asks it, from an address this region may not know (regions join
+    // each other's gossip in one direction); it answers only a deployment's ID and status.
+    crate::methods::DeploymentMultiregionPeek::NAME,
 ];
 
 /// Compares in time independent of where they differ.
@@ -125,10 +128,12 @@ pub(crate) fn check_role(
 impl Server {
     /// Whether `peer` may make server-to-server calls here.
     pub(crate) async fn known_server_peer(&self, peer: IpAddr) -> bool {
+        self.raft().members().is_empty() || self.trusted_server_ip(peer).await
+    }
+
+    /// An address a server may call from: this server's, a raft member's, or a join address's.
+    pub(crate) async fn trusted_server_ip(&self, peer: IpAddr) -> bool {
         let members = self.raft().members();
-        if members.is_empty() {
-            return true;
-        }
         let own = ips_of(self.rpc_addr());
         if own.contains(&peer) || members.iter().any(|(_, a)| ips_of(a).contains(&peer)) {
             return true;

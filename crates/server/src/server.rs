@@ -19,6 +19,8 @@ const STARTUP_CATCH_UP: Duration = Duration::from_secs(30);
 const RPC_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a follower waits for the leader's read index, and then to have applied up to it.
 const READ_BARRIER_WAIT: Duration = Duration::from_secs(2);
+/// How soon a read barrier that could not be passed is tried again (within its wait).
+const READ_BARRIER_RETRY: Duration = Duration::from_millis(50);
 
 /// A running server. Cheap to clone; every clone is the same server.
 #[derive(Clone)]
@@ -44,6 +46,9 @@ struct Inner {
     http_addr: std::sync::OnceLock<String>,
     /// Other servers' rpc addresses the join loop talks to (`retry_join`, `server join`).
     join_addrs: std::sync::Mutex<Vec<String>>,
+    /// Membership on the serf port, when configured; the join loop also talks to the RPC
+    /// address of every live member of this region it reports.
+    gossip: Option<gossip::Gossip>,
     /// How controller calls reach client agents (installed by the agent).
     csi_transport: std::sync::OnceLock<Arc<dyn crate::csi::CsiTransport>>,
     /// The per-plugin FIFO locks of the controller-call serializer.
@@ -54,6 +59,10 @@ struct Inner {
     acl_cache: crate::acl::AclCache,
     /// The leader's variable lock clocks.
     lock_timers: std::sync::Mutex<crate::variables::LockTimers>,
+    /// The gossip keys last seen and the server-call secrets derived from them: every
+    /// servers-only call (raft's included) is checked against them, so they are derived once
+    /// per keyring change, not per call.
+    keyring_secrets: std::sync::Mutex<KeyringSecrets>,
     /// The event stream's ring of applied entries.
     events: Arc<crate::events::EventBroker>,
     /// Clients' allocation updates, folded into one Raft entry per window.
@@ -62,13 +71,25 @@ struct Inner {
     worker_pool: Arc<crate::leader::pool::WorkerPool>,
 }
 
+/// Gossip keys (as last seen) and the server-call secrets derived from them.
+type KeyringSecrets = (Arc<Vec<String>>, Arc<Vec<String>>);
+
 /// A server as `/v1/agent/members` and `server members` show it.
 #[derive(Debug, Clone)]
 pub struct Member {
     pub name: String,
+    /// Its RPC address.
     pub addr: String,
     pub raft_id: u64,
     pub leader: bool,
+    /// Gossip's word (`alive`, `leaving`, `left`, `failed`); `alive` for a raft member
+    /// gossip does not know.
+    pub status: String,
+    /// Its serf address; empty for a raft member gossip does not know.
+    pub serf_addr: String,
+    pub datacenter: String,
+    pub region: String,
+    pub build: String,
 }
 
 impl Server {
@@ -81,7 +102,24 @@ impl Server {
                 cfg.data_dir.display()
             ))
         })?;
+        let had_identity = cfg.data_dir.join("server-id").exists();
         let node_id = load_or_create_node_id(&cfg.data_dir)?;
+        // The raft store's own marker lives inside it; a server that has an identity but whose
+        // whole raft dir is gone (deleted, or a volume that did not mount) would otherwise start
+        // empty under its old ID, free to vote twice.
+        let raft_dir = cfg.data_dir.join("raft");
+        if had_identity && !raft_dir.join("raft.redb").exists() {
+            return Err(damaged_store(
+                &cfg.data_dir,
+                raft::RaftError::Damaged {
+                    dir: raft_dir.display().to_string(),
+                    what: format!(
+                        "this server has a raft ID ({node_id}, in server-id) but no raft log: \
+                         starting from an empty one would lose the cluster's state and this server's vote"
+                    ),
+                },
+            ));
+        }
         let listener = tokio::net::TcpListener::bind(cfg.rpc_bind)
             .await
             .map_err(|e| {
@@ -120,7 +158,53 @@ impl Server {
             store: store.clone(),
             events: Arc::clone(&events),
         });
-        let raft = raft::RaftNode::open(raft_cfg, fsm, rpc_client.clone()).await?;
+        let raft = raft::RaftNode::open(raft_cfg, fsm, rpc_client.clone())
+            .await
+            .map_err(|e| damaged_store(&cfg.data_dir, e))?;
+        let gossip = match cfg.serf_bind {
+            Some(bind) => {
+                let mut g = gossip::GossipConfig::new(
+                    bind,
+                    gossip::Meta {
+                        name: format!("{}.{}", cfg.name, cfg.region),
+                        region: cfg.region.clone(),
+                        datacenter: cfg.datacenter.clone(),
+                        rpc_addr: rpc_addr.clone(),
+                        raft_id: node_id,
+                        build: env!("CARGO_PKG_VERSION").to_string(),
+                        expect: cfg.bootstrap_expect,
+                    },
+                );
+                g.advertise = cfg.serf_advertise.or_else(|| {
+                    // Bound to every address: advertise the RPC host (what peers dial already).
+                    // A host name is resolved; one that resolves to nothing falls back to the
+                    // RPC listener's own address.
+                    bind.ip().is_unspecified().then(|| {
+                        let host = rpc_addr
+                            .rsplit_once(':')
+                            .and_then(|(h, _)| {
+                                let h = h.trim_matches(['[', ']']);
+                                h.parse().ok().or_else(|| {
+                                    use std::net::ToSocketAddrs;
+                                    (h, 0).to_socket_addrs().ok()?.next().map(|a| a.ip())
+                                })
+                            })
+                            .unwrap_or(dialable.ip());
+                        std::net::SocketAddr::new(host, 0)
+                    })
+                });
+                g.timing = cfg.gossip_timing;
+                g.keys = cfg.gossip_keys.clone();
+                g.keyring_file = Some(cfg.data_dir.join("serf.keyring"));
+                g.generation_file = Some(cfg.data_dir.join("serf.generation"));
+                Some(
+                    gossip::Gossip::start(g)
+                        .await
+                        .map_err(|e| ServerError::internal(e.to_string()))?,
+                )
+            }
+            None => None,
+        };
         let (shutdown, shutdown_rx) = watch::channel(false);
         let worker_pool = Arc::new(crate::leader::pool::WorkerPool::new(
             crate::leader::pool::PoolConfig {
@@ -141,11 +225,13 @@ impl Server {
                 http: std::sync::OnceLock::new(),
                 http_addr: std::sync::OnceLock::new(),
                 join_addrs: std::sync::Mutex::new(Vec::new()),
+                gossip,
                 csi_transport: std::sync::OnceLock::new(),
                 csi_locks: Default::default(),
                 host_volume_lock: tokio::sync::Mutex::new(()),
                 acl_cache: Default::default(),
                 lock_timers: Default::default(),
+                keyring_secrets: Default::default(),
                 events,
                 alloc_batcher: Default::default(),
                 worker_pool,
@@ -175,6 +261,14 @@ impl Server {
                     addrs.push(a);
                 }
             }
+        }
+        server.follow_keyring_secret();
+        if let Some(g) = &server.inner.gossip {
+            tokio::spawn(crate::join::gossip_join_loop(
+                g.clone(),
+                server.inner.cfg.retry_join.clone(),
+                server.inner.shutdown.subscribe(),
+            ));
         }
         tokio::spawn(crate::join::join_loop(
             server.clone(),
@@ -220,6 +314,60 @@ impl Server {
 
     pub(crate) fn node_id(&self) -> u64 {
         self.inner.node_id
+    }
+
+    /// A server call's secret: the one derived from the configured `encrypt` key, or from any
+    /// key installed in the gossip keyring (a rotation installs the new key everywhere before
+    /// it is used, so every server accepts what the others send throughout).
+    pub(crate) fn accepts_rpc_secret(&self, given: Option<&str>) -> bool {
+        if let Some(secret) = &self.inner.cfg.rpc_secret {
+            if crate::peers::secret_matches(secret, given) {
+                return true;
+            }
+        }
+        self.keyring_secrets()
+            .iter()
+            .any(|s| crate::peers::secret_matches(s, given))
+    }
+
+    /// The secrets of the installed gossip keys, derived again only when the keyring changed.
+    fn keyring_secrets(&self) -> Arc<Vec<String>> {
+        let Some(g) = &self.inner.gossip else {
+            return Arc::default();
+        };
+        let keys = g.keys();
+        let Ok(mut cached) = self.inner.keyring_secrets.lock() else {
+            return Arc::default();
+        };
+        if !Arc::ptr_eq(&cached.0, &keys) {
+            let secrets = keys
+                .iter()
+                .filter_map(|k| crate::peers::rpc_secret_from_key(k).ok())
+                .collect();
+            *cached = (keys, Arc::new(secrets));
+        }
+        cached.1.clone()
+    }
+
+    /// Server calls carry the secret of the gossip keyring's primary key (when the cluster
+    /// proves itself by secret), so a rotated-to key is what new servers configure.
+    pub(crate) fn follow_keyring_secret(&self) {
+        if self.inner.cfg.rpc_secret.is_none() {
+            return;
+        }
+        let primary = self
+            .inner
+            .gossip
+            .as_ref()
+            .and_then(|g| g.keys().first().cloned());
+        if let Some(secret) = primary.and_then(|k| crate::peers::rpc_secret_from_key(&k).ok()) {
+            self.inner.rpc_client.set_auth(Some(secret));
+        }
+    }
+
+    /// Gossip membership, when the server has a serf port.
+    pub fn gossip(&self) -> Option<&gossip::Gossip> {
+        self.inner.gossip.as_ref()
     }
 
     pub(crate) fn join_addrs(&self) -> &std::sync::Mutex<Vec<String>> {
@@ -335,14 +483,56 @@ impl Server {
         self.inner.http_addr.get().map_or("", String::as_str)
     }
 
+    /// The raft members, named and described as gossip knows them (a member gossip does not
+    /// know is `server-<raft id>.<region>`).
     pub fn members(&self) -> Vec<Member> {
-        let leader = self.inner.raft.leader().map(|(id, _)| id);
+        let known = self.serf_members();
         self.inner
             .raft
             .members()
             .into_iter()
-            .map(|(id, addr)| Member {
-                name: if id == self.inner.node_id {
+            .filter_map(|(id, addr)| {
+                // Gossip may list a server twice (an old failed entry); the live one first.
+                let mut m = known
+                    .iter()
+                    .filter(|m| m.raft_id == id)
+                    .min_by_key(|m| m.status != "alive")?
+                    .clone();
+                m.addr = self.current_addr(id, addr);
+                Some(m)
+            })
+            .collect()
+    }
+
+    /// The servers this one knows, as `/v1/agent/members` lists them: every gossip member
+    /// (with its status), then any raft member gossip has not reported (a cluster joined by
+    /// RPC, or no serf port).
+    pub fn serf_members(&self) -> Vec<Member> {
+        let leader = self.inner.raft.leader().map(|(id, _)| id);
+        let mut out: Vec<Member> = self
+            .inner
+            .gossip
+            .iter()
+            .flat_map(|g| g.members().iter().cloned().collect::<Vec<_>>())
+            .map(|m| Member {
+                name: m.id.meta.name.clone(),
+                addr: m.id.meta.rpc_addr.clone(),
+                raft_id: m.id.meta.raft_id,
+                leader: Some(m.id.meta.raft_id) == leader && m.status == gossip::Status::Alive,
+                status: m.status.as_str().to_string(),
+                serf_addr: m.id.addr.to_string(),
+                datacenter: m.id.meta.datacenter.clone(),
+                region: m.id.meta.region.clone(),
+                build: m.id.meta.build.clone(),
+            })
+            .collect();
+        for (id, addr) in self.inner.raft.members() {
+            if out.iter().any(|m| m.raft_id == id) {
+                continue;
+            }
+            let me = id == self.inner.node_id;
+            out.push(Member {
+                name: if me {
                     format!("{}.{}", self.inner.cfg.name, self.inner.cfg.region)
                 } else {
                     format!("server-{id}.{}", self.inner.cfg.region)
@@ -350,8 +540,22 @@ impl Server {
                 addr: self.current_addr(id, addr),
                 raft_id: id,
                 leader: Some(id) == leader,
-            })
-            .collect()
+                status: "alive".into(),
+                serf_addr: String::new(),
+                datacenter: if me {
+                    self.inner.cfg.datacenter.clone()
+                } else {
+                    String::new()
+                },
+                region: self.inner.cfg.region.clone(),
+                build: if me {
+                    env!("CARGO_PKG_VERSION").to_string()
+                } else {
+                    String::new()
+                },
+            });
+        }
+        out
     }
 
     /// Waits until the cluster has a leader.
@@ -395,6 +599,9 @@ impl Server {
     /// Stops serving rpc and shuts raft down.
     pub async fn shutdown(&self) {
         let _ = self.inner.shutdown.send(true);
+        if let Some(g) = &self.inner.gossip {
+            g.shutdown();
+        }
         // #4: the leader loops stop on the same signal; let them finish their raft writes first.
         self.inner.leadership.wait_stopped().await;
         if let Err(e) = self.inner.raft.shutdown().await {
@@ -445,45 +652,74 @@ impl Server {
     }
 
     /// On the leader: the index its state has applied, which covers every write it acknowledged.
-    pub(crate) fn read_index_local(&self) -> Result<u64, ServerError> {
+    pub(crate) async fn read_index_local(&self) -> Result<u64, ServerError> {
         if !self.is_leader() {
             return Err(ServerError::new(
                 rpc::ErrorCode::NoLeader,
                 "not the leader: ask the leader for its read index",
             ));
         }
-        Ok(self.state().latest_index())
+        self.raft()
+            .read_index()
+            .await
+            .map_err(|e| ServerError::new(rpc::ErrorCode::NoLeader, e.to_string()))
     }
 
-    /// A read barrier for reads that are not `?stale` (Nomad forwards those to the leader): a
-    /// follower asks the leader for its applied index and waits, bounded, to have applied as
-    /// much, so a write acknowledged anywhere is visible to a read served here afterwards. The
-    /// leader itself, or a follower that knows no leader or cannot reach it in time, serves what
-    /// it has (the reply's `X-Nomad-KnownLeader` and `LastContact` tell how fresh that is).
-    pub async fn read_barrier(&self) {
-        if self.is_leader() {
-            return;
-        }
-        let Some(leader) = self.leader_addr() else {
-            return;
+    /// A read barrier for reads that are not `?stale`: afterwards this server has applied
+    /// every write acknowledged before the barrier began, anywhere in the cluster. The leader
+    /// confirms with a quorum that it still leads (Raft's ReadIndex); a follower asks the leader
+    /// for that index and waits to have applied as much. When neither can be done — no leader
+    /// known, or it cannot confirm — the read fails ("No cluster leader", as Nomad's) rather
+    /// than answer from a state that may have been overtaken (a leader cut off from its peers
+    /// would otherwise keep answering from its own).
+    pub async fn read_barrier(&self) -> Result<(), ServerError> {
+        let no_leader = |why: String| {
+            ServerError::new(
+                rpc::ErrorCode::NoLeader,
+                format!("No cluster leader ({why}); add ?stale to read this server's own state"),
+            )
         };
-        let index = match self
-            .forward_timeout::<crate::methods::ReadIndex>(&leader, &(), READ_BARRIER_WAIT)
-            .await
-        {
-            Ok(index) => index,
-            Err(e) => {
-                tracing::debug!(error = %e, "read barrier: the leader's index is unknown; serving a local read");
-                return;
+        // A server whose log cannot grow falls behind (and, leading, cannot vouch for itself).
+        if let Some(why) = self.raft().disk_stalled() {
+            return Err(ServerError::new(
+                rpc::ErrorCode::Unavailable,
+                format!(
+                    "this server's disk is full ({why}), so it may be behind; read through \
+                     another server, or add ?stale to read this server's own state"
+                ),
+            ));
+        }
+        // Right after an election the leader cannot confirm until it has committed an entry of
+        // its term, and a follower may learn the leader a moment late: both are retried briefly.
+        let deadline = tokio::time::Instant::now() + READ_BARRIER_WAIT;
+        let index = loop {
+            let attempt = if self.is_leader() {
+                self.raft()
+                    .read_index()
+                    .await
+                    .map_err(|e| no_leader(e.to_string()))
+            } else if let Some(leader) = self.leader_addr() {
+                self.forward_timeout::<crate::methods::ReadIndex>(&leader, &(), READ_BARRIER_WAIT)
+                    .await
+                    .map_err(|e| no_leader(format!("the leader's read index: {e}")))
+            } else {
+                Err(no_leader("this server knows no leader".into()))
+            };
+            match attempt {
+                Ok(index) => break index,
+                Err(e) if tokio::time::Instant::now() >= deadline => return Err(e),
+                Err(_) => tokio::time::sleep(READ_BARRIER_RETRY).await,
             }
         };
-        if self.state().latest_index() >= index {
-            return;
-        }
-        let deadline = tokio::time::Instant::now() + READ_BARRIER_WAIT;
-        self.state()
-            .wait_for(&[], index.saturating_sub(1), deadline)
-            .await;
+        // Raft's applied index counts every entry, the blank one each new leader writes too.
+        self.raft()
+            .wait_applied(index, READ_BARRIER_WAIT)
+            .await
+            .map_err(|_| {
+                no_leader(format!(
+                    "this server has not applied the leader's index {index} yet"
+                ))
+            })
     }
 
     /// Sends a request to the leader's rpc endpoint `M`.
@@ -517,6 +753,20 @@ async fn wait_for_true(mut rx: watch::Receiver<bool>) {
         if rx.changed().await.is_err() {
             return;
         }
+    }
+}
+
+/// A raft store that cannot be trusted, said with the recovery command for this data dir.
+fn damaged_store(server_dir: &std::path::Path, e: raft::RaftError) -> ServerError {
+    match e {
+        e @ raft::RaftError::Damaged { .. } => {
+            let agent_dir = server_dir.parent().unwrap_or(server_dir);
+            ServerError::internal(format!(
+                "raft: {e} (here: caravan operator raft recover -data-dir {})",
+                agent_dir.display()
+            ))
+        }
+        other => ServerError::from(other),
     }
 }
 

@@ -113,15 +113,6 @@ struct TlsSetup {
 
 /// Security settings are honoured or refused, never ignored.
 fn security_settings(cfg: &AgentConfig) -> Result<TlsSetup> {
-    if let Some(acl) = &cfg.acl {
-        if acl
-            .replication_token
-            .as_deref()
-            .is_some_and(|t| !t.is_empty())
-        {
-            bail!("acl.replication_token: ACL replication between regions is not supported yet (federation); remove it");
-        }
-    }
     let Some(tls) = &cfg.tls else {
         return Ok(TlsSetup::default());
     };
@@ -226,6 +217,13 @@ pub fn run(args: AgentArgs) -> Result<i32> {
 /// A client-only agent: runs tasks for the servers in `client { servers }`; its HTTP API answers
 /// the client paths itself and forwards everything else to a server.
 async fn run_client_agent(cfg: AgentConfig, dev: bool, tls: TlsSetup) -> Result<i32> {
+    if cfg.leave_on_interrupt == Some(true) || cfg.leave_on_terminate == Some(true) {
+        eprintln!(
+            "==> Warning: leave_on_interrupt / leave_on_terminate are not used by a client-only \
+             agent: they make a server leave gossip (a client's node stays registered and is \
+             marked down when its heartbeats stop)"
+        );
+    }
     let (data_dir, _temp) = data_dir(&cfg, dev)?;
     let servers: Vec<String> = cfg
         .client
@@ -379,6 +377,11 @@ async fn run_agent(
     let addresses = cfg.addresses.clone().unwrap_or_default();
     let http_addr = listen_addr(&cfg, addresses.http.as_ref(), ports.http.unwrap_or(4646))?;
     let rpc_addr = listen_addr(&cfg, addresses.rpc.as_ref(), ports.rpc.unwrap_or(4647))?;
+    let serf_addr = listen_addr(
+        &cfg,
+        addresses.serf.as_ref(),
+        ports.serf.unwrap_or(gossip::DEFAULT_SERF_PORT),
+    )?;
     let region = cfg.region.clone().unwrap_or_else(|| "global".into());
     let datacenter = cfg.datacenter.clone().unwrap_or_else(|| "dc1".into());
     let name = cfg.name.clone().unwrap_or_else(hostname);
@@ -475,6 +478,31 @@ async fn run_agent(
         bail!("acl.token_min_expiration_ttl is longer than acl.token_max_expiration_ttl");
     }
     apply_autopilot(&cfg, &mut server_cfg)?;
+    // ACL replication from the authoritative region (Nomad's), which needs the region's
+    // management token; a setting that would do nothing is refused, never ignored.
+    let replication_token = cfg
+        .acl
+        .as_ref()
+        .and_then(|a| a.replication_token.clone())
+        .filter(|t| !t.is_empty());
+    let authoritative = server_cfg_block
+        .authoritative_region
+        .clone()
+        .filter(|r| !r.is_empty());
+    match (&authoritative, &replication_token) {
+        (Some(a), None) if *a != region && server_cfg.acl_enabled => bail!(
+            "server.authoritative_region = {a:?} is another region: set acl {{ replication_token }} to a management token of {a:?} so ACLs replicate from it"
+        ),
+        (None, Some(_)) => bail!(
+            "acl.replication_token is set but server.authoritative_region is not: name the region ACLs replicate from"
+        ),
+        (Some(a), Some(_)) if *a != region && !server_cfg.acl_enabled => bail!(
+            "ACL replication from {a:?} needs ACLs on here too (acl {{ enabled = true }})"
+        ),
+        _ => {}
+    }
+    server_cfg.authoritative_region = authoritative;
+    server_cfg.replication_token = replication_token;
     // An explicit `advertise { rpc }` wins; otherwise the server advertises the address it bound
     // (so port 0 works).
     server_cfg.rpc_advertise = cfg.advertise.as_ref().and_then(|a| a.rpc.clone());
@@ -497,6 +525,49 @@ async fn run_agent(
              or list them in server_join {{ retry_join = [...] }}",
             server_cfg.bootstrap_expect
         );
+    }
+
+    // Gossip on the serf port, as Nomad's servers: `advertise { serf }` (a bare host takes the
+    // bound port); on loopback memberlist's LAN timings (a failed server shows in seconds),
+    // otherwise the WAN timings Nomad's servers use.
+    server_cfg.serf_bind = Some(serf_addr);
+    server_cfg.serf_advertise = match cfg
+        .advertise
+        .as_ref()
+        .and_then(|a| a.serf.clone())
+        .filter(|h| !h.is_empty())
+    {
+        Some(h) => Some(match h.parse::<std::net::SocketAddr>() {
+            Ok(a) => a,
+            // A bare IP takes the bound port (0 here; gossip fills in the bound one).
+            Err(_) => h
+                .trim_matches(['[', ']'])
+                .parse::<std::net::IpAddr>()
+                .map(|ip| std::net::SocketAddr::new(ip, 0))
+                .with_context(|| {
+                    format!(
+                        "advertise {{ serf = {h:?} }}: give an IP address, with or without a port (host names are not supported yet)"
+                    )
+                })?,
+        }),
+        None => None,
+    };
+    let loopback = server_cfg
+        .serf_advertise
+        .map_or(serf_addr.ip(), |a| a.ip())
+        .is_loopback();
+    server_cfg.gossip_timing = if loopback {
+        gossip::Timing::Lan
+    } else {
+        gossip::Timing::Wan
+    };
+    if let Some(key) = server_cfg_block
+        .encrypt
+        .as_deref()
+        .filter(|k| !k.is_empty())
+    {
+        gossip::decode_key(key).map_err(|e| anyhow::anyhow!("server {{ encrypt }}: {e}"))?;
+        server_cfg.gossip_keys = vec![key.to_string()];
     }
 
     server_cfg.tls = tls.rpc.clone();
@@ -559,10 +630,14 @@ async fn run_agent(
         config: serde_json::to_value(&cfg).unwrap_or_default(),
         enable_debug: cfg.enable_debug.unwrap_or(false),
     };
+    let rpc_and_serf = match server.gossip() {
+        Some(g) => format!("{}; Serf: {}", server.rpc_addr(), g.local().addr),
+        None => server.rpc_addr().to_string(),
+    };
     print_banner(
         &cfg,
         http_bound,
-        Some(server.rpc_addr()),
+        Some(&rpc_and_serf),
         &region,
         &datacenter,
         client_enabled,
@@ -615,8 +690,18 @@ async fn run_agent(
     let http = tokio::spawn(httpapi::serve(listener, state, http_tls, ui, async move {
         let _ = stop_rx.await;
     }));
-    wait_for_signal().await;
+    let signal = wait_for_signal().await;
     println!("==> Caught signal: shutting down");
+    // A server that leaves says so in gossip (the others list it `left`, not `failed`), as
+    // Nomad's `leave_on_interrupt` / `leave_on_terminate` (both off by default for servers).
+    let leave = match signal {
+        Stop::Interrupt => cfg.leave_on_interrupt.unwrap_or(false),
+        Stop::Terminate => cfg.leave_on_terminate.unwrap_or(false),
+    };
+    if leave {
+        println!("==> Gracefully leaving the cluster");
+        server.leave().await;
+    }
     let _ = stop_tx.send(());
     let _ = http.await;
     if let Some((node_client, _conn)) = node_client {
@@ -1373,7 +1458,14 @@ fn plugin_enabled(cfg: &AgentConfig, name: &str) -> bool {
         })
 }
 
-async fn wait_for_signal() {
+/// The signal that stopped the agent.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Interrupt,
+    Terminate,
+}
+
+async fn wait_for_signal() -> Stop {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
@@ -1382,16 +1474,19 @@ async fn wait_for_signal() {
                 Ok(s) => s,
                 Err(_) => {
                     let _ = ctrl_c.await;
-                    return;
+                    return Stop::Interrupt;
                 }
             };
         tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+            _ = ctrl_c => Stop::Interrupt,
+            _ = term.recv() => Stop::Terminate,
         }
     }
     #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+    {
+        let _ = ctrl_c.await;
+        Stop::Interrupt
+    }
 }
 
 fn print_banner(

@@ -24,6 +24,47 @@ pub enum OperatorCommand {
     /// Show or change the Autopilot configuration, and the servers' health
     #[command(subcommand)]
     Autopilot(super::operator_autopilot::AutopilotCommand),
+    /// The servers' gossip encryption keys
+    #[command(subcommand)]
+    Gossip(GossipCommand),
+}
+
+#[derive(Subcommand)]
+pub enum GossipCommand {
+    /// List, install, use, remove or generate gossip encryption keys
+    #[command(subcommand)]
+    Keyring(GossipKeyringCommand),
+}
+
+#[derive(Subcommand)]
+pub enum GossipKeyringCommand {
+    /// List the keys every live server holds, with how many hold each
+    List(GossipKeyringListArgs),
+    /// Install a key on every live server (it decrypts; it encrypts once used)
+    Install(GossipKeyArgs),
+    /// Make an installed key the one every live server encrypts with
+    Use(GossipKeyArgs),
+    /// Remove a key that is not in use from every live server
+    Remove(GossipKeyArgs),
+    /// Print a new random key (base64 of 32 bytes), for `server { encrypt }` or install
+    Generate,
+}
+
+#[derive(Args)]
+pub struct GossipKeyringListArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// Print the answer as JSON
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct GossipKeyArgs {
+    #[command(flatten)]
+    api: ApiFlags,
+    /// The key (base64)
+    key: String,
 }
 
 #[derive(Subcommand)]
@@ -170,6 +211,22 @@ pub enum RaftCommand {
     RemovePeer(RemovePeerArgs),
     /// Hand leadership to the given server (the leader steps down)
     TransferLeadership(RemovePeerArgs),
+    /// Check a stopped server's raft data as a start would, and describe it (offline; exit 1 when
+    /// it is damaged)
+    Info(RaftDataArgs),
+    /// Set a stopped server's damaged raft data aside, so that it rejoins its peers under a new
+    /// raft identity and copies the state from the leader (offline)
+    Recover(RaftDataArgs),
+}
+
+#[derive(Args)]
+pub struct RaftDataArgs {
+    /// The agent's data dir (its `data_dir`; the server's raft data is in `server/raft` under it)
+    #[arg(long = "data-dir")]
+    data_dir: std::path::PathBuf,
+    /// Print the answer as JSON (info)
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -198,6 +255,8 @@ pub fn run(cmd: OperatorCommand) -> i32 {
         OperatorCommand::Raft(RaftCommand::ListPeers(a)) => list_peers(a),
         OperatorCommand::Raft(RaftCommand::RemovePeer(a)) => remove_peer(a),
         OperatorCommand::Raft(RaftCommand::TransferLeadership(a)) => transfer_leadership(a),
+        OperatorCommand::Raft(RaftCommand::Info(a)) => raft_info(a),
+        OperatorCommand::Raft(RaftCommand::Recover(a)) => raft_recover(a),
         OperatorCommand::Snapshot(SnapshotCommand::Save(a)) => snapshot_save(a),
         OperatorCommand::Snapshot(SnapshotCommand::Restore(a)) => snapshot_restore(a),
         OperatorCommand::Root(RootCommand::Keyring(KeyringCommand::List(a))) => keyring_list(a),
@@ -207,7 +266,171 @@ pub fn run(cmd: OperatorCommand) -> i32 {
         OperatorCommand::Scheduler(SchedulerCommand::GetConfig(a)) => scheduler_get_config(a),
         OperatorCommand::Scheduler(SchedulerCommand::SetConfig(a)) => scheduler_set_config(a),
         OperatorCommand::Autopilot(cmd) => super::operator_autopilot::run(cmd),
+        OperatorCommand::Gossip(GossipCommand::Keyring(cmd)) => gossip_keyring(cmd),
     }
+}
+
+/// `operator raft info -data-dir`: what a start would find in a stopped server's raft data.
+fn raft_info(a: RaftDataArgs) -> i32 {
+    let server_dir = a.data_dir.join("server");
+    let info = match server::offline::inspect(&server_dir) {
+        Ok(info) => info,
+        Err(e) => {
+            eprintln!("Error: {e}");
+            return 1;
+        }
+    };
+    let id = server::offline::server_id(&server_dir);
+    let opt = |v: Option<u64>| v.map_or("none".to_string(), |v| v.to_string());
+    if a.json {
+        let v = serde_json::json!({
+            "Dir": info.dir, "ServerID": id.map(|i| i.to_string()), "LogBytes": info.log_bytes,
+            "FirstIndex": info.first_index, "LastIndex": info.last_index, "LastTerm": info.last_term,
+            "Entries": info.entries, "LastPurgedIndex": info.last_purged,
+            "CommittedIndex": info.committed, "VoteTerm": info.vote_term,
+            "SnapshotIndex": info.snapshot_index, "SnapshotTerm": info.snapshot_term,
+            "SnapshotBytes": info.snapshot_bytes, "Check": "ok",
+        });
+        println!("{}", super::output::json_pretty(&v));
+        return 0;
+    }
+    let log = match (info.first_index, info.last_index) {
+        (Some(first), Some(last)) => format!(
+            "{} entries, {first} to {last} (last term {}), {} bytes",
+            info.entries,
+            opt(info.last_term),
+            info.log_bytes
+        ),
+        _ => format!("no entries, {} bytes", info.log_bytes),
+    };
+    let snapshot = match info.snapshot_index {
+        Some(index) => format!(
+            "index {index}, term {}, {} bytes",
+            opt(info.snapshot_term),
+            opt(info.snapshot_bytes)
+        ),
+        None => "none".to_string(),
+    };
+    println!(
+        "{}",
+        super::output::format_kv(&[
+            ("Raft data", info.dir.clone()),
+            ("Server ID", opt(id)),
+            ("Log", log),
+            ("Last purged index", opt(info.last_purged)),
+            ("Committed index", opt(info.committed)),
+            ("Vote term", opt(info.vote_term)),
+            ("Snapshot", snapshot),
+            (
+                "Check",
+                "ok: checksums, entries and snapshot agree".to_string()
+            ),
+        ])
+    );
+    0
+}
+
+/// `operator raft recover -data-dir`: the documented way out of a damaged raft store.
+fn raft_recover(a: RaftDataArgs) -> i32 {
+    let server_dir = a.data_dir.join("server");
+    match server::offline::recover(&server_dir) {
+        Ok(done) => {
+            println!("Moved the raft data aside to {}", done.moved_to.display());
+            match done.old_id {
+                Some(id) => {
+                    println!("Retired raft ID {id}; the server takes a new one when it starts.");
+                    println!(
+                        "Start the agent: it joins its peers as a new server and copies the state from the leader;"
+                    );
+                    println!(
+                        "joining on its old address removes the old ID. Elsewhere: caravan operator raft remove-peer -peer-id {id}"
+                    );
+                }
+                None => println!("Start the agent: it joins its peers as a new server."),
+            }
+            println!(
+                "A server without peers starts a new cluster: restore its state with caravan operator snapshot restore <file>."
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("Error: {}", e.message);
+            1
+        }
+    }
+}
+
+/// `operator gossip keyring …`: Nomad's output — the keys and how many servers hold each, and
+/// any server that failed; exit 1 when one did.
+fn gossip_keyring(cmd: GossipKeyringCommand) -> i32 {
+    let (api, op, key, json) = match cmd {
+        GossipKeyringCommand::Generate => {
+            println!("{}", gossip::generate_key());
+            return 0;
+        }
+        GossipKeyringCommand::List(a) => (a.api, "list", String::new(), a.json),
+        GossipKeyringCommand::Install(a) => (a.api, "install", a.key, false),
+        GossipKeyringCommand::Use(a) => (a.api, "use", a.key, false),
+        GossipKeyringCommand::Remove(a) => (a.api, "remove", a.key, false),
+    };
+    if op != "list" {
+        if let Err(e) = gossip::decode_key(&key) {
+            eprintln!("Error: {e}");
+            return 1;
+        }
+    }
+    let client = match api.client() {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return 1;
+        }
+    };
+    block_on(async {
+        let answer = if op == "list" {
+            client.gossip_keyring_list().await
+        } else {
+            client.gossip_keyring_op(op, &key).await
+        };
+        match answer {
+            Ok(r) => {
+                for (node, msg) in &r.messages {
+                    eprintln!("    {node}: {msg}");
+                }
+                if json {
+                    let v = serde_json::json!({"Keys": r.keys, "Messages": r.messages, "NumNodes": r.num_nodes});
+                    println!("{}", super::output::json_pretty(&v));
+                } else if op == "list" {
+                    println!("==> Gathering installed encryption keys...");
+                    let mut lines: Vec<Vec<String>> = vec![row!["Key", "Servers"]];
+                    lines.extend(
+                        r.keys
+                            .iter()
+                            .map(|(k, n)| vec![k.clone(), format!("[{n}/{}]", r.num_nodes)]),
+                    );
+                    println!("{}", format_list(&lines));
+                } else {
+                    let verb = match op {
+                        "install" => "Installing new gossip encryption key",
+                        "use" => "Changing primary gossip encryption key",
+                        _ => "Removing gossip encryption key",
+                    };
+                    println!("==> {verb}...");
+                }
+                if r.messages.is_empty() {
+                    0
+                } else {
+                    eprintln!(
+                        "Error: {} of {} servers failed",
+                        r.messages.len(),
+                        r.num_nodes
+                    );
+                    1
+                }
+            }
+            Err(e) => fail("error", &e),
+        }
+    })
 }
 
 /// Nomad's `operator scheduler get-config` table.

@@ -51,6 +51,33 @@ pub fn mock_dev_agent(name: &str) -> Agent {
     agent
 }
 
+/// `caravan agent <args> -data-dir <dir>/data -config <dir>/extra.hcl` in a fresh dir named after
+/// `name`, `config` being that file; `start`: wait for a leader, else only for the addresses.
+pub fn agent_with_config(name: &str, args: &[&str], config: &str, start: bool) -> (Agent, PathBuf) {
+    let dir = temp_dir(name);
+    let data = dir.join("data").display().to_string();
+    let extra = dir.join("extra.hcl");
+    std::fs::write(&extra, config).unwrap();
+    let extra = extra.display().to_string();
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["-data-dir", &data, "-config", &extra]);
+    let agent = if start {
+        Agent::start(&dir, &all)
+    } else {
+        Agent::spawn(&dir, &all)
+    };
+    (agent, dir)
+}
+
+/// `server_join { retry_join = [join] }` for inside a `server` block; empty without an address.
+pub fn retry_join(join: &str) -> String {
+    if join.is_empty() {
+        String::new()
+    } else {
+        format!("  server_join {{\n    retry_join = [\"{join}\"]\n  }}\n")
+    }
+}
+
 /// A `caravan agent -server` in a fresh dir named after `name`, with `extra` agent configuration
 /// (empty: none), once it leads; with its rpc address.
 pub fn server_agent(name: &str, extra: &str) -> (Agent, String) {
@@ -74,6 +101,8 @@ pub struct Agent {
     pub http: String,
     /// The server's rpc address (empty for a client-only agent).
     pub rpc: String,
+    /// The server's gossip (serf) address (empty for a client-only agent).
+    pub serf: String,
     /// The agent's last log lines, shown when a wait on it times out.
     recent: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
 }
@@ -117,7 +146,7 @@ impl Agent {
         let cfg = dir.join("agent.hcl");
         std::fs::write(
             &cfg,
-            "bind_addr = \"127.0.0.1\"\nports {\n  http = 0\n  rpc = 0\n}\nlog_level = \"WARN\"\n",
+            "bind_addr = \"127.0.0.1\"\nports {\n  http = 0\n  rpc = 0\n  serf = 0\n}\nlog_level = \"WARN\"\n",
         )
         .unwrap();
         let mut child = Command::new(bin())
@@ -136,6 +165,7 @@ impl Agent {
         let keep = std::sync::Arc::clone(&recent);
         std::thread::spawn(move || {
             let mut rpc = String::new();
+            let mut serf = String::new();
             // CARAVAN_TEST_LOGS=1 shows the agents' logs (they go to stdout) on the test's stderr.
             let show = std::env::var_os("CARAVAN_TEST_LOGS").is_some();
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -150,22 +180,27 @@ impl Agent {
                 }
                 if line.contains("Advertise Addrs") {
                     if let Some(r) = line.split("RPC: ").nth(1) {
+                        let r = r.split(';').next().unwrap_or_default();
                         rpc = r.trim().to_string();
+                    }
+                    if let Some(s) = line.split("Serf: ").nth(1) {
+                        serf = s.trim().to_string();
                     }
                 }
                 if let Some(rest) = line.split("HTTP: [").nth(1) {
                     let http = rest.split(']').next().unwrap_or_default().to_string();
-                    let _ = tx.send((http, rpc.clone()));
+                    let _ = tx.send((http, rpc.clone(), serf.clone()));
                 }
             }
         });
-        let (addr, rpc) = rx
+        let (addr, rpc, serf) = rx
             .recv_timeout(START_DEADLINE)
             .expect("the agent printed its HTTP address");
         Agent {
             child,
             http: format!("http://{addr}"),
             rpc,
+            serf,
             recent,
         }
     }

@@ -205,7 +205,7 @@ pub(crate) fn health(server: &Server) -> OperatorHealthReply {
                     matched.get(&m.raft_id).copied().flatten()
                 },
             };
-            let verdict = judge(
+            let mut verdict = judge(
                 &cfg,
                 stats.term,
                 stats.last_log_index,
@@ -213,6 +213,12 @@ pub(crate) fn health(server: &Server) -> OperatorHealthReply {
                 since_leader,
                 &observed,
             );
+            // Where gossip knows the server, its word is the serf status (as Nomad's), and a
+            // server gossip does not see alive is not healthy, whatever raft says.
+            if !m.serf_addr.is_empty() && m.status != "alive" {
+                verdict.alive = false;
+                verdict.healthy = false;
+            }
             (m, observed, verdict)
         })
         .collect();
@@ -230,8 +236,16 @@ pub(crate) fn health(server: &Server) -> OperatorHealthReply {
                 id: o.id.to_string(),
                 name: m.name,
                 address: m.addr,
-                serf_status: if v.alive { "alive" } else { "failed" }.to_string(),
-                version: if o.leader {
+                serf_status: if !m.serf_addr.is_empty() {
+                    m.status.clone()
+                } else if v.alive {
+                    "alive".to_string()
+                } else {
+                    "failed".to_string()
+                },
+                version: if !m.build.is_empty() {
+                    m.build.clone()
+                } else if o.leader {
                     env!("CARGO_PKG_VERSION").to_string()
                 } else {
                     String::new()
@@ -318,6 +332,20 @@ pub(crate) async fn run(server: Server, mut stop: watch::Receiver<bool>) {
         let now = health(&server);
         let cfg = server.autopilot_config();
         promote_stable(&server, &now, &cfg).await;
+        // A server that left gossip on purpose (or was force-left) leaves raft too, as Nomad's
+        // leader reconciles a `left` serf member: one at a time, never this one.
+        let me = server.node_id();
+        let left = server
+            .members()
+            .into_iter()
+            .find(|m| m.raft_id != me && !m.serf_addr.is_empty() && m.status == "left");
+        if let Some(m) = left {
+            tracing::info!(server_id = m.raft_id, name = %m.name, "removing a server that left from raft");
+            if let Err(e) = server.raft().remove_member(m.raft_id).await {
+                tracing::warn!(server_id = m.raft_id, error = %e, "removing a server that left failed");
+            }
+            continue;
+        }
         if !cfg.cleanup_dead_servers {
             continue;
         }
@@ -345,8 +373,11 @@ pub(crate) async fn run(server: Server, mut stop: watch::Receiver<bool>) {
                 server_id = dead,
                 "autopilot: removing a non-voter that stopped answering"
             );
+            let name = name_of(&server, dead);
             if let Err(e) = raft.remove_member(dead).await {
                 tracing::warn!(server_id = dead, error = %e, "autopilot: removing a dead non-voter failed");
+            } else {
+                left_in_gossip(&server, name).await;
             }
             continue;
         }
@@ -366,9 +397,31 @@ pub(crate) async fn run(server: Server, mut stop: watch::Receiver<bool>) {
             ?after,
             "autopilot: removing a server that stopped answering"
         );
+        let name = name_of(&server, dead);
         if let Err(e) = raft.remove_member(dead).await {
             tracing::warn!(server_id = dead, error = %e,
                 "autopilot: removing a dead server failed");
+        } else {
+            left_in_gossip(&server, name).await;
+        }
+    }
+}
+
+/// Raft member `id`'s serf address, if gossip knows it (unique, where names may repeat).
+fn name_of(server: &Server, id: u64) -> Option<String> {
+    server
+        .members()
+        .into_iter()
+        .find(|m| m.raft_id == id && !m.serf_addr.is_empty())
+        .map(|m| m.serf_addr)
+}
+
+/// A dead server autopilot removed is `left` in gossip too (Nomad's RemoveFailedNode), so
+/// `server members` stops listing it failed.
+async fn left_in_gossip(server: &Server, name: Option<String>) {
+    if let (Some(g), Some(name)) = (server.gossip(), name) {
+        if let Err(e) = g.force_leave(&name, false).await {
+            tracing::debug!(%name, error = %e, "autopilot: gossip keeps the removed server");
         }
     }
 }

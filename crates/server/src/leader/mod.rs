@@ -22,6 +22,7 @@ mod follow;
 pub(crate) mod gc;
 mod heartbeat;
 pub(crate) mod limits;
+pub(crate) mod multiregion;
 pub(crate) mod periodic;
 mod plan_apply;
 pub mod pool;
@@ -123,7 +124,7 @@ impl Leadership {
             node_id: node_id.to_owned(),
             ttl_ns: i64::try_from(ttl.as_nanos()).unwrap_or(i64::MAX),
         };
-        let commands = engine.handle(event, crate::endpoints::now_nanos());
+        let commands = engine.handle(event, heartbeat::mono_nanos());
         debug_assert!(commands.is_empty());
         ttl
     }
@@ -155,7 +156,7 @@ impl Leadership {
     fn heartbeat_event(&self, event: heartbeat::Event) {
         let mut guard = self.heartbeats.lock().expect("heartbeat lock");
         if let Some(engine) = guard.as_mut() {
-            let commands = engine.handle(event, crate::endpoints::now_nanos());
+            let commands = engine.handle(event, heartbeat::mono_nanos());
             debug_assert!(commands.is_empty());
         }
     }
@@ -278,7 +279,7 @@ impl LeaderLoops {
             let nodes = timed_nodes(&server.state().snapshot());
             engine.handle(
                 heartbeat::Event::LeaderGained { nodes },
-                crate::endpoints::now_nanos(),
+                heartbeat::mono_nanos(),
             );
             *guard = Some(engine);
         }
@@ -290,9 +291,11 @@ impl LeaderLoops {
         tasks.spawn(periodic::periodic_task(server.clone(), stop_rx.clone()));
         // Stateless: the leader's own view of its peers.
         tasks.spawn(autopilot::run(server.clone(), stop_rx.clone()));
+        tasks.spawn(multiregion::run(server.clone(), stop_rx.clone()));
         // Stateless: each claim's checkpoint says where its release stands.
         tasks.spawn(volumes::run(server.clone(), stop_rx.clone()));
         tasks.spawn(crate::acl::expire_loop(server.clone(), stop_rx.clone()));
+        tasks.spawn(crate::replication::run(server.clone(), stop_rx.clone()));
         tasks.spawn(crate::variables::leader_loop(
             server.clone(),
             stop_rx.clone(),
@@ -317,7 +320,7 @@ impl LeaderLoops {
         leadership.running.store(false, Ordering::SeqCst);
         *leadership.broker.lock().expect("broker lock") = None;
         if let Some(mut engine) = leadership.heartbeats.lock().expect("heartbeat lock").take() {
-            engine.handle(heartbeat::Event::LeaderLost, crate::endpoints::now_nanos());
+            engine.handle(heartbeat::Event::LeaderLost, heartbeat::mono_nanos());
         }
         let _ = self.stop.send(true);
         let joined = tokio::time::timeout(limits::LEADER_STOP_WAIT, async {
