@@ -55,8 +55,9 @@ struct Builder;
 impl StoreBuilder<TypeConfig, LogStore, SmStore, TempDir> for Builder {
     async fn build(&self) -> Result<(TempDir, LogStore, SmStore), StorageError<TypeConfig>> {
         let dir = TempDir::new("suite");
-        let log = LogStore::open(&dir.0.join("raft.redb")).unwrap();
-        let files = SnapshotFiles::open(&dir.0.join("snapshots")).unwrap();
+        let guard = Arc::new(crate::disk::DiskGuard::new(&dir.0, 0));
+        let log = LogStore::open(&dir.0.join("raft.redb"), guard.clone()).unwrap();
+        let files = SnapshotFiles::open(&dir.0.join("snapshots"), guard).unwrap();
         let sm = SmStore::new(Arc::new(Concat::default()), Arc::new(files));
         Ok((dir, log, sm))
     }

@@ -14,10 +14,13 @@
 //! last purged entry (recorded durably, with the purge) to its tail; a snapshot file is whole
 //! or absent, never torn. All limits live in [`limits`].
 
+mod disk;
+mod integrity;
 pub mod limits;
 mod log_store;
 mod network;
 mod node;
+pub mod rt;
 mod snapshot;
 mod state_machine;
 mod types;
@@ -25,5 +28,7 @@ mod types;
 #[cfg(test)]
 mod conformance;
 
+pub use integrity::{aside_path, inspect, move_aside, Inspection};
+pub use network::{SimNet, Transport};
 pub use node::{RaftConfig, RaftError, RaftNode, RaftStats};
 pub use state_machine::{SnapshotWriter, StateMachine};

@@ -9,7 +9,12 @@
 //!
 //! The log is always contiguous: appends extend the tail, `truncate_after` cuts the tail,
 //! `purge` cuts the head and records `last_purged` in the same transaction.
+//!
+//! A full disk is waited out, not failed ([`DiskGuard`]): a write first waits for the reserve; one
+//! that fails for lack of space anyway leaves redb refusing everything, so the database is closed
+//! and opened again (readers meanwhile wait and retry) and the write is tried again.
 
+use crate::disk::DiskGuard;
 use crate::types::{Entry, LogId, TypeConfig, Vote};
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
@@ -21,8 +26,9 @@ use serde::{Deserialize, Serialize};
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
@@ -41,9 +47,140 @@ const SCHEMA_VERSION: u64 = 2;
 /// The log store; clones share the database and serve as openraft's log readers.
 #[derive(Clone)]
 pub(crate) struct LogStore {
-    db: Arc<Database>,
+    db: Arc<Slot>,
     /// Bytes of entries appended since the store was opened.
     appended: Arc<std::sync::atomic::AtomicU64>,
+    guard: Arc<DiskGuard>,
+    /// Whether `open` found no log and made a new one.
+    created: bool,
+}
+
+/// The open database, or none while it is being opened again after a failed write.
+struct Slot {
+    path: PathBuf,
+    current: Mutex<Option<Arc<Database>>>,
+}
+
+/// How long a reader that found the database closed (being opened again) waits before it looks
+/// again.
+const REOPEN_WAIT: Duration = Duration::from_millis(20);
+
+impl Slot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Arc<Database>>> {
+        self.current.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn get(&self) -> Option<Arc<Database>> {
+        self.lock().clone()
+    }
+
+    /// Closes the database after a failed write: redb refuses every operation after one failed
+    /// I/O until it is opened again. Waits for readers holding it to let go (they hold it only
+    /// for one read). Blocking.
+    fn close(&self) {
+        let mut slot = self.lock();
+        let Some(mut old) = slot.take() else {
+            return;
+        };
+        loop {
+            match Arc::try_unwrap(old) {
+                Ok(db) => {
+                    drop(db);
+                    return;
+                }
+                Err(still_shared) => {
+                    old = still_shared;
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+        }
+    }
+
+    /// The database, opened again if it was closed. Blocking.
+    fn reopen(&self) -> io::Result<Arc<Database>> {
+        let mut slot = self.lock();
+        if let Some(db) = &*slot {
+            return Ok(db.clone());
+        }
+        let db = Arc::new(
+            Database::builder()
+                .set_cache_size(LOG_CACHE_BYTES)
+                .create(&self.path)
+                .map_err(|e| redb_err("opening again", e))?,
+        );
+        tracing::info!(path = %self.path.display(), "raft: log store opened again");
+        *slot = Some(db.clone());
+        Ok(db)
+    }
+}
+
+/// Opens the log at start, checking every page's checksum first: a file damaged outside redb is
+/// an `InvalidData` error naming what redb found, never trusted (a plain open of one may panic
+/// inside redb; that is caught and reported the same way).
+fn open_db(path: &Path) -> io::Result<Database> {
+    let opened = std::panic::catch_unwind(|| {
+        Database::builder()
+            .set_cache_size(LOG_CACHE_BYTES)
+            .set_check_integrity_on_open(true)
+            .create(path)
+    });
+    let damaged = |what: String| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("the raft log {} is damaged: {what}", path.display()),
+        )
+    };
+    match opened {
+        Ok(Ok(db)) => Ok(db),
+        Ok(Err(redb::DatabaseError::Storage(redb::StorageError::Corrupted(what)))) => {
+            Err(damaged(what))
+        }
+        Ok(Err(redb::DatabaseError::DatabaseAlreadyOpen)) => Err(io::Error::new(
+            io::ErrorKind::ResourceBusy,
+            format!(
+                "the raft log {} is in use by another process (a running agent?)",
+                path.display()
+            ),
+        )),
+        Ok(Err(e)) => Err(io_err(&format!("opening {}", path.display()), e)),
+        Err(panic) => Err(damaged(format!(
+            "reading it failed inside redb: {}",
+            panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default()
+        ))),
+    }
+}
+
+/// A redb failure as an `io::Error` that keeps the OS error, so a full disk is recognized.
+fn redb_err(context: &str, e: impl Into<redb::Error>) -> io::Error {
+    match e.into() {
+        redb::Error::Io(inner) => match inner.raw_os_error() {
+            Some(code) => io::Error::from_raw_os_error(code),
+            None => io::Error::new(inner.kind(), format!("raft log store: {context}: {inner}")),
+        },
+        other => io_err(context, other),
+    }
+}
+
+/// Whether a failed read means the database awaits reopening (a write failed meanwhile).
+fn awaits_reopen(e: &redb::Error) -> bool {
+    matches!(e, redb::Error::PreviousIo | redb::Error::DatabaseClosed)
+}
+
+/// What [`LogStore::verify_blocking`] found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct LogSummary {
+    /// The first and last index held, and the last one's term.
+    pub first: Option<u64>,
+    pub last: Option<(u64, u64)>,
+    pub entries: u64,
+    pub last_purged: Option<u64>,
+    /// The term of the last vote this node saved.
+    pub vote_term: Option<u64>,
+    pub committed: Option<u64>,
 }
 
 /// Just the log id of a stored entry, without decoding its payload.
@@ -63,14 +200,16 @@ fn io_err(context: &str, e: impl std::fmt::Display) -> io::Error {
 
 impl LogStore {
     /// Opens (or creates) the store at `path`. Blocking.
-    pub fn open(path: &Path) -> io::Result<LogStore> {
-        let db = Database::builder()
-            .set_cache_size(LOG_CACHE_BYTES)
-            .create(path)
-            .map_err(|e| io_err(&format!("opening {}", path.display()), e))?;
+    pub fn open(path: &Path, guard: Arc<DiskGuard>) -> io::Result<LogStore> {
+        let db = open_db(path)?;
         let store = LogStore {
-            db: Arc::new(db),
+            db: Arc::new(Slot {
+                path: path.to_path_buf(),
+                current: Mutex::new(Some(Arc::new(db))),
+            }),
             appended: Arc::default(),
+            guard,
+            created: false,
         };
         let found = store.read_schema()?;
         match found {
@@ -85,12 +224,93 @@ impl LogStore {
                     ),
                 ))
             }
-            None => store.write_blocking(Durability::Immediate, |txn| {
-                txn.open_table(LOG)?;
-                put_schema(txn)
-            })?,
+            None => {
+                store.write_blocking(Durability::Immediate, |txn| {
+                    txn.open_table(LOG)?;
+                    put_schema(txn)
+                })?;
+                return Ok(LogStore {
+                    created: true,
+                    ..store
+                });
+            }
         }
         Ok(store)
+    }
+
+    /// Whether `open` found no log (a missing or empty file) and made a new one.
+    pub fn created(&self) -> bool {
+        self.created
+    }
+
+    /// Reads every entry and checks it: it decodes, its index is its key, indexes run without a
+    /// gap from just after the last purged one, and terms never go down. Blocking.
+    pub fn verify_blocking(&self) -> io::Result<LogSummary> {
+        let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
+        let last_purged = self.last_purged_blocking()?;
+        let vote: Option<Vote> = match self.read_meta_raw_blocking(KEY_VOTE)? {
+            Some(raw) => Some(decode_stored(&raw).map_err(|e| bad(format!("the vote: {e}")))?),
+            None => None,
+        };
+        let committed: Option<LogId> = match self.read_meta_raw_blocking(KEY_COMMITTED)? {
+            Some(raw) => decode_stored::<Option<LogId>>(&raw)
+                .map_err(|e| bad(format!("the committed index: {e}")))?,
+            None => None,
+        };
+        let db = self
+            .db
+            .get()
+            .ok_or_else(|| io_err("verify", "the database is closed"))?;
+        let txn = db.begin_read().map_err(|e| io_err("begin read", e))?;
+        let table = txn.open_table(LOG).map_err(|e| io_err("open log", e))?;
+        let mut summary = LogSummary {
+            last_purged: last_purged.map(|l| l.index()),
+            vote_term: vote.map(|v| v.leader_id().term),
+            committed: committed.map(|l| l.index()),
+            ..LogSummary::default()
+        };
+        let mut expected = last_purged.map(|l| l.index() + 1);
+        let mut last_term = 0;
+        for item in table.iter().map_err(|e| io_err("read log", e))? {
+            let (key, value) = item.map_err(|e| bad(format!("reading the log: {e}")))?;
+            let index = key.value();
+            let entry: LogIdOnly = decode_stored(value.value())
+                .map_err(|e| bad(format!("the entry at index {index} does not decode: {e}")))?;
+            if entry.log_id.index() != index {
+                return Err(bad(format!(
+                    "the entry stored at index {index} says it is {}",
+                    entry.log_id.index()
+                )));
+            }
+            if let Some(want) = expected {
+                if index != want {
+                    return Err(bad(format!(
+                        "the log jumps from index {} to {index}",
+                        want.saturating_sub(1)
+                    )));
+                }
+            }
+            let term = entry.log_id.committed_leader_id().term;
+            if term < last_term {
+                return Err(bad(format!(
+                    "the term goes down at index {index} ({last_term} to {term})"
+                )));
+            }
+            last_term = term;
+            summary.first.get_or_insert(index);
+            summary.last = Some((index, term));
+            summary.entries += 1;
+            expected = Some(index + 1);
+        }
+        Ok(summary)
+    }
+
+    /// The last entry purged from the log (the log starts after it). Blocking.
+    pub fn last_purged_blocking(&self) -> io::Result<Option<LogId>> {
+        let Some(raw) = self.read_meta_raw_blocking(KEY_LAST_PURGED)? else {
+            return Ok(None);
+        };
+        decode_stored(&raw).map_err(|e| io_err("decoding last_purged", e))
     }
 
     /// The count of bytes of entries appended since the store was opened. Shared, so a watcher
@@ -105,7 +325,7 @@ impl LogStore {
     }
 
     fn read_schema(&self) -> io::Result<Option<u64>> {
-        let Some(raw) = self.read_meta_raw(KEY_SCHEMA)? else {
+        let Some(raw) = self.read_meta_raw_blocking(KEY_SCHEMA)? else {
             return Ok(None);
         };
         let text = String::from_utf8_lossy(&raw).into_owned();
@@ -115,65 +335,138 @@ impl LogStore {
             .map_err(|_| io_err("schema", format!("unreadable schema version {text:?}")))
     }
 
-    fn read_meta<T: DeserializeOwned>(&self, key: &str) -> io::Result<Option<T>> {
-        let Some(raw) = self.read_meta_raw(key)? else {
+    async fn read_meta<T: DeserializeOwned>(&self, key: &str) -> io::Result<Option<T>> {
+        let key = key.to_string();
+        let Some(raw) = self.read(move |db| meta_raw(db, &key)).await? else {
             return Ok(None);
         };
         decode_stored(&raw)
             .map(Some)
-            .map_err(|e| io_err(&format!("decoding {key}"), e))
+            .map_err(|e| io_err("decoding meta", e))
     }
 
-    /// A meta value's stored bytes.
-    fn read_meta_raw(&self, key: &str) -> io::Result<Option<Vec<u8>>> {
-        let txn = self.db.begin_read().map_err(|e| io_err("begin read", e))?;
-        let table = match txn.open_table(META) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(e) => return Err(io_err("open meta", e)),
-        };
-        let value = table.get(key).map_err(|e| io_err("read meta", e))?;
-        Ok(value.map(|v| v.value().to_vec()))
+    fn read_meta_raw_blocking(&self, key: &str) -> io::Result<Option<Vec<u8>>> {
+        loop {
+            if let Some(read) = self.try_read(&|db: &Database| meta_raw(db, key)) {
+                return read;
+            }
+            std::thread::sleep(REOPEN_WAIT);
+        }
     }
 
-    /// One write transaction, committed with `durability`. Blocking.
+    /// Runs `f` on the open database; `None` while the database awaits opening again after a
+    /// failed write (the writer does that).
+    fn try_read<T>(
+        &self,
+        f: &impl Fn(&Database) -> Result<T, redb::Error>,
+    ) -> Option<io::Result<T>> {
+        let db = self.db.get()?;
+        match f(&db) {
+            Err(e) if awaits_reopen(&e) => None,
+            Err(e) => Some(Err(io_err("read", e))),
+            Ok(v) => Some(Ok(v)),
+        }
+    }
+
+    /// `try_read` until the database is open.
+    async fn read<T>(&self, f: impl Fn(&Database) -> Result<T, redb::Error>) -> io::Result<T> {
+        loop {
+            if let Some(read) = self.try_read(&f) {
+                return read;
+            }
+            tokio::time::sleep(REOPEN_WAIT).await;
+        }
+    }
+
+    /// One write transaction, committed with `durability`; waits out a full disk (see the
+    /// module doc). Blocking.
     fn write_blocking(
         &self,
         durability: Durability,
-        f: impl FnOnce(&WriteTransaction) -> Result<(), redb::Error>,
+        f: impl Fn(&WriteTransaction) -> Result<(), redb::Error>,
     ) -> io::Result<()> {
-        let mut txn = self
-            .db
-            .begin_write()
-            .map_err(|e| io_err("begin write", e))?;
-        txn.set_durability(durability)
-            .map_err(|e| io_err("set durability", e))?;
-        f(&txn).map_err(|e| io_err("write", e))?;
-        txn.commit().map_err(|e| io_err("commit", e))
+        loop {
+            self.guard.wait_for_room()?;
+            let db = match self.db.get() {
+                Some(db) => db,
+                None => match self.db.reopen() {
+                    Ok(db) => db,
+                    Err(e) if crate::disk::is_out_of_space(&e) => {
+                        self.guard.stall("opening the raft log again", &e);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                },
+            };
+            let result = (|| {
+                let mut txn = db.begin_write()?;
+                txn.set_durability(durability)?;
+                f(&txn)?;
+                txn.commit()?;
+                Ok::<(), redb::Error>(())
+            })();
+            drop(db);
+            match result {
+                Ok(()) => {
+                    self.guard.clear();
+                    return Ok(());
+                }
+                // Another write failed meanwhile and left the database refusing everything.
+                Err(e) if awaits_reopen(&e) => self.db.close(),
+                Err(e) => {
+                    let e = redb_err("write", e);
+                    if !crate::disk::is_out_of_space(&e) {
+                        return Err(e);
+                    }
+                    self.db.close();
+                    if self.guard.stopping() {
+                        return Err(e);
+                    }
+                    self.guard.stall("writing the raft log", &e);
+                }
+            }
+        }
     }
 
     /// `write_blocking` off the async threads.
     async fn write(
         &self,
         durability: Durability,
-        f: impl FnOnce(&WriteTransaction) -> Result<(), redb::Error> + Send + 'static,
+        f: impl Fn(&WriteTransaction) -> Result<(), redb::Error> + Send + 'static,
     ) -> io::Result<()> {
         let store = self.clone();
-        tokio::task::spawn_blocking(move || store.write_blocking(durability, f))
+        crate::rt::blocking(move || store.write_blocking(durability, f))
             .await
             .map_err(|e| io_err("write task", e))?
     }
 
-    fn last_log_id(&self) -> io::Result<Option<LogId>> {
-        let txn = self.db.begin_read().map_err(|e| io_err("begin read", e))?;
-        let table = txn.open_table(LOG).map_err(|e| io_err("open log", e))?;
-        let Some((_, value)) = table.last().map_err(|e| io_err("read last", e))? else {
+    async fn last_log_id(&self) -> io::Result<Option<LogId>> {
+        let raw = self
+            .read(|db| {
+                let txn = db.begin_read()?;
+                let table = txn.open_table(LOG)?;
+                let last = table.last()?.map(|(_, value)| value.value().to_vec());
+                Ok(last)
+            })
+            .await?;
+        let Some(raw) = raw else {
             return Ok(None);
         };
-        let only: LogIdOnly =
-            decode_stored(value.value()).map_err(|e| io_err("decoding entry", e))?;
+        let only: LogIdOnly = decode_stored(&raw).map_err(|e| io_err("decoding entry", e))?;
         Ok(Some(only.log_id))
     }
+}
+
+/// A meta value's stored bytes.
+fn meta_raw(db: &Database, key: &str) -> Result<Option<Vec<u8>>, redb::Error> {
+    let txn = db.begin_read()?;
+    let table = match txn.open_table(META) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let value = table.get(key)?;
+    Ok(value.map(|v| v.value().to_vec()))
 }
 
 fn put_schema(txn: &WriteTransaction) -> Result<(), redb::Error> {
@@ -213,18 +506,24 @@ impl RaftLogReader<TypeConfig> for LogStore {
         range: RB,
     ) -> io::Result<Vec<Entry>> {
         let bounds = (range.start_bound().cloned(), range.end_bound().cloned());
-        let txn = self.db.begin_read().map_err(|e| io_err("begin read", e))?;
-        let table = txn.open_table(LOG).map_err(|e| io_err("open log", e))?;
-        let mut entries = Vec::new();
-        for item in table.range(bounds).map_err(|e| io_err("read range", e))? {
-            let (_, value) = item.map_err(|e| io_err("read entry", e))?;
-            entries.push(decode_stored(value.value()).map_err(|e| io_err("decoding entry", e))?);
-        }
-        Ok(entries)
+        let rows = self
+            .read(move |db| {
+                let txn = db.begin_read()?;
+                let table = txn.open_table(LOG)?;
+                let mut rows = Vec::new();
+                for item in table.range(bounds)? {
+                    rows.push(item?.1.value().to_vec());
+                }
+                Ok(rows)
+            })
+            .await?;
+        rows.iter()
+            .map(|row| decode_stored(row).map_err(|e| io_err("decoding entry", e)))
+            .collect()
     }
 
     async fn read_vote(&mut self) -> io::Result<Option<Vote>> {
-        self.read_meta(KEY_VOTE)
+        self.read_meta(KEY_VOTE).await
     }
 }
 
@@ -232,8 +531,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> io::Result<LogState<TypeConfig>> {
-        let last_purged_log_id: Option<LogId> = self.read_meta(KEY_LAST_PURGED)?;
-        let last_log_id = self.last_log_id()?.or(last_purged_log_id);
+        let last_purged_log_id: Option<LogId> = self.read_meta(KEY_LAST_PURGED).await?;
+        let last_log_id = self.last_log_id().await?.or(last_purged_log_id);
         Ok(LogState {
             last_purged_log_id,
             last_log_id,
@@ -260,7 +559,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_committed(&mut self) -> io::Result<Option<LogId>> {
-        Ok(self.read_meta::<Option<LogId>>(KEY_COMMITTED)?.flatten())
+        Ok(self
+            .read_meta::<Option<LogId>>(KEY_COMMITTED)
+            .await?
+            .flatten())
     }
 
     async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> io::Result<()>
@@ -354,10 +656,10 @@ mod tests {
             }
             txn.commit().unwrap();
         }
-        let mut store = LogStore::open(&path).unwrap();
+        let mut store = LogStore::open(&path, Arc::new(DiskGuard::new(&dir, 0))).unwrap();
         assert_eq!(store.read_schema().unwrap(), Some(SCHEMA_VERSION));
         assert_eq!(store.read_committed().await.unwrap(), Some(log_id(1, 1)));
-        assert_eq!(store.last_log_id().unwrap(), Some(log_id(1, 1)));
+        assert_eq!(store.last_log_id().await.unwrap(), Some(log_id(1, 1)));
         let newer = Entry::new_normal(log_id(1, 2), Bytes(b"second".to_vec()));
         let row = rpc::codec::encode(&newer).unwrap();
         store
@@ -378,8 +680,100 @@ mod tests {
             .unwrap();
         txn.commit().unwrap();
         drop(db);
-        let err = LogStore::open(&path).err().expect("schema 3 is refused");
+        let err = LogStore::open(&path, Arc::new(DiskGuard::new(&dir, 0)))
+            .err()
+            .expect("schema 3 is refused");
         assert!(err.to_string().contains("schema version 3"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Mounts a tmpfs of `mib` MiB at `dir`; `false` where that is not allowed (not root).
+    fn mount_tmpfs(dir: &Path, mib: u32) -> bool {
+        std::fs::create_dir_all(dir).unwrap();
+        std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Writes zeros to `path` until the file system is full.
+    fn fill(path: &Path) {
+        let mut file = std::fs::File::create(path).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        while std::io::Write::write_all(&mut file, &chunk).is_ok() {}
+        let _ = file.sync_all();
+    }
+
+    /// With no reserve, an append that runs out of space fails inside redb, which then refuses
+    /// every read and write until it is opened again: the store opens it again, readers wait
+    /// rather than fail, and the append completes once space returns; nothing before it is lost.
+    /// Needs root (it mounts a small tmpfs); says so and passes elsewhere.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_append_that_finds_the_disk_full_completes_when_space_returns() {
+        let dir = std::env::temp_dir().join(format!("caravan-log-full-{}", std::process::id()));
+        if !mount_tmpfs(&dir, 8) {
+            eprintln!("SKIPPING: mounting a tmpfs needs root");
+            return;
+        }
+        struct Unmount(PathBuf);
+        impl Drop for Unmount {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(&self.0).status();
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+        let _unmount = Unmount(dir.clone());
+        let guard = Arc::new(DiskGuard::new(&dir, 0));
+        let path = dir.join("raft.redb");
+        let mut store = LogStore::open(&path, guard.clone()).unwrap();
+        let entry =
+            |i: u64, bytes: usize| Entry::new_normal(log_id(1, i), Bytes(vec![i as u8; bytes]));
+        for i in 1..=3 {
+            store
+                .append([entry(i, 100)], IOFlushed::noop())
+                .await
+                .unwrap();
+        }
+        fill(&dir.join("filler"));
+
+        // Bigger than anything redb has free inside its file: it must grow, and cannot.
+        let mut writer = store.clone();
+        let big = entry(4, 2 * 1024 * 1024);
+        let pending = tokio::spawn(async move { writer.append([big], IOFlushed::noop()).await });
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while guard.stalled().is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the append never stalled"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            guard.stalled().unwrap().contains("No space left"),
+            "{:?}",
+            guard.stalled()
+        );
+        assert!(
+            !pending.is_finished(),
+            "the append returned while the disk was full"
+        );
+        // Readers are not failed by the store's refusing state: they wait for the reopen.
+        let read = store.try_get_log_entries(1..4).await.unwrap();
+        assert_eq!(read.len(), 3);
+
+        std::fs::remove_file(dir.join("filler")).unwrap();
+        tokio::time::timeout(Duration::from_secs(30), pending)
+            .await
+            .expect("the append completes once space returns")
+            .unwrap()
+            .unwrap();
+        assert_eq!(guard.stalled(), None);
+        drop(store);
+        let mut again = LogStore::open(&path, guard).unwrap();
+        let all = again.try_get_log_entries(1..5).await.unwrap();
+        assert_eq!(all.len(), 4);
+        assert_eq!(all[3], entry(4, 2 * 1024 * 1024));
     }
 }

@@ -48,7 +48,50 @@ pub(crate) struct SnapshotChunk {
 /// Makes a `Peer` for each node openraft replicates to.
 pub(crate) struct Network {
     pub id: u64,
-    pub client: rpc::Client,
+    pub transport: Transport,
+}
+
+/// How raft messages travel: over `rpc` (TCP, TLS when configured), or through a simulated network
+/// a test controls.
+#[derive(Clone)]
+pub enum Transport {
+    Rpc(rpc::Client),
+    Simulated(std::sync::Arc<dyn SimNet>),
+}
+
+/// A simulated network: delivers `body` for `method` from node `from` to the node at `to` and
+/// returns its answer, or an error as the real network would (unreachable, timed out). It decides
+/// loss, delay, duplication and partitions.
+pub trait SimNet: Send + Sync + 'static {
+    fn call(
+        &self,
+        from: u64,
+        to: &str,
+        method: &str,
+        body: Vec<u8>,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<Vec<u8>, rpc::RpcError>> + Send>>;
+}
+
+impl Transport {
+    async fn call(
+        &self,
+        from: u64,
+        addr: &str,
+        method: &str,
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>, rpc::RpcError> {
+        match self {
+            Transport::Rpc(client) => client.call_raw_timeout(addr, method, body, timeout).await,
+            Transport::Simulated(net) => {
+                tokio::time::timeout(timeout, net.call(from, addr, method, body.to_vec()))
+                    .await
+                    .map_err(|_| {
+                        rpc::RpcError::new(rpc::ErrorCode::Timeout, format!("{method}: timed out"))
+                    })?
+            }
+        }
+    }
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -59,7 +102,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             id: self.id,
             target,
             addr: node.addr.clone(),
-            client: self.client.clone(),
+            transport: self.transport.clone(),
             transfers: 0,
         }
     }
@@ -70,7 +113,7 @@ pub(crate) struct Peer {
     id: u64,
     target: u64,
     addr: String,
-    client: rpc::Client,
+    transport: Transport,
     transfers: u64,
 }
 
@@ -84,8 +127,8 @@ impl Peer {
         let body = rpc::codec::encode(req)
             .map_err(|e| rpc::RpcError::internal(format!("{method}: encoding request: {e}")))?;
         let answer = self
-            .client
-            .call_raw_timeout(&self.addr, method, &body, timeout)
+            .transport
+            .call(self.id, &self.addr, method, &body, timeout)
             .await?;
         rpc::codec::decode(&answer)
             .map_err(|e| rpc::RpcError::internal(format!("{method}: decoding response: {e}")))
@@ -123,6 +166,11 @@ impl Peer {
         let transfer = format!("{}-{}-{last}-{}", self.id, vote.leader_id, self.transfers);
         let data = snapshot.snapshot.0;
         let total = data.len();
+        let chunk_timeout = crate::limits::SNAPSHOT_CHUNK_TIMEOUT.min(timeout);
+        let mib = u32::try_from(total / (1024 * 1024)).unwrap_or(u32::MAX);
+        let last_timeout = crate::limits::SNAPSHOT_CHUNK_TIMEOUT
+            .saturating_add(crate::limits::SNAPSHOT_INSTALL_PER_MIB.saturating_mul(mib))
+            .min(timeout);
         let mut offset = 0;
         loop {
             let end = (offset + SNAPSHOT_CHUNK_BYTES).min(total);
@@ -135,10 +183,16 @@ impl Peer {
                 data: Bytes(data[offset..end].to_vec()),
                 done: end == total,
             };
+            let timeout = if end == total {
+                last_timeout
+            } else {
+                chunk_timeout
+            };
             let resp: Option<SnapshotResponse<TypeConfig>> =
                 self.call(SNAPSHOT, &chunk, timeout).await.map_err(|e| {
                     StreamingError::from(self.rpc_error(RPCTypes::InstallSnapshot, timeout, e))
                 })?;
+
             if end == total {
                 return resp.ok_or_else(|| {
                     StreamingError::Unreachable(Unreachable::from_string(
@@ -199,6 +253,7 @@ impl RaftNetworkV2<TypeConfig> for Peer {
             .call(APPEND_ENTRIES, &req, timeout)
             .await
             .map_err(|e| self.rpc_error(RPCTypes::AppendEntries, timeout, e))?;
+
         // The follower accepted only what was sent; say so, and openraft sends the rest next.
         Ok(match resp {
             AppendEntriesResponse::Success if trimmed => {
@@ -247,6 +302,7 @@ impl RaftNetworkV2<TypeConfig> for Peer {
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
         let timeout = option.hard_ttl();
         tokio::select! {
+            biased;
             closed = cancel => Err(StreamingError::Closed(closed)),
             resp = self.send_snapshot(vote, snapshot, timeout) => resp,
         }

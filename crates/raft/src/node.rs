@@ -1,14 +1,15 @@
 //! `RaftNode`: one server's raft, opened on a data dir and reached by peers through `rpc`.
 
+use crate::disk::DiskGuard;
 use crate::limits::{
     APPEND_ENTRIES_MAX, ENTRY_BYTES_MAX, LOGS_KEPT_BEHIND_SNAPSHOT_MIN, MEMBERSHIP_TIMEOUT,
-    SNAPSHOT_INSTALL_TIMEOUT, WRITE_TIMEOUT,
+    READ_INDEX_TIMEOUT, SNAPSHOT_INSTALL_TIMEOUT, WRITE_TIMEOUT,
 };
 use crate::log_store::LogStore;
+use crate::network::Transport;
 use crate::network::{
     Addressed, Network, SnapshotChunk, APPEND_ENTRIES, SNAPSHOT, TRANSFER_LEADER, VOTE,
 };
-use crate::snapshot::SnapshotFiles;
 use crate::state_machine::{SmStore, StateMachine};
 use crate::types::{Bytes, Snapshot, TypeConfig};
 use openraft::async_runtime::watch::WatchReceiver;
@@ -19,7 +20,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// How to run one node.
 #[derive(Debug, Clone)]
@@ -64,6 +66,17 @@ pub enum RaftError {
     Bootstrap(String),
     #[error("raft storage: {0}")]
     Storage(String),
+    /// The raft store cannot be trusted (damaged, or missing after it was written): the node
+    /// refuses to start rather than start from less than it had.
+    #[error("the raft data in {dir} cannot be trusted: {what}. This server refuses to start from it. \
+             To recover, with the agent stopped: `caravan operator raft recover -data-dir DIR`, DIR being the agent's data dir, \
+             moves it aside and gives the server a new raft identity, so it rejoins its peers and copies the \
+             state from the leader (joining on its old address retires the old identity); a server without \
+             peers starts a new cluster and restores a snapshot saved with `caravan operator snapshot save`")]
+    Damaged { dir: String, what: String },
+    /// The data dir's disk is full: the node waits for space and takes no writes meanwhile.
+    #[error("this server's disk is full ({0}); it takes no writes until space is freed, then carries on by itself; nothing acknowledged is lost")]
+    DiskFull(String),
     #[error("raft is shut down")]
     Shutdown,
     /// A leadership transfer named a server that is not a voter.
@@ -72,6 +85,9 @@ pub enum RaftError {
     /// The raft core stopped unexpectedly; the node must be taken out of service.
     #[error("raft stopped: {0}")]
     Fatal(String),
+    /// A read's leadership check reached no quorum: this node may no longer lead.
+    #[error("could not confirm leadership with a quorum: {0}")]
+    NoQuorum(String),
 }
 
 fn describe_leader(id: Option<u64>, addr: Option<&str>) -> String {
@@ -85,16 +101,17 @@ fn describe_leader(id: Option<u64>, addr: Option<&str>) -> String {
 impl From<RaftError> for rpc::RpcError {
     fn from(e: RaftError) -> Self {
         let code = match &e {
-            RaftError::ForwardToLeader { .. } | RaftError::NotInitialized => {
-                rpc::ErrorCode::NoLeader
-            }
+            RaftError::ForwardToLeader { .. }
+            | RaftError::NotInitialized
+            | RaftError::NoQuorum(_) => rpc::ErrorCode::NoLeader,
             RaftError::Timeout | RaftError::LeadershipLost => rpc::ErrorCode::Timeout,
             RaftError::TooLarge { .. } => rpc::ErrorCode::BadRequest,
             RaftError::NotVoter(_) => rpc::ErrorCode::NotFound,
-            RaftError::Shutdown => rpc::ErrorCode::Unavailable,
+            RaftError::Shutdown | RaftError::DiskFull(_) => rpc::ErrorCode::Unavailable,
             RaftError::Config(_)
             | RaftError::Bootstrap(_)
             | RaftError::Storage(_)
+            | RaftError::Damaged { .. }
             | RaftError::Fatal(_) => rpc::ErrorCode::Internal,
         };
         rpc::RpcError::new(code, e.to_string())
@@ -145,6 +162,10 @@ struct Inner {
     /// The full snapshot being received, chunk by chunk. Never held across `.await`.
     incoming: Mutex<Option<Incoming>>,
     stopped: AtomicBool,
+    /// Says why writes wait for disk space, while they do.
+    disk: Arc<DiskGuard>,
+    /// The raft dir's lock, held while the node runs; released when it stops.
+    lock: Mutex<Option<crate::integrity::DirLock>>,
 }
 
 struct Incoming {
@@ -160,20 +181,28 @@ impl RaftNode {
         sm: Arc<dyn StateMachine>,
         client: rpc::Client,
     ) -> Result<RaftNode, RaftError> {
+        RaftNode::open_with(cfg, sm, Transport::Rpc(client)).await
+    }
+
+    /// [`RaftNode::open`] with messages sent through `transport` (a simulation's network).
+    pub async fn open_with(
+        cfg: RaftConfig,
+        sm: Arc<dyn StateMachine>,
+        transport: Transport,
+    ) -> Result<RaftNode, RaftError> {
         let config = openraft_config(&cfg)?;
         let dir = cfg.data_dir.clone();
-        let (log, files) = tokio::task::spawn_blocking(move || {
-            std::fs::create_dir_all(&dir)?;
-            let log = LogStore::open(&dir.join("raft.redb"))?;
-            let files = SnapshotFiles::open(&dir.join("snapshots"))?;
-            Ok::<_, std::io::Error>((log, files))
+        let (log, files, disk, lock) = crate::rt::blocking(move || {
+            let disk = Arc::new(DiskGuard::new(&dir, crate::limits::MIN_FREE_BYTES));
+            std::fs::create_dir_all(&dir).map_err(|e| RaftError::Storage(e.to_string()))?;
+            let (log, files, lock) = crate::integrity::open_storage(&dir, disk.clone())?;
+            Ok::<_, RaftError>((log, files, disk, lock))
         })
         .await
-        .map_err(|e| RaftError::Storage(e.to_string()))?
-        .map_err(|e| RaftError::Storage(e.to_string()))?;
+        .map_err(|e| RaftError::Storage(e.to_string()))??;
         let network = Network {
             id: cfg.node_id,
-            client,
+            transport,
         };
         let sm = SmStore::new(sm, Arc::new(files));
         let raft = Raft::new(cfg.node_id, Arc::new(config), network, log.clone(), sm)
@@ -187,6 +216,8 @@ impl RaftNode {
             last_contact: Mutex::new(None),
             incoming: Mutex::new(None),
             stopped: AtomicBool::new(false),
+            disk,
+            lock: Mutex::new(Some(lock)),
         });
         if cfg.snapshot_every_bytes > 0 {
             tokio::spawn(snapshot_by_log_bytes(
@@ -400,6 +431,9 @@ impl RaftNode {
     /// its log index and the state machine's response. `Ok` means the entry is on disk on a
     /// quorum and survives any minority of crashes, this node's included.
     pub async fn write(&self, payload: Vec<u8>) -> Result<(u64, Vec<u8>), RaftError> {
+        if let Some(why) = self.disk_stalled() {
+            return Err(RaftError::DiskFull(why));
+        }
         if payload.len() > ENTRY_BYTES_MAX {
             return Err(RaftError::TooLarge {
                 bytes: payload.len(),
@@ -415,6 +449,55 @@ impl RaftNode {
             Err(openraft::errors::RaftError::APIError(e)) => Err(self.write_error(e)),
             Err(openraft::errors::RaftError::Fatal(f)) => Err(from_fatal(f)),
         }
+    }
+
+    /// Raft's ReadIndex: confirms with a quorum that this node still leads, and waits to have
+    /// applied everything committed before the confirmation; returns that index. A read served
+    /// after it sees every write acknowledged before the read was asked — never the state of a
+    /// leader that was cut off or paused and replaced meanwhile.
+    pub async fn read_index(&self) -> Result<u64, RaftError> {
+        use openraft::errors::LinearizableReadError;
+        // A leader whose log cannot grow does not answer its peers either; it cannot vouch for
+        // being the leader.
+        if let Some(why) = self.disk_stalled() {
+            return Err(RaftError::DiskFull(why));
+        }
+        let read = tokio::time::timeout(
+            READ_INDEX_TIMEOUT,
+            self.inner
+                .raft
+                .ensure_linearizable(openraft::ReadPolicy::ReadIndex),
+        )
+        .await
+        .map_err(|_| RaftError::Timeout)?;
+        match read {
+            Ok(id) => Ok(id.log_id().index()),
+            Err(openraft::errors::RaftError::APIError(LinearizableReadError::ForwardToLeader(
+                f,
+            ))) => Err(self.forward(f)),
+            Err(openraft::errors::RaftError::APIError(e)) => {
+                Err(RaftError::NoQuorum(e.to_string()))
+            }
+            Err(openraft::errors::RaftError::Fatal(f)) => Err(from_fatal(f)),
+        }
+    }
+
+    /// Why this node's raft store waits for disk space, while it does: it takes no new writes
+    /// until space returns (then it carries on by itself).
+    pub fn disk_stalled(&self) -> Option<String> {
+        self.inner.disk.stalled()
+    }
+
+    /// Waits until this node has applied the log through `index` (a leader's read index),
+    /// blank and membership entries included; at most `timeout`.
+    pub async fn wait_applied(&self, index: u64, timeout: Duration) -> Result<(), RaftError> {
+        self.inner
+            .raft
+            .wait(Some(timeout))
+            .applied_index_at_least(Some(index), "read barrier")
+            .await
+            .map(|_| ())
+            .map_err(|_| RaftError::Timeout)
     }
 
     fn write_error(&self, e: ClientWriteError<TypeConfig>) -> RaftError {
@@ -630,10 +713,22 @@ impl RaftNode {
         encode(&Some(resp))
     }
 
+    /// Stops the node as a crash would (a simulation's fault): peers' messages are refused and the
+    /// raft core stops, but what was written without durability (the committed index) is not made
+    /// durable first.
+    pub async fn crash(&self) {
+        self.inner.stopped.store(true, Ordering::SeqCst);
+        let _ = self.inner.raft.shutdown().await;
+        drop(self.inner.log.lock().expect("log lock").take());
+        drop(self.inner.lock.lock().expect("dir lock").take());
+    }
+
     /// Stops the node: (1) refuse peers' messages; (2) stop the raft core and wait for it;
     /// (3) make the last commits durable and close the log. Later calls do nothing.
     pub async fn shutdown(&self) -> Result<(), RaftError> {
         self.inner.stopped.store(true, Ordering::SeqCst);
+        // A write waiting for disk space would hold the raft core, and shutdown with it.
+        self.inner.disk.stop();
         self.inner
             .raft
             .shutdown()
@@ -641,11 +736,12 @@ impl RaftNode {
             .map_err(|e| RaftError::Fatal(format!("joining the raft core: {e}")))?;
         let log = self.inner.log.lock().expect("log lock").take();
         if let Some(log) = log {
-            tokio::task::spawn_blocking(move || log.flush())
+            crate::rt::blocking(move || log.flush())
                 .await
                 .map_err(|e| RaftError::Storage(e.to_string()))?
                 .map_err(|e| RaftError::Storage(e.to_string()))?;
         }
+        drop(self.inner.lock.lock().expect("dir lock").take());
         Ok(())
     }
 }

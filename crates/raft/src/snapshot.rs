@@ -1,18 +1,24 @@
 //! Snapshots as files: `<dir>/current.snap` holds the newest one.
 //!
-//! Format: `CRVSNAP1`, u32 BE length + the snapshot meta as JSON (last log id and membership),
-//! u64 BE length + the state machine's bytes. A snapshot is written to a temp file, fsynced,
+//! Format: `CRVSNAP2`, u32 BE length + the snapshot meta as JSON (last log id and membership),
+//! u64 BE length + the state machine's bytes, then the SHA-256 of everything before it, so a
+//! damaged file is refused by name rather than restored (`CRVSNAP1`, the same without the digest,
+//! still loads). A snapshot is written to a temp file, fsynced,
 //! renamed over `current.snap`, and the directory fsynced, so a crash leaves either the old
 //! snapshot or the new one, never a torn one.
 
+use crate::disk::DiskGuard;
 use crate::types::SnapshotMeta;
+use sha2::{Digest, Sha256};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-const MAGIC: &[u8; 8] = b"CRVSNAP1";
+const MAGIC_V1: &[u8; 8] = b"CRVSNAP1";
+const MAGIC: &[u8; 8] = b"CRVSNAP2";
+const DIGEST_BYTES: usize = 32;
 const CURRENT: &str = "current.snap";
 const TMP_SUFFIX: &str = ".tmp";
 
@@ -23,6 +29,8 @@ pub(crate) struct SnapshotFiles {
     /// across `.await`.
     current: Mutex<Option<SnapshotMeta>>,
     tmp_seq: AtomicU64,
+    /// A snapshot that does not fit waits for space (and is tried again) instead of failing.
+    guard: Arc<DiskGuard>,
 }
 
 fn bad(path: &Path, what: impl std::fmt::Display) -> io::Error {
@@ -34,7 +42,7 @@ fn bad(path: &Path, what: impl std::fmt::Display) -> io::Error {
 
 impl SnapshotFiles {
     /// Opens `dir` (creating it), removes temp files a crash left behind. Blocking.
-    pub fn open(dir: &Path) -> io::Result<SnapshotFiles> {
+    pub fn open(dir: &Path, guard: Arc<DiskGuard>) -> io::Result<SnapshotFiles> {
         fs::create_dir_all(dir)?;
         for item in fs::read_dir(dir)? {
             let path = item?.path();
@@ -42,14 +50,28 @@ impl SnapshotFiles {
                 fs::remove_file(&path)?;
             }
         }
+        SnapshotFiles::open_existing(dir, guard)
+    }
+
+    /// Opens `dir` without changing anything in it (for offline inspection); a missing dir holds
+    /// no snapshot. Blocking.
+    pub fn open_existing(dir: &Path, guard: Arc<DiskGuard>) -> io::Result<SnapshotFiles> {
         let files = SnapshotFiles {
             dir: dir.to_path_buf(),
             current: Mutex::new(None),
             tmp_seq: AtomicU64::new(0),
+            guard,
         };
         let meta = files.load()?.map(|(meta, _)| meta);
         *files.current.lock().expect("snapshot lock") = meta;
         Ok(files)
+    }
+
+    /// The size of the current snapshot's file, if there is one.
+    pub fn current_bytes(&self) -> Option<u64> {
+        std::fs::metadata(self.dir.join(CURRENT))
+            .ok()
+            .map(|m| m.len())
     }
 
     /// The meta of the current snapshot.
@@ -66,21 +88,40 @@ impl SnapshotFiles {
                 return Ok(false);
             }
         }
-        let seq = self.tmp_seq.fetch_add(1, Ordering::Relaxed);
-        let tmp = self.dir.join(format!("snapshot-{seq}{TMP_SUFFIX}"));
         let meta_json = serde_json::to_vec(meta).map_err(io::Error::other)?;
         let meta_len = u32::try_from(meta_json.len()).map_err(io::Error::other)?;
-        {
-            let mut file = File::create(&tmp)?;
-            file.write_all(MAGIC)?;
-            file.write_all(&meta_len.to_be_bytes())?;
-            file.write_all(&meta_json)?;
-            file.write_all(&(data.len() as u64).to_be_bytes())?;
-            file.write_all(data)?;
-            file.sync_all()?;
-        }
-        fs::rename(&tmp, self.dir.join(CURRENT))?;
-        File::open(&self.dir)?.sync_all()?;
+        let tmp_slot = std::cell::RefCell::new(PathBuf::new());
+        self.guard.retry(
+            "writing a raft snapshot",
+            || {
+                let seq = self.tmp_seq.fetch_add(1, Ordering::Relaxed);
+                let tmp = self.dir.join(format!("snapshot-{seq}{TMP_SUFFIX}"));
+                *tmp_slot.borrow_mut() = tmp.clone();
+                {
+                    let mut file = File::create(&tmp)?;
+                    let mut digest = Sha256::new();
+                    let parts: [&[u8]; 5] = [
+                        MAGIC,
+                        &meta_len.to_be_bytes(),
+                        &meta_json,
+                        &(data.len() as u64).to_be_bytes(),
+                        data,
+                    ];
+                    for part in parts {
+                        digest.update(part);
+                        file.write_all(part)?;
+                    }
+                    file.write_all(&digest.finalize())?;
+                    file.sync_all()?;
+                }
+                fs::rename(&tmp, self.dir.join(CURRENT))?;
+                File::open(&self.dir)?.sync_all()
+            },
+            // The partial file would only take more of the space that is missing.
+            || {
+                let _ = fs::remove_file(&*tmp_slot.borrow());
+            },
+        )?;
         *current = Some(meta.clone());
         Ok(true)
     }
@@ -100,9 +141,21 @@ impl SnapshotFiles {
 }
 
 fn decode(bytes: &[u8]) -> Result<(SnapshotMeta, Vec<u8>), String> {
-    let rest = bytes
-        .strip_prefix(MAGIC)
-        .ok_or("not a snapshot file (bad magic)")?;
+    let rest = if let Some(rest) = bytes.strip_prefix(MAGIC_V1) {
+        rest
+    } else if bytes.starts_with(MAGIC) {
+        let body_len = bytes
+            .len()
+            .checked_sub(DIGEST_BYTES)
+            .ok_or("truncated digest")?;
+        let (body, digest) = bytes.split_at(body_len);
+        if Sha256::digest(body).as_slice() != digest {
+            return Err("its SHA-256 does not match its contents: the file is damaged".into());
+        }
+        &body[MAGIC.len()..]
+    } else {
+        return Err("not a snapshot file (bad magic)".into());
+    };
     let (len, rest) = split_len::<4>(rest)?;
     let meta_bytes = rest.get(..len).ok_or("truncated meta")?;
     let meta: SnapshotMeta =

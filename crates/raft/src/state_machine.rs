@@ -63,7 +63,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let meta = self.meta.clone();
         let writer = self.writer.take();
         let files = self.files.clone();
-        let (meta, data) = tokio::task::spawn_blocking(move || {
+        let (meta, data) = crate::rt::blocking(move || {
             let data = writer.map(|w| w()).unwrap_or_default();
             files.save(&meta, &data)?;
             Ok::<_, io::Error>((meta, data))
@@ -138,7 +138,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
         if self.files.current_meta().as_ref() != Some(meta) {
             let files = self.files.clone();
             let meta = meta.clone();
-            tokio::task::spawn_blocking(move || files.save(&meta, &snapshot.0))
+            crate::rt::blocking(move || files.save(&meta, &snapshot.0))
                 .await
                 .map_err(io::Error::other)??;
         }
@@ -147,7 +147,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
 
     async fn get_current_snapshot(&mut self) -> io::Result<Option<Snapshot>> {
         let files = self.files.clone();
-        let loaded = tokio::task::spawn_blocking(move || files.load())
+        let loaded = crate::rt::blocking(move || files.load())
             .await
             .map_err(io::Error::other)??;
         Ok(loaded.map(|(meta, data)| Snapshot {

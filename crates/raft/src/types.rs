@@ -66,6 +66,7 @@ openraft::declare_raft_types!(
         R = Bytes,
         NodeId = u64,
         Node = openraft::BasicNode,
+        AsyncRuntime = crate::rt::CaravanRuntime,
 );
 
 pub(crate) type LogId = openraft::type_config::alias::LogIdOf<TypeConfig>;
