@@ -184,6 +184,7 @@ async fn place_one(server: &Server, job: Job) -> model::alloc::Allocation {
             preserve_counts: false,
             eval_priority: 0,
             submission: None,
+            multiregion_version: None,
         })
         .await
         .expect("job registers");
@@ -435,6 +436,7 @@ async fn concurrent_alloc_reports_are_each_applied_before_their_answer() {
             preserve_counts: false,
             eval_priority: 0,
             submission: None,
+            multiregion_version: None,
         })
         .await
         .expect("job registers");

@@ -6,10 +6,20 @@
 //! A new leader gives every ready node a fresh failover deadline (Nomad's `failover_heartbeat_ttl`),
 //! so an election never marks healthy nodes down: they have that long to find the new leader.
 //!
-//! The engine is synchronous: `handle(event, now)` returns what to do; `tasks.rs` ticks it.
+//! The engine is synchronous: `handle(event, now)` returns what to do; `tasks.rs` ticks it. Its
+//! clock is [`mono_nanos`], monotonic: a step of the wall clock (NTP, an operator's `date -s`)
+//! never expires a deadline early nor holds one back.
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::Duration;
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+/// Nanoseconds on the monotonic clock since this process first asked: the heartbeat engine's
+/// `now`. Only differences mean anything.
+pub fn mono_nanos() -> i64 {
+    static START: LazyLock<Instant> = LazyLock::new(Instant::now);
+    i64::try_from(START.elapsed().as_nanos()).unwrap_or(i64::MAX)
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {

@@ -360,7 +360,10 @@ pub(crate) async fn follow_task(
 pub(crate) async fn heartbeat_task(server: Server, mut stop: watch::Receiver<bool>) {
     tracing::info!("heartbeat timers running");
     loop {
-        let Some((down, next)) = server.leadership().heartbeat_tick(now_nanos()) else {
+        let Some((down, next)) = server
+            .leadership()
+            .heartbeat_tick(super::heartbeat::mono_nanos())
+        else {
             tracing::info!("heartbeat timers stopped: this server no longer leads");
             return;
         };
@@ -384,9 +387,9 @@ pub(crate) async fn heartbeat_task(server: Server, mut stop: watch::Receiver<boo
             }
         }
         let wait = match next {
-            Some(due) => {
-                Duration::from_nanos(u64::try_from(due.saturating_sub(now_nanos())).unwrap_or(0))
-            }
+            Some(due) => Duration::from_nanos(
+                u64::try_from(due.saturating_sub(super::heartbeat::mono_nanos())).unwrap_or(0),
+            ),
             None => HEARTBEAT_TICK_MAX,
         };
         tokio::select! {
