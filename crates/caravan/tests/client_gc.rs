@@ -182,7 +182,13 @@ fn a_server_forwards_gc_requests_to_the_clients_agent() {
     let dir = common::temp_dir(name);
     let data = dir.join("data");
     let mock = dir.join("mock.hcl");
-    std::fs::write(&mock, common::MOCK_DRIVER_CONFIG).unwrap();
+    // A client agent collects at 80 % disk (70 % inode) use by default, which a busy CI disk can
+    // pass: it would collect the finished allocations before the test asks for it.
+    let config = format!(
+        "{}client {{\n  gc_disk_usage_threshold = 99\n  gc_inode_usage_threshold = 99\n}}\n",
+        common::MOCK_DRIVER_CONFIG
+    );
+    std::fs::write(&mock, config).unwrap();
     let client = Agent::start(
         &dir,
         &[

@@ -5,6 +5,7 @@
 //! tail of every agent's log before failing.
 #![allow(dead_code)]
 
+pub mod history;
 pub mod netns;
 
 use netns::{Net, Ns};
@@ -26,7 +27,17 @@ pub const RPC_PORT: u16 = 4647;
 pub const SNAPSHOT_EVERY: u64 = 32;
 pub const LOGS_KEPT_BEHIND_SNAPSHOT: u64 = 64;
 /// How long one request may take before the peer counts as unreachable.
+/// Each server's data dir is a tmpfs of this size (scenario 13 fills one).
+const SERVER_DISK_MIB: u32 = 256;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// Debian's libfaketime (package `faketime`, installed by `scripts/test`): steps an agent's wall
+/// clock from outside it.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+pub fn faketime_available() -> bool {
+    std::path::Path::new(LIBFAKETIME).exists()
+}
+
 /// The longest any condition in the suite is waited for.
 pub const WAIT_MAX: Duration = Duration::from_secs(60);
 const SAMPLE_EVERY: Duration = Duration::from_millis(200);
@@ -69,6 +80,8 @@ pub struct Agent {
     pub ns: Ns,
     pub dir: PathBuf,
     child: Option<Child>,
+    /// Whether `dir/data` is a tmpfs of its own (a disk that can be filled).
+    own_disk: bool,
 }
 
 impl Agent {
@@ -84,7 +97,36 @@ impl Agent {
             ns,
             dir,
             child: None,
+            own_disk: false,
         }
+    }
+
+    /// Puts the data dir on a tmpfs of its own of `mib` MiB, so a scenario can fill it without
+    /// filling the machine's disk. Before the first start.
+    pub fn own_disk(&mut self, mib: u32) {
+        let data = self.dir.join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(&data)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "mount a tmpfs on {}", data.display());
+        self.own_disk = true;
+    }
+
+    /// Fills the data dir's disk (which must be its own) to the last byte with `fill`; returns
+    /// the file, to remove when space is to return.
+    pub fn fill_disk(&self) -> PathBuf {
+        assert!(self.own_disk, "{} has no disk of its own", self.name);
+        let path = self.dir.join("data").join("fill");
+        let mut file = std::fs::File::create(&path).unwrap();
+        let chunk = vec![0u8; 1 << 20];
+        while std::io::Write::write_all(&mut file, &chunk).is_ok() {}
+        let small = [0u8; 4096];
+        while std::io::Write::write_all(&mut file, &small).is_ok() {}
+        let _ = file.sync_all();
+        path
     }
 
     /// Starts the process (again, on the same address and data dir after a kill).
@@ -95,7 +137,20 @@ impl Agent {
             .append(true)
             .open(self.dir.join("agent.log"))
             .unwrap();
-        let child = Command::new("ip")
+        let mut cmd = Command::new("ip");
+        if faketime_available() {
+            // The agent's wall clock is the real one plus what this file says (`+0` until a
+            // scenario steps it); the monotonic clock is left alone.
+            let offset = self.dir.join("clock-offset");
+            if !offset.exists() {
+                std::fs::write(&offset, "+0\n").unwrap();
+            }
+            cmd.env("LD_PRELOAD", LIBFAKETIME)
+                .env("FAKETIME_TIMESTAMP_FILE", &offset)
+                .env("FAKETIME_CACHE_DURATION", "1")
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        }
+        let child = cmd
             .args(["netns", "exec", &self.ns.name])
             .arg(env!("CARGO_BIN_EXE_caravan"))
             .arg("agent")
@@ -109,6 +164,16 @@ impl Agent {
         self.child = Some(child);
     }
 
+    /// Steps the agent's wall clock to the real one plus `secs` (libfaketime re-reads its file
+    /// within a second); `false` when libfaketime is not installed.
+    pub fn set_clock_offset(&self, secs: i64) -> bool {
+        if !faketime_available() {
+            return false;
+        }
+        std::fs::write(self.dir.join("clock-offset"), format!("{secs:+}\n")).unwrap();
+        true
+    }
+
     /// SIGKILL, then reap.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -119,6 +184,16 @@ impl Agent {
 
     pub fn running(&self) -> bool {
         self.child.is_some()
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) to the running process.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("running").id();
+        let ok = Command::new("kill")
+            .args([format!("-{signal}"), pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -{signal} {pid} ({})", self.name);
     }
 
     pub fn ip(&self) -> &str {
@@ -162,7 +237,7 @@ impl Agent {
         let Ok(bytes) = std::fs::read(path) else {
             return 0;
         };
-        // `CRVSNAP1`, a u32 BE length, then the meta as JSON.
+        // `CRVSNAP2` (or 1), a u32 BE length, then the meta as JSON.
         let Some(len) = bytes.get(8..12) else {
             return 0;
         };
@@ -185,6 +260,12 @@ impl Drop for Agent {
     /// Kills the agent; its directory stays only when the test failed (its log explains why).
     fn drop(&mut self) {
         self.kill();
+        if self.own_disk {
+            let _ = Command::new("umount")
+                .arg("-l")
+                .arg(self.dir.join("data"))
+                .status();
+        }
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
@@ -379,6 +460,8 @@ ports {{
 client {{
   enabled = true
   servers = [{}]
+  gc_disk_usage_threshold = 99
+  gc_inode_usage_threshold = 99
 }}
 plugin "mock_driver" {{
   config {{
@@ -400,16 +483,14 @@ impl Cluster {
             .iter()
             .map(|ns| format!("{}:{RPC_PORT}", ns.ip))
             .collect();
+        // Servers join as Nomad users write it: bare hosts, i.e. the serf port (gossip, 4648).
+        let hosts: Vec<String> = server_ns.iter().map(|ns| ns.ip.clone()).collect();
         let servers = server_ns
             .into_iter()
             .enumerate()
             .map(|(i, ns)| {
                 let name = format!("s{}", i + 1);
-                let peers: Vec<String> = rpcs
-                    .iter()
-                    .filter(|r| !r.starts_with(&format!("{}:", ns.ip)))
-                    .cloned()
-                    .collect();
+                let peers: Vec<String> = hosts.iter().filter(|r| **r != ns.ip).cloned().collect();
                 let cfg = server_config(&ns.ip, &name, &peers);
                 Agent::new(&name, ns, &cfg)
             })
@@ -430,6 +511,8 @@ impl Cluster {
             writes: 0,
         };
         for s in &mut cluster.servers {
+            // Each server's data on a small disk of its own, which scenario 13 fills.
+            s.own_disk(SERVER_DISK_MIB);
             s.start();
         }
         cluster.wait_for("three servers agree on a leader", || {
@@ -452,6 +535,19 @@ impl Cluster {
 
     /// Waits for `cond` until `WAIT_MAX`; returns how long it took. On timeout, prints every
     /// agent's log tail and fails.
+    /// Checks `cond` every 100 ms for `window` (an invariant over a stretch of time, as the
+    /// sampler checks group counts); panics with `what` the first time it does not hold.
+    pub fn hold_for(&self, what: &str, window: Duration, mut cond: impl FnMut() -> bool) {
+        let start = Instant::now();
+        while start.elapsed() < window {
+            if !cond() {
+                self.dump_logs();
+                panic!("{what}: broken after {:?}", start.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     pub fn wait_for(&self, what: &str, mut cond: impl FnMut() -> bool) -> Duration {
         let start = Instant::now();
         while !cond() {
@@ -479,14 +575,50 @@ impl Cluster {
         for n in self.nodes() {
             eprintln!("{} {} {}", short(&n["ID"]), n["Name"], n["Status"]);
         }
-        eprintln!("----- allocations (id job/group node desired client modify next) -----");
+        eprintln!(
+            "----- deployments (id job version status: group placed/healthy/unhealthy/total) -----"
+        );
+        for d in self
+            .get("/v1/deployments")
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+        {
+            let groups: Vec<String> = d["TaskGroups"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(g, s)| {
+                            format!(
+                                "{g} {}/{}/{}/{}",
+                                s["PlacedAllocs"],
+                                s["HealthyAllocs"],
+                                s["UnhealthyAllocs"],
+                                s["DesiredTotal"]
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            eprintln!(
+                "{} {} v{} {} {:?}: {}",
+                short(&d["ID"]),
+                d["JobID"].as_str().unwrap_or("-"),
+                d["JobVersion"],
+                d["Status"],
+                d["StatusDescription"].as_str().unwrap_or(""),
+                groups.join("; ")
+            );
+        }
+        eprintln!(
+            "----- allocations (id job/group node desired client modify next v healthy) -----"
+        );
         for a in self
             .get("/v1/allocations")
             .and_then(|v| v.as_array().cloned())
             .unwrap_or_default()
         {
             eprintln!(
-                "{} {}/{} {} {} {} {} {}",
+                "{} {}/{} {} {} {} {} {} v{} {}",
                 short(&a["ID"]),
                 a["JobID"].as_str().unwrap_or("-"),
                 a["TaskGroup"].as_str().unwrap_or("-"),
@@ -495,6 +627,8 @@ impl Cluster {
                 a["ClientStatus"],
                 a["ModifyIndex"],
                 short(&a["NextAllocation"]),
+                a["JobVersion"],
+                a["DeploymentStatus"]["Healthy"],
             );
         }
         eprintln!("----- evaluations (id job trigger status blocked modify) -----");

@@ -201,6 +201,63 @@ impl Net {
         }
     }
 
+    /// Drops what `ns` sends to each of `peers` (it still hears them): a one-way partition.
+    pub fn cut_outbound(&self, ns: &Ns, peers: &[&str]) {
+        for peer in peers {
+            must(
+                "ip",
+                &[
+                    "netns", "exec", &ns.name, "iptables", "-w", "5", "-A", "OUTPUT", "-d", peer,
+                    "-j", "DROP",
+                ],
+            );
+        }
+    }
+
+    /// Drops everything `ns` receives from `peers`, while what it sends still arrives.
+    pub fn cut_inbound(&self, ns: &Ns, peers: &[&str]) {
+        for peer in peers {
+            must(
+                "ip",
+                &[
+                    "netns", "exec", &ns.name, "iptables", "-w", "5", "-A", "INPUT", "-s", peer,
+                    "-j", "DROP",
+                ],
+            );
+        }
+    }
+
+    /// Drops each packet `ns` receives from each of `peers` with `probability` (iptables'
+    /// `statistic` match: this kernel has no `netem`).
+    pub fn lossy(&self, ns: &Ns, peers: &[&str], probability: f64) {
+        let p = format!("{probability}");
+        for peer in peers {
+            must(
+                "ip",
+                &[
+                    "netns",
+                    "exec",
+                    &ns.name,
+                    "iptables",
+                    "-w",
+                    "5",
+                    "-A",
+                    "INPUT",
+                    "-s",
+                    peer,
+                    "-m",
+                    "statistic",
+                    "--mode",
+                    "random",
+                    "--probability",
+                    &p,
+                    "-j",
+                    "DROP",
+                ],
+            );
+        }
+    }
+
     /// Removes every rule `cut` put in `ns`.
     pub fn heal(&self, ns: &Ns) {
         for chain in ["INPUT", "OUTPUT"] {
