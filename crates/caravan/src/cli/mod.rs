@@ -35,7 +35,6 @@ mod scaling;
 mod server;
 mod service;
 mod system;
-mod telemetry;
 mod tls;
 mod var;
 mod volume;

@@ -150,7 +150,7 @@ pub fn from_config(cfg: &AgentConfig, dev: bool, node_name: &str) -> Result<Agen
     } else if flag("use_node_name")? {
         Some(node_name.to_string())
     } else {
-        Some(super::agent::hostname())
+        Some(super::hostname())
     };
     let rules = match block.get("prefix_filter") {
         None | Some(Value::Null) => Vec::new(),
