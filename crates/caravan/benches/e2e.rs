@@ -6,6 +6,7 @@
 //! cargo bench -p caravan --bench e2e -- heartbeats    [-nodes 10000] [-duration 600]
 //! cargo bench -p caravan --bench e2e -- registrations [-nodes 100] [-clients 16] [-duration 20]
 //! cargo bench -p caravan --bench e2e -- churn         [-nodes 1000] [-jobs 10] [-count 1000]
+//! cargo bench -p caravan --bench e2e -- restart       [-entries 24576] [-bytes 1024]
 //! ```
 //!
 //! - placements: `-jobs` service jobs of `-count` mock_driver allocations (cpu 50, memory 30, as
@@ -19,6 +20,13 @@
 //!   `-duration` seconds: rate, p50, p99.
 //! - churn: 5% of the nodes (a second simulator) SIGKILLed once everything runs: time until every
 //!   lost allocation is replaced.
+//! - restart: `-entries` Raft entries (variables of `-bytes` each, written by 8 clients, snapshots
+//!   off so the log keeps them all; 24,576 is the most a server keeps at the default
+//!   `raft_snapshot_threshold`: 8,192 since the last snapshot and twice that behind it) and the
+//!   server stopped with SIGTERM; then timed: `caravan operator raft info` on the stopped store (the
+//!   start-up integrity checks alone: redb's page checksums, every entry decoded and in order, the
+//!   vote, commit index and snapshot agreeing), and a restart until the server leads and reads back
+//!   the last variable.
 
 use api::{Client, Config, QueryOptions, RegisterOptions, WriteOptions};
 use serde_json::json;
@@ -37,7 +45,9 @@ fn main() {
         .filter(|a| a != "--bench")
         .collect();
     let Some(which) = args.first().cloned() else {
-        eprintln!("usage: e2e placements|heartbeats|registrations|churn|ui [-flag value]...");
+        eprintln!(
+            "usage: e2e placements|heartbeats|registrations|churn|restart|ui [-flag value]..."
+        );
         std::process::exit(2);
     };
     let flags = Flags::parse(&args[1..]);
@@ -52,6 +62,7 @@ fn main() {
             "heartbeats" => heartbeats(&flags).await,
             "registrations" => registrations(&flags).await,
             "churn" => churn(&flags).await,
+            "restart" => restart(&flags).await,
             "ui" => ui(&flags).await,
             other => Err(format!("unknown benchmark {other:?}")),
         }
@@ -110,10 +121,15 @@ fn start_server(tag: &str) -> Res<ServerAgent> {
     let dir = std::env::temp_dir().join(format!("caravan-bench-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    start_server_in(dir, "")
+}
+
+/// A server agent on `dir` (kept as it is: a restart finds its data), with `extra` config.
+fn start_server_in(dir: PathBuf, extra: &str) -> Res<ServerAgent> {
     let cfg = dir.join("agent.hcl");
     std::fs::write(
         &cfg,
-        "bind_addr = \"127.0.0.1\"\nports {\n  http = 0\n  rpc = 0\n  serf = 0\n}\nlog_level = \"WARN\"\n",
+        format!("bind_addr = \"127.0.0.1\"\nports {{\n  http = 0\n  rpc = 0\n  serf = 0\n}}\nlog_level = \"WARN\"\n{extra}"),
     )
     .map_err(|e| e.to_string())?;
     let mut child = Command::new(bin())
@@ -556,6 +572,108 @@ async fn registrations(f: &Flags) -> Res<()> {
         percentile(&lat, 0.99)
     );
     Ok(())
+}
+
+async fn restart(f: &Flags) -> Res<()> {
+    let (entries, bytes) = (f.get("entries", 24_576), f.get("bytes", 1024));
+    println!("== restart: {entries} entries of {bytes} bytes in the Raft log");
+    let dir = std::env::temp_dir().join(format!("caravan-bench-restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    // Snapshots off (by count and by bytes), so every entry stays in the log.
+    let extra = "server {\n  raft_snapshot_threshold = 0\n}\n";
+    let server = start_server_in(dir.clone(), extra)?;
+    let c = api(&server.http)?;
+    wait_leader(&c, Duration::from_secs(60)).await?;
+    let value = "x".repeat(usize::try_from(bytes).unwrap_or(1024));
+    let writers = 8u64;
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for w in 0..writers {
+        let c = api(&server.http)?;
+        let value = value.clone();
+        tasks.spawn(async move {
+            let mut i = w;
+            while i < entries {
+                let var: model::variable::VariableDecrypted = serde_json::from_value(json!({
+                    "Path": format!("bench/v{i}"), "Items": {"v": value}
+                }))
+                .map_err(|e| e.to_string())?;
+                c.var_put(&var, None, &WriteOptions::default())
+                    .await
+                    .map_err(|e| format!("writing bench/v{i}: {e}"))?;
+                i += writers;
+            }
+            Ok::<(), String>(())
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.map_err(|e| e.to_string())??;
+    }
+    println!(
+        "wrote {entries} entries in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    let ServerAgent { proc, .. } = server;
+    drop(stop_gracefully(proc)?);
+    let raft = dir.join("data/server/raft");
+    let log_bytes = std::fs::metadata(raft.join("raft.redb")).map_or(0, |m| m.len());
+    let t = Instant::now();
+    let info = Command::new(bin())
+        .args(["operator", "raft", "info", "-data-dir"])
+        .arg(dir.join("data"))
+        .output()
+        .map_err(|e| format!("operator raft info: {e}"))?;
+    let checks = t.elapsed();
+    if !info.status.success() {
+        return Err(format!(
+            "operator raft info refused the store: {}",
+            String::from_utf8_lossy(&info.stdout)
+        ));
+    }
+    let t = Instant::now();
+    let server = start_server_in(dir.clone(), extra)?;
+    let c = api(&server.http)?;
+    wait_leader(&c, Duration::from_secs(120)).await?;
+    let last = format!("bench/v{}", entries.saturating_sub(1));
+    c.var_get(&last, &QueryOptions::default())
+        .await
+        .map_err(|e| format!("reading {last} back: {e}"))?;
+    let restarted = t.elapsed();
+    println!(
+        "restart: log {:.1} MiB; integrity checks alone (operator raft info) {} ms; restart to leading and reading back {} ms",
+        log_bytes as f64 / 1048576.0,
+        checks.as_millis(),
+        restarted.as_millis()
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// SIGTERM, then waits for the process to end (a server closing its store cleanly).
+fn stop_gracefully(proc: Proc) -> Res<Proc> {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(proc.0.id()).map_err(|e| e.to_string())?);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).map_err(|e| e.to_string())?;
+    let mut proc = proc;
+    proc.0.wait().map_err(|e| e.to_string())?;
+    Ok(proc)
+}
+
+async fn wait_leader(c: &Client, deadline: Duration) -> Res<()> {
+    let start = Instant::now();
+    loop {
+        if c.leader(&QueryOptions::default())
+            .await
+            .is_ok_and(|l| !l.is_empty())
+        {
+            return Ok(());
+        }
+        if start.elapsed() > deadline {
+            return Err(format!("no leader within {deadline:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 async fn churn(f: &Flags) -> Res<()> {
