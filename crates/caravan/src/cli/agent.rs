@@ -111,8 +111,16 @@ pub fn run(args: AgentArgs) -> Result<i32> {
             dev: args.dev,
             helper_exe: None,
         };
-        let agent = Agent::start(cfg.clone(), opts).await?;
+        let agent = match Agent::start(cfg.clone(), opts).await {
+            Ok(agent) => agent,
+            Err(e) => {
+                // What was logged on the way shows before the error.
+                open_log_gate();
+                return Err(e);
+            }
+        };
         print_banner(&cfg, &agent);
+        open_log_gate();
         let signal = wait_for_signal().await;
         println!("==> Caught signal: shutting down");
         // Nomad's leave_on_interrupt / leave_on_terminate (both off by default for servers).
@@ -212,11 +220,13 @@ fn init_logging(cfg: &AgentConfig) -> Result<()> {
     let stdout = if json {
         tracing_subscriber::fmt::layer()
             .json()
+            .with_writer(|| GatedStdout)
             .with_filter(filter())
             .boxed()
     } else {
         tracing_subscriber::fmt::layer()
             .with_target(false)
+            .with_writer(|| GatedStdout)
             .with_filter(filter())
             .boxed()
     };
@@ -246,6 +256,45 @@ fn init_logging(cfg: &AgentConfig) -> Result<()> {
         .with(telemetry::logs::MonitorLayer.with_filter(telemetry::logs::MonitorFilter))
         .try_init();
     Ok(())
+}
+
+/// Log lines for standard output written before the banner, held back until it is printed (as
+/// Nomad's gated writer does), so the banner comes first; `None` once the gate is open. Bounded:
+/// past [`LOG_GATE_MAX`] bytes lines go straight out.
+static LOG_GATE: std::sync::Mutex<Option<Vec<u8>>> = std::sync::Mutex::new(Some(Vec::new()));
+const LOG_GATE_MAX: usize = 1 << 20;
+
+/// Writes the held lines and lets every later one through.
+fn open_log_gate() {
+    use std::io::Write;
+    let held = LOG_GATE.lock().ok().and_then(|mut g| g.take());
+    if let Some(held) = held {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(&held);
+        let _ = out.flush();
+    }
+}
+
+/// Standard output behind [`LOG_GATE`].
+struct GatedStdout;
+
+impl std::io::Write for GatedStdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut gate) = LOG_GATE.lock() {
+            if let Some(held) = gate
+                .as_mut()
+                .filter(|h| h.len() + buf.len() <= LOG_GATE_MAX)
+            {
+                held.extend_from_slice(buf);
+                return Ok(buf.len());
+            }
+        }
+        std::io::stdout().write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stdout().flush()
+    }
 }
 
 /// `log_file`: a file, or a directory (an existing one, or a path ending in `/`) that gets
