@@ -531,6 +531,37 @@ impl RaftNode {
         })
     }
 
+    /// Whether this node leads and has applied an entry of its own term: the blank entry each
+    /// new leader writes first, so every entry an earlier leader committed is in its state too.
+    /// Until then a new leader's state may lack writes that were acknowledged (and that clients
+    /// already acted on), so it must not check a write against it.
+    pub fn leader_caught_up(&self) -> bool {
+        self.with_metrics(leader_caught_up)
+    }
+
+    /// Waits until this node leads with its own term applied (`leader_caught_up`), at most
+    /// `timeout`; false when it stopped leading or the time ran out.
+    pub async fn wait_leader_caught_up(&self, timeout: Duration) -> bool {
+        let mut rx = self.inner.raft.metrics();
+        let wait = async {
+            loop {
+                {
+                    let m = rx.borrow_watched();
+                    if leader_caught_up(&m) {
+                        return true;
+                    }
+                    if m.state != ServerState::Leader {
+                        return false;
+                    }
+                }
+                if rx.changed().await.is_err() {
+                    return false;
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.unwrap_or(false)
+    }
+
     /// The leader's id and rpc address, when this node knows them.
     pub fn leader(&self) -> Option<(u64, String)> {
         self.with_metrics(leader_of)
@@ -837,4 +868,12 @@ fn openraft_config(cfg: &RaftConfig) -> Result<openraft::Config, RaftError> {
     config
         .validate()
         .map_err(|e| RaftError::Config(e.to_string()))
+}
+
+fn leader_caught_up(m: &RaftMetrics<TypeConfig>) -> bool {
+    m.state == ServerState::Leader
+        && m
+            .last_applied
+            .as_ref()
+            .is_some_and(|l| l.committed_leader_id().term == m.current_term)
 }

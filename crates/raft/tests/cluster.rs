@@ -97,6 +97,20 @@ async fn when_the_leader_stops_the_others_elect_a_new_one_and_keep_writing() {
     .await;
     let new = agreed_leader(&rest).await;
     assert_ne!(new, old);
+    // Once the new leader says it caught up (its own term's blank entry applied), every write
+    // the old one acknowledged is in its state: what a leader checks a client's write against.
+    let leader = nodes.iter().find(|n| n.id == new).unwrap();
+    assert!(
+        leader
+            .node
+            .wait_leader_caught_up(std::time::Duration::from_secs(30))
+            .await,
+        "the new leader never applied its own term"
+    );
+    assert_eq!(leader.sm.payloads(), payloads(0..5));
+    for n in nodes.iter().filter(|n| n.id != new) {
+        assert!(!n.node.leader_caught_up(), "a follower says it leads caught up");
+    }
     let handles: Vec<raft::RaftNode> = nodes.iter().map(|n| n.node.clone()).collect();
     for p in payloads(5..10) {
         write_via_leader(&handles, p).await;

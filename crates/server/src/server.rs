@@ -642,7 +642,21 @@ impl Server {
     /// Waits (bounded) for an election when there is no leader yet.
     pub(crate) async fn forward_target(&self) -> Result<Option<String>, ServerError> {
         if self.is_leader() {
-            return Ok(None);
+            // A leader just elected may not have applied what earlier leaders committed (a
+            // client's claim for an allocation it already runs would find no allocation): it
+            // answers once its own term's first entry is applied, or forwards if it lost the
+            // election meanwhile.
+            if self.inner.raft.leader_caught_up()
+                || self.inner.raft.wait_leader_caught_up(LEADER_WAIT).await
+            {
+                return Ok(None);
+            }
+            if self.is_leader() {
+                return Err(ServerError::new(
+                    rpc::ErrorCode::NoLeader,
+                    "this server was just elected and has not yet applied the log it inherited; retry",
+                ));
+            }
         }
         let leader = match self.leader_addr() {
             Some(addr) => addr,
