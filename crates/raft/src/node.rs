@@ -872,8 +872,7 @@ fn openraft_config(cfg: &RaftConfig) -> Result<openraft::Config, RaftError> {
 
 fn leader_caught_up(m: &RaftMetrics<TypeConfig>) -> bool {
     m.state == ServerState::Leader
-        && m
-            .last_applied
+        && m.last_applied
             .as_ref()
             .is_some_and(|l| l.committed_leader_id().term == m.current_term)
 }

@@ -109,7 +109,10 @@ async fn when_the_leader_stops_the_others_elect_a_new_one_and_keep_writing() {
     );
     assert_eq!(leader.sm.payloads(), payloads(0..5));
     for n in nodes.iter().filter(|n| n.id != new) {
-        assert!(!n.node.leader_caught_up(), "a follower says it leads caught up");
+        assert!(
+            !n.node.leader_caught_up(),
+            "a follower says it leads caught up"
+        );
     }
     let handles: Vec<raft::RaftNode> = nodes.iter().map(|n| n.node.clone()).collect();
     for p in payloads(5..10) {
