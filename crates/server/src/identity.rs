@@ -178,9 +178,7 @@ pub fn live_alloc(
 }
 
 fn now_secs() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(0))
+    crate::env::now_secs()
 }
 
 impl Server {
@@ -295,7 +293,7 @@ fn claims_for(
         iat: now,
         nbf: now,
         exp,
-        jti: uuid::Uuid::new_v4().to_string(),
+        jti: crate::env::new_id(),
     })
 }
 

@@ -13,6 +13,7 @@ mod config;
 pub mod cron;
 pub mod csi;
 mod endpoints;
+pub mod env;
 mod error;
 pub mod events;
 mod fsm;

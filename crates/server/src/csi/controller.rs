@@ -695,7 +695,7 @@ impl Server {
             None => {
                 let about = about.cloned().unwrap_or_default();
                 let op = CSIControllerOp {
-                    id: uuid::Uuid::new_v4().to_string(),
+                    id: crate::env::new_id(),
                     plugin_id: plugin_id.clone(),
                     method: flight.method.to_string(),
                     controller_node_id: node_id.to_string(),

@@ -77,9 +77,7 @@ fn uses(alloc: &Allocation, name: &str) -> bool {
 }
 
 fn now_nanos() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+    crate::env::now_nanos()
 }
 
 fn failure(what: &str, f: CallFailure) -> ServerError {
@@ -170,7 +168,7 @@ impl Server {
         let now = now_nanos();
         match &existing {
             None => {
-                vol.id = uuid::Uuid::new_v4().to_string();
+                vol.id = crate::env::new_id();
                 vol.create_time = now;
                 if !req.register {
                     if vol.plugin_id.is_empty() {

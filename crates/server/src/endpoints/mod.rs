@@ -23,11 +23,9 @@ pub(crate) use job::{needs_eval, new_eval};
 
 /// Now, in Unix nanoseconds: the server stamps times before the raft entry, never inside the FSM.
 pub(crate) fn now_nanos() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+    crate::env::now_nanos()
 }
 
 pub(crate) fn new_id() -> String {
-    uuid::Uuid::new_v4().to_string()
+    crate::env::new_id()
 }

@@ -46,7 +46,7 @@ impl Server {
         self.check_job_limits(&req.job)?;
         let snap = self.state().snapshot();
         let now = now_nanos();
-        tokio::task::spawn_blocking(move || plan(&snap, req.job, req.diff, now))
+        crate::env::blocking(move || plan(&snap, req.job, req.diff, now))
             .await
             .map_err(|e| ServerError::internal(format!("job plan panicked: {e}")))?
     }

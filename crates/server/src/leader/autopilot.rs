@@ -24,8 +24,9 @@ use crate::server::Server;
 use model::autopilot::{AutopilotConfiguration, OperatorHealthReply, ServerHealth};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// How often the leader looks at its peers.
 const CHECK_EVERY: Duration = Duration::from_secs(1);

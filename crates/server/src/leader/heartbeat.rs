@@ -11,14 +11,12 @@
 //! never expires a deadline early nor holds one back.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::LazyLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Nanoseconds on the monotonic clock since this process first asked: the heartbeat engine's
 /// `now`. Only differences mean anything.
 pub fn mono_nanos() -> i64 {
-    static START: LazyLock<Instant> = LazyLock::new(Instant::now);
-    i64::try_from(START.elapsed().as_nanos()).unwrap_or(i64::MAX)
+    crate::env::mono_nanos()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

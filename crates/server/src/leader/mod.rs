@@ -114,7 +114,7 @@ impl Leadership {
         min_ttl: std::time::Duration,
         known_nodes: impl FnOnce() -> usize,
     ) -> std::time::Duration {
-        let random = uuid::Uuid::new_v4().as_u64_pair().0;
+        let random = crate::env::random_u64();
         let mut guard = self.heartbeats.lock().expect("heartbeat lock");
         let Some(engine) = guard.as_mut() else {
             return heartbeat::heartbeat_ttl(rate, min_ttl, known_nodes(), random);

@@ -474,7 +474,7 @@ async fn applier_loop(
                     let done = done_tx.clone();
                     tokio::spawn(async move {
                         let started = std::time::Instant::now();
-                        let evaluated = tokio::task::spawn_blocking(move || {
+                        let evaluated = crate::env::blocking(move || {
                             plan_apply::evaluate_batch(&store.snapshot(), under.as_deref(), &batch)
                         })
                         .await;

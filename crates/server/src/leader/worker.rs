@@ -194,8 +194,7 @@ async fn schedule(
     let seed = seed_from(&eval.id);
     let metric = format!("nomad.nomad.worker.invoke_scheduler.{}", eval.eval_type);
     let started = std::time::Instant::now();
-    let outcome =
-        tokio::task::spawn_blocking(move || scheduler::schedule(&view, &eval, now, seed)).await;
+    let outcome = crate::env::blocking(move || scheduler::schedule(&view, &eval, now, seed)).await;
     metrics::histogram!(metric).record(started.elapsed().as_secs_f64() * 1000.0);
     outcome
         .map_err(|e| WorkError::Panicked(e.to_string()))?
