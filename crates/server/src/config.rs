@@ -96,6 +96,20 @@ pub struct ServerConfig {
     pub gc_interval: Duration,
     /// How old finished objects must be before they are collected (`*_gc_threshold`).
     pub gc: crate::leader::gc::Thresholds,
+    /// A simulated network (issue #23's deterministic simulation): every call this server makes
+    /// goes through it, it listens on no port, and `rpc_advertise` is its address there; the
+    /// simulation delivers calls to it with [`crate::Server::handle_simulated`]. `None`: TCP.
+    pub network: Option<SimNetwork>,
+}
+
+/// A simulated network a server's calls go through ([`ServerConfig::network`]).
+#[derive(Clone)]
+pub struct SimNetwork(pub std::sync::Arc<dyn raft::SimNet>);
+
+impl std::fmt::Debug for SimNetwork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SimNetwork")
+    }
 }
 
 impl ServerConfig {
@@ -140,6 +154,7 @@ impl ServerConfig {
             gc: crate::leader::gc::Thresholds::default(),
             tls: None,
             rpc_secret: None,
+            network: None,
         }
     }
 }

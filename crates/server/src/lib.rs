@@ -30,7 +30,7 @@ pub mod peers; // #4: the leader's loops (eval broker, plan applier, workers)
 mod server;
 pub mod variables;
 
-pub use config::ServerConfig;
+pub use config::{ServerConfig, SimNetwork};
 pub use endpoints::deployment::DeploymentAction;
 pub use endpoints::job::JobRegisterRequest;
 pub use endpoints::node_pool::NodePoolWrite;

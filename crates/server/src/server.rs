@@ -120,14 +120,32 @@ impl Server {
                 },
             ));
         }
-        let listener = tokio::net::TcpListener::bind(cfg.rpc_bind)
-            .await
-            .map_err(|e| {
-                ServerError::internal(format!("cannot bind the rpc port {}: {e}", cfg.rpc_bind))
-            })?;
-        let bound = listener
-            .local_addr()
-            .map_err(|e| ServerError::internal(e.to_string()))?;
+        let (listener, bound) = match &cfg.network {
+            // A simulated server listens on no port: its address is the one the simulation
+            // gave it.
+            Some(_) => {
+                if cfg.rpc_advertise.is_none() {
+                    return Err(ServerError::internal(
+                        "a server on a simulated network needs rpc_advertise (its address there)",
+                    ));
+                }
+                (None, cfg.rpc_bind)
+            }
+            None => {
+                let listener = tokio::net::TcpListener::bind(cfg.rpc_bind)
+                    .await
+                    .map_err(|e| {
+                        ServerError::internal(format!(
+                            "cannot bind the rpc port {}: {e}",
+                            cfg.rpc_bind
+                        ))
+                    })?;
+                let bound = listener
+                    .local_addr()
+                    .map_err(|e| ServerError::internal(e.to_string()))?;
+                (Some(listener), bound)
+            }
+        };
         // An unspecified bind address (0.0.0.0) is not something peers can dial: advertise loopback
         // with the bound port unless the operator set an address to advertise.
         let dialable = if bound.ip().is_unspecified() {
@@ -158,7 +176,11 @@ impl Server {
             store: store.clone(),
             events: Arc::clone(&events),
         });
-        let raft = raft::RaftNode::open(raft_cfg, fsm, rpc_client.clone())
+        let transport = match &cfg.network {
+            Some(net) => raft::Transport::Simulated(net.0.clone()),
+            None => raft::Transport::Rpc(rpc_client.clone()),
+        };
+        let raft = raft::RaftNode::open_with(raft_cfg, fsm, transport)
             .await
             .map_err(|e| damaged_store(&cfg.data_dir, e))?;
         let gossip = match cfg.serf_bind {
@@ -240,13 +262,15 @@ impl Server {
         let handler = Arc::new(RpcHandler {
             server: server.clone(),
         });
-        let tls = server.config().tls.clone();
-        tokio::spawn(rpc::serve_with(
-            listener,
-            handler,
-            tls,
-            wait_for_true(shutdown_rx),
-        ));
+        if let Some(listener) = listener {
+            let tls = server.config().tls.clone();
+            tokio::spawn(rpc::serve_with(
+                listener,
+                handler,
+                tls,
+                wait_for_true(shutdown_rx),
+            ));
+        }
         // #4: start the leader loops whenever this server leads.
         tokio::spawn(crate::leader::supervise(
             server.clone(),
@@ -596,6 +620,22 @@ impl Server {
         }
     }
 
+    /// Stops the server as a crash would (a simulation's fault): its loops are told to stop and
+    /// raft stops at once, without making its last commits durable first
+    /// ([`raft::RaftNode::crash`]).
+    pub async fn crash(&self) {
+        let _ = self.inner.shutdown.send(true);
+        if let Some(g) = &self.inner.gossip {
+            g.shutdown();
+        }
+        self.inner.raft.crash().await;
+    }
+
+    /// This server's raft ID.
+    pub fn raft_id(&self) -> u64 {
+        self.inner.node_id
+    }
+
     /// Stops serving rpc and shuts raft down.
     pub async fn shutdown(&self) {
         let _ = self.inner.shutdown.send(true);
@@ -754,11 +794,33 @@ impl Server {
         timeout: std::time::Duration,
     ) -> Result<M::Response, ServerError> {
         tracing::trace!(method = M::NAME, to = %addr, "forwarding a request to another server");
+        if let Some(net) = &self.inner.cfg.network {
+            let body = rpc::encode_request::<M>(req)?;
+            let call = net.0.call(self.inner.node_id, addr, M::NAME, body);
+            let answer = tokio::time::timeout(timeout, call).await.map_err(|_| {
+                rpc::RpcError::timeout(format!(
+                    "{} to {addr}: no answer within {timeout:?}",
+                    M::NAME
+                ))
+            })??;
+            return Ok(rpc::decode_response::<M>(&answer)?);
+        }
         Ok(self
             .inner
             .rpc_client
             .call_timeout::<M>(addr, req, timeout)
             .await?)
+    }
+
+    /// Serves one call that came over the simulated network ([`ServerConfig::network`]), as
+    /// the rpc listener serves a TCP one. The network is the simulation's own, so the call
+    /// counts as coming from a server of this cluster.
+    pub async fn handle_simulated(
+        &self,
+        method: String,
+        body: Vec<u8>,
+    ) -> Result<Vec<u8>, rpc::RpcError> {
+        crate::handler::handle_simulated(self.clone(), method, body).await
     }
 }
 
@@ -796,7 +858,7 @@ fn load_or_create_node_id(data_dir: &std::path::Path) -> Result<u64, ServerError
             ))
         }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let id = uuid::Uuid::new_v4().as_u64_pair().0 >> 1 | 1;
+            let id = crate::env::random_u64() >> 1 | 1;
             let tmp = data_dir.join("server-id.tmp");
             std::fs::write(&tmp, id.to_string())
                 .and_then(|_| std::fs::File::open(&tmp)?.sync_all())
