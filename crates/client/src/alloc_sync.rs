@@ -381,21 +381,31 @@ impl AllocSync {
             let query = async {
                 let resp = conn.get_client_allocs(req).await?;
                 if resp.index < index {
-                    // The servers' state was replaced (a restored snapshot): cached copies may
-                    // be newer than theirs, so everything is fetched again.
-                    cache = AllocCache::default();
+                    // A server behind the one that answered last (a follower that lags, one
+                    // cut off from the leader, one just restarted): its list is older than what
+                    // this node already acted on, and acting on it would start again what it was
+                    // told to stop. Ignored, as Nomad's client does (hashicorp/nomad#18267); the
+                    // next query waits for a newer state.
+                    return Ok(None);
                 }
                 let allocs = cache
                     .refresh(&*conn, &identity, &resp.allocs, resp.index)
                     .await?;
-                Ok::<_, rpc::RpcError>((resp.index, allocs))
+                Ok::<_, rpc::RpcError>(Some((resp.index, allocs)))
             };
             let result = tokio::select! {
                 r = query => r,
                 () = shutting_down(&mut shutdown) => return,
             };
             let pause = match result {
-                Ok((at, allocs)) => {
+                Ok(None) => {
+                    tracing::debug!(
+                        min_index = index,
+                        "a server answered with an older allocation list; asking again"
+                    );
+                    Some(ALLOC_QUERY_IDLE_DELAY)
+                }
+                Ok(Some((at, allocs))) => {
                     backoff.reset();
                     let advanced = at != index;
                     index = at;

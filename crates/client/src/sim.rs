@@ -297,7 +297,7 @@ struct NodeState {
     /// Every allocation the servers list for this node → the `AllocModifyIndex` last fetched
     /// (including those it does not run): what changed is fetched, the rest is not.
     known: HashMap<String, u64>,
-    /// The index of the last listing (a lower one means the servers' state was replaced).
+    /// The index of the last listing acted on (a lower one is an older list, ignored).
     listed_at: u64,
     /// Allocations whose state changed since the last report.
     dirty: Vec<String>,
@@ -638,10 +638,16 @@ impl SimNode {
                 Err(e) => Err(e),
             };
             match resp {
+                Ok((resp, _)) if resp.index < index => {
+                    // A server behind the last one (see `alloc_sync`): its older list is ignored.
+                    if sleep_or_stop(crate::limits::ALLOC_QUERY_IDLE_DELAY, &mut shutdown).await {
+                        return;
+                    }
+                }
                 Ok((resp, fetched)) => {
                     backoff.reset();
-                    // A lower index than ours means the servers' state was replaced: start over.
                     index = resp.index;
+                    self.state.lock().expect("sim node lock").listed_at = resp.index;
                     self.sync(&resp.allocs, fetched);
                 }
                 Err(e) => {
@@ -664,12 +670,11 @@ impl SimNode {
         resp: &NodeClientAllocsResponse,
     ) -> Result<Vec<Allocation>, rpc::RpcError> {
         let changed: Vec<String> = {
-            let mut st = self.state.lock().expect("sim node lock");
+            let st = self.state.lock().expect("sim node lock");
             if resp.index < st.listed_at {
-                // The servers' state was replaced: fetch everything again.
-                st.known.clear();
+                // An older list than the last one: nothing to fetch, it is ignored.
+                return Ok(Vec::new());
             }
-            st.listed_at = resp.index;
             resp.allocs
                 .iter()
                 .filter(|(id, at)| st.known.get(*id).is_none_or(|k| k < *at))

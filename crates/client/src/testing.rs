@@ -49,6 +49,11 @@ struct FakeState {
     csi_claim_failures: u32,
     /// Volumes whose claims always fail with `NoLeader` (a claim that keeps retrying).
     csi_claims_stuck: Vec<String>,
+    /// While set, allocation lists and fetches answer from this older copy (allocations and
+    /// index), as a server that lags behind the others does.
+    behind: Option<(BTreeMap<String, Allocation>, u64)>,
+    /// How many allocation lists were answered from the older copy.
+    behind_answers: u64,
 }
 
 impl FakeServer {
@@ -138,6 +143,23 @@ impl FakeServer {
         });
     }
 
+    /// From now on answers allocation lists and fetches from `state` (an older copy, from
+    /// [`FakeServer::copy_allocs`]), as a server that fell behind the one the client asked
+    /// before; `None` answers from the current state again.
+    pub fn answer_from(&self, state: Option<(BTreeMap<String, Allocation>, u64)>) {
+        self.with(|s| s.behind = state);
+    }
+
+    /// The allocations and index as they are now, for [`FakeServer::answer_from`].
+    pub fn copy_allocs(&self) -> (BTreeMap<String, Allocation>, u64) {
+        self.with(|s| (s.allocs.clone(), s.index))
+    }
+
+    /// How many allocation lists were answered from an older copy.
+    pub fn behind_answers(&self) -> u64 {
+        self.with(|s| s.behind_answers)
+    }
+
     /// Removes an allocation, as garbage collection does.
     pub fn remove_alloc(&self, id: &str) {
         self.change(|s, _| s.allocs.remove(id));
@@ -220,16 +242,27 @@ impl FakeServer {
         self.check_node(&req.node_id, &req.secret_id)?;
         let wait = Duration::from_nanos(u64::try_from(req.wait.as_nanos()).unwrap_or(0));
         let mut rx = self.index.subscribe();
-        let _ = tokio::time::timeout(wait, rx.wait_for(|i| *i > req.min_index)).await;
+        // A server behind answers at once (its index is below the client's minimum for good).
+        if self.with(|s| s.behind.is_none()) {
+            let _ = tokio::time::timeout(wait, rx.wait_for(|i| *i > req.min_index)).await;
+        }
         self.check_node(&req.node_id, &req.secret_id)?;
-        Ok(self.with(|s| NodeClientAllocsResponse {
-            allocs: s
-                .allocs
-                .values()
-                .filter(|a| a.node_id == req.node_id)
-                .map(|a| (a.id.clone(), a.alloc_modify_index))
-                .collect(),
-            index: s.index,
+        Ok(self.with(|s| {
+            if s.behind.is_some() {
+                s.behind_answers += 1;
+            }
+            let (allocs, index) = match &s.behind {
+                Some((allocs, index)) => (allocs, *index),
+                None => (&s.allocs, s.index),
+            };
+            NodeClientAllocsResponse {
+                allocs: allocs
+                    .values()
+                    .filter(|a| a.node_id == req.node_id)
+                    .map(|a| (a.id.clone(), a.alloc_modify_index))
+                    .collect(),
+                index,
+            }
         }))
     }
 }
@@ -276,15 +309,19 @@ impl ServerConn for FakeServer {
             self.check_node(&req.node_id, &req.secret_id)?;
             Ok(self.with(|s| {
                 s.fetched += req.alloc_ids.len();
+                let (allocs, index) = match &s.behind {
+                    Some((allocs, index)) => (allocs, *index),
+                    None => (&s.allocs, s.index),
+                };
                 AllocGetAllocsResponse {
                     allocs: req
                         .alloc_ids
                         .iter()
-                        .filter_map(|id| s.allocs.get(id))
+                        .filter_map(|id| allocs.get(id))
                         .filter(|a| a.node_id == req.node_id)
                         .cloned()
                         .collect(),
-                    index: s.index,
+                    index,
                 }
             }))
         })

@@ -731,3 +731,40 @@ async fn an_unknown_allocation_is_answered_once_per_copy() {
     assert_eq!(server.updates_for(&a.id).len(), before + 2);
     client.shutdown().await;
 }
+
+/// A server behind the one the client asked before (a lagging follower, one cut off from the
+/// leader) answers with an older list: the client ignores it, as Nomad's does
+/// (hashicorp/nomad#18267), rather than act on the past. Before, a lower index made this client
+/// take the older list as the truth: an allocation placed since, missing from it, was destroyed
+/// as removed. The server simulation (`server/tests/sim.rs`, seed 32) showed the harm of acting
+/// on older lists: its node started again an allocation it had been told to stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_list_from_a_server_behind_is_ignored() {
+    let dir = TestDir::new("client-behind");
+    let server = FakeServer::new(Duration::from_secs(5));
+    let client = start(dir.path(), &server).await;
+    let idle = || task("idle", "mock_driver", json!({"run_for": "1h"}));
+    let a = alloc(client.node_id(), job("a", "service", vec![idle()]));
+    server.add_alloc(a.clone());
+    wait_status(&server, &a.id, "running").await;
+    let before = server.copy_allocs();
+    let b = alloc(client.node_id(), job("b", "service", vec![idle()]));
+    server.add_alloc(b.clone());
+    wait_status(&server, &b.id, "running").await;
+    // The client now asks a server that has not seen `b` placed yet.
+    server.answer_from(Some(before));
+    eventually("a few lists answered from behind", LIMIT, || {
+        (server.behind_answers() >= 3).then_some(())
+    })
+    .await;
+    for id in [&a.id, &b.id] {
+        let status = client.alloc_status(id).map(|u| u.client_status.to_string());
+        assert_eq!(
+            status.as_deref(),
+            Some("running"),
+            "allocation {id} after older lists: {status:?}"
+        );
+    }
+    server.answer_from(None);
+    client.shutdown().await;
+}

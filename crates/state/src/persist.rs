@@ -400,6 +400,12 @@ fn load_with(r: &mut dyn Read, rebase: Option<u64>) -> Result<Root, StateError> 
             "line {line}: data after the end record"
         )));
     }
+    if let Some(at) = rebase {
+        // A restore changes every node's allocations at once: each node's index is the
+        // restore's, so clients list their node again rather than take the restored (lower)
+        // indexes for a server that lags behind and ignore them.
+        root.touch_every_node(at);
+    }
     Ok(root)
 }
 

@@ -234,6 +234,19 @@ impl Root {
         self.node_alloc_index.get(node_id).copied().unwrap_or(0)
     }
 
+    /// Marks every node, and every node any allocation names, changed at `at`.
+    pub(crate) fn touch_every_node(&mut self, at: u64) {
+        let ids: Vec<String> = self
+            .nodes
+            .keys()
+            .chain(self.allocs_by_node.keys())
+            .cloned()
+            .collect();
+        for id in ids {
+            self.touch_node(&id, at);
+        }
+    }
+
     fn touch_node(&mut self, node_id: &str, at: u64) {
         if node_id.is_empty() {
             return;
