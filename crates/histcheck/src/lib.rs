@@ -1,6 +1,6 @@
 //! Histories of concurrent clients checked for linearizability (issue #23), shared by the fault
-//! suite (real agents, `caravan/tests/faults_cluster.rs`) and the deterministic simulation
-//! (`raft/tests/sim.rs`).
+//! suite (real agents, `caravan/tests/faults_cluster.rs`) and the deterministic simulations
+//! (`raft/tests/sim.rs`, `server/tests/sim.rs`, which also share [`sim`]).
 //!
 //! Clients read, write and compare-and-set a few registers and record every operation: when it was
 //! invoked, when it returned, and what it returned — ok (with the value read or written), or unknown
@@ -14,6 +14,8 @@
 //! value: the version a client holds came with exactly one value.
 
 use std::collections::{BTreeMap, HashSet};
+
+pub mod sim;
 
 /// What a client asked.
 #[derive(Debug, Clone, PartialEq, Eq)]

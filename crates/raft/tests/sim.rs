@@ -35,33 +35,7 @@ const CLIENTS: usize = 3;
 const FAULTY_FOR: Duration = Duration::from_secs(8);
 const CONVERGE_WITHIN: Duration = Duration::from_secs(30);
 
-// ---- randomness: one splitmix64 stream per seed ------------------------------------------------
-
-#[derive(Clone)]
-struct Rng(Arc<Mutex<u64>>);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(Arc::new(Mutex::new(seed)))
-    }
-    fn next(&self) -> u64 {
-        let mut s = self.0.lock().unwrap();
-        *s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = *s;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn chance(&self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-    fn millis(&self, lo: u64, hi: u64) -> Duration {
-        Duration::from_millis(lo + self.below(hi - lo + 1))
-    }
-}
+use histcheck::sim::Rng;
 
 // ---- the state machine: registers with compare-and-set ------------------------------------------
 
@@ -597,16 +571,6 @@ struct Outcome {
     violations: Vec<String>,
 }
 
-fn sim_root() -> PathBuf {
-    let shm = PathBuf::from("/dev/shm");
-    let base = if shm.is_dir() {
-        shm
-    } else {
-        std::env::temp_dir()
-    };
-    base.join(format!("caravan-sim-{}", std::process::id()))
-}
-
 fn run(seed: u64) -> Outcome {
     run_with(seed, false)
 }
@@ -615,7 +579,7 @@ fn run_with(seed: u64, stale_reads: bool) -> Outcome {
     // Tests run seeds concurrently, the same seed too: each run its own dir.
     static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = sim_root().join(format!("{seed}-{n}"));
+    let dir = histcheck::sim::sim_root("caravan-sim").join(format!("{seed}-{n}"));
     let _ = std::fs::remove_dir_all(&dir);
     raft::rt::simulate(Some(seed));
     let mut builder = tokio::runtime::Builder::new_current_thread();
@@ -814,82 +778,46 @@ fn verdict(seed: u64, o: &Outcome) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "seed {seed}: {}\nreplay: CARAVAN_SIM_SEED={seed} cargo test -p raft --test sim -- replay --nocapture",
-            problems.join("; ")
+            "seed {seed}: {}\nreplay: {}",
+            problems.join("; "),
+            REPLAY.replace("{seed}", &seed.to_string())
         ))
     }
 }
 
-/// Fails with where two runs of `seed` first differ.
-fn same_trace(seed: u64, a: &Outcome, b: &Outcome) {
-    if a.trace == b.trace {
-        return;
-    }
-    let at = a
-        .trace
-        .iter()
-        .zip(&b.trace)
-        .position(|(x, y)| x != y)
-        .unwrap_or(a.trace.len().min(b.trace.len()));
-    let from = at.saturating_sub(3);
-    panic!(
-        "seed {seed} ran differently twice, from line {at}:\n{}\n---- and ----\n{}",
-        a.trace[from..(at + 3).min(a.trace.len())].join("\n"),
-        b.trace[from..(at + 3).min(b.trace.len())].join("\n")
-    );
-}
-
-fn seed_from_env() -> Option<u64> {
-    std::env::var("CARAVAN_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-}
+const REPLAY: &str = "CARAVAN_SIM_SEED={seed} cargo test -p raft --test sim -- replay --nocapture";
 
 /// Many seeds, every invariant; a failure names the seed and the command that replays it.
 #[test]
 fn seeds_keep_raft_linearizable_under_random_faults() {
-    let count: u64 = std::env::var("CARAVAN_SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200);
-    let first = seed_from_env().unwrap_or(1);
-    let started = std::time::Instant::now();
-    // Seeds are independent (each its own thread, runtime and seed): one thread per core.
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-    let results: Vec<(usize, usize, Option<String>)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                scope.spawn(move || {
-                    (first..first + count)
-                        .filter(|seed| seed % threads == t)
-                        .map(|seed| match std::panic::catch_unwind(|| run(seed)) {
-                            Ok(o) => {
-                                let faults =
-                                    o.trace.iter().filter(|l| l.contains("fault:")).count();
-                                (o.ops.len(), faults, verdict(seed, &o).err())
-                            }
-                            Err(_) => (0, 0, Some(format!(
-                                "seed {seed}: a task panicked (see above)\nreplay: CARAVAN_SIM_SEED={seed} cargo test -p raft --test sim -- replay --nocapture"
-                            ))),
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().expect("a simulation thread"))
-            .collect()
-    });
-    let ops: usize = results.iter().map(|r| r.0).sum();
-    let faults: usize = results.iter().map(|r| r.1).sum();
-    let failures: Vec<String> = results.into_iter().filter_map(|r| r.2).collect();
-    println!(
-        "[sim] {count} seeds from {first}: {ops} operations checked, {faults} faults injected, {} failed, in {} s",
-        failures.len(),
-        started.elapsed().as_secs()
+    let first = histcheck::sim::seed_from_env().unwrap_or(1);
+    let summary = histcheck::sim::run_seeds(
+        first,
+        histcheck::sim::seed_count(),
+        REPLAY,
+        Duration::from_secs(120),
+        |seed| {
+            let o = run(seed);
+            histcheck::sim::SeedResult {
+                ops: o.ops.len(),
+                faults: o.trace.iter().filter(|l| l.contains("fault:")).count(),
+                failure: verdict(seed, &o).err(),
+            }
+        },
     );
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    println!(
+        "[sim] {} seeds from {first}: {} operations checked, {} faults injected, {} failed, in {} s",
+        summary.seeds,
+        summary.ops,
+        summary.faults,
+        summary.failures.len(),
+        summary.secs
+    );
+    assert!(
+        summary.failures.is_empty(),
+        "{}",
+        summary.failures.join("\n")
+    );
 }
 
 /// The checks can fail: when any node answers reads from its own state, skipping raft's read
@@ -910,18 +838,18 @@ fn an_injected_stale_read_bug_is_caught() {
 /// The same seed twice gives the same trace: the run is decided by its seed alone.
 #[test]
 fn a_seed_replays_exactly() {
-    let seed = seed_from_env().unwrap_or(42);
+    let seed = histcheck::sim::seed_from_env().unwrap_or(42);
     let a = run(seed);
     let b = run(seed);
     assert!(!a.ops.is_empty(), "the clients did something");
-    same_trace(seed, &a, &b);
+    histcheck::sim::same_trace(seed, &a.trace, &b.trace);
 }
 
 /// `CARAVAN_SIM_SEED=N cargo test -p raft --test sim -- replay --nocapture`: one seed's trace,
 /// twice, and its verdict.
 #[test]
 fn replay() {
-    let Some(seed) = seed_from_env() else {
+    let Some(seed) = histcheck::sim::seed_from_env() else {
         return;
     };
     if let Ok(filter) = std::env::var("CARAVAN_SIM_LOG") {
@@ -945,7 +873,7 @@ fn replay() {
     for line in &b.trace {
         println!("{line}");
     }
-    same_trace(seed, &a, &b);
+    histcheck::sim::same_trace(seed, &a.trace, &b.trace);
     println!(
         "[sim] seed {seed}: the two traces are identical ({} lines)",
         a.trace.len()
