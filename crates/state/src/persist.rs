@@ -371,6 +371,15 @@ fn load_with(r: &mut dyn Read, rebase: Option<u64>) -> Result<Root, StateError> 
                 let mut v: serde_json::Value = serde_json::from_slice(&buf)
                     .map_err(|e| StateError::Corrupt(format!("line {line}: {e}")))?;
                 clamp_indexes(&mut v, max);
+                // Every restored allocation changed at the restore: its client fetches it again
+                // (its own copy may be newer than the backup's).
+                let alloc = match v.get_mut("AllocOfVersion") {
+                    Some(of_version) => of_version.get_mut("Alloc"),
+                    None => v.get_mut("Alloc"),
+                };
+                if let Some(a) = alloc.and_then(|a| a.as_object_mut()) {
+                    a.insert("AllocModifyIndex".into(), serde_json::Value::from(max));
+                }
                 serde_json::from_value(v)
                     .map_err(|e| StateError::Corrupt(format!("line {line}: {e}")))?
             }
@@ -400,12 +409,10 @@ fn load_with(r: &mut dyn Read, rebase: Option<u64>) -> Result<Root, StateError> 
             "line {line}: data after the end record"
         )));
     }
-    if let Some(at) = rebase {
-        // A restore changes every node's allocations at once: each node's index is the
-        // restore's, so clients list their node again rather than take the restored (lower)
-        // indexes for a server that lags behind and ignore them.
-        root.touch_every_node(at);
-    }
+    // Every node's allocation index is the snapshot's (or the restore's): never below what the
+    // log would have made it (clients ignore lists older than the last one they acted on), and
+    // after a restore, which changes every node's allocations at once, above anything before.
+    root.touch_every_node(rebase.unwrap_or(header.index));
     Ok(root)
 }
 

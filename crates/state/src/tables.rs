@@ -65,8 +65,9 @@ pub(crate) struct Root {
     allocs_by_modify: ModifySet,
     /// Node ID → the Raft index at which an allocation on that node last changed (was written,
     /// moved away or deleted): what a client's allocation query waits on, so a write wakes only
-    /// the nodes it touched. Rebuilt from the allocations' modify indexes on load, which can only
-    /// be lower than the true value; any later change is at a higher index, so no change is missed.
+    /// the nodes it touched. Not saved: a load sets every node's to the snapshot's index, never
+    /// lower than the true value (clients ignore a list whose index is below the last one they
+    /// acted on, so a lower one would hold them back; a higher one costs one listing).
     node_alloc_index: OrdMap<String, u64>,
     /// Node ID → what its non-terminal allocations reserve, kept as allocations are written and
     /// deleted (so a list of every node's usage never reads the allocations).

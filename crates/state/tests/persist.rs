@@ -371,6 +371,7 @@ fn a_restore_through_the_log_lowers_indexes_so_later_writes_look_newer() {
         old.register(&job(&format!("j{i}")), &format!("e{i}"));
     }
     old.apply(Command::NodeRegister { node: node("n1") });
+    old.allocs(vec![alloc("a1", &job("j0"), "n1", "e0")]);
     let mut saved = Vec::new();
     old.store.save(&mut saved).unwrap();
     assert!(old.store.latest_index() > 30);
@@ -395,6 +396,14 @@ fn a_restore_through_the_log_lowers_indexes_so_later_writes_look_newer() {
     // Every node's allocations changed with the restore: its clients list them again (a client
     // ignores a list older than the last one it acted on).
     assert_eq!(snap.node_alloc_index("n1"), 3);
+    let restored = snap.allocs(None, "");
+    assert_eq!(restored.len(), 1);
+    for a in restored {
+        assert_eq!(
+            a.alloc_modify_index, 3,
+            "clients fetch every restored allocation again"
+        );
+    }
     young.register(&job("after"), "ea");
     let after = young.store.snapshot().job("default", "after").unwrap();
     assert_eq!(after.modify_index, Some(4));
