@@ -366,9 +366,19 @@ impl AllocSync {
         let mut index: u64 = 0;
         let mut cache = AllocCache::default();
         loop {
+            // The node registered again since the last answer (a server said it does not know
+            // it, its drivers or meta changed): the servers' history may have started over (a
+            // cluster rebuilt from empty, a restored backup), so their next list is taken as it
+            // comes, whatever its index; only lists within one registration must not go back.
+            let reregistered =
+                self.registered.has_changed().unwrap_or(false) || !*self.registered.borrow();
             tokio::select! {
                 up = registered(&mut self.registered) => if !up { return },
                 () = shutting_down(&mut shutdown) => return,
+            }
+            if reregistered && index > 0 {
+                index = 0;
+                cache = AllocCache::default();
             }
             let req = NodeClientAllocsRequest {
                 node_id: self.identity.id.clone(),

@@ -181,6 +181,7 @@ impl Sim {
                 seen: seen.clone(),
                 registered: Notify::new(),
                 is_registered: AtomicBool::new(false),
+                registrations: AtomicU64::new(0),
                 report: Notify::new(),
                 state: Mutex::new(NodeState::default()),
             }));
@@ -286,6 +287,8 @@ struct SimNode {
     /// Wakes the allocation watch once the node is registered.
     registered: Notify,
     is_registered: AtomicBool,
+    /// Successful registrations so far: the allocation loop starts its index over after each.
+    registrations: AtomicU64,
     /// Wakes the status reporter when an allocation changed.
     report: Notify,
     state: Mutex<NodeState>,
@@ -566,6 +569,7 @@ impl SimNode {
                     }
                 }
             };
+            self.registrations.fetch_add(1, Ordering::SeqCst);
             if !self.is_registered.swap(true, Ordering::SeqCst) {
                 self.counters.registered.fetch_add(1, Ordering::Relaxed);
             }
@@ -605,6 +609,7 @@ impl SimNode {
     async fn alloc_loop(self: Arc<Self>, mut shutdown: watch::Receiver<bool>, seed: u64) {
         let mut backoff = Backoff::new(Rng::new(seed));
         let mut index = 0;
+        let mut seen_generation = 0;
         loop {
             if !self.is_registered.load(Ordering::SeqCst) {
                 let registered = self.registered.notified();
@@ -616,6 +621,16 @@ impl SimNode {
                         _ = shutdown.changed() => return,
                     }
                 }
+            }
+            // Registered again (the servers did not know the node): their history may have
+            // started over, so the next list is taken whatever its index.
+            let generation = self.registrations.load(Ordering::SeqCst);
+            if generation != seen_generation {
+                seen_generation = generation;
+                index = 0;
+                let mut st = self.state.lock().expect("sim node lock");
+                st.listed_at = 0;
+                st.known.clear();
             }
             let req = NodeClientAllocsRequest {
                 node_id: self.identity.id.clone(),

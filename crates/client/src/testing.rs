@@ -160,6 +160,17 @@ impl FakeServer {
         self.with(|s| s.behind_answers)
     }
 
+    /// Loses every node and allocation and starts its index over, as a cluster rebuilt from
+    /// empty data dirs: the next heartbeat gets `NotFound`.
+    pub fn start_over(&self) {
+        self.with(|s| {
+            s.nodes.clear();
+            s.allocs.clear();
+            s.index = 0;
+        });
+        self.index.send_replace(0);
+    }
+
     /// Removes an allocation, as garbage collection does.
     pub fn remove_alloc(&self, id: &str) {
         self.change(|s, _| s.allocs.remove(id));

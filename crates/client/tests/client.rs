@@ -768,3 +768,29 @@ async fn an_older_list_from_a_server_behind_is_ignored() {
     server.answer_from(None);
     client.shutdown().await;
 }
+
+/// Servers that lost their state (a cluster rebuilt from empty data dirs) start their indexes
+/// over: the client, told its node is unknown, registers again and follows the new history
+/// rather than ignore every list as older than the last one it acted on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_servers_start_over_the_client_follows_their_new_history() {
+    let dir = TestDir::new("client-start-over");
+    let server = FakeServer::new(Duration::from_secs(1));
+    let client = start(dir.path(), &server).await;
+    let idle = || task("idle", "mock_driver", json!({"run_for": "1h"}));
+    for job_id in ["a", "b", "c", "d"] {
+        let a = alloc(client.node_id(), job(job_id, "service", vec![idle()]));
+        server.add_alloc(a.clone());
+        wait_status(&server, &a.id, "running").await;
+    }
+    let registrations = server.registrations();
+    server.start_over();
+    eventually("the node registers again", LIMIT, || {
+        (server.registrations() > registrations).then_some(())
+    })
+    .await;
+    let fresh = alloc(client.node_id(), job("fresh", "service", vec![idle()]));
+    server.add_alloc(fresh.clone());
+    wait_status(&server, &fresh.id, "running").await;
+    client.shutdown().await;
+}
