@@ -178,6 +178,40 @@ fn watchdog(
     });
 }
 
+/// One seed's run, as a replay shows it: its trace and its verdict.
+pub struct Replayed {
+    pub trace: Vec<String>,
+    pub verdict: Result<(), String>,
+}
+
+/// `CARAVAN_SIM_SEED=N … -- replay --nocapture`: runs `seed` twice, prints both traces, checks
+/// they are the same, then fails with the verdict if the run broke a check
+/// (`CARAVAN_SIM_ONCE=1`: one run, its trace and verdict). `label` starts the summary line.
+pub fn replay(label: &str, seed: u64, run: impl Fn(u64) -> Replayed) {
+    let a = run(seed);
+    let print = |trace: &[String]| {
+        for line in trace {
+            println!("{line}");
+        }
+    };
+    if std::env::var_os("CARAVAN_SIM_ONCE").is_none() {
+        let b = run(seed);
+        print(&a.trace);
+        println!("---- the same seed again ----");
+        print(&b.trace);
+        same_trace(seed, &a.trace, &b.trace);
+        println!(
+            "{label} seed {seed}: the two traces are identical ({} lines)",
+            a.trace.len()
+        );
+    } else {
+        print(&a.trace);
+    }
+    if let Err(e) = a.verdict {
+        panic!("{e}");
+    }
+}
+
 /// Panics with where two traces of `seed` first differ (a run not decided by its seed alone).
 pub fn same_trace(seed: u64, a: &[String], b: &[String]) {
     if a == b {

@@ -1008,30 +1008,11 @@ fn replay() {
             .with_writer(std::io::stderr)
             .try_init();
     }
-    let a = run(seed);
-    if std::env::var_os("CARAVAN_SIM_ONCE").is_some() {
-        for line in &a.trace {
-            println!("{line}");
+    histcheck::sim::replay("[server sim]", seed, |seed| {
+        let o = run(seed);
+        histcheck::sim::Replayed {
+            verdict: verdict(seed, &o),
+            trace: o.trace,
         }
-        if let Err(e) = verdict(seed, &a) {
-            panic!("{e}");
-        }
-        return;
-    }
-    let b = run(seed);
-    for line in &a.trace {
-        println!("{line}");
-    }
-    println!("---- the same seed again ----");
-    for line in &b.trace {
-        println!("{line}");
-    }
-    histcheck::sim::same_trace(seed, &a.trace, &b.trace);
-    println!(
-        "[server sim] seed {seed}: the two traces are identical ({} lines)",
-        a.trace.len()
-    );
-    if let Err(e) = verdict(seed, &a) {
-        panic!("{e}");
-    }
+    });
 }
