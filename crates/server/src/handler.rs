@@ -122,81 +122,94 @@ pub(crate) fn routed() -> Vec<&'static str> {
 
 fn table() -> HashMap<&'static str, Endpoint> {
     let mut t = Table::default();
-    // Writes a follower forwards to the leader.
-    t.add::<m::JobRegister, _, _>(|s, req| async move { s.job_register_local(req).await });
-    t.add::<m::JobPlan, _, _>(|s, req| async move { s.job_plan_local(req).await });
+    // Writes a follower forwards to the leader: served only by a caught-up leader
+    // (`Server::serve_forwarded`).
+    t.forwarded::<m::JobRegister, _, _>(|s, req| async move { s.job_register_local(req).await });
+    t.forwarded::<m::JobPlan, _, _>(|s, req| async move { s.job_plan_local(req).await });
     t.add::<m::DeploymentMultiregionPeek, _, _>(|s, req| async move {
         Ok::<_, ServerError>(s.multiregion_peek(&req).await)
     });
-    t.add::<m::JobDeregister, _, _>(|s, req| async move {
+    t.forwarded::<m::JobDeregister, _, _>(|s, req| async move {
         s.job_deregister_local(&req.namespace, &req.job_id, req.purge)
             .await
     });
-    t.add::<m::JobEvaluate, _, _>(|s, req| async move {
+    t.forwarded::<m::JobEvaluate, _, _>(|s, req| async move {
         s.job_evaluate_local(&req.namespace, &req.job_id, req.force_reschedule)
             .await
     });
-    t.add::<m::JobRevert, _, _>(|s, req| async move {
+    t.forwarded::<m::JobRevert, _, _>(|s, req| async move {
         s.job_revert_local(&req.namespace, req.request).await
     });
-    t.add::<m::NodePoolWriteMethod, _, _>(
-        |s, req| async move { s.node_pool_write_local(req).await },
+    t.forwarded::<m::NodePoolWriteMethod, _, _>(|s, req| async move {
+        s.node_pool_write_local(req).await
+    });
+    t.forwarded::<m::EvalDeleteMethod, _, _>(
+        |s, ids| async move { s.eval_delete_local(ids).await },
     );
-    t.add::<m::EvalDeleteMethod, _, _>(|s, ids| async move { s.eval_delete_local(ids).await });
-    t.add::<m::SystemGc, _, _>(|s, ()| async move { s.system_gc_local().await });
-    t.add::<m::SystemReconcileSummaries, _, _>(|s, ()| async move {
+    t.forwarded::<m::SystemGc, _, _>(|s, ()| async move { s.system_gc_local().await });
+    t.forwarded::<m::SystemReconcileSummaries, _, _>(|s, ()| async move {
         s.system_reconcile_summaries_local().await
     });
-    t.add::<m::JobScale, _, _>(|s, req| async move {
+    t.forwarded::<m::JobScale, _, _>(|s, req| async move {
         let (job_id, request) = req.request;
         s.job_scale_local(&req.namespace, &job_id, request).await
     });
-    t.add::<m::JobDispatch, _, _>(|s, req| async move {
+    t.forwarded::<m::JobDispatch, _, _>(|s, req| async move {
         s.job_dispatch_local(&req.namespace, req.request).await
     });
-    t.add::<m::PeriodicForce, _, _>(|s, req| async move {
+    t.forwarded::<m::PeriodicForce, _, _>(|s, req| async move {
         s.periodic_force_local(&req.namespace, &req.job_id).await
     });
-    t.add::<m::AllocStop, _, _>(|s, req| async move {
+    t.forwarded::<m::AllocStop, _, _>(|s, req| async move {
         s.alloc_stop_local(&req.alloc_id, req.no_shutdown_delay)
             .await
     });
-    t.add::<m::AclWriteMethod, _, _>(|s, req| async move { s.acl_write_local(req).await });
-    t.add::<m::JobStability, _, _>(|s, req| async move { s.job_stability_local(req).await });
-    t.add::<m::JobTagVersion, _, _>(|s, req| async move { s.job_tag_version_local(req).await });
-    t.add::<m::VarWriteMethod, _, _>(|s, req| async move { s.var_write_local(req).await });
-    t.add::<m::KeyringWriteMethod, _, _>(|s, req| async move { s.keyring_write_local(req).await });
-    t.add::<m::CsiWriteMethod, _, _>(|s, req| async move { s.csi_write_local(req).await });
-    t.add::<m::DeploymentActionMethod, _, _>(|s, req| async move {
+    t.forwarded::<m::AclWriteMethod, _, _>(|s, req| async move { s.acl_write_local(req).await });
+    t.forwarded::<m::JobStability, _, _>(|s, req| async move { s.job_stability_local(req).await });
+    t.forwarded::<m::JobTagVersion, _, _>(
+        |s, req| async move { s.job_tag_version_local(req).await },
+    );
+    t.forwarded::<m::VarWriteMethod, _, _>(|s, req| async move { s.var_write_local(req).await });
+    t.forwarded::<m::KeyringWriteMethod, _, _>(
+        |s, req| async move { s.keyring_write_local(req).await },
+    );
+    t.forwarded::<m::CsiWriteMethod, _, _>(|s, req| async move { s.csi_write_local(req).await });
+    t.forwarded::<m::DeploymentActionMethod, _, _>(|s, req| async move {
         s.deployment_action_local(req).await
     });
-    t.add::<m::NodeUpdateDrain, _, _>(|s, req| async move { s.node_update_drain_local(req).await });
-    t.add::<m::NodeUpdateEligibility, _, _>(|s, req| async move {
+    t.forwarded::<m::NodeUpdateDrain, _, _>(|s, req| async move {
+        s.node_update_drain_local(req).await
+    });
+    t.forwarded::<m::NodeUpdateEligibility, _, _>(|s, req| async move {
         s.node_update_eligibility_local(req).await
     });
-    t.add::<m::NodePurge, _, _>(|s, req| async move { s.node_purge_local(req.node_id).await });
-    t.add::<m::NodeEvaluate, _, _>(
-        |s, req| async move { s.node_evaluate_local(req.node_id).await },
+    t.forwarded::<m::NodePurge, _, _>(
+        |s, req| async move { s.node_purge_local(req.node_id).await },
     );
-    t.add::<m::SnapshotRestore, _, _>(|s, req| async move {
+    t.forwarded::<m::NodeEvaluate, _, _>(|s, req| async move {
+        s.node_evaluate_local(req.node_id).await
+    });
+    t.forwarded::<m::SnapshotRestore, _, _>(|s, req| async move {
         s.snapshot_restore_local(req.snapshot).await
     });
-    t.add::<m::SchedulerSetConfig, _, _>(|s, req| async move {
+    t.forwarded::<m::SchedulerSetConfig, _, _>(|s, req| async move {
         s.scheduler_set_config_local(req).await
     });
-    t.add::<m::AutopilotSetConfig, _, _>(|s, req| async move {
+    t.forwarded::<m::AutopilotSetConfig, _, _>(|s, req| async move {
         s.autopilot_set_config_local(req).await
     });
     t.add::<m::ReadIndex, _, _>(|s, ()| async move { s.read_index_local().await });
     t.add::<m::AutopilotServerHealth, _, _>(|s, ()| async move { s.autopilot_health_local() });
-    t.add::<m::ServiceDeleteMethod, _, _>(
-        |s, req| async move { s.service_delete_local(req).await },
-    );
-    t.add::<m::HostVolumeWrite, _, _>(|s, req| async move { s.host_volume_write_local(req).await });
-    t.add::<m::HostVolumeDeleteMethod, _, _>(|s, req| async move {
+    t.forwarded::<m::ServiceDeleteMethod, _, _>(|s, req| async move {
+        s.service_delete_local(req).await
+    });
+    t.forwarded::<m::HostVolumeWrite, _, _>(|s, req| async move {
+        s.host_volume_write_local(req).await
+    });
+    t.forwarded::<m::HostVolumeDeleteMethod, _, _>(|s, req| async move {
         s.host_volume_delete_local(req).await
     });
-    t.add::<m::HostVolumeClaimDeleteMethod, _, _>(|s, req| async move {
+    t.forwarded::<m::HostVolumeClaimDeleteMethod, _, _>(|s, req| async move {
         s.host_volume_claim_delete_local(req).await
     });
     // Servers managing each other.
@@ -249,6 +262,24 @@ struct Table(HashMap<&'static str, Endpoint>);
 impl Table {
     /// Routes `M` to `f`: the body is decoded into `M::Request` (a body that does not fit is a
     /// `BadRequest` naming the method), the answer encoded from `M::Response`.
+    /// A write forwarded to the leader: `f` runs once this server is a caught-up leader, else
+    /// the call is answered "No cluster leader".
+    fn forwarded<M, F, Fut>(&mut self, f: F)
+    where
+        M: Method,
+        F: Fn(Server, M::Request) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<M::Response, ServerError>> + Send + 'static,
+    {
+        let f = std::sync::Arc::new(f);
+        self.add::<M, _, _>(move |server: Server, req| {
+            let f = f.clone();
+            async move {
+                server.serve_forwarded().await?;
+                f(server, req).await
+            }
+        });
+    }
+
     fn add<M, F, Fut>(&mut self, f: F)
     where
         M: Method,

@@ -705,6 +705,26 @@ impl Server {
         Ok((!self.is_leader()).then_some(leader))
     }
 
+    /// Before serving a write another server forwarded here: this server must lead and have
+    /// applied its own term's first entry, as `forward_target` demands of a write it receives
+    /// itself. The forwarder's view of the leader can be out of date (leadership moved while
+    /// the call travelled), and a server just elected may not yet have applied what earlier
+    /// leaders committed — a client's claim for an allocation it already runs would find no
+    /// allocation there. Either way the call is answered "No cluster leader" (callers retry),
+    /// never served from a state older than what the caller has seen.
+    pub(crate) async fn serve_forwarded(&self) -> Result<(), ServerError> {
+        if self.is_leader()
+            && (self.inner.raft.leader_caught_up()
+                || self.inner.raft.wait_leader_caught_up(LEADER_WAIT).await)
+        {
+            return Ok(());
+        }
+        Err(ServerError::new(
+            rpc::ErrorCode::NoLeader,
+            "No cluster leader (the write was forwarded to a server that no longer leads, or that was just elected and has not yet applied the log it inherited); retry",
+        ))
+    }
+
     /// On the leader: the index its state has applied, which covers every write it acknowledged.
     pub(crate) async fn read_index_local(&self) -> Result<u64, ServerError> {
         if !self.is_leader() {

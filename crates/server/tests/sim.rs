@@ -768,15 +768,8 @@ fn nodes_run(world: &World, jobs: &Jobs, s: &Server) -> bool {
         && per_job.keys().all(|j| jobs.contains_key(j))
 }
 
-fn run(seed: u64) -> Outcome {
-    run_with(seed, false)
-}
-
-fn run_with(seed: u64, stale_reads: bool) -> Outcome {
-    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = histcheck::sim::sim_root("caravan-server-sim").join(format!("{seed}-{n}"));
-    let _ = std::fs::remove_dir_all(&dir);
+/// One thread, tokio's clock paused (time jumps to the next timer), tokio's own choices seeded.
+fn runtime(seed: u64) -> tokio::runtime::Runtime {
     let mut builder = tokio::runtime::Builder::new_current_thread();
     builder.enable_time().start_paused(true);
     #[cfg(tokio_unstable)]
@@ -786,45 +779,68 @@ fn run_with(seed: u64, stale_reads: bool) -> Outcome {
     #[cfg(not(tokio_unstable))]
     panic!("the simulation needs --cfg tokio_unstable (.cargo/config.toml sets it) to seed tokio");
     #[allow(unreachable_code)]
-    let rt = builder.build().expect("a runtime");
+    builder.build().expect("a runtime")
+}
+
+/// Inside the simulation's runtime: the world of `seed` with its three servers started on the
+/// simulated network, once they found each other and elected (a violation if they never do).
+async fn form_cluster(
+    seed: u64,
+    dir: &std::path::Path,
+    stale_reads: bool,
+) -> (Arc<World>, Arc<Net>) {
+    server::env::simulate(Some(seed));
+    let world = Arc::new(World {
+        seed,
+        rng: Rng::new(seed),
+        start: Instant::now(),
+        dir: dir.to_path_buf(),
+        servers: Mutex::new(vec![None; SERVERS]),
+        raft_ids: Mutex::new(BTreeMap::new()),
+        cut: Mutex::new(BTreeSet::new()),
+        net: Mutex::new(NetParams::default()),
+        trace: Mutex::new(Vec::new()),
+        clock: std::sync::atomic::AtomicU64::new(1),
+        running: Mutex::new(vec![BTreeMap::new(); NODES]),
+        placed_on: Mutex::new(BTreeMap::new()),
+        violations: Mutex::new(Vec::new()),
+        stale_reads,
+    });
+    let net = Arc::new(Net(world.clone()));
+    world.log(format!(
+        "seed {}: {SERVERS} servers, {NODES} nodes, {USERS} users",
+        world.seed
+    ));
+    for i in 0..SERVERS {
+        start_server(&world, &net, i)
+            .await
+            .expect("a fresh server starts");
+    }
+    // The servers find each other (RPC join) and elect.
+    let formed = Instant::now() + Duration::from_secs(30);
+    while !(0..SERVERS).any(|i| world.server(i).is_some_and(|s| s.schedulers_running())) {
+        if Instant::now() > formed {
+            world.violation("the servers never formed a cluster".into());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    world.log("cluster formed".into());
+    (world, net)
+}
+
+fn run(seed: u64) -> Outcome {
+    run_with(seed, false)
+}
+
+fn run_with(seed: u64, stale_reads: bool) -> Outcome {
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = histcheck::sim::sim_root("caravan-server-sim").join(format!("{seed}-{n}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let rt = runtime(seed);
     let outcome = rt.block_on(async {
-        server::env::simulate(Some(seed));
-        let world = Arc::new(World {
-            seed,
-            rng: Rng::new(seed),
-            start: Instant::now(),
-            dir: dir.clone(),
-            servers: Mutex::new(vec![None; SERVERS]),
-            raft_ids: Mutex::new(BTreeMap::new()),
-            cut: Mutex::new(BTreeSet::new()),
-            net: Mutex::new(NetParams::default()),
-            trace: Mutex::new(Vec::new()),
-            clock: std::sync::atomic::AtomicU64::new(1),
-            running: Mutex::new(vec![BTreeMap::new(); NODES]),
-            placed_on: Mutex::new(BTreeMap::new()),
-            violations: Mutex::new(Vec::new()),
-            stale_reads,
-        });
-        let net = Arc::new(Net(world.clone()));
-        world.log(format!(
-            "seed {}: {SERVERS} servers, {NODES} nodes, {USERS} users",
-            world.seed
-        ));
-        for i in 0..SERVERS {
-            start_server(&world, &net, i)
-                .await
-                .expect("a fresh server starts");
-        }
-        // The servers find each other (RPC join) and elect.
-        let formed = Instant::now() + Duration::from_secs(30);
-        while !(0..SERVERS).any(|i| world.server(i).is_some_and(|s| s.schedulers_running())) {
-            if Instant::now() > formed {
-                world.violation("the servers never formed a cluster".into());
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        world.log("cluster formed".into());
+        let (world, net) = form_cluster(seed, &dir, stale_reads).await;
         let faults_end = Instant::now() + FAULTY_FOR;
         let end = faults_end + CONVERGE_WITHIN;
         let history = Arc::new(Mutex::new(Vec::new()));
@@ -983,6 +999,105 @@ fn an_injected_stale_read_bug_is_caught() {
         .count();
     println!("[server sim] the injected stale reads broke {caught} of 5 seeds' histories");
     assert!(caught > 0, "no seed's history showed the stale reads");
+}
+
+/// A write forwarded to a server that does not lead — the forwarder's view of the leader was
+/// out of date (leadership moved while the call travelled, or the target was just elected and
+/// has not applied what it inherited) — is answered "No cluster leader", so the caller retries
+/// on the leader; it is never checked against that server's older state. Found by
+/// `csi_serializer`'s leadership-transfer case: a client's claim for an allocation it already
+/// ran reached such a server and was refused "allocation not found", failing the task. Here a
+/// follower cut off from the others has missed a node's registration and a job's; writes about
+/// them, delivered to it as forwarded calls, must not be refused as unknown.
+#[test]
+fn a_write_forwarded_to_a_server_that_does_not_lead_is_refused_not_checked_against_its_state() {
+    let seed = 7;
+    let dir = histcheck::sim::sim_root("caravan-server-sim").join("forwarded");
+    let _ = std::fs::remove_dir_all(&dir);
+    let rt = runtime(seed);
+    rt.block_on(async {
+        let (world, _net) = form_cluster(seed, &dir, false).await;
+        let leader = (0..SERVERS)
+            .find(|&i| world.server(i).is_some_and(|s| s.is_leader()))
+            .expect("a leader");
+        let behind = (leader + 1) % SERVERS;
+        for other in (0..SERVERS).filter(|&j| j != behind) {
+            world.cut.lock().unwrap().insert((behind, other));
+            world.cut.lock().unwrap().insert((other, behind));
+        }
+        let lead = world.server(leader).expect("the leader runs");
+        let me = node(0);
+        lead.node_register(me.clone())
+            .await
+            .expect("the node registers on the leader");
+        let registered = lead
+            .job_register(JobRegisterRequest {
+                job: job("known-on-the-leader", "v1", 1),
+                enforce_index: false,
+                job_modify_index: 0,
+                preserve_counts: false,
+                eval_priority: 0,
+                submission: None,
+                multiregion_version: None,
+            })
+            .await
+            .expect("the job registers on the leader");
+        let stale = world.server(behind).expect("the follower runs");
+        assert!(!stale.is_leader());
+        assert!(
+            stale.state().snapshot().node(&me.id).is_none(),
+            "the follower missed the node"
+        );
+
+        let claim = server::csi::CsiWrite::Claim(model::wire::CsiVolumeClaimRequest {
+            namespace: "default".into(),
+            volume_id: "vol".into(),
+            allocation_id: "an-allocation-the-follower-never-saw".into(),
+            node_id: me.id.clone(),
+            secret_id: me.secret_id.clone(),
+            ..Default::default()
+        });
+        let body = rpc::encode_request::<server::methods::CsiWriteMethod>(&claim).unwrap();
+        let answer = stale
+            .handle_simulated(
+                <server::methods::CsiWriteMethod as rpc::Method>::NAME.into(),
+                body,
+            )
+            .await;
+        let err = answer.expect_err("a follower serves no forwarded write");
+        assert_eq!(err.code, rpc::ErrorCode::NoLeader, "{err:?}");
+
+        // A check-and-set registration the leader would take: the follower, which never saw
+        // the job, must not answer "job does not exist".
+        let cas = JobRegisterRequest {
+            job: job("known-on-the-leader", "v2", 1),
+            enforce_index: true,
+            job_modify_index: registered.job_modify_index,
+            preserve_counts: false,
+            eval_priority: 0,
+            submission: None,
+            multiregion_version: None,
+        };
+        let body = rpc::encode_request::<server::methods::JobRegister>(&cas).unwrap();
+        let answer = stale
+            .handle_simulated(
+                <server::methods::JobRegister as rpc::Method>::NAME.into(),
+                body,
+            )
+            .await;
+        let err = answer.expect_err("a follower serves no forwarded write");
+        assert_eq!(err.code, rpc::ErrorCode::NoLeader, "{err:?}");
+
+        for i in 0..SERVERS {
+            let taken = world.servers.lock().unwrap()[i].take();
+            if let Some(s) = taken {
+                s.shutdown().await;
+            }
+        }
+        server::env::simulate(None);
+    });
+    drop(rt);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The same seed twice gives the same trace: the run is decided by its seed alone.
