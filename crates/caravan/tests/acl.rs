@@ -247,14 +247,17 @@ node { policy = "read" }
 
     // The path is checked as the handlers read it: encoded slashes, trailing slashes and repeated
     // namespaces do not change what is checked.
-    let allocs = json_of(&call(a, "GET", "/v1/allocations?namespace=*", &acl.root, None).1);
-    let db_alloc = allocs
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["Namespace"] == "prod-db")
-        .map(|x| x["ID"].as_str().unwrap().to_string())
-        .expect("the db allocation");
+    // The db job's evaluation may still be queued on a busy machine: wait for its allocation.
+    let db_allocation = || {
+        let allocs = json_of(&call(a, "GET", "/v1/allocations?namespace=*", &acl.root, None).1);
+        allocs.as_array().and_then(|all| {
+            all.iter()
+                .find(|x| x["Namespace"] == "prod-db")
+                .and_then(|x| x["ID"].as_str().map(str::to_string))
+        })
+    };
+    a.wait_until("the db job's allocation", || db_allocation().is_some());
+    let db_alloc = db_allocation().expect("the db allocation");
     let (s, _) = call(a, "GET", &format!("/v1/allocation/{db_alloc}"), &ro, None);
     assert_eq!(s, 403, "denied namespace");
     let encoded: String = db_alloc.replace('-', "%2D");

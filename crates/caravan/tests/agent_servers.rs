@@ -17,38 +17,50 @@ fn an_agents_client_lists_and_replaces_its_servers() {
         json!([agent.rpc]),
         "the dev client talks to its own server"
     );
-    // Replace: several addresses, a bare host gets Nomad's port.
+    // Replace: several addresses, a bare host gets Nomad's port. The client's heartbeat answers
+    // bring the servers' own list (as Nomad's), which may replace a set list at any moment, so
+    // the set and the read back are tried together until no heartbeat fell between them.
     let own = agent.rpc.clone();
-    let (s, b) = call(
-        &agent,
-        "PUT",
-        &format!("/v1/agent/servers?address={own}&address=10.0.0.9"),
-        "",
-        None,
-    );
-    assert_eq!(s, 200, "{b}");
-    let (_, b) = call(&agent, "GET", "/v1/agent/servers", "", None);
     let mut want = vec![own.clone(), "10.0.0.9:4647".to_string()];
     want.sort();
-    assert_eq!(json_of(&b), json!(want));
-    for (query, err) in [
-        ("", "missing server address"),
-        (
-            "?address=host:notaport",
-            "invalid server address \"host:notaport\": expected host:port",
-        ),
-    ] {
+    let set = || {
         let (s, b) = call(
             &agent,
             "PUT",
-            &format!("/v1/agent/servers{query}"),
+            &format!("/v1/agent/servers?address={own}&address=10.0.0.9"),
             "",
             None,
         );
-        assert_eq!((s, b.as_str()), (400, err));
-    }
-    let (_, b) = call(&agent, "GET", "/v1/agent/servers", "", None);
-    assert_eq!(json_of(&b), json!(want), "a refused change changes nothing");
+        assert_eq!(s, 200, "{b}");
+    };
+    let read = || json_of(&call(&agent, "GET", "/v1/agent/servers", "", None).1);
+    agent.wait_until("the set list read back", || {
+        set();
+        read() == json!(want)
+    });
+    let refuse = || {
+        for (query, err) in [
+            ("", "missing server address"),
+            (
+                "?address=host:notaport",
+                "invalid server address \"host:notaport\": expected host:port",
+            ),
+        ] {
+            let (s, b) = call(
+                &agent,
+                "PUT",
+                &format!("/v1/agent/servers{query}"),
+                "",
+                None,
+            );
+            assert_eq!((s, b.as_str()), (400, err));
+        }
+    };
+    agent.wait_until("a refused change changes nothing", || {
+        set();
+        refuse();
+        read() == json!(want)
+    });
 }
 
 #[test]

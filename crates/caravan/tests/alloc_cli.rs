@@ -48,9 +48,12 @@ fn alloc_and_node_commands_show_a_running_raw_exec_job() {
         last.1.contains("hello-from-caravan-logs")
     });
     assert_eq!(last.0, 0, "{last:?}");
-    let (code, out, err) = agent.run(&["alloc", "logs", "-stderr", &alloc_id, "t"]);
-    assert_eq!(code, 0, "{err}");
-    assert!(out.contains("oops-on-stderr"), "{out}");
+    // stdout and stderr are copied on their own threads: stdout there says nothing of stderr.
+    agent.wait_until("the task's stderr", || {
+        last = agent.run(&["alloc", "logs", "-stderr", &alloc_id, "t"]);
+        last.1.contains("oops-on-stderr")
+    });
+    assert_eq!(last.0, 0, "{last:?}");
     let (code, out, _) = agent.run(&["alloc", "logs", "-tail", "-n", "1", short]);
     assert_eq!((code, out.as_str()), (0, "hello-from-caravan-logs\n"));
     let (code, _, err) = agent.run(&["alloc", "logs", short, "nope"]);

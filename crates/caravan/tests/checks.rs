@@ -102,16 +102,18 @@ fn http_tcp_and_script_checks_pass_and_show_through_the_api_and_the_cli() {
         &job("web", service, "echo ok > local/health;"),
     );
     assert_eq!(code, 0, "{out}");
+    // Checks re-run every second: a run that fails under load could replace a result between
+    // two reads, so the details are asserted on the read where all three passed.
     let mut alloc_id = String::new();
+    let mut all = Vec::new();
     agent.wait_until("the three checks pass", || {
         let Some(a) = first_alloc(&agent, "web") else {
             return false;
         };
         alloc_id = a["ID"].as_str().unwrap_or_default().to_string();
-        let c = checks(&agent, &alloc_id);
-        c.len() == 3 && c.iter().all(|c| c["Status"] == "success")
+        all = checks(&agent, &alloc_id);
+        all.len() == 3 && all.iter().all(|c| c["Status"] == "success")
     });
-    let all = checks(&agent, &alloc_id);
     let http = all.iter().find(|c| c["Check"] == "alive").unwrap();
     assert_eq!(http["StatusCode"], 200, "{http}");
     assert_eq!(http["Output"], "nomad: http ok");
@@ -207,13 +209,13 @@ fn a_failing_check_with_check_restart_restarts_its_task() {
         signaled["RestartReason"], "healthcheck: check \"missing\" unhealthy",
         "{signaled}"
     );
-    let failing = checks(&agent, &id);
-    assert!(
-        failing
+    // After the restart the task may not be listening yet (a failure with no status code):
+    // wait for a run that reached the server and was answered 404.
+    agent.wait_until("the failing check's 404", || {
+        checks(&agent, &id)
             .iter()
-            .any(|c| c["Status"] == "failure" && c["StatusCode"] == 404),
-        "{failing:?}"
-    );
+            .any(|c| c["Status"] == "failure" && c["StatusCode"] == 404)
+    });
 }
 
 #[test]

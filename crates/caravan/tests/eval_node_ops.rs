@@ -30,12 +30,15 @@ fn evaluations_are_counted_and_deleted_only_when_safe() {
                 && agent.get("/v1/job/busy").unwrap()["Status"] == "running"
         },
     );
-    let count = agent.get("/v1/evaluations/count").unwrap();
-    let (_, b) = call(&agent, "GET", "/v1/evaluations", "", None);
-    assert_eq!(
-        count["Count"].as_u64(),
-        Some(json_of(&b).as_array().unwrap().len() as u64)
-    );
+    // Two reads: an evaluation written between them (a follow-up the jobs' last updates made)
+    // would tell them apart, so they are read until one pair agrees; a count that never matches
+    // the list still fails.
+    let mut count = serde_json::Value::Null;
+    agent.wait_until("the count and the list agree", || {
+        count = agent.get("/v1/evaluations/count").unwrap();
+        let (_, b) = call(&agent, "GET", "/v1/evaluations", "", None);
+        count["Count"].as_u64() == json_of(&b).as_array().map(|a| a.len() as u64)
+    });
     assert!(count["Count"].as_u64() >= Some(2), "{count}");
 
     // Refused while the broker runs.

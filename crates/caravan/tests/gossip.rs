@@ -67,8 +67,12 @@ fn encrypted_gossip_keys_rotate_and_a_leaving_server_is_left() {
     drop(wrong);
 
     // The keyring on every server: list, install, use, remove.
-    let list = a.get("/v1/agent/keyring/list").unwrap();
-    assert_eq!(list["NumNodes"], 2, "{list}");
+    // The refused server may still be a suspect in a's gossip for a moment: wait for two.
+    let mut list = serde_json::Value::Null;
+    a.wait_until("the keyring answered by both servers", || {
+        list = a.get("/v1/agent/keyring/list").unwrap_or_default();
+        list["NumNodes"] == 2
+    });
     assert_eq!(list["Keys"][&k1], 2, "{list}");
     let k2 = generate(&a);
     let (code, out, err) = a.run(&["operator", "gossip", "keyring", "install", &k2]);
@@ -133,13 +137,23 @@ fn encrypted_gossip_keys_rotate_and_a_leaving_server_is_left() {
             })
         })
     });
-    let health = stays.get("/v1/operator/autopilot/health").unwrap();
-    let servers = health["Servers"].as_array().cloned().unwrap_or_default();
-    assert_eq!(servers.len(), 2, "{health}");
-    for s in &servers {
-        assert_eq!(s["SerfStatus"], "alive", "{health}");
-        assert_eq!(s["Version"], env!("CARGO_PKG_VERSION"), "{health}");
-    }
+    // The third joined through one of the first two: the one that stays may hear of it through
+    // gossip a moment after raft holds it, so wait for its gossip view (status and version).
+    let mut health = serde_json::Value::Null;
+    stays.wait_until(
+        "both remaining servers alive in gossip with their build",
+        || {
+            health = stays
+                .get("/v1/operator/autopilot/health")
+                .unwrap_or_default();
+            health["Servers"].as_array().is_some_and(|servers| {
+                servers.len() == 2
+                    && servers.iter().all(|s| {
+                        s["SerfStatus"] == "alive" && s["Version"] == env!("CARGO_PKG_VERSION")
+                    })
+            })
+        },
+    );
     drop(c);
 }
 
@@ -451,7 +465,11 @@ fn watch_rollout(
                             .count()
                     })
                     .unwrap_or(0);
-                assert_eq!(live, 0, "a pending region places nothing: {allocs}");
+                // West may have been unblocked between its status and this list: only a list
+                // read while west is still pending after it says anything.
+                if mr_status(west, version) == "pending" {
+                    assert_eq!(live, 0, "a pending region places nothing: {allocs}");
+                }
                 if e == "running" {
                     saw_east_first = true;
                 }

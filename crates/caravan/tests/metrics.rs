@@ -10,7 +10,7 @@ use common::{bin, call, json_of, temp_dir, wait_for, Agent, MOCK_DRIVER_CONFIG};
 use serde_json::{json, Value};
 use std::time::Duration;
 
-const FAST_TELEMETRY: &str = "telemetry {\n  in_memory_collection_interval = \"1s\"\n  in_memory_retention_period = \"10s\"\n}\n";
+const FAST_TELEMETRY: &str = "telemetry {\n  in_memory_collection_interval = \"1s\"\n  in_memory_retention_period = \"2m\"\n}\n";
 
 fn dev_agent_with_metrics(name: &str) -> Agent {
     let dir = temp_dir(name);
