@@ -324,15 +324,7 @@ async fn user(
                 .unwrap()
                 .insert(u, (key.clone(), call.clone(), invoke));
             let result = server
-                .job_register(JobRegisterRequest {
-                    job: job(&key, &value, count),
-                    enforce_index: false,
-                    job_modify_index: 0,
-                    preserve_counts: false,
-                    eval_priority: 0,
-                    submission: None,
-                    multiregion_version: None,
-                })
+                .job_register(registration(job(&key, &value, count), None))
                 .await;
             pending.lock().unwrap().remove(&u);
             match result {
@@ -829,6 +821,39 @@ async fn form_cluster(
     (world, net)
 }
 
+async fn shut_down(world: &World) {
+    for i in 0..SERVERS {
+        let taken = world.servers.lock().unwrap()[i].take();
+        if let Some(s) = taken {
+            s.shutdown().await;
+        }
+    }
+}
+
+/// A registration of `job`; with `Some(index)`, only if the job's modify index is `index`.
+fn registration(job: Job, enforce: Option<u64>) -> JobRegisterRequest {
+    JobRegisterRequest {
+        job,
+        enforce_index: enforce.is_some(),
+        job_modify_index: enforce.unwrap_or(0),
+        preserve_counts: false,
+        eval_priority: 0,
+        submission: None,
+        multiregion_version: None,
+    }
+}
+
+/// `req` delivered to `server` as another server forwards it (method `M`, over the simulated
+/// network's handler).
+async fn forwarded<M: rpc::Method>(
+    server: &Server,
+    req: &M::Request,
+) -> Result<M::Response, rpc::RpcError> {
+    let body = rpc::encode_request::<M>(req)?;
+    let answer = server.handle_simulated(M::NAME.into(), body).await?;
+    rpc::decode_response::<M>(&answer)
+}
+
 fn run(seed: u64) -> Outcome {
     run_with(seed, false)
 }
@@ -916,12 +941,7 @@ fn run_with(seed: u64, stale_reads: bool) -> Outcome {
             t.abort();
             let _ = t.await;
         }
-        for i in 0..SERVERS {
-            let taken = world.servers.lock().unwrap()[i].take();
-            if let Some(s) = taken {
-                s.shutdown().await;
-            }
-        }
+        shut_down(&world).await;
         let ops = history.lock().unwrap().clone();
         let trace = world.trace.lock().unwrap().clone();
         let violations = world.violations.lock().unwrap().clone();
@@ -1031,15 +1051,7 @@ fn a_write_forwarded_to_a_server_that_does_not_lead_is_refused_not_checked_again
             .await
             .expect("the node registers on the leader");
         let registered = lead
-            .job_register(JobRegisterRequest {
-                job: job("known-on-the-leader", "v1", 1),
-                enforce_index: false,
-                job_modify_index: 0,
-                preserve_counts: false,
-                eval_priority: 0,
-                submission: None,
-                multiregion_version: None,
-            })
+            .job_register(registration(job("known-on-the-leader", "v1", 1), None))
             .await
             .expect("the job registers on the leader");
         let stale = world.server(behind).expect("the follower runs");
@@ -1057,43 +1069,23 @@ fn a_write_forwarded_to_a_server_that_does_not_lead_is_refused_not_checked_again
             secret_id: me.secret_id.clone(),
             ..Default::default()
         });
-        let body = rpc::encode_request::<server::methods::CsiWriteMethod>(&claim).unwrap();
-        let answer = stale
-            .handle_simulated(
-                <server::methods::CsiWriteMethod as rpc::Method>::NAME.into(),
-                body,
-            )
-            .await;
-        let err = answer.expect_err("a follower serves no forwarded write");
+        let err = forwarded::<server::methods::CsiWriteMethod>(&stale, &claim)
+            .await
+            .expect_err("a follower serves no forwarded write");
         assert_eq!(err.code, rpc::ErrorCode::NoLeader, "{err:?}");
 
         // A check-and-set registration the leader would take: the follower, which never saw
         // the job, must not answer "job does not exist".
-        let cas = JobRegisterRequest {
-            job: job("known-on-the-leader", "v2", 1),
-            enforce_index: true,
-            job_modify_index: registered.job_modify_index,
-            preserve_counts: false,
-            eval_priority: 0,
-            submission: None,
-            multiregion_version: None,
-        };
-        let body = rpc::encode_request::<server::methods::JobRegister>(&cas).unwrap();
-        let answer = stale
-            .handle_simulated(
-                <server::methods::JobRegister as rpc::Method>::NAME.into(),
-                body,
-            )
-            .await;
-        let err = answer.expect_err("a follower serves no forwarded write");
+        let cas = registration(
+            job("known-on-the-leader", "v2", 1),
+            Some(registered.job_modify_index),
+        );
+        let err = forwarded::<server::methods::JobRegister>(&stale, &cas)
+            .await
+            .expect_err("a follower serves no forwarded write");
         assert_eq!(err.code, rpc::ErrorCode::NoLeader, "{err:?}");
 
-        for i in 0..SERVERS {
-            let taken = world.servers.lock().unwrap()[i].take();
-            if let Some(s) = taken {
-                s.shutdown().await;
-            }
-        }
+        shut_down(&world).await;
         server::env::simulate(None);
     });
     drop(rt);
