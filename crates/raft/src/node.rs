@@ -531,23 +531,28 @@ impl RaftNode {
         })
     }
 
-    /// Whether this node leads and has applied an entry of its own term: the blank entry each
-    /// new leader writes first, so every entry an earlier leader committed is in its state too.
-    /// Until then a new leader's state may lack writes that were acknowledged (and that clients
-    /// already acted on), so it must not check a write against it.
+    /// Whether this node leads and its state holds everything it knows committed: an entry of
+    /// its own term applied (the blank entry each new leader writes first, so every entry an
+    /// earlier leader committed is in its state too), and nothing committed left to apply.
+    /// Until then its state may lack writes that were acknowledged — or that a follower, which
+    /// applies what the leader committed on its own schedule, already showed a client — so it
+    /// must not check a write against it (a client's claim for an allocation a follower handed
+    /// it would find no allocation).
     pub fn leader_caught_up(&self) -> bool {
-        self.with_metrics(leader_caught_up)
+        self.with_metrics(|m| leader_caught_up(m, committed_index(m)))
     }
 
-    /// Waits until this node leads with its own term applied (`leader_caught_up`), at most
-    /// `timeout`; false when it stopped leading or the time ran out.
+    /// Waits until this node leads with its own term applied and has applied everything it
+    /// knew committed when the wait began, at most `timeout`; false when it stopped leading or
+    /// the time ran out.
     pub async fn wait_leader_caught_up(&self, timeout: Duration) -> bool {
         let mut rx = self.inner.raft.metrics();
+        let target = committed_index(&rx.borrow_watched());
         let wait = async {
             loop {
                 {
                     let m = rx.borrow_watched();
-                    if leader_caught_up(&m) {
+                    if leader_caught_up(&m, target) {
                         return true;
                     }
                     if m.state != ServerState::Leader {
@@ -870,9 +875,14 @@ fn openraft_config(cfg: &RaftConfig) -> Result<openraft::Config, RaftError> {
         .map_err(|e| RaftError::Config(e.to_string()))
 }
 
-fn leader_caught_up(m: &RaftMetrics<TypeConfig>) -> bool {
+/// The last index this node knows committed (on the leader: the cluster's).
+fn committed_index(m: &RaftMetrics<TypeConfig>) -> u64 {
+    m.local_committed.as_ref().map_or(0, |l| l.index())
+}
+
+fn leader_caught_up(m: &RaftMetrics<TypeConfig>, committed: u64) -> bool {
     m.state == ServerState::Leader
-        && m.last_applied
-            .as_ref()
-            .is_some_and(|l| l.committed_leader_id().term == m.current_term)
+        && m.last_applied.as_ref().is_some_and(|l| {
+            l.committed_leader_id().term == m.current_term && l.index() >= committed
+        })
 }

@@ -130,6 +130,64 @@ async fn when_the_leader_stops_the_others_elect_a_new_one_and_keep_writing() {
     }
 }
 
+/// A leader's state machine can lag its peers': a follower applies what the leader committed
+/// on its own schedule, and may show it (to a client, through a read) before the leader's own
+/// state has it. A leader that checked a write against its state then would refuse what the
+/// client just saw — found in CI as a CSI claim for an allocation a follower had handed the
+/// client, refused "allocation not found" by the leader. So a leader is caught up only once it
+/// has applied everything it knows committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_state_lags_a_followers_is_not_caught_up_until_it_applied() {
+    let dir = TempDir::new("lagging-leader");
+    let nodes = cluster(&dir, 3, 0).await;
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    let leader_id = agreed_leader(&all).await;
+    let leader = nodes.iter().find(|n| n.id == leader_id).unwrap();
+    assert!(
+        leader
+            .node
+            .wait_leader_caught_up(std::time::Duration::from_secs(30))
+            .await,
+        "the leader never applied its own term"
+    );
+    leader.sm.stall();
+    // Resumed however the test ends, so a failed check fails instead of hanging.
+    struct Resume<'a>(&'a common::ListSm);
+    impl Drop for Resume<'_> {
+        fn drop(&mut self) {
+            self.0.resume();
+        }
+    }
+    let resume = Resume(&leader.sm);
+    let writer = leader.node.clone();
+    let write = tokio::spawn(async move { writer.write(b"seen-by-a-follower".to_vec()).await });
+    wait_until("a follower applied the write", || {
+        nodes.iter().any(|n| n.id != leader_id && n.sm.len() == 1)
+    })
+    .await;
+    assert_eq!(leader.sm.len(), 0, "the leader's state machine is stalled");
+    assert!(
+        !leader.node.leader_caught_up(),
+        "a leader whose state lacks a committed entry says it caught up"
+    );
+    let waiting = {
+        let node = leader.node.clone();
+        tokio::spawn(async move {
+            node.wait_leader_caught_up(std::time::Duration::from_secs(30))
+                .await
+        })
+    };
+    leader.sm.resume();
+    assert!(waiting.await.unwrap(), "the leader never caught up");
+    assert_eq!(leader.sm.len(), 1);
+    assert!(leader.node.leader_caught_up());
+    write.await.unwrap().expect("the write commits");
+    drop(resume);
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_that_missed_purged_entries_catches_up_from_a_snapshot() {
     let dir = TempDir::new("catchup");

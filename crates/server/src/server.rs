@@ -682,10 +682,12 @@ impl Server {
     /// Waits (bounded) for an election when there is no leader yet.
     pub(crate) async fn forward_target(&self) -> Result<Option<String>, ServerError> {
         if self.is_leader() {
-            // A leader just elected may not have applied what earlier leaders committed (a
-            // client's claim for an allocation it already runs would find no allocation): it
-            // answers once its own term's first entry is applied, or forwards if it lost the
-            // election meanwhile.
+            // A leader's state can lag what is committed — just elected, it has not applied
+            // what earlier leaders committed; busy, its state machine is behind a follower's
+            // that already showed a client the result — and a write checked against it would
+            // be refused (a claim for an allocation the client already runs finds none): it
+            // answers once it has applied its own term and all it knew committed, or forwards
+            // if it lost the election meanwhile.
             if self.inner.raft.leader_caught_up()
                 || self.inner.raft.wait_leader_caught_up(LEADER_WAIT).await
             {
@@ -706,8 +708,8 @@ impl Server {
     }
 
     /// Before serving a write another server forwarded here: this server must lead and have
-    /// applied its own term's first entry, as `forward_target` demands of a write it receives
-    /// itself. The forwarder's view of the leader can be out of date (leadership moved while
+    /// applied its own term's first entry and everything it knew committed, as
+    /// `forward_target` demands of a write it receives itself. The forwarder's view of the leader can be out of date (leadership moved while
     /// the call travelled), and a server just elected may not yet have applied what earlier
     /// leaders committed — a client's claim for an allocation it already runs would find no
     /// allocation there. Either way the call is answered "No cluster leader" (callers retry),

@@ -48,9 +48,22 @@ impl Drop for TempDir {
 #[derive(Default)]
 pub struct ListSm {
     entries: Mutex<Vec<(u64, Vec<u8>)>>,
+    /// While set, applying waits (a state machine slower than its peers').
+    stalled: Mutex<bool>,
+    resumed: std::sync::Condvar,
 }
 
 impl ListSm {
+    /// Makes every apply wait until `resume` (a node whose state machine lags its log).
+    pub fn stall(&self) {
+        *self.stalled.lock().unwrap() = true;
+    }
+
+    pub fn resume(&self) {
+        *self.stalled.lock().unwrap() = false;
+        self.resumed.notify_all();
+    }
+
     pub fn entries(&self) -> Vec<(u64, Vec<u8>)> {
         self.entries.lock().unwrap().clone()
     }
@@ -66,6 +79,15 @@ impl ListSm {
 
 impl StateMachine for ListSm {
     fn apply(&self, index: u64, payload: &[u8]) -> Vec<u8> {
+        let stalled = self.stalled.lock().unwrap();
+        if *stalled {
+            // Off the runtime's worker while it waits, so the other nodes run on.
+            tokio::task::block_in_place(|| {
+                let _resumed = self.resumed.wait_while(stalled, |s| *s).unwrap();
+            });
+        } else {
+            drop(stalled);
+        }
         let mut entries = self.entries.lock().unwrap();
         if let Some((last, _)) = entries.last() {
             assert!(*last < index, "applied out of order: {index} after {last}");
