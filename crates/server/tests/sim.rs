@@ -21,7 +21,8 @@
 //! - no server's state ever holds two live allocations (desired `run`, not finished) with one
 //!   name: no group runs over its count;
 //! - after the faults stop, every server holds the same state, and the nodes run exactly the
-//!   count of every job's group, of the job's latest version.
+//!   count of every job's group, of the job's latest version, each reported running in the
+//!   state (no status report a server took is lost).
 
 use model::group::UpdateStrategy;
 use model::node::{DriverInfo, Node, NodeCpuResources, NodeMemoryResources, NodeResources};
@@ -738,16 +739,22 @@ fn describe(world: &World) -> Vec<String> {
     out
 }
 
-/// Whether the nodes run exactly the count of each job's latest version, and nothing else.
+/// Whether the nodes run exactly the count of each job's latest version, each reported running,
+/// and nothing else.
 fn nodes_run(world: &World, jobs: &Jobs, s: &Server) -> bool {
     let snap = s.state().snapshot();
     let running = world.running.lock().unwrap();
     let mut per_job: BTreeMap<String, i32> = BTreeMap::new();
     for node in running.iter() {
         for (id, (job, _)) in node {
+            // Of the job's latest version, and reported running: a report a server took is
+            // never dropped (a node sends each status once; a leader whose state lagged and
+            // skipped an update for an allocation it did not hold yet would lose it).
             let current = snap.alloc(id).is_some_and(|a| {
-                snap.job(&a.namespace, &a.job_id)
-                    .is_some_and(|j| j.version == a.job.as_ref().and_then(|aj| aj.version))
+                a.client_status == model::alloc::ClientStatus::Running
+                    && snap
+                        .job(&a.namespace, &a.job_id)
+                        .is_some_and(|j| j.version == a.job.as_ref().and_then(|aj| aj.version))
             });
             if !current {
                 return false;
