@@ -150,6 +150,32 @@ pub fn run_seeds(
     }
 }
 
+/// A simulation suite's test: `CARAVAN_SIM_SEEDS` seeds (from `CARAVAN_SIM_SEED`, else 1)
+/// through [`run_seeds`], the totals printed under `label`, and a failure listing every seed
+/// that broke a check, each with its replay command.
+pub fn check_seeds(
+    label: &str,
+    replay: &str,
+    wall_limit: Duration,
+    run: impl Fn(u64) -> SeedResult + Sync,
+) {
+    let first = seed_from_env().unwrap_or(1);
+    let summary = run_seeds(first, seed_count(), replay, wall_limit, run);
+    println!(
+        "[{label}] {} seeds from {first}: {} operations checked, {} faults injected, {} failed, in {} s",
+        summary.seeds,
+        summary.ops,
+        summary.faults,
+        summary.failures.len(),
+        summary.secs
+    );
+    assert!(
+        summary.failures.is_empty(),
+        "{}",
+        summary.failures.join("\n")
+    );
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -790,34 +790,14 @@ const REPLAY: &str = "CARAVAN_SIM_SEED={seed} cargo test -p raft --test sim -- r
 /// Many seeds, every invariant; a failure names the seed and the command that replays it.
 #[test]
 fn seeds_keep_raft_linearizable_under_random_faults() {
-    let first = histcheck::sim::seed_from_env().unwrap_or(1);
-    let summary = histcheck::sim::run_seeds(
-        first,
-        histcheck::sim::seed_count(),
-        REPLAY,
-        Duration::from_secs(120),
-        |seed| {
-            let o = run(seed);
-            histcheck::sim::SeedResult {
-                ops: o.ops.len(),
-                faults: o.trace.iter().filter(|l| l.contains("fault:")).count(),
-                failure: verdict(seed, &o).err(),
-            }
-        },
-    );
-    println!(
-        "[sim] {} seeds from {first}: {} operations checked, {} faults injected, {} failed, in {} s",
-        summary.seeds,
-        summary.ops,
-        summary.faults,
-        summary.failures.len(),
-        summary.secs
-    );
-    assert!(
-        summary.failures.is_empty(),
-        "{}",
-        summary.failures.join("\n")
-    );
+    histcheck::sim::check_seeds("sim", REPLAY, Duration::from_secs(120), |seed| {
+        let o = run(seed);
+        histcheck::sim::SeedResult {
+            ops: o.ops.len(),
+            faults: o.trace.iter().filter(|l| l.contains("fault:")).count(),
+            failure: verdict(seed, &o).err(),
+        }
+    });
 }
 
 /// The checks can fail: when any node answers reads from its own state, skipping raft's read
