@@ -270,12 +270,12 @@ impl Table {
         F: Fn(Server, M::Request) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<M::Response, ServerError>> + Send + 'static,
     {
-        let f = std::sync::Arc::new(f);
         self.add::<M, _, _>(move |server: Server, req| {
-            let f = f.clone();
+            // The handler's future does nothing until polled: only after the check.
+            let work = f(server.clone(), req);
             async move {
                 server.serve_forwarded().await?;
-                f(server, req).await
+                work.await
             }
         });
     }

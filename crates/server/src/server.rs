@@ -682,21 +682,15 @@ impl Server {
     /// Waits (bounded) for an election when there is no leader yet.
     pub(crate) async fn forward_target(&self) -> Result<Option<String>, ServerError> {
         if self.is_leader() {
-            // A leader's state can lag what is committed — just elected, it has not applied
-            // what earlier leaders committed; busy, its state machine is behind a follower's
-            // that already showed a client the result — and a write checked against it would
-            // be refused (a claim for an allocation the client already runs finds none): it
-            // answers once it has applied its own term and all it knew committed, or forwards
-            // if it lost the election meanwhile.
-            if self.inner.raft.leader_caught_up()
-                || self.inner.raft.wait_leader_caught_up(LEADER_WAIT).await
-            {
+            // Its state may lag what is committed (see `caught_up_leader`): it answers once it
+            // caught up, or forwards if it lost the election meanwhile.
+            if self.caught_up_leader().await {
                 return Ok(None);
             }
             if self.is_leader() {
                 return Err(ServerError::new(
                     rpc::ErrorCode::NoLeader,
-                    "this server was just elected and has not yet applied the log it inherited; retry",
+                    "this server leads but has not yet applied the log it holds; retry",
                 ));
             }
         }
@@ -707,23 +701,29 @@ impl Server {
         Ok((!self.is_leader()).then_some(leader))
     }
 
-    /// Before serving a write another server forwarded here: this server must lead and have
-    /// applied its own term's first entry and everything it knew committed, as
-    /// `forward_target` demands of a write it receives itself. The forwarder's view of the leader can be out of date (leadership moved while
-    /// the call travelled), and a server just elected may not yet have applied what earlier
-    /// leaders committed — a client's claim for an allocation it already runs would find no
-    /// allocation there. Either way the call is answered "No cluster leader" (callers retry),
-    /// never served from a state older than what the caller has seen.
+    /// Whether this server leads with a state fit to check a write against, waiting (at most
+    /// `LEADER_WAIT`) until it does: its own term applied and everything it knew committed. A
+    /// leader's state can lag what is committed — just elected, it has not applied what
+    /// earlier leaders committed; busy, its state machine is behind a follower's that already
+    /// showed a client the result — and a write checked against it would be refused (a claim
+    /// for an allocation the client already runs finds none). False once it stops leading.
+    async fn caught_up_leader(&self) -> bool {
+        self.inner.raft.leader_caught_up()
+            || self.inner.raft.wait_leader_caught_up(LEADER_WAIT).await
+    }
+
+    /// Before serving a write another server forwarded here: as `forward_target` demands of a
+    /// write this server receives itself, it must be a caught-up leader. The forwarder's view
+    /// of the leader can also be out of date (leadership moved while the call travelled).
+    /// Either way the call is answered "No cluster leader" (callers retry), never served from a
+    /// state older than what the caller has seen.
     pub(crate) async fn serve_forwarded(&self) -> Result<(), ServerError> {
-        if self.is_leader()
-            && (self.inner.raft.leader_caught_up()
-                || self.inner.raft.wait_leader_caught_up(LEADER_WAIT).await)
-        {
+        if self.caught_up_leader().await {
             return Ok(());
         }
         Err(ServerError::new(
             rpc::ErrorCode::NoLeader,
-            "No cluster leader (the write was forwarded to a server that no longer leads, or that was just elected and has not yet applied the log it inherited); retry",
+            "No cluster leader (the write was forwarded to a server that no longer leads, or that has not yet applied the log it holds); retry",
         ))
     }
 
